@@ -1,0 +1,1 @@
+//! agentd: the daemon that owns durable coding-agent session Logs.
