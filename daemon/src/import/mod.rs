@@ -1,0 +1,1 @@
+//! Importers of sessions recorded by other agents (pi, Pixir, Codex rollouts).
