@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod event;
+pub mod paths;
 pub mod replay;
 pub mod rpc;
 pub mod session_id;
