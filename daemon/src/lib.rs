@@ -3,8 +3,16 @@
 //! Data flows one way: RPC → session actor → store. Projections (`history`) are pure
 //! functions over events; the actor calls them and records what they return.
 
+pub mod api;
+pub mod config;
+pub mod daemon;
 pub mod history;
 pub mod import;
 pub mod provider;
+pub mod registry;
+pub mod server;
+pub mod session;
+pub mod store;
 pub mod text;
 pub mod tools;
+pub mod turn;

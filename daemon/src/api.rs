@@ -1,0 +1,376 @@
+//! The native API (DESIGN §6): registers every `agentd/*` method in a jsonrpsee
+//! `RpcModule`. Handlers parse params into the `agentd_proto::rpc` types, call the
+//! registry or a session actor, and map `AgentError`s to error objects (§5).
+
+use crate::registry::{Registry, SessionMeta};
+use crate::server::error_object;
+use crate::session::SessionHandle;
+use crate::store;
+use agentd_proto::event::{new_event_id, now_ts};
+use agentd_proto::rpc::*;
+use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
+use jsonrpsee::types::Params;
+use jsonrpsee::{Extensions, Methods, PendingSubscriptionSink, RpcModule};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::future::Future;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+/// What every handler can reach.
+pub struct Api {
+    pub registry: Arc<Registry>,
+    /// Cancelled by `agentd/shutdown` (and signals): main runs the shutdown sequence.
+    pub shutdown_requested: CancellationToken,
+}
+
+pub fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
+    let text = params.as_str().unwrap_or("{}");
+    serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
+}
+
+fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
+    serde_json::to_value(v).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
+}
+
+/// Registers an async method whose params parse into `P`.
+fn method<P, F, Fut>(module: &mut RpcModule<Api>, name: &'static str, f: F)
+where
+    P: DeserializeOwned + Send + 'static,
+    F: Fn(Arc<Api>, P, Extensions) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, AgentError>> + Send + 'static,
+{
+    let res = module.register_async_method(name, move |params, ctx, ext| {
+        let f = f.clone();
+        async move {
+            let p: P = parse(&params).map_err(|e| error_object(&e))?;
+            f(ctx, p, ext).await.map_err(|e| error_object(&e))
+        }
+    });
+    if let Err(e) = res {
+        // Method names are static and unique; a clash is a programming error caught by tests.
+        panic!("register {name}: {e}");
+    }
+}
+
+pub fn methods(api: Api) -> Methods {
+    let mut m = RpcModule::new(api);
+    method(
+        &mut m,
+        method::HELLO,
+        |api, _p: HelloParams, _| async move {
+            to_value(HelloResult {
+                server: "agentd".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                protocol_version: PROTOCOL_VERSION,
+                capabilities: capabilities(),
+                home: api.registry.home.root().display().to_string(),
+                pid: std::process::id(),
+            })
+        },
+    );
+    method(&mut m, method::STATUS, |api, _p: Empty, _| async move {
+        let r = &api.registry;
+        to_value(StatusResult {
+            uptime_s: r.started.elapsed().as_secs(),
+            sessions_total: r.sessions_total(),
+            sessions_loaded: r.loaded_count(),
+            turns_running: r.turns_running.load(std::sync::atomic::Ordering::Relaxed),
+            connections: r.connections.load(std::sync::atomic::Ordering::Relaxed),
+            durability: r.config.durability.as_str().into(),
+        })
+    });
+    method(&mut m, method::SHUTDOWN, |api, _p: Empty, _| async move {
+        api.shutdown_requested.cancel();
+        Ok(json!({"ok": true}))
+    });
+    method(
+        &mut m,
+        method::CREATE,
+        |api, p: CreateParams, _| async move { create(&api.registry, p).await },
+    );
+    method(&mut m, method::LIST, |api, p: ListParams, _| async move {
+        to_value(list(&api.registry, p)?)
+    });
+    method(
+        &mut m,
+        method::SHOW,
+        |api, p: SessionParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            let log_path = api
+                .registry
+                .home
+                .log_path(&p.session_id)?
+                .display()
+                .to_string();
+            let show = h.query(move |st| show(st, log_path)).await?;
+            to_value(show)
+        },
+    );
+    method(
+        &mut m,
+        method::EVENTS,
+        |api, p: EventsParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            to_value(h.query(move |st| events(st, &p)).await?)
+        },
+    );
+    method(
+        &mut m,
+        method::APPEND,
+        |api, p: AppendParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            to_value(h.append(p.events, p.expect_seq).await?)
+        },
+    );
+    let res = m.register_subscription(
+        method::SUBSCRIBE,
+        EVENT_NOTIFICATION,
+        method::UNSUBSCRIBE,
+        |params, pending, api, ext| async move { subscribe(params, pending, api, ext).await },
+    );
+    if let Err(e) = res {
+        panic!("register subscribe: {e}");
+    }
+    m.into()
+}
+
+fn capabilities() -> Vec<String> {
+    ["append", "subscribe", "batch", "durability"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// Params of methods that take none; unknown fields are refused like everywhere else.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, AgentError> {
+    let workspace = check_workspace(&p.workspace)?;
+    let sid = match p.session_id {
+        Some(id) => {
+            session_id::validate(&id)?;
+            id
+        }
+        None => session_id::generate(),
+    };
+    let path = registry.home.log_path(&sid)?;
+    let mut data = json!({
+        "workspace": workspace,
+        "agentd_version": env!("CARGO_PKG_VERSION"),
+        "log_format": 1,
+        "created_by": "agentd/create",
+    });
+    for (k, v) in [
+        ("title", p.title),
+        ("model", p.model),
+        ("provider", p.provider),
+    ] {
+        if let Some(v) = v {
+            data[k] = json!(v);
+        }
+    }
+    let ev = Event {
+        id: new_event_id(),
+        session_id: sid.clone(),
+        seq: 0,
+        ts: now_ts(),
+        kind: EventType::SessionStarted.as_str().into(),
+        data,
+    };
+    let line = store::event_line(&ev);
+    let path2 = path.clone();
+    tokio::task::spawn_blocking(move || store::create_atomic(&path2, |f| f.write_all(&line)))
+        .await
+        .map_err(|e| AgentError::internal(format!("create task: {e}")))?
+        .map_err(|e| {
+            if e.kind == ErrorKind::AlreadyExists {
+                e.with_details(json!({"session_id": sid}))
+            } else {
+                e
+            }
+        })?;
+    registry.index_log(&sid)?;
+    to_value(CreateResult {
+        session_id: sid,
+        log_path: path.display().to_string(),
+    })
+}
+
+/// A workspace must be an absolute path to an existing directory; the canonical path
+/// is what the Log records (symlinks resolved once, at creation).
+pub fn check_workspace(ws: &str) -> Result<String, AgentError> {
+    let path = Path::new(ws);
+    if !path.is_absolute() {
+        return Err(
+            AgentError::invalid_args("workspace must be an absolute path")
+                .with_details(json!({"field": "workspace"})),
+        );
+    }
+    let canon = path.canonicalize().map_err(|e| {
+        AgentError::invalid_args(format!("workspace {ws}: {e}"))
+            .with_details(json!({"field": "workspace"}))
+    })?;
+    if !canon.is_dir() {
+        return Err(AgentError::invalid_args(format!(
+            "workspace {ws} is not a directory"
+        )));
+    }
+    canon
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| AgentError::invalid_args("workspace path is not valid UTF-8"))
+}
+
+pub fn summary(meta: &SessionMeta) -> SessionSummary {
+    SessionSummary {
+        session_id: meta.session_id.clone(),
+        workspace: meta.workspace.clone(),
+        title: meta.title.clone(),
+        created_at: meta.created_at.clone(),
+        updated_at: meta.updated_at.clone(),
+        event_count: meta.event_count,
+        status: if meta.running { "running" } else { "idle" }.into(),
+        parent_session_id: meta.parent_session_id.clone(),
+        fork_root_session_id: meta.fork_root_session_id.clone(),
+    }
+}
+
+fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
+    let limit = p.limit.unwrap_or(100).clamp(1, 10_000);
+    let workspace = match &p.workspace {
+        Some(ws) => Some(
+            Path::new(ws)
+                .canonicalize()
+                .map_or_else(|_| ws.clone(), |c| c.display().to_string()),
+        ),
+        None => None,
+    };
+    // Cursor = "<created_at>|<session_id>" of the last item returned (newest first).
+    let cursor = p
+        .cursor
+        .as_deref()
+        .map(|c| c.split_once('|').unwrap_or((c, "")));
+    registry.with_index(|index| {
+        let mut rows: Vec<&SessionMeta> = index
+            .values()
+            .filter(|m| workspace.as_ref().is_none_or(|w| &m.workspace == w))
+            .filter(|m| match cursor {
+                Some((ts, id)) => (m.created_at.as_str(), m.session_id.as_str()) < (ts, id),
+                None => true,
+            })
+            .collect();
+        rows.sort_unstable_by(|a, b| {
+            (&b.created_at, &b.session_id).cmp(&(&a.created_at, &a.session_id))
+        });
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_cursor = if more {
+            rows.last()
+                .map(|m| format!("{}|{}", m.created_at, m.session_id))
+        } else {
+            None
+        };
+        Ok(ListResult {
+            sessions: rows.into_iter().map(summary).collect(),
+            next_cursor,
+        })
+    })
+}
+
+fn show(st: &mut crate::session::SessionState, log_path: String) -> ShowResult {
+    ShowResult {
+        session_id: st.id.clone(),
+        workspace: st.workspace.clone(),
+        title: st.title.clone(),
+        log_path,
+        event_count: st.events.len() as u64,
+        last_seq: st.last_seq(),
+        event_counts: st.event_counts.clone(),
+        pending_tool_calls: st.pending_calls_json(),
+        checkpoint_to_seq: st.checkpoint_to_seq(),
+        corrupt_lines: st.corrupt_lines.clone(),
+        unknown_types: st.unknown_types.clone(),
+        seq_anomalies: st.seq_anomalies.clone(),
+        status: st.status().into(),
+    }
+}
+
+fn events(st: &mut crate::session::SessionState, p: &EventsParams) -> EventsResult {
+    let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
+    let mut out = Vec::new();
+    let mut next = None;
+    for ev in st.events_after(p.after_seq) {
+        if let Some(types) = &p.types {
+            if !types.iter().any(|t| t == &ev.kind) {
+                continue;
+            }
+        }
+        if out.len() == limit {
+            next = out.last().map(|e: &Event| e.seq);
+            break;
+        }
+        out.push(ev.clone());
+    }
+    EventsResult {
+        events: out,
+        next_after_seq: next,
+    }
+}
+
+async fn subscribe(
+    params: Params<'static>,
+    pending: PendingSubscriptionSink,
+    api: Arc<Api>,
+    _ext: Extensions,
+) {
+    let p: SubscribeParams = match parse(&params) {
+        Ok(p) => p,
+        Err(e) => return pending.reject(error_object(&e)).await,
+    };
+    let handle: SessionHandle = match api.registry.get(&p.session_id).await {
+        Ok(h) => h,
+        Err(e) => return pending.reject(error_object(&e)).await,
+    };
+    let after = p.after_seq;
+    let (backlog, mut rx) = match handle.query(move |st| st.subscribe(after)).await {
+        Ok(x) => x,
+        Err(e) => return pending.reject(error_object(&e)).await,
+    };
+    let Ok(sink) = pending.accept().await else {
+        return;
+    };
+    for ev in backlog {
+        let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
+            continue;
+        };
+        if sink.send(raw).await.is_err() {
+            return;
+        }
+    }
+    loop {
+        tokio::select! {
+            _ = sink.closed() => break,
+            msg = rx.recv() => match msg {
+                Ok(line) => {
+                    let Ok(raw) = serde_json::value::RawValue::from_string(line.to_string()) else { continue };
+                    if sink.send(raw).await.is_err() { break; }
+                }
+                Err(RecvError::Lagged(n)) => {
+                    let lagged = json!({"type": "lagged", "session_id": &p.session_id, "data": {"missed": n}});
+                    if let Ok(raw) = serde_json::value::to_raw_value(&lagged) {
+                        let _ = sink.send(raw).await;
+                    }
+                    break;
+                }
+                Err(RecvError::Closed) => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Daemon configuration (`config.toml`, DESIGN §3, §4.2).
+//!
+//! Everything has a default so that a missing file means "run with defaults"; a file
+//! that exists but does not parse is a startup error (silently ignoring a typo in
+//! `durability` would weaken what the user asked for).
+
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Acknowledge after `fdatasync` (default).
+    #[default]
+    Sync,
+    /// Acknowledge after a group commit within at most `batch_ms`.
+    Batch,
+    /// Never sync. Tests and benchmarks only; `agentd/status` says so.
+    None,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Batch => "batch",
+            Durability::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// Fraction of the model's context window above which a turn compacts first.
+    pub threshold: f64,
+    /// Raw events kept after a compaction.
+    pub tail_events: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            threshold: 0.85,
+            tail_events: 40,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub durability: Durability,
+    pub batch_ms: u64,
+    pub max_message_bytes: usize,
+    /// Seconds a loaded session with no activity stays in memory.
+    pub idle_evict_s: u64,
+    /// Seconds an `ask`-mode permission request waits for a client before denying.
+    pub permission_timeout_s: u64,
+    pub compaction: CompactionConfig,
+    /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
+    #[serde(flatten)]
+    pub rest: toml::Table,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            durability: Durability::Sync,
+            batch_ms: 5,
+            max_message_bytes: 16 * 1024 * 1024,
+            idle_evict_s: 600,
+            permission_timeout_s: 60,
+            compaction: CompactionConfig::default(),
+            rest: toml::Table::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path`; a missing file gives the defaults. `AGENTD_DURABILITY` overrides
+    /// the file so that tests and benchmarks can pick a mode without writing one.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let mut cfg = match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str::<Config>(&text)
+                .map_err(|e| format!("config {}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Config::default(),
+            Err(e) => return Err(format!("config {}: {e}", path.display())),
+        };
+        if let Ok(d) = std::env::var("AGENTD_DURABILITY") {
+            cfg.durability = match d.as_str() {
+                "sync" => Durability::Sync,
+                "batch" => Durability::Batch,
+                "none" => Durability::None,
+                other => return Err(format!("AGENTD_DURABILITY: unknown mode {other:?}")),
+            };
+        }
+        Ok(cfg)
+    }
+
+    pub fn batch_window(&self) -> Duration {
+        Duration::from_millis(self.batch_ms.clamp(1, 1000))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_durability_and_keeps_provider_tables() {
+        let cfg: Config = toml::from_str(
+            "durability = \"batch\"\nbatch_ms = 3\n[providers.local]\nkind = \"openai-chat\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.durability, Durability::Batch);
+        assert!(cfg.rest.contains_key("providers"));
+        assert!(toml::from_str::<Config>("durability = \"fast\"").is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! Daemon lifecycle (DESIGN §3): the home lock, the socket (0700 dir, 0600 socket,
+//! stale-socket detection), serving, and the shutdown sequence.
+//!
+//! Shutdown order matters: running turns are ended first (their `turn_ended` is
+//! durable before anything closes), then the listener stops accepting, connections
+//! finish in-flight calls and flush their responses, and finally the socket file is
+//! unlinked and the lock released.
+
+use crate::api::{self, Api};
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::server::Listener;
+use crate::store::Home;
+use std::fs::{self, File};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+
+pub struct Options {
+    pub home: PathBuf,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+}
+
+pub async fn run(opts: Options) -> Result<(), String> {
+    let config = Config::load(&opts.config)?;
+    // The socket must be 0600 from birth; a chmod after bind would race a connect.
+    unsafe { libc::umask(0o077) };
+    let home = Home::open(&opts.home).map_err(|e| format!("home {}: {e}", opts.home.display()))?;
+    let _lock = lock_home(&home)?;
+    let listener = bind_socket(&opts.socket)?;
+    let started = std::time::Instant::now();
+    let registry = Registry::open(home, config).map_err(|e| format!("index sessions: {e}"))?;
+    tracing::info!(
+        socket = %opts.socket.display(),
+        home = %registry.home.root().display(),
+        sessions = registry.sessions_total(),
+        durability = registry.config.durability.as_str(),
+        ready_ms = started.elapsed().as_millis() as u64,
+        "agentd ready"
+    );
+    let shutdown_requested = CancellationToken::new();
+    let stop_serving = CancellationToken::new();
+    let methods = api::methods(Api {
+        registry: registry.clone(),
+        shutdown_requested: shutdown_requested.clone(),
+    });
+    let server = tokio::spawn(
+        Listener {
+            listener,
+            methods,
+            max_message_bytes: registry.config.max_message_bytes,
+            shutdown: stop_serving.clone(),
+            connections: registry.connections.clone(),
+        }
+        .run(),
+    );
+    wait_for_stop(&shutdown_requested).await;
+    tracing::info!("shutting down");
+    crate::turn::interrupt_all(&registry, "daemon_shutdown").await;
+    stop_serving.cancel();
+    let _ = server.await;
+    let _ = fs::remove_file(&opts.socket);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_stop(requested: &CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        requested.cancelled().await;
+        return;
+    };
+    tokio::select! {
+        _ = requested.cancelled() => {}
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// One daemon per home: a non-blocking exclusive flock held for the process lifetime.
+fn lock_home(home: &Home) -> Result<File, String> {
+    let path = home.lock_path();
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("lock {}: {e}", path.display()))?;
+    // SAFETY: flock on a valid open fd.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(format!(
+            "another agentd already runs with home {} (lock {} is held); stop it with `agentctl daemon stop` or use another --home",
+            home.root().display(),
+            path.display()
+        ));
+    }
+    let _ = file.set_len(0);
+    let _ = std::io::Write::write_all(&mut &file, format!("{}\n", std::process::id()).as_bytes());
+    Ok(file)
+}
+
+fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| format!("socket path {} has no directory", path.display()))?;
+    if !dir.exists() {
+        fs::create_dir_all(dir).map_err(|e| format!("socket dir {}: {e}", dir.display()))?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("socket dir {}: {e}", dir.display()))?;
+    }
+    let meta = fs::metadata(dir).map_err(|e| format!("socket dir {}: {e}", dir.display()))?;
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(format!(
+            "socket dir {} is owned by uid {}, not by us ({uid})",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if path.exists() || fs::symlink_metadata(path).is_ok() {
+        // Only a refused connect proves the file is stale; a live socket means another
+        // daemon serves it and must not be hijacked.
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(format!(
+                    "another agentd is already listening on {}",
+                    path.display()
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                fs::remove_file(path)
+                    .map_err(|e| format!("remove stale socket {}: {e}", path.display()))?;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "socket path {} exists and is not a usable socket: {e}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    // 0600 from birth: bind under a umask that clears the execute bits too, then
+    // return to the daemon-wide 0077.
+    unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    unsafe { libc::umask(0o077) };
+    let listener = bound.map_err(|e| format!("bind {}: {e}", path.display()))?;
+    Ok(listener)
+}

@@ -1,0 +1,264 @@
+//! The registry of sessions: loaded actors (a DashMap, loaded lazily, evicted when
+//! idle) and the lineage index of every session in the home (DESIGN §6 list, §9 tree).
+//!
+//! The index is built once at startup from each Log's first line (plus a newline count)
+//! and then kept current by the actors after every append, so `agentd/list` and
+//! `agentd/tree` never read whole Logs.
+
+use crate::config::Config;
+use crate::session::{self, SessionHandle, SessionState};
+use crate::store::{self, Home};
+use agentd_proto::{AgentError, Event, EventType};
+use dashmap::DashMap;
+use serde::Serialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+/// What the index knows of one session without loading it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionMeta {
+    pub session_id: String,
+    pub workspace: String,
+    pub title: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub event_count: u64,
+    pub parent_session_id: Option<String>,
+    pub fork_root_session_id: Option<String>,
+    pub forked_to_seq: Option<u64>,
+    pub branch_summary: bool,
+    pub running: bool,
+}
+
+impl SessionMeta {
+    fn from_first(sid: &str, first: Option<&Event>) -> SessionMeta {
+        let ts = first.map(|e| e.ts.clone()).unwrap_or_default();
+        let mut meta = SessionMeta {
+            session_id: sid.to_string(),
+            workspace: String::new(),
+            title: None,
+            created_at: ts.clone(),
+            updated_at: ts,
+            event_count: 0,
+            parent_session_id: None,
+            fork_root_session_id: None,
+            forked_to_seq: None,
+            branch_summary: false,
+            running: false,
+        };
+        if let Some(ev) = first {
+            meta.workspace = ev.str_field("workspace").unwrap_or_default().to_string();
+            meta.title = ev.str_field("title").map(str::to_string);
+            if ev.event_type() == EventType::SessionFork {
+                meta.parent_session_id = ev.str_field("parent_session_id").map(str::to_string);
+                meta.fork_root_session_id =
+                    ev.str_field("fork_root_session_id").map(str::to_string);
+                meta.forked_to_seq = ev.data.get("forked_to_seq").and_then(|v| v.as_u64());
+            }
+        }
+        meta
+    }
+}
+
+pub struct Registry {
+    pub home: Home,
+    pub config: Config,
+    pub started: Instant,
+    pub connections: Arc<AtomicU64>,
+    pub turns_running: AtomicU64,
+    sessions: DashMap<String, SessionHandle>,
+    index: RwLock<HashMap<String, SessionMeta>>,
+    generation: AtomicU64,
+}
+
+impl Registry {
+    /// Builds the registry and its lineage index from the Logs in `home`.
+    pub fn open(home: Home, config: Config) -> std::io::Result<Arc<Registry>> {
+        let index = build_index(&home)?;
+        Ok(Arc::new(Registry {
+            home,
+            config,
+            started: Instant::now(),
+            connections: Arc::new(AtomicU64::new(0)),
+            turns_running: AtomicU64::new(0),
+            sessions: DashMap::new(),
+            index: RwLock::new(index),
+            generation: AtomicU64::new(1),
+        }))
+    }
+
+    /// The actor of `sid`, loading it on first use. `not_found` if no Log exists.
+    pub async fn get(self: &Arc<Self>, sid: &str) -> Result<SessionHandle, AgentError> {
+        let path = self.home.log_path(sid)?;
+        for _ in 0..200 {
+            if let Some(h) = self.sessions.get(sid) {
+                if !h.is_closed() {
+                    return Ok(h.clone());
+                }
+                // An evicted actor is draining; it removes itself when done, and only
+                // then may a new actor open the Log (one writer per Log).
+                drop(h);
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                continue;
+            }
+            if !path.exists() {
+                return Err(AgentError::not_found("no such session")
+                    .with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"]));
+            }
+            let entry = self.sessions.entry(sid.to_string());
+            let handle = entry
+                .or_insert_with(|| {
+                    let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+                    session::spawn(self.clone(), sid, generation)
+                })
+                .clone();
+            return Ok(handle);
+        }
+        Err(AgentError::new(
+            agentd_proto::ErrorKind::Busy,
+            "session is being unloaded; retry",
+        ))
+    }
+
+    /// Removes the map entry if it still belongs to the actor of `generation`.
+    pub fn forget_handle(&self, sid: &str, generation: u64) {
+        self.sessions
+            .remove_if(sid, |_, h| h.generation == generation);
+    }
+
+    pub fn loaded_count(&self) -> u64 {
+        self.sessions.len() as u64
+    }
+
+    pub fn is_loaded(&self, sid: &str) -> bool {
+        self.sessions.contains_key(sid)
+    }
+
+    /// Called by an actor after each durable batch.
+    pub fn note_appended(&self, state: &SessionState, last: Option<&Event>) {
+        let Ok(mut index) = self.index.write() else {
+            return;
+        };
+        let meta = index
+            .entry(state.id.clone())
+            .or_insert_with(|| SessionMeta::from_first(&state.id, state.events.first()));
+        meta.event_count = state.events.len() as u64;
+        if let Some(ev) = last {
+            meta.updated_at = ev.ts.clone();
+        }
+        meta.title = state.title.clone();
+        meta.workspace = state.workspace.clone();
+        meta.running = state.running_turn.is_some();
+        if state.event_counts.contains_key("branch_summary") {
+            meta.branch_summary = true;
+        }
+    }
+
+    pub fn set_running(&self, sid: &str, running: bool) {
+        if let Ok(mut index) = self.index.write() {
+            if let Some(m) = index.get_mut(sid) {
+                m.running = running;
+            }
+        }
+    }
+
+    pub fn index_insert(&self, meta: SessionMeta) {
+        if let Ok(mut index) = self.index.write() {
+            index.insert(meta.session_id.clone(), meta);
+        }
+    }
+
+    pub fn index_get(&self, sid: &str) -> Option<SessionMeta> {
+        self.index.read().ok()?.get(sid).cloned()
+    }
+
+    /// Runs `f` over the whole index under its read lock.
+    pub fn with_index<T>(&self, f: impl FnOnce(&HashMap<String, SessionMeta>) -> T) -> T {
+        match self.index.read() {
+            Ok(g) => f(&g),
+            Err(p) => f(&p.into_inner()),
+        }
+    }
+
+    pub fn sessions_total(&self) -> u64 {
+        self.with_index(|i| i.len() as u64)
+    }
+
+    /// Reads the head of a newly written Log into the index (create, fork, import).
+    pub fn index_log(&self, sid: &str) -> Result<(), AgentError> {
+        let path = self.home.log_path(sid)?;
+        let meta = meta_from_file(sid, &path)
+            .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
+        self.index_insert(meta);
+        Ok(())
+    }
+
+    /// Every loaded actor, for shutdown.
+    pub fn loaded_handles(&self) -> Vec<SessionHandle> {
+        self.sessions.iter().map(|e| e.value().clone()).collect()
+    }
+}
+
+fn meta_from_file(sid: &str, path: &std::path::Path) -> std::io::Result<SessionMeta> {
+    let head = store::read_head(path)?;
+    let mut meta = SessionMeta::from_first(sid, head.first.as_ref());
+    meta.event_count = head.line_count;
+    if let Some(ts) = head.last_ts {
+        meta.updated_at = ts;
+    }
+    if let Some(t) = head.last_title {
+        meta.title = Some(t);
+    }
+    meta.branch_summary = head.has_branch_summary;
+    Ok(meta)
+}
+
+fn build_index(home: &Home) -> std::io::Result<HashMap<String, SessionMeta>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(home.sessions_dir())? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(sid) = name.strip_suffix(".ndjson") else {
+            continue;
+        };
+        if agentd_proto::session_id::validate(sid).is_err() {
+            continue;
+        }
+        paths.push((sid.to_string(), entry.path()));
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    let chunk = paths.len().div_ceil(threads).max(1);
+    let metas: Vec<SessionMeta> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .filter_map(|(sid, p)| match meta_from_file(sid, p) {
+                            Ok(m) => Some(m),
+                            Err(e) => {
+                                tracing::warn!(session = %sid, error = %e, "cannot index Log");
+                                None
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    Ok(metas
+        .into_iter()
+        .map(|m| (m.session_id.clone(), m))
+        .collect())
+}

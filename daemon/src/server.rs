@@ -1,0 +1,483 @@
+//! The NDJSON JSON-RPC 2.0 transport over the Unix socket (DESIGN §3, §5).
+//!
+//! jsonrpsee's `Methods` registry dispatches; this module is the transport jsonrpsee
+//! does not ship for Unix sockets: one `Listener` that accepts, and per connection a
+//! reader (line framing with a size cap, routing of calls, notifications, batches and
+//! peer responses) and a writer task that owns the socket's write half. Calls run
+//! concurrently, so an interrupt can arrive while a turn call is still running.
+//!
+//! Architecture invariant: no input from a client can end the daemon or another
+//! connection; every bad line gets an error response and the connection stays usable.
+
+use agentd_proto::ErrorKind;
+use bytes::BytesMut;
+use jsonrpsee::core::id_providers::RandomIntegerIdProvider;
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Id, Request};
+use jsonrpsee::{
+    BoundedSubscriptions, ConnectionId, Extensions, MethodCallback, MethodResponse, MethodSink,
+    Methods, SubscriptionState,
+};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::task::JoinSet;
+use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
+
+const WRITE_QUEUE: usize = 1024;
+const MAX_SUBSCRIPTIONS_PER_CONN: u32 = 1024;
+
+/// A per-connection handle for server→client traffic outside a call's response:
+/// notifications and requests (e.g. `agentd/permission`). Available to handlers
+/// through `Extensions`.
+#[derive(Clone)]
+pub struct ConnSink {
+    sink: MethodSink,
+    pending: Arc<Mutex<(u64, HashMap<u64, oneshot::Sender<Value>>)>>,
+    pub conn_id: usize,
+}
+
+impl ConnSink {
+    pub async fn notify(&self, method: &str, params: Value) -> bool {
+        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        match serde_json::value::to_raw_value(&msg) {
+            Ok(raw) => self.sink.send(raw).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Sends a request and waits for the peer's whole response object; `None` if the
+    /// peer is gone.
+    pub async fn request(&self, method: &str, params: Value) -> Option<Value> {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut p = self.pending.lock().await;
+            p.0 += 1;
+            let id = p.0;
+            p.1.insert(id, tx);
+            id
+        };
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.sink
+            .send(serde_json::value::to_raw_value(&msg).ok()?)
+            .await
+            .ok()?;
+        rx.await.ok()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.sink.is_closed()
+    }
+}
+
+/// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.
+pub fn error_object(err: &agentd_proto::AgentError) -> ErrorObjectOwned {
+    let code = match err.kind {
+        ErrorKind::InvalidArgs => -32602,
+        _ => agentd_proto::error::APP_ERROR_CODE,
+    };
+    ErrorObject::owned(code, err.message.clone(), Some(err.rpc_data()))
+}
+
+fn raw(v: &Value) -> Box<RawValue> {
+    // A serde_json::Value always serializes.
+    serde_json::value::to_raw_value(v)
+        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
+}
+
+fn error_response(id: Value, code: i32, message: &str, kind: Option<&str>) -> Value {
+    let mut err = json!({"code": code, "message": message});
+    if let Some(k) = kind {
+        err["data"] = json!({"kind": k, "details": {}});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": err})
+}
+
+pub struct Listener {
+    pub listener: UnixListener,
+    pub methods: Methods,
+    pub max_message_bytes: usize,
+    pub shutdown: CancellationToken,
+    pub connections: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Listener {
+    /// Accepts until shutdown. Each connection runs in its own task.
+    pub async fn run(self) {
+        let next_conn = Arc::new(AtomicUsize::new(1));
+        let my_uid = unsafe { libc::geteuid() };
+        let mut conns = JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                a = self.listener.accept() => a,
+            };
+            let stream = match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            };
+            match stream.peer_cred() {
+                Ok(cred) if cred.uid() == my_uid => {
+                    tracing::debug!(pid = ?cred.pid(), "connection accepted");
+                }
+                Ok(cred) => {
+                    tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refused connection from another uid");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read peer credentials; closing");
+                    continue;
+                }
+            }
+            let conn = Connection {
+                id: next_conn.fetch_add(1, Ordering::Relaxed),
+                methods: self.methods.clone(),
+                max: self.max_message_bytes,
+                shutdown: self.shutdown.clone(),
+            };
+            let counter = self.connections.clone();
+            counter.fetch_add(1, Ordering::Relaxed);
+            conns.spawn(async move {
+                conn.serve(stream).await;
+                counter.fetch_sub(1, Ordering::Relaxed);
+            });
+            while conns.try_join_next().is_some() {}
+        }
+    }
+}
+
+struct Connection {
+    id: usize,
+    methods: Methods,
+    max: usize,
+    shutdown: CancellationToken,
+}
+
+impl Connection {
+    async fn serve(self, stream: UnixStream) {
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
+        let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
+        let stop_writer = CancellationToken::new();
+        let writer_stop = stop_writer.clone();
+        let writer = tokio::spawn(async move {
+            let write = |msg: Box<RawValue>| {
+                let mut line = msg.get().as_bytes().to_vec();
+                line.push(b'\n');
+                line
+            };
+            loop {
+                let msg = tokio::select! {
+                    m = rx.recv() => m,
+                    _ = writer_stop.cancelled() => {
+                        // Drain what is queued (the peer may have half-closed), then end.
+                        rx.close();
+                        while let Some(m) = rx.recv().await {
+                            if wr.write_all(&write(m)).await.is_err() { break; }
+                        }
+                        break;
+                    }
+                };
+                let Some(m) = msg else { break };
+                if wr.write_all(&write(m)).await.is_err() {
+                    break;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        let conn_sink = ConnSink {
+            sink: sink.clone(),
+            pending: Arc::new(Mutex::new((0, HashMap::new()))),
+            conn_id: self.id,
+        };
+        let subs = BoundedSubscriptions::new(MAX_SUBSCRIPTIONS_PER_CONN);
+        let mut codec = LinesCodec::new_with_max_length(self.max);
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut calls = JoinSet::new();
+        let mut eof = false;
+        loop {
+            // Decode every complete line already buffered before reading more, so a
+            // request queued behind a bad line is never stalled.
+            let decoded = if eof {
+                codec.decode_eof(&mut buf)
+            } else {
+                codec.decode(&mut buf)
+            };
+            match decoded {
+                Ok(Some(line)) => {
+                    self.route(line, &sink, &conn_sink, &subs, &mut calls).await;
+                    continue;
+                }
+                Ok(None) if eof => break,
+                Ok(None) => {}
+                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                    let msg = format!(
+                        "message exceeds max_message_bytes ({} bytes); the line was discarded",
+                        self.max
+                    );
+                    let _ = sink
+                        .send(raw(&error_response(
+                            Value::Null,
+                            -32600,
+                            &msg,
+                            Some("message_too_large"),
+                        )))
+                        .await;
+                    continue;
+                }
+                Err(LinesCodecError::Io(_)) => {
+                    let _ = sink
+                        .send(raw(&error_response(
+                            Value::Null,
+                            -32700,
+                            "parse error: message is not valid UTF-8",
+                            None,
+                        )))
+                        .await;
+                    continue;
+                }
+            }
+            while calls.try_join_next().is_some() {}
+            let n = tokio::select! {
+                r = rd.read_buf(&mut buf) => r,
+                _ = self.shutdown.cancelled() => Ok(0),
+            };
+            match n {
+                Ok(0) => eof = true,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        // EOF: fail requests the peer will never answer, let in-flight calls finish and
+        // write their responses, then stop the writer (subscriptions end with it).
+        conn_sink.pending.lock().await.1.clear();
+        while calls.join_next().await.is_some() {}
+        stop_writer.cancel();
+        let _ = writer.await;
+    }
+
+    async fn route(
+        &self,
+        line: String,
+        sink: &MethodSink,
+        conn_sink: &ConnSink,
+        subs: &BoundedSubscriptions,
+        calls: &mut JoinSet<()>,
+    ) {
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            return;
+        }
+        let value: Value = match serde_json::from_str(trimmed) {
+            Ok(v) => v,
+            Err(e) => {
+                let msg = format!("parse error: {e}");
+                let _ = sink
+                    .send(raw(&error_response(Value::Null, -32700, &msg, None)))
+                    .await;
+                return;
+            }
+        };
+        let methods = self.methods.clone();
+        let sink = sink.clone();
+        let conn_sink = conn_sink.clone();
+        let subs = subs.clone();
+        let conn_id = ConnectionId(self.id);
+        match value {
+            Value::Array(items) => {
+                calls.spawn(async move {
+                    if let Some(resp) =
+                        run_batch(items, &methods, &sink, &conn_sink, &subs, conn_id).await
+                    {
+                        let _ = sink.send(raw(&resp)).await;
+                    }
+                });
+            }
+            Value::Object(ref obj)
+                if !obj.contains_key("method")
+                    && (obj.contains_key("result") || obj.contains_key("error")) =>
+            {
+                // A response to one of our requests (agentd/permission).
+                if let Some(id) = obj.get("id").and_then(Value::as_u64) {
+                    if let Some(tx) = conn_sink.pending.lock().await.1.remove(&id) {
+                        let _ = tx.send(value);
+                    }
+                }
+            }
+            Value::Object(_) => {
+                calls.spawn(async move {
+                    if let Some(resp) =
+                        run_one(&value, &methods, &sink, &conn_sink, &subs, conn_id).await
+                    {
+                        let _ = sink.send(resp).await;
+                    }
+                });
+            }
+            _ => {
+                let _ = sink
+                    .send(raw(&error_response(
+                        Value::Null,
+                        -32600,
+                        "invalid request: expected an object or a batch array",
+                        None,
+                    )))
+                    .await;
+            }
+        }
+    }
+}
+
+/// Runs one request object. Returns the response to write, if any (none for
+/// notifications and subscriptions, whose sink writes directly).
+async fn run_one(
+    value: &Value,
+    methods: &Methods,
+    sink: &MethodSink,
+    conn_sink: &ConnSink,
+    subs: &BoundedSubscriptions,
+    conn_id: ConnectionId,
+) -> Option<Box<RawValue>> {
+    let id_of = || value.get("id").cloned().unwrap_or(Value::Null);
+    let is_notification = value.get("id").is_none();
+    // Notifications have no id; jsonrpsee's Request wants one, so run them as id null
+    // and drop the response.
+    let text = if is_notification {
+        let mut v = value.clone();
+        v["id"] = Value::Null;
+        v.to_string()
+    } else {
+        value.to_string()
+    };
+    let req: Request = match serde_json::from_str(&text) {
+        Ok(r) => r,
+        Err(e) => {
+            if is_notification {
+                return None;
+            }
+            return Some(raw(&error_response(
+                id_of(),
+                -32600,
+                &format!("invalid request: {e}"),
+                None,
+            )));
+        }
+    };
+    let mut ext = Extensions::new();
+    ext.insert(conn_id);
+    ext.insert(conn_sink.clone());
+    let rp = dispatch(req, methods, sink, subs, conn_id, ext).await;
+    if is_notification {
+        return None;
+    }
+    if rp.is_method_call() || rp.is_batch() {
+        let (json, notify, _) = rp.into_parts();
+        if let Some(n) = notify {
+            n.notify(true);
+        }
+        return Some(json);
+    }
+    if rp.is_error() && rp.is_subscription() {
+        let (json, _, _) = rp.into_parts();
+        return Some(json);
+    }
+    None
+}
+
+async fn run_batch(
+    items: Vec<Value>,
+    methods: &Methods,
+    sink: &MethodSink,
+    conn_sink: &ConnSink,
+    subs: &BoundedSubscriptions,
+    conn_id: ConnectionId,
+) -> Option<Value> {
+    if items.is_empty() {
+        return Some(error_response(
+            Value::Null,
+            -32600,
+            "invalid request: empty batch",
+            None,
+        ));
+    }
+    let mut out = Vec::new();
+    for item in items {
+        if !item.is_object() || item.get("method").is_none() {
+            out.push(error_response(
+                item.get("id").cloned().unwrap_or(Value::Null),
+                -32600,
+                "invalid request in batch",
+                None,
+            ));
+            continue;
+        }
+        if let Some(resp) = run_one(&item, methods, sink, conn_sink, subs, conn_id).await {
+            if let Ok(v) = serde_json::from_str::<Value>(resp.get()) {
+                out.push(v);
+            }
+        }
+    }
+    if out.is_empty() {
+        None
+    } else {
+        Some(Value::Array(out))
+    }
+}
+
+async fn dispatch(
+    req: Request<'_>,
+    methods: &Methods,
+    sink: &MethodSink,
+    subs: &BoundedSubscriptions,
+    conn_id: ConnectionId,
+    ext: Extensions,
+) -> MethodResponse {
+    let id: Id<'_> = req.id.clone();
+    let params = jsonrpsee::types::Params::new(req.params.as_ref().map(|p| p.get()));
+    let max = u32::MAX as usize;
+    match methods.method_with_name(&req.method) {
+        None => MethodResponse::error(
+            id,
+            ErrorObject::owned(
+                -32601,
+                format!("method not found: {}", clip(&req.method)),
+                Some(json!({"kind": "unsupported", "details": {}})),
+            ),
+        ),
+        Some((_, MethodCallback::Sync(cb))) => (cb)(id, params, max, ext),
+        Some((_, MethodCallback::Async(cb))) => {
+            (cb)(id.into_owned(), params.into_owned(), conn_id, max, ext).await
+        }
+        Some((_, MethodCallback::Subscription(cb))) => match subs.acquire() {
+            Some(permit) => {
+                let state = SubscriptionState {
+                    conn_id,
+                    id_provider: &RandomIntegerIdProvider,
+                    subscription_permit: permit,
+                };
+                (cb)(id, params, sink.clone(), state, ext).await
+            }
+            None => MethodResponse::error(
+                id,
+                ErrorObject::owned(
+                    -32000,
+                    "too many subscriptions on this connection",
+                    Some(json!({"kind": "busy", "details": {}})),
+                ),
+            ),
+        },
+        Some((_, MethodCallback::Unsubscription(cb))) => (cb)(id, params, conn_id, max, ext),
+    }
+}
+
+/// Method names come from clients; never echo an unbounded one.
+fn clip(s: &str) -> &str {
+    crate::text::utf8_prefix(s, 64)
+}

@@ -1,0 +1,595 @@
+//! Session actors: one tokio task per loaded session owns its Log writer and its folded
+//! in-memory state (DESIGN §4.2, §6).
+//!
+//! Every write to a Log goes through [`SessionHandle::append`] or
+//! [`SessionHandle::record`], which queue a command to the actor. The actor drains all
+//! queued appends into one batch, stamps seqs, writes them with a single `write` and a
+//! single `fdatasync`, and only then acknowledges them: concurrent appenders share one
+//! sync (group commit). Each actor syncs on a blocking-pool thread of its own, so
+//! different sessions sync in parallel.
+//!
+//! Architecture invariant: `seq` is stamped only here, and an event is broadcast to
+//! subscribers only after it is durable (per the configured durability).
+
+use crate::config::Durability;
+use crate::registry::Registry;
+use crate::store::{self, LogWriter};
+use agentd_proto::event::{new_event_id, now_ts, validate_draft};
+use agentd_proto::rpc::{AppendResult, CorruptLine};
+use agentd_proto::{AgentError, ErrorKind, Event, EventDraft, EventType};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// Capacity of a session's broadcast ring. A subscriber that falls this far behind is
+/// sent `lagged` and dropped; appends never wait for subscribers.
+pub const BROADCAST_CAPACITY: usize = 4096;
+/// Most appends folded into one group commit.
+const MAX_BATCH_COMMANDS: usize = 1024;
+
+type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send>;
+type QueryFn = Box<dyn FnOnce(&mut SessionState) + Send>;
+
+enum Cmd {
+    Append {
+        drafts: Vec<EventDraft>,
+        expect_seq: Option<u64>,
+        reply: oneshot::Sender<Result<AppendResult, AgentError>>,
+    },
+    /// Builds drafts from the current state and appends them with no other append in
+    /// between (reconcile, compaction, turn steps).
+    Record {
+        build: RecordFn,
+        reply: oneshot::Sender<Result<Option<AppendResult>, AgentError>>,
+    },
+    Query(QueryFn),
+}
+
+/// A cheap, cloneable reference to a loaded session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    pub id: Arc<str>,
+    /// Distinguishes a reloaded actor from an evicted one with the same id.
+    pub generation: u64,
+    tx: mpsc::Sender<Cmd>,
+    events: broadcast::Sender<Arc<str>>,
+}
+
+impl SessionHandle {
+    fn closed() -> AgentError {
+        AgentError::new(ErrorKind::Unsupported, "session actor stopped")
+            .with_details(json!({"retry": true}))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    pub async fn append(
+        &self,
+        drafts: Vec<EventDraft>,
+        expect_seq: Option<u64>,
+    ) -> Result<AppendResult, AgentError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Append {
+                drafts,
+                expect_seq,
+                reply,
+            })
+            .await
+            .map_err(|_| Self::closed())?;
+        rx.await.map_err(|_| Self::closed())?
+    }
+
+    /// Appends what `build` returns from the state as of now; `Ok(None)` if it returned
+    /// nothing.
+    pub async fn record(
+        &self,
+        build: impl FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send + 'static,
+    ) -> Result<Option<AppendResult>, AgentError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Record {
+                build: Box::new(build),
+                reply,
+            })
+            .await
+            .map_err(|_| Self::closed())?;
+        rx.await.map_err(|_| Self::closed())?
+    }
+
+    /// Runs `f` on the actor's state (no Log writes) and returns its result.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SessionState) -> T + Send + 'static,
+    ) -> Result<T, AgentError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Cmd::Query(Box::new(move |st| {
+            let _ = reply.send(f(st));
+        }));
+        self.tx.send(cmd).await.map_err(|_| Self::closed())?;
+        rx.await.map_err(|_| Self::closed())
+    }
+
+    /// Broadcasts an ephemeral event (never written).
+    pub fn publish(&self, kind: EventType, data: Value) {
+        debug_assert!(kind.is_ephemeral());
+        let ev =
+            json!({"session_id": &*self.id, "ts": now_ts(), "type": kind.as_str(), "data": data});
+        let _ = self.events.send(Arc::from(ev.to_string()));
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.events.receiver_count()
+    }
+}
+
+/// The state a session actor owns. Read by queries, extended per append.
+pub struct SessionState {
+    pub id: String,
+    pub log_path: PathBuf,
+    pub events: Vec<Event>,
+    pub event_counts: BTreeMap<String, u64>,
+    pub unknown_types: BTreeMap<String, u64>,
+    pub corrupt_lines: Vec<CorruptLine>,
+    pub seq_anomalies: Vec<Value>,
+    pub workspace: String,
+    pub title: Option<String>,
+    /// `Some(turn_id)` while a turn runs in this daemon.
+    pub running_turn: Option<String>,
+    pub next_seq: u64,
+    events_tx: broadcast::Sender<Arc<str>>,
+    /// A torn tail cut at load, to be recorded as `log_repaired`.
+    pending_repair: Option<(u64, PathBuf)>,
+}
+
+impl SessionState {
+    fn push(&mut self, ev: Event) {
+        *self.event_counts.entry(ev.kind.clone()).or_default() += 1;
+        match ev.event_type() {
+            EventType::Unknown => *self.unknown_types.entry(ev.kind.clone()).or_default() += 1,
+            EventType::SessionStarted | EventType::SessionFork => {
+                if let Some(ws) = ev.str_field("workspace") {
+                    self.workspace = ws.to_string();
+                }
+                if let Some(t) = ev.str_field("title") {
+                    self.title = Some(t.to_string());
+                }
+            }
+            EventType::SessionInfo => {
+                if let Some(t) = ev.str_field("title") {
+                    self.title = Some(t.to_string());
+                }
+            }
+            _ => {}
+        }
+        self.next_seq = self.next_seq.max(ev.seq + 1);
+        self.events.push(ev);
+    }
+
+    pub fn last_seq(&self) -> Option<u64> {
+        self.next_seq.checked_sub(1)
+    }
+
+    /// Calls without a result yet, sorted by call_id (DESIGN §7.2).
+    pub fn pending_calls_json(&self) -> Vec<Value> {
+        let mut open: BTreeMap<String, (String, u64)> = BTreeMap::new();
+        for ev in &self.events {
+            match ev.event_type() {
+                EventType::ToolCall => {
+                    if let Some(id) = ev.str_field("call_id") {
+                        let name = ev.str_field("name").unwrap_or_default().to_string();
+                        open.insert(id.to_string(), (name, ev.seq));
+                    }
+                }
+                EventType::ToolResult => {
+                    if let Some(id) = ev.str_field("call_id") {
+                        open.remove(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        open.into_iter()
+            .map(|(call_id, (name, seq))| json!({"call_id": call_id, "name": name, "seq": seq}))
+            .collect()
+    }
+
+    /// `range.to_seq` of the latest `history_compaction`.
+    pub fn checkpoint_to_seq(&self) -> Option<u64> {
+        self.events
+            .iter()
+            .rev()
+            .find(|e| e.event_type() == EventType::HistoryCompaction)
+            .and_then(|e| e.data.get("range")?.get("to_seq")?.as_u64())
+    }
+
+    pub fn status(&self) -> &'static str {
+        if self.running_turn.is_some() {
+            "running"
+        } else {
+            "idle"
+        }
+    }
+
+    /// Events with `seq > after` (the Log is in seq order except for reported anomalies).
+    pub fn events_after(&self, after: Option<u64>) -> &[Event] {
+        match after {
+            None => &self.events,
+            Some(a) => {
+                let idx = self.events.partition_point(|e| e.seq <= a);
+                &self.events[idx..]
+            }
+        }
+    }
+
+    /// Subscribes and snapshots the durable backlog at the same instant, so a
+    /// subscriber sees every event exactly once.
+    pub fn subscribe(&self, after: Option<u64>) -> (Vec<Event>, broadcast::Receiver<Arc<str>>) {
+        let rx = self.events_tx.subscribe();
+        let backlog = match after {
+            Some(_) => self.events_after(after).to_vec(),
+            None => Vec::new(),
+        };
+        (backlog, rx)
+    }
+}
+
+struct Pending {
+    first: usize,
+    count: usize,
+    reply: Reply,
+}
+
+enum Reply {
+    Append(oneshot::Sender<Result<AppendResult, AgentError>>),
+    Record(oneshot::Sender<Result<Option<AppendResult>, AgentError>>),
+}
+
+impl Reply {
+    fn send(self, res: Result<AppendResult, AgentError>) {
+        match self {
+            Reply::Append(tx) => {
+                let _ = tx.send(res);
+            }
+            Reply::Record(tx) => {
+                let _ = tx.send(res.map(Some));
+            }
+        }
+    }
+}
+
+/// Starts the actor for `sid`; it loads the Log before serving any command.
+pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHandle {
+    let (tx, rx) = mpsc::channel(MAX_BATCH_COMMANDS);
+    let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+    let handle = SessionHandle {
+        id: Arc::from(sid),
+        generation,
+        tx,
+        events: events.clone(),
+    };
+    let actor_handle = handle.clone();
+    tokio::spawn(async move {
+        let sid = actor_handle.id.to_string();
+        match load(registry.clone(), &sid, events).await {
+            Ok((state, writer)) => {
+                let mut actor = Actor {
+                    registry: registry.clone(),
+                    state,
+                    writer: Some(writer),
+                    rx,
+                    handle: actor_handle,
+                };
+                actor.after_load().await;
+                actor.run().await;
+            }
+            Err(err) => {
+                registry.forget_handle(&sid, generation);
+                fail_all(rx, err).await;
+            }
+        }
+    });
+    handle
+}
+
+async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
+    rx.close();
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Cmd::Append { reply, .. } => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Cmd::Record { reply, .. } => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Cmd::Query(_) => {}
+        }
+    }
+}
+
+async fn load(
+    registry: Arc<Registry>,
+    sid: &str,
+    events_tx: broadcast::Sender<Arc<str>>,
+) -> Result<(SessionState, LogWriter), AgentError> {
+    let home = registry.home.clone();
+    let sid_owned = sid.to_string();
+    let (events, report, writer) = tokio::task::spawn_blocking(move || {
+        let (events, report) = store::load_log(&home, &sid_owned)?;
+        let writer = LogWriter::open(&home.log_path(&sid_owned)?)?;
+        Ok::<_, AgentError>((events, report, writer))
+    })
+    .await
+    .map_err(|e| AgentError::internal(format!("load task: {e}")))??;
+    let mut state = SessionState {
+        id: sid.to_string(),
+        log_path: registry.home.log_path(sid)?,
+        events: Vec::with_capacity(events.len() + 16),
+        event_counts: BTreeMap::new(),
+        unknown_types: BTreeMap::new(),
+        corrupt_lines: report.corrupt_lines,
+        seq_anomalies: report.seq_anomalies,
+        workspace: String::new(),
+        title: None,
+        running_turn: None,
+        next_seq: 0,
+        events_tx,
+        pending_repair: None,
+    };
+    for ev in events {
+        state.push(ev);
+    }
+    if let Some((torn_bytes, qpath)) = report.torn {
+        tracing::warn!(session = sid, torn_bytes, "torn Log tail quarantined");
+        state.pending_repair = Some((torn_bytes, qpath));
+    }
+    Ok((state, writer))
+}
+
+struct Actor {
+    registry: Arc<Registry>,
+    state: SessionState,
+    writer: Option<LogWriter>,
+    rx: mpsc::Receiver<Cmd>,
+    handle: SessionHandle,
+}
+
+impl Actor {
+    /// Work owed on first load: record a torn-tail repair.
+    async fn after_load(&mut self) {
+        if let Some((torn_bytes, qpath)) = self.state.pending_repair.take() {
+            let draft = EventDraft::new(
+                EventType::LogRepaired,
+                json!({
+                    "torn_bytes": torn_bytes,
+                    "quarantine_path": qpath.display().to_string(),
+                    "detected_at_seq": self.state.next_seq,
+                }),
+            );
+            let (reply, _rx) = oneshot::channel();
+            self.commit(vec![(vec![draft], None, Reply::Append(reply))])
+                .await;
+        }
+    }
+
+    async fn run(&mut self) {
+        let idle = Duration::from_secs(self.registry.config.idle_evict_s.max(1));
+        let mut deferred: Option<Cmd> = None;
+        loop {
+            let cmd = match deferred.take() {
+                Some(c) => c,
+                None => match tokio::time::timeout(idle, self.rx.recv()).await {
+                    Ok(Some(c)) => c,
+                    Ok(None) => break,
+                    Err(_) => {
+                        // Closing stops new commands; the loop drains what is queued and
+                        // ends on `None`, so an evicted actor never drops acknowledged work.
+                        self.try_evict();
+                        continue;
+                    }
+                },
+            };
+            match cmd {
+                Cmd::Query(f) => f(&mut self.state),
+                Cmd::Record { build, reply } => match build(&self.state) {
+                    Ok(drafts) if drafts.is_empty() => {
+                        let _ = reply.send(Ok(None));
+                    }
+                    Ok(drafts) => {
+                        self.commit(vec![(drafts, None, Reply::Record(reply))])
+                            .await
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                },
+                Cmd::Append {
+                    drafts,
+                    expect_seq,
+                    reply,
+                } => {
+                    let mut batch = vec![(drafts, expect_seq, Reply::Append(reply))];
+                    deferred = self.collect(&mut batch).await;
+                    self.commit(batch).await;
+                }
+            }
+        }
+        self.registry
+            .forget_handle(&self.state.id, self.handle.generation);
+    }
+
+    /// Gathers appends already queued (and, in batch mode, those arriving within the
+    /// batch window) into one group commit. Returns the first non-append command seen.
+    async fn collect(
+        &mut self,
+        batch: &mut Vec<(Vec<EventDraft>, Option<u64>, Reply)>,
+    ) -> Option<Cmd> {
+        let deadline = match self.registry.config.durability {
+            Durability::Batch => {
+                Some(tokio::time::Instant::now() + self.registry.config.batch_window())
+            }
+            _ => None,
+        };
+        while batch.len() < MAX_BATCH_COMMANDS {
+            let next = match self.rx.try_recv() {
+                Ok(c) => Some(c),
+                Err(_) => match deadline {
+                    Some(d) => tokio::time::timeout_at(d, self.rx.recv())
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => None,
+                },
+            };
+            match next {
+                Some(Cmd::Append {
+                    drafts,
+                    expect_seq,
+                    reply,
+                }) => batch.push((drafts, expect_seq, Reply::Append(reply))),
+                Some(other) => return Some(other),
+                None => break,
+            }
+        }
+        None
+    }
+
+    /// Validates, stamps, writes and syncs a batch; acknowledges each command only
+    /// after the batch is durable. A command that fails validation fails alone (all or
+    /// nothing per command); a failed write fails every command of the batch.
+    async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
+        let mut staged: Vec<Event> = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut next = self.state.next_seq;
+        for (drafts, expect_seq, reply) in batch {
+            match self.stamp(&drafts, expect_seq, next) {
+                Ok(events) => {
+                    let first = staged.len();
+                    for ev in &events {
+                        buf.extend_from_slice(&store::event_line(ev));
+                    }
+                    next += events.len() as u64;
+                    pending.push(Pending {
+                        first,
+                        count: events.len(),
+                        reply,
+                    });
+                    staged.extend(events);
+                }
+                Err(e) => reply.send(Err(e)),
+            }
+        }
+        if staged.is_empty() {
+            return;
+        }
+        let sync = self.registry.config.durability != Durability::None;
+        let Some(mut writer) = self.writer.take() else {
+            for p in pending {
+                p.reply.send(Err(AgentError::new(
+                    ErrorKind::LogWriteFailed,
+                    "log writer unavailable",
+                )));
+            }
+            return;
+        };
+        let joined = tokio::task::spawn_blocking(move || {
+            let res = writer.write_batch(&buf, sync);
+            (writer, res)
+        })
+        .await;
+        let res = match joined {
+            Ok((writer, res)) => {
+                self.writer = Some(writer);
+                res
+            }
+            Err(e) => Err(AgentError::internal(format!("write task: {e}"))),
+        };
+        if let Err(e) = res {
+            tracing::error!(session = %self.state.id, error = %e, "append failed");
+            for p in pending {
+                p.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+        let lines: Vec<Arc<str>> = staged
+            .iter()
+            .map(|ev| Arc::from(serde_json::to_string(ev).unwrap_or_default()))
+            .collect();
+        for ev in staged.iter().cloned() {
+            self.state.push(ev);
+        }
+        self.registry.note_appended(&self.state, staged.last());
+        for line in lines {
+            let _ = self.state.events_tx.send(line);
+        }
+        for p in pending {
+            let evs = &staged[p.first..p.first + p.count];
+            let res = AppendResult {
+                first_seq: evs.first().map_or(0, |e| e.seq),
+                last_seq: evs.last().map_or(0, |e| e.seq),
+                ids: evs.iter().map(|e| e.id.clone()).collect(),
+            };
+            p.reply.send(Ok(res));
+        }
+    }
+
+    fn stamp(
+        &self,
+        drafts: &[EventDraft],
+        expect_seq: Option<u64>,
+        next: u64,
+    ) -> Result<Vec<Event>, AgentError> {
+        if drafts.is_empty() {
+            return Err(AgentError::invalid_args("events must not be empty"));
+        }
+        if let Some(expect) = expect_seq {
+            if expect != next {
+                return Err(AgentError::new(
+                    ErrorKind::SeqConflict,
+                    format!("expect_seq {expect} but the next seq is {next}"),
+                )
+                .with_details(json!({"expect_seq": expect, "next_seq": next})));
+            }
+        }
+        let mut out = Vec::with_capacity(drafts.len());
+        for (i, d) in drafts.iter().enumerate() {
+            let ty = validate_draft(d).map_err(|m| {
+                AgentError::invalid_args(format!("events[{i}]: {m}"))
+                    .with_details(json!({"index": i}))
+            })?;
+            if ty.is_ephemeral() {
+                return Err(AgentError::new(
+                    ErrorKind::EphemeralNotLoggable,
+                    format!(
+                        "events[{i}]: {} is ephemeral and is never written to a Log",
+                        d.kind
+                    ),
+                )
+                .with_details(json!({"index": i, "type": d.kind})));
+            }
+            out.push(Event {
+                id: new_event_id(),
+                session_id: self.state.id.clone(),
+                seq: next + i as u64,
+                ts: now_ts(),
+                kind: d.kind.clone(),
+                data: d.data.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// An idle session with no running turn and no subscriber leaves memory; its Log
+    /// stays on disk and reloads on the next use.
+    fn try_evict(&mut self) {
+        if self.state.running_turn.is_none() && self.handle.subscriber_count() == 0 {
+            self.rx.close();
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The Log store: files under the home directory (DESIGN §3, §4).
+//!
+//! This module owns every byte agentd writes to disk: opening a Log (with torn-tail
+//! repair and quarantine), appending batches with the configured durability, and
+//! creating new Logs atomically. It knows nothing about sessions or projections; the
+//! session actor is its only writer for a given Log.
+//!
+//! Architecture invariant: nothing in a Log is ever truncated or rewritten except a
+//! torn tail (bytes after the last `\n`), which is copied to `quarantine/` first.
+
+use agentd_proto::rpc::CorruptLine;
+use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
+use serde_json::{json, Value};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Paths under the home directory.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// Creates the home layout (0700) if needed.
+    pub fn open(root: &Path) -> io::Result<Home> {
+        for dir in [
+            root.to_path_buf(),
+            root.join("sessions"),
+            root.join("quarantine"),
+        ] {
+            fs::create_dir_all(&dir)?;
+        }
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
+        Ok(Home {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join("agentd.lock")
+    }
+    pub fn quarantine_dir(&self) -> PathBuf {
+        self.root.join("quarantine")
+    }
+    /// The Log of a session. Validates the id first: no path is built from a hostile id.
+    pub fn log_path(&self, sid: &str) -> Result<PathBuf, AgentError> {
+        session_id::validate(sid)?;
+        Ok(self.sessions_dir().join(format!("{sid}.ndjson")))
+    }
+    pub fn session_dir(&self, sid: &str) -> Result<PathBuf, AgentError> {
+        session_id::validate(sid)?;
+        Ok(self.sessions_dir().join(sid))
+    }
+    pub fn resources_dir(&self, sid: &str) -> Result<PathBuf, AgentError> {
+        Ok(self.session_dir(sid)?.join("resources"))
+    }
+}
+
+pub fn write_failed(what: &str, e: &io::Error) -> AgentError {
+    AgentError::new(ErrorKind::LogWriteFailed, format!("{what}: {e}"))
+}
+
+/// What a load found besides the events.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub corrupt_lines: Vec<CorruptLine>,
+    pub seq_anomalies: Vec<Value>,
+    /// Set when a torn tail was cut: `(torn_bytes, quarantine_path)`.
+    pub torn: Option<(u64, PathBuf)>,
+    pub bytes: u64,
+}
+
+/// Reads a Log, repairing a torn tail. Returns the valid events in file order.
+///
+/// A torn tail (bytes after the last `\n`) is copied to `quarantine/<sid>.<ts>.torn`
+/// and synced before the Log is truncated, so no byte is ever lost; the caller appends
+/// `log_repaired`. Complete lines that are not valid envelopes are reported, never
+/// rewritten.
+pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
+    let path = home.log_path(sid)?;
+    let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(AgentError::not_found("no such session")
+                .with_details(json!({"session_id": sid}))
+                .with_next_actions(&["agentctl ls"]))
+        }
+        Err(e) => {
+            return Err(AgentError::new(
+                ErrorKind::CorruptLog,
+                format!("open log: {e}"),
+            ))
+        }
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| AgentError::new(ErrorKind::CorruptLog, format!("read log: {e}")))?;
+    let mut report = LoadReport::default();
+    let complete = match memchr::memrchr(b'\n', &bytes) {
+        Some(i) => i + 1,
+        None => 0,
+    };
+    if complete < bytes.len() {
+        let torn = &bytes[complete..];
+        let ts = agentd_proto::event::now_ts().replace([':', '.'], "");
+        let qpath = home.quarantine_dir().join(format!("{sid}.{ts}.torn"));
+        write_synced(&qpath, torn).map_err(|e| write_failed("quarantine torn tail", &e))?;
+        sync_dir(&home.quarantine_dir()).map_err(|e| write_failed("sync quarantine", &e))?;
+        file.set_len(complete as u64)
+            .map_err(|e| write_failed("truncate torn tail", &e))?;
+        file.sync_all().map_err(|e| write_failed("sync log", &e))?;
+        report.torn = Some((torn.len() as u64, qpath));
+        bytes.truncate(complete);
+    }
+    report.bytes = bytes.len() as u64;
+    let events = parse_lines(&bytes, &mut report);
+    Ok((events, report))
+}
+
+/// Parses complete lines; splits the work over the available cores for big Logs, since
+/// JSON parsing dominates a cold load.
+fn parse_lines(bytes: &[u8], report: &mut LoadReport) -> Vec<Event> {
+    const PARALLEL_MIN: usize = 4 << 20;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let mut chunks: Vec<(usize, u64, &[u8])> = Vec::new(); // (byte offset, first line no, bytes)
+    if bytes.len() < PARALLEL_MIN || threads == 1 {
+        chunks.push((0, 1, bytes));
+    } else {
+        let target = bytes.len() / threads;
+        let mut start = 0;
+        let mut line_no = 1u64;
+        while start < bytes.len() {
+            let mut end = (start + target).min(bytes.len());
+            if end < bytes.len() {
+                end = match memchr::memchr(b'\n', &bytes[end..]) {
+                    Some(i) => end + i + 1,
+                    None => bytes.len(),
+                };
+            }
+            chunks.push((start, line_no, &bytes[start..end]));
+            line_no += memchr::memchr_iter(b'\n', &bytes[start..end]).count() as u64;
+            start = end;
+        }
+    }
+    let parsed: Vec<(Vec<Event>, Vec<CorruptLine>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|&(off, line, chunk)| s.spawn(move || parse_chunk(chunk, off, line)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut events = Vec::new();
+    let mut next: Option<u64> = None;
+    for (evs, corrupt) in parsed {
+        report.corrupt_lines.extend(corrupt);
+        for ev in evs {
+            if let Some(n) = next {
+                if ev.seq != n {
+                    report.seq_anomalies.push(json!({
+                        "seq": ev.seq, "expected": n, "id": ev.id,
+                        "kind": if ev.seq < n { "duplicate_or_decreasing" } else { "gap" },
+                    }));
+                }
+            }
+            next = Some(next.map_or(ev.seq + 1, |n| n.max(ev.seq + 1)));
+            events.push(ev);
+        }
+    }
+    events
+}
+
+fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> (Vec<Event>, Vec<CorruptLine>) {
+    let mut events = Vec::with_capacity(chunk.len() / 512 + 1);
+    let mut corrupt = Vec::new();
+    let mut pos = 0;
+    let mut line_no = first_line;
+    while pos < chunk.len() {
+        let end = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
+        let line = &chunk[pos..end];
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            match serde_json::from_slice::<Event>(line) {
+                Ok(ev) => events.push(ev),
+                Err(e) => corrupt.push(CorruptLine {
+                    line: line_no,
+                    byte_offset: (base + pos) as u64,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        pos = end + 1;
+        line_no += 1;
+    }
+    (events, corrupt)
+}
+
+/// The append side of one Log. Owned by its session actor.
+pub struct LogWriter {
+    file: File,
+    len: u64,
+}
+
+impl LogWriter {
+    pub fn open(path: &Path) -> Result<LogWriter, AgentError> {
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| write_failed("open log for append", &e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| write_failed("stat log", &e))?
+            .len();
+        Ok(LogWriter { file, len })
+    }
+
+    /// Writes `bytes` (whole lines) and syncs data when `sync`. On failure the file is
+    /// cut back to its previous length so a half-written batch never becomes a torn or
+    /// glued line; nothing acknowledged before is touched.
+    pub fn write_batch(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
+        let res =
+            self.file.write_all(bytes).and_then(
+                |_| {
+                    if sync {
+                        self.file.sync_data()
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
+        match res {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                Err(write_failed("append to log", &e))
+            }
+        }
+    }
+
+    pub fn sync(&mut self) -> Result<(), AgentError> {
+        self.file
+            .sync_data()
+            .map_err(|e| write_failed("sync log", &e))
+    }
+}
+
+/// Serializes an event as one Log line (with `\n`).
+pub fn event_line(ev: &Event) -> Vec<u8> {
+    // Serializing a struct of Strings and a Value cannot fail.
+    let mut line = serde_json::to_vec(ev).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// Writes a new file atomically: temp file in the same directory, fsync, rename, then
+/// fsync the directory. Fails with `already_exists` if `path` exists.
+pub fn create_atomic(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<(), AgentError> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| AgentError::internal("log path has no parent"))?;
+    if path.exists() {
+        return Err(AgentError::new(
+            ErrorKind::AlreadyExists,
+            "session already exists",
+        ));
+    }
+    let tmp = dir.join(format!(
+        ".{}.{:016x}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("log"),
+        rand::random::<u64>()
+    ));
+    let result = (|| -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        write(&mut f)?;
+        f.sync_all()?;
+        // link() refuses to replace an existing file, unlike rename(): a concurrent
+        // create of the same id cannot be clobbered.
+        fs::hard_link(&tmp, path)?;
+        fs::remove_file(&tmp)?;
+        sync_dir(dir)
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            return Err(AgentError::new(
+                ErrorKind::AlreadyExists,
+                "session already exists",
+            ));
+        }
+        return Err(write_failed("create log", &e));
+    }
+    Ok(())
+}
+
+pub fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The first line of a Log, parsed (for the lineage index), plus a line count and the
+/// last event's `ts`, read without parsing every line.
+pub struct LogHead {
+    pub first: Option<Event>,
+    pub line_count: u64,
+    pub last_ts: Option<String>,
+    /// Title of the last `session_info`, if any.
+    pub last_title: Option<String>,
+    pub has_branch_summary: bool,
+}
+
+pub fn read_head(path: &Path) -> io::Result<LogHead> {
+    let bytes = fs::read(path)?;
+    let first_end = memchr::memchr(b'\n', &bytes).unwrap_or(bytes.len());
+    let first = serde_json::from_slice::<Event>(&bytes[..first_end]).ok();
+    let line_count = memchr::memchr_iter(b'\n', &bytes).count() as u64;
+    let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    let last_start = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);
+    let last_ts = serde_json::from_slice::<Value>(&body[last_start..])
+        .ok()
+        .and_then(|v| v.get("ts").and_then(Value::as_str).map(str::to_string));
+    let last_title = memchr::memmem::rfind(&bytes, b"\"type\":\"session_info\"").and_then(|at| {
+        let start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
+        let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+        let ev: Event = serde_json::from_slice(&bytes[start..end]).ok()?;
+        ev.str_field("title").map(str::to_string)
+    });
+    let has_branch_summary = memchr::memmem::find(&bytes, b"\"type\":\"branch_summary\"").is_some();
+    Ok(LogHead {
+        first,
+        line_count,
+        last_ts,
+        last_title,
+        has_branch_summary,
+    })
+}
+
+/// Whether `ty` is a known type (for reporting unknown ones).
+pub fn is_known(kind: &str) -> bool {
+    EventType::parse(kind) != EventType::Unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn home() -> (tempfile::TempDir, Home) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(dir.path()).unwrap();
+        (dir, home)
+    }
+
+    #[test]
+    fn torn_tail_is_quarantined_and_cut() {
+        let (_d, home) = home();
+        let path = home.log_path("s1").unwrap();
+        let good = r#"{"id":"0000000000000001","session_id":"s1","seq":0,"ts":"2026-01-01T00:00:00.000000Z","type":"user_message","data":{"text":"hi"}}"#;
+        fs::write(&path, format!("{good}\n{{\"id\":\"torn")).unwrap();
+        let (events, report) = load_log(&home, "s1").unwrap();
+        assert_eq!(events.len(), 1);
+        let (n, q) = report.torn.unwrap();
+        assert_eq!(n, 10);
+        assert_eq!(fs::read(q).unwrap(), b"{\"id\":\"torn");
+        assert_eq!(fs::read(&path).unwrap(), format!("{good}\n").into_bytes());
+    }
+
+    #[test]
+    fn corrupt_middle_line_is_reported_not_fatal() {
+        let (_d, home) = home();
+        let path = home.log_path("s2").unwrap();
+        let mk = |seq: u64| {
+            format!(
+                r#"{{"id":"000000000000000{seq}","session_id":"s2","seq":{seq},"ts":"t","type":"x_future","data":{{}}}}"#
+            )
+        };
+        fs::write(&path, format!("{}\nnot json\n{}\n", mk(0), mk(1))).unwrap();
+        let (events, report) = load_log(&home, "s2").unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(report.corrupt_lines.len(), 1);
+        assert_eq!(report.corrupt_lines[0].line, 2);
+        assert!(report.seq_anomalies.is_empty());
+    }
+
+    #[test]
+    fn atomic_create_refuses_existing() {
+        let (_d, home) = home();
+        let path = home.log_path("s3").unwrap();
+        create_atomic(&path, |f| f.write_all(b"x\n")).unwrap();
+        let e = create_atomic(&path, |f| f.write_all(b"y\n")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&path).unwrap(), b"x\n");
+    }
+
+    #[test]
+    fn hostile_ids_build_no_path() {
+        let (_d, home) = home();
+        for bad in ["../x", "a/b", "", "."] {
+            assert_eq!(home.log_path(bad).unwrap_err().kind, ErrorKind::InvalidArgs);
+        }
+    }
+}
