@@ -389,7 +389,7 @@ mod tests {
         let (events, report) = load_log(&home, "s1").unwrap();
         assert_eq!(events.len(), 1);
         let (n, q) = report.torn.unwrap();
-        assert_eq!(n, 10);
+        assert_eq!(n, 11);
         assert_eq!(fs::read(q).unwrap(), b"{\"id\":\"torn");
         assert_eq!(fs::read(&path).unwrap(), format!("{good}\n").into_bytes());
     }
