@@ -20,8 +20,8 @@
 //! - `plan` / `decisions` / `facts`: only `memory_update` events, which the
 //!   `memory_apply` tool records after `history::memory::validate`. Their `data`:
 //!   - plan: `{kind:"plan", steps?:[{id,text}], done?:{id:bool}, evidence}` — `steps`
-//!     replaces the whole plan (done flags of ids no longer in the plan are dropped);
-//!     `done` merges into the flags; ids that are not steps are ignored.
+//!     replaces the whole plan and `[]` clears it (done flags of ids no longer in the
+//!     plan are dropped); `done` merges into the flags; ids that are not steps are ignored.
 //!   - decision: `{kind:"decision", decision_id, topic?, decision, rationale,
 //!     supersedes?, evidence}` — a decision with an existing id replaces it;
 //!     `supersedes` removes the named decision.
@@ -1057,6 +1057,10 @@ mod tests {
         let plan = st.snapshot(&no_hashes).plan;
         assert_eq!(plan.steps.len(), MAX_PLAN_STEPS);
         assert_eq!(plan.steps[31].id, "s31");
+
+        // An empty plan clears steps and flags (a new task).
+        st.apply(&ev_(4, json!({"steps": [], "done": {"s0": true}})));
+        assert_eq!(st.snapshot(&no_hashes).plan, Plan::default());
     }
 
     #[test]

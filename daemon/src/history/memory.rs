@@ -10,8 +10,8 @@
 //!
 //! Accepted arguments (and the recorded `data`, in this key order):
 //! - plan: `{kind:"plan", steps?:[{id,text}], done?:{id:bool}, evidence}` — at least one
-//!   of `steps` (≤32, unique ids; replaces the plan) and `done`; when both are given every
-//!   `done` id must be a step.
+//!   of `steps` (≤32, unique ids; replaces the plan, `[]` clears it) and `done`; when both
+//!   are given every `done` id must be a step.
 //! - decision: `{kind:"decision", decision_id, topic?, decision, rationale, supersedes?,
 //!   evidence}`.
 //! - fact: `{kind:"fact", key, value, depends_on:[{uri, sha256?}], evidence}` — 1..=8
@@ -323,11 +323,11 @@ fn plan(obj: &Map<String, Value>, data: &mut Map<String, Value>) -> Result<(), A
                 "steps must be an array of {id, text}".into(),
             ));
         };
-        if steps.is_empty() || steps.len() > MAX_PLAN_STEPS {
+        if steps.len() > MAX_PLAN_STEPS {
             return Err(invalid(
                 "steps",
                 format!(
-                    "steps must hold 1..={MAX_PLAN_STEPS} steps, got {}",
+                    "steps must hold at most {MAX_PLAN_STEPS} steps, got {}",
                     steps.len()
                 ),
             ));
@@ -739,6 +739,12 @@ mod tests {
         )
         .is_ok());
         rejected(json!({"kind": "plan", "evidence": ev_ref()}));
+        // An empty plan clears it (a new task).
+        assert!(validate(
+            &json!({"kind": "plan", "evidence": ev_ref(), "steps": []}),
+            &Known
+        )
+        .is_ok());
         rejected(json!({"kind": "plan", "evidence": ev_ref(),
                         "steps": [{"id": "1", "text": "a"}, {"id": "1", "text": "b"}]}));
         rejected(json!({"kind": "plan", "evidence": ev_ref(),
