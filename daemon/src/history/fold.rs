@@ -230,10 +230,8 @@ impl Fold {
             EventType::TurnStarted => {
                 self.open_turn = ev.str_field("turn_id").map(str::to_string);
             }
-            EventType::TurnEnded => {
-                if self.open_turn.as_deref() == ev.str_field("turn_id") {
-                    self.open_turn = None;
-                }
+            EventType::TurnEnded if self.open_turn.as_deref() == ev.str_field("turn_id") => {
+                self.open_turn = None;
             }
             EventType::HistoryCompaction => self.push_compaction(ev),
             _ => {}
