@@ -7,6 +7,7 @@
 //! byte-identical provider input every time, and what makes each rule testable alone.
 //!
 //! - [`fold`]: the incremental in-memory state of one session and its replay (§7.1).
+//! - [`replay`]: replay item conversion, the pairing guard and replay stats (§7.1).
 //! - [`reconcile`]: orphan tool-call closures and interrupted turn ends (§7.2).
 //! - [`compaction`]: the deterministic compaction plan (§7.4).
 //! - [`fork`]: the child Log of a fork and its branch summary (§8).
@@ -24,6 +25,7 @@ pub mod fold;
 pub mod fork;
 pub mod reconcile;
 pub mod render;
+pub mod replay;
 pub mod tree;
 
 #[cfg(test)]
