@@ -1,7 +1,7 @@
 //! Provider replay (DESIGN §7.1): the item conversions, the pairing guard and the stats.
 //!
 //! [`Fold`](super::fold::Fold) converts each replayable event into its [`ReplayItem`] once,
-//! at push time; [`build`] then only filters and pairs them. Pairing guard: function calls
+//! at push time; `build` then only filters and pairs them. Pairing guard: function calls
 //! of one assistant step are followed by their outputs. A replayed item that is neither
 //! (or the end of the input, or a new call after the step's outputs began) closes the
 //! calls still pending, sorted by `call_id`, with a synthetic `orphan_tool_call` output;
