@@ -1,0 +1,382 @@
+//! The folded in-memory state of one session and its provider replay (DESIGN §7.1, §7.2).
+//!
+//! The session actor pushes every loaded and every appended event into one [`Fold`], in
+//! order. `push` is O(1) amortized and converts each replayable event into its
+//! [`ReplayItem`] once, so building provider input later never re-reads or re-parses the
+//! Log. A `history_compaction` drops the items it covers, which keeps [`Fold::replay`] at
+//! O(events since the latest compaction) however long the Log grows.
+//!
+//! The replay rules and the pairing guard live in [`super::replay`]; its types are
+//! re-exported here.
+
+use super::render;
+use super::replay::{build, entry, replay_item, Entry};
+pub use super::replay::{
+    developer_text, pairing_violation, Replay, ReplayContext, ReplayStats, SyntheticClosure,
+};
+use agentd_proto::replay::ReplayItem;
+use agentd_proto::{Event, EventType};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// A `tool_call` with no later `tool_result` of the same `call_id` (§7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingCall {
+    pub call_id: String,
+    pub name: String,
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Fold {
+    last_seq: Option<u64>,
+    event_count: u64,
+    event_counts: BTreeMap<String, u64>,
+    unknown_types: BTreeMap<String, u64>,
+    pending: HashMap<String, (String, u64)>,
+    open_turn: Option<String>,
+    workspace: Option<String>,
+    title: Option<String>,
+    latest_compaction: Option<Event>,
+    compaction_item: Option<Entry>,
+    checkpoint_to_seq: Option<u64>,
+    /// Replayable items with seq > `checkpoint_to_seq`, in push order.
+    entries: Vec<Entry>,
+    /// Set when an entry arrived with a lower seq than the one before it (a damaged Log);
+    /// replay then sorts by seq, stably.
+    disordered: bool,
+}
+
+impl Fold {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds `events` in order.
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
+        let mut f = Fold::new();
+        for e in events {
+            f.push(e);
+        }
+        f
+    }
+
+    pub fn push(&mut self, ev: &Event) {
+        self.event_count += 1;
+        self.last_seq = Some(self.last_seq.map_or(ev.seq, |s| s.max(ev.seq)));
+        bump(&mut self.event_counts, &ev.kind);
+        let ty = ev.event_type();
+        match ty {
+            EventType::Unknown => bump(&mut self.unknown_types, &ev.kind),
+            EventType::SessionStarted | EventType::SessionFork => {
+                if let Some(ws) = ev.str_field("workspace") {
+                    self.workspace = Some(ws.to_string());
+                }
+                if let Some(t) = ev.str_field("title") {
+                    self.title = Some(t.to_string());
+                }
+            }
+            EventType::SessionInfo => {
+                if let Some(t) = ev.str_field("title") {
+                    self.title = Some(t.to_string());
+                }
+            }
+            EventType::ToolCall => {
+                if let Some(id) = ev.str_field("call_id") {
+                    let name = ev.str_field("name").unwrap_or("").to_string();
+                    self.pending.insert(id.to_string(), (name, ev.seq));
+                }
+            }
+            EventType::ToolResult => {
+                if let Some(id) = ev.str_field("call_id") {
+                    self.pending.remove(id);
+                }
+            }
+            EventType::TurnStarted => {
+                self.open_turn = ev.str_field("turn_id").map(str::to_string);
+            }
+            EventType::TurnEnded if self.open_turn.as_deref() == ev.str_field("turn_id") => {
+                self.open_turn = None;
+            }
+            EventType::HistoryCompaction => self.push_compaction(ev),
+            _ => {}
+        }
+        if self.checkpoint_to_seq.is_some_and(|to| ev.seq <= to) {
+            return;
+        }
+        if let Some(item) = replay_item(ev) {
+            if self.entries.last().is_some_and(|l| l.seq > ev.seq) {
+                self.disordered = true;
+            }
+            self.entries.push(entry(ev.seq, item));
+        }
+    }
+
+    fn push_compaction(&mut self, ev: &Event) {
+        // A compaction without a usable range cannot say what it covers; it is counted
+        // and otherwise ignored rather than hiding events.
+        let Some(to) = ev
+            .data
+            .get("range")
+            .and_then(|r| r.get("to_seq"))
+            .and_then(Value::as_u64)
+        else {
+            return;
+        };
+        self.latest_compaction = Some(ev.clone());
+        self.compaction_item = Some(entry(
+            ev.seq,
+            ReplayItem::User {
+                text: render::compaction_text(&ev.data),
+            },
+        ));
+        self.checkpoint_to_seq = Some(to);
+        self.entries.retain(|e| e.seq > to);
+    }
+
+    pub fn last_seq(&self) -> Option<u64> {
+        self.last_seq
+    }
+    pub fn event_count(&self) -> u64 {
+        self.event_count
+    }
+    pub fn event_counts(&self) -> &BTreeMap<String, u64> {
+        &self.event_counts
+    }
+    pub fn unknown_types(&self) -> &BTreeMap<String, u64> {
+        &self.unknown_types
+    }
+    /// Pending calls sorted by `call_id`.
+    pub fn pending_calls(&self) -> Vec<PendingCall> {
+        let mut v: Vec<PendingCall> = self
+            .pending
+            .iter()
+            .map(|(id, (name, seq))| PendingCall {
+                call_id: id.clone(),
+                name: name.clone(),
+                seq: *seq,
+            })
+            .collect();
+        v.sort_by(|a, b| a.call_id.cmp(&b.call_id));
+        v
+    }
+    pub fn open_turn(&self) -> Option<String> {
+        self.open_turn.clone()
+    }
+    pub fn checkpoint_to_seq(&self) -> Option<u64> {
+        self.checkpoint_to_seq
+    }
+    pub fn latest_compaction(&self) -> Option<&Event> {
+        self.latest_compaction.as_ref()
+    }
+    pub fn workspace(&self) -> Option<&str> {
+        self.workspace.as_deref()
+    }
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+
+    /// Provider input (§7.1). Costs O(replayable events since the latest compaction).
+    pub fn replay(&self, ctx: &ReplayContext) -> Replay {
+        build(
+            ctx,
+            self.compaction_item.as_ref(),
+            &self.entries,
+            self.disordered,
+            self.checkpoint_to_seq,
+        )
+    }
+}
+
+fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+    match map.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key.to_string(), 1);
+        }
+    }
+}
+
+/// Replay as of `after_seq` (events with seq ≤ it; all when `None`), for
+/// `agentd/context` inspection. Folds the prefix afresh, so it costs O(events).
+pub fn replay_as_of(events: &[Event], after_seq: Option<u64>, ctx: &ReplayContext) -> Replay {
+    let mut f = Fold::new();
+    for e in events
+        .iter()
+        .filter(|e| after_seq.is_none_or(|a| e.seq <= a))
+    {
+        f.push(e);
+    }
+    f.replay(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::testutil::TestLog;
+    use serde_json::json;
+
+    fn ctx() -> ReplayContext {
+        ReplayContext {
+            workspace: "/w/proj".into(),
+            permission_mode: "auto".into(),
+            model: Some("m1".into()),
+        }
+    }
+
+    fn call(log: &mut TestLog, id: &str) {
+        log.push(
+            "tool_call",
+            json!({"call_id": id, "name": "read_file", "args": {"path": "a.rs", "n": 1}}),
+        );
+    }
+    fn kinds(r: &Replay) -> Vec<String> {
+        r.items
+            .iter()
+            .map(|i| match i {
+                ReplayItem::Developer { .. } => "dev".to_string(),
+                ReplayItem::User { text } => format!("user:{}", text.lines().next().unwrap_or("")),
+                ReplayItem::Assistant { text } => format!("asst:{text}"),
+                ReplayItem::Reasoning { model, .. } => format!("reason:{model}"),
+                ReplayItem::FunctionCall { call_id, .. } => format!("call:{call_id}"),
+                ReplayItem::FunctionCallOutput {
+                    call_id, synthetic, ..
+                } => format!("out:{call_id}{}", if *synthetic { "*" } else { "" }),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn maps_each_event_type_as_designed() {
+        let mut log = TestLog::new();
+        log.push("session_started", json!({"workspace": "/w/proj", "agentd_version": "0.1", "log_format": 1, "title": "t0"}));
+        log.push("turn_started", json!({"turn_id": "t1"}));
+        log.push("user_message", json!({"text": "hello"}));
+        log.push("reasoning", json!({"item": {"id": "r1"}, "model": "m1"}));
+        log.push("reasoning", json!({"item": {"id": "r2"}, "model": "other"}));
+        call(&mut log, "c1");
+        log.push(
+            "permission_decision",
+            json!({"call_id": "c1", "decision": "allow"}),
+        );
+        log.push(
+            "tool_result",
+            json!({"call_id": "c1", "ok": false, "error": {"kind": "x", "message": "y"}}),
+        );
+        log.push("provider_usage", json!({"provider": "p", "model": "m1"}));
+        log.push(
+            "assistant_message",
+            json!({"text": "partial", "metadata": {"partial": true}}),
+        );
+        log.push("assistant_message", json!({"text": "done"}));
+        log.push("future_type", json!({"text": "never"}));
+        log.push("memory_update", json!({"kind": "fact", "evidence": {}}));
+        log.push(
+            "turn_ended",
+            json!({"turn_id": "t1", "status": "completed"}),
+        );
+        let r = replay_as_of(&log.events, None, &ctx());
+        assert_eq!(
+            kinds(&r),
+            [
+                "dev",
+                "user:hello",
+                "reason:m1",
+                "call:c1",
+                "out:c1",
+                "asst:done"
+            ]
+        );
+        match &r.items[0] {
+            ReplayItem::Developer { text } => {
+                assert!(text.contains("\"/w/proj\"") && text.contains("Permission mode: auto"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            r.items[3],
+            ReplayItem::FunctionCall {
+                call_id: "c1".into(),
+                name: "read_file".into(),
+                arguments: r#"{"path":"a.rs","n":1}"#.into()
+            }
+        );
+        assert_eq!(
+            r.items[4],
+            ReplayItem::FunctionCallOutput {
+                call_id: "c1".into(),
+                output: r#"{"ok":false,"error":{"kind":"x","message":"y"}}"#.into(),
+                ok: false,
+                synthetic: false
+            }
+        );
+        assert!(r.stats.balanced);
+        assert_eq!(
+            (r.stats.function_calls, r.stats.function_call_outputs),
+            (1, 1)
+        );
+        let f = Fold::from_events(&log.events);
+        assert_eq!(f.unknown_types().get("future_type"), Some(&1));
+        assert_eq!(f.event_counts().get("reasoning"), Some(&2));
+        assert_eq!(f.event_count(), 14);
+        assert_eq!(f.last_seq(), Some(13));
+        assert_eq!((f.workspace(), f.title()), (Some("/w/proj"), Some("t0")));
+        assert_eq!(f.open_turn(), None);
+        let no_model = ReplayContext {
+            model: None,
+            ..ctx()
+        };
+        assert!(!kinds(&f.replay(&no_model))
+            .iter()
+            .any(|k| k.starts_with("reason")));
+    }
+
+    #[test]
+    fn compaction_replaces_covered_events_and_trims_state() {
+        let mut log = TestLog::new();
+        for i in 0..10 {
+            log.push("user_message", json!({"text": format!("m{i}")}));
+        }
+        let mut f = Fold::from_events(&log.events);
+        assert_eq!(f.entries.len(), 10);
+        log.push(
+            "history_compaction",
+            json!({"strategy": "deterministic_v1", "range": {"from_seq": 0, "to_seq": 6}, "summary": "S"}),
+        );
+        log.push("user_message", json!({"text": "after"}));
+        f.push(&log.events[10]);
+        f.push(&log.events[11]);
+        assert_eq!(f.entries.len(), 4, "covered items are dropped from memory");
+        let r = f.replay(&ctx());
+        assert_eq!(
+            kinds(&r),
+            [
+                "dev",
+                "user:[HISTORY_COMPACTION v1]",
+                "user:m7",
+                "user:m8",
+                "user:m9",
+                "user:after"
+            ]
+        );
+        assert_eq!(r.stats.checkpoint_to_seq, Some(6));
+        assert_eq!(f.checkpoint_to_seq(), Some(6));
+        assert_eq!(f.latest_compaction().map(|e| e.seq), Some(10));
+        // Inspecting as of an earlier seq ignores the later compaction.
+        let before = replay_as_of(&log.events, Some(9), &ctx());
+        assert_eq!(before.stats.items, 11);
+        assert_eq!(before.stats.checkpoint_to_seq, None);
+    }
+
+    #[test]
+    fn turns_and_titles_are_tracked() {
+        let mut log = TestLog::new();
+        log.push("session_fork", json!({"parent_session_id": "p", "fork_root_session_id": "p", "forked_to_seq": 3, "workspace": "/w2"}));
+        log.push("turn_started", json!({"turn_id": "t1"}));
+        log.push("session_info", json!({"title": "renamed"}));
+        let f = Fold::from_events(&log.events);
+        assert_eq!(f.open_turn().as_deref(), Some("t1"));
+        assert_eq!((f.workspace(), f.title()), (Some("/w2"), Some("renamed")));
+    }
+}

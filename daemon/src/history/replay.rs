@@ -1,0 +1,452 @@
+//! Provider replay (DESIGN §7.1): the item conversions, the pairing guard and the stats.
+//!
+//! [`Fold`](super::fold::Fold) converts each replayable event into its [`ReplayItem`] once,
+//! at push time; `build` then only filters and pairs them. Pairing guard: function calls
+//! of one assistant step are followed by their outputs. A replayed item that is neither
+//! (or the end of the input, or a new call after the step's outputs began) closes the
+//! calls still pending, sorted by `call_id`, with a synthetic `orphan_tool_call` output;
+//! an output whose call is not pending is dropped. `stats.balanced` is then checked on
+//! the produced items, not assumed.
+
+use super::render;
+use agentd_proto::replay::ReplayItem;
+use agentd_proto::{Event, EventType};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What replay needs besides the Log: the developer context and the request model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayContext {
+    pub workspace: String,
+    pub permission_mode: String,
+    /// Reasoning items are replayed only when their `data.model` equals this.
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyntheticClosure {
+    pub call_id: String,
+    pub tool: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayStats {
+    pub items: usize,
+    pub function_calls: usize,
+    pub function_call_outputs: usize,
+    pub synthetic_orphan_closures: Vec<SyntheticClosure>,
+    pub balanced: bool,
+    /// An estimate, not a tokenizer count: characters of all item text / 4, rounded up.
+    /// Text is message text, reasoning item JSON, call name + arguments, and outputs.
+    pub estimated_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_to_seq: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Replay {
+    pub items: Vec<ReplayItem>,
+    pub stats: ReplayStats,
+}
+
+/// A replayable event, converted once at push time.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) seq: u64,
+    pub(super) chars: u64,
+    pub(super) item: ReplayItem,
+}
+
+fn item_chars(item: &ReplayItem) -> u64 {
+    let n = match item {
+        ReplayItem::Developer { text }
+        | ReplayItem::User { text }
+        | ReplayItem::Assistant { text } => text.chars().count(),
+        ReplayItem::Reasoning { item, .. } => item.to_string().chars().count(),
+        ReplayItem::FunctionCall {
+            name, arguments, ..
+        } => name.chars().count() + arguments.chars().count(),
+        ReplayItem::FunctionCallOutput { output, .. } => output.chars().count(),
+    };
+    n as u64
+}
+
+pub(super) fn entry(seq: u64, item: ReplayItem) -> Entry {
+    Entry {
+        seq,
+        chars: item_chars(&item),
+        item,
+    }
+}
+
+/// The developer context item's text.
+pub fn developer_text(ctx: &ReplayContext) -> String {
+    format!(
+        "Developer context: the workspace root is {}; tool paths resolve inside it. Permission mode: {}.",
+        Value::String(ctx.workspace.clone()),
+        ctx.permission_mode
+    )
+}
+
+fn synthetic_output(call_id: &str, tool: &str) -> String {
+    json!({
+        "ok": false,
+        "error": {
+            "kind": "orphan_tool_call",
+            "message": "agentd replay found a tool_call without a matching tool_result",
+            "details": {"call_id": call_id, "tool": tool}
+        }
+    })
+    .to_string()
+}
+
+/// The replay item of one event, or `None` for events replay never shows.
+pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
+    let text = || ev.str_field("text").map(str::to_string);
+    match ev.event_type() {
+        EventType::UserMessage => text().map(|text| ReplayItem::User { text }),
+        EventType::AssistantMessage if !super::digest::is_partial(ev) => {
+            text().map(|text| ReplayItem::Assistant { text })
+        }
+        EventType::Reasoning => Some(ReplayItem::Reasoning {
+            item: ev.data.get("item")?.clone(),
+            model: ev.str_field("model")?.to_string(),
+        }),
+        EventType::ToolCall => Some(ReplayItem::FunctionCall {
+            call_id: ev.str_field("call_id")?.to_string(),
+            name: ev.str_field("name").unwrap_or("").to_string(),
+            arguments: ev
+                .data
+                .get("args")
+                .map_or_else(|| "{}".to_string(), Value::to_string),
+        }),
+        EventType::ToolResult => {
+            let call_id = ev.str_field("call_id")?.to_string();
+            let output = match ev.data.get("output") {
+                Some(Value::String(s)) => s.clone(),
+                _ => {
+                    let rest: serde_json::Map<String, Value> = ev
+                        .data
+                        .as_object()?
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != "call_id")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    Value::Object(rest).to_string()
+                }
+            };
+            Some(ReplayItem::FunctionCallOutput {
+                call_id,
+                output,
+                ok: ev.data.get("ok").and_then(Value::as_bool).unwrap_or(false),
+                synthetic: false,
+            })
+        }
+        EventType::BranchSummary => Some(ReplayItem::User {
+            text: render::branch_summary_text(&ev.data),
+        }),
+        _ => None,
+    }
+}
+
+/// Builds provider input from a fold's pre-built items (see [`Fold::replay`](super::fold::Fold::replay)).
+pub(super) fn build(
+    ctx: &ReplayContext,
+    compaction: Option<&Entry>,
+    entries: &[Entry],
+    disordered: bool,
+    checkpoint_to_seq: Option<u64>,
+) -> Replay {
+    let dev = entry(
+        0,
+        ReplayItem::Developer {
+            text: developer_text(ctx),
+        },
+    );
+    let mut g = Guard {
+        chars: dev.chars,
+        items: vec![dev.item],
+        ..Guard::default()
+    };
+    if let Some(c) = compaction {
+        g.chars += c.chars;
+        g.items.push(c.item.clone());
+    }
+    let mut order: Vec<&Entry> = entries.iter().collect();
+    if disordered {
+        order.sort_by_key(|e| e.seq);
+    }
+    for e in order {
+        match &e.item {
+            ReplayItem::Reasoning { model, .. } if ctx.model.as_deref() != Some(model) => {}
+            ReplayItem::FunctionCall { call_id, name, .. } => g.call(call_id, name, e),
+            ReplayItem::FunctionCallOutput { call_id, .. } => g.output(call_id, e),
+            _ => g.other(e),
+        }
+    }
+    g.close();
+    let count = |f: fn(&ReplayItem) -> bool| g.items.iter().filter(|i| f(i)).count();
+    let stats = ReplayStats {
+        items: g.items.len(),
+        function_calls: count(|i| matches!(i, ReplayItem::FunctionCall { .. })),
+        function_call_outputs: count(|i| matches!(i, ReplayItem::FunctionCallOutput { .. })),
+        synthetic_orphan_closures: g.closures,
+        balanced: pairing_violation(&g.items).is_none(),
+        estimated_tokens: g.chars.div_ceil(4),
+        checkpoint_to_seq,
+    };
+    Replay {
+        items: g.items,
+        stats,
+    }
+}
+
+/// The pairing guard's running state while items are emitted.
+#[derive(Default)]
+struct Guard {
+    items: Vec<ReplayItem>,
+    chars: u64,
+    /// Calls of the current step awaiting their output: call_id → tool name.
+    pending: BTreeMap<String, String>,
+    /// The current step's outputs have begun; a further call starts a new step.
+    outputs_begun: bool,
+    closures: Vec<SyntheticClosure>,
+}
+
+impl Guard {
+    fn emit(&mut self, e: &Entry) {
+        self.chars += e.chars;
+        self.items.push(e.item.clone());
+    }
+
+    fn close(&mut self) {
+        for (call_id, tool) in std::mem::take(&mut self.pending) {
+            let output = synthetic_output(&call_id, &tool);
+            self.chars += output.chars().count() as u64;
+            self.items.push(ReplayItem::FunctionCallOutput {
+                call_id: call_id.clone(),
+                output,
+                ok: false,
+                synthetic: true,
+            });
+            self.closures.push(SyntheticClosure { call_id, tool });
+        }
+        self.outputs_begun = false;
+    }
+
+    fn call(&mut self, call_id: &str, name: &str, e: &Entry) {
+        // A call after the step's outputs began, or reusing a pending id, starts a new step.
+        if self.outputs_begun || self.pending.contains_key(call_id) {
+            self.close();
+        }
+        self.pending.insert(call_id.to_string(), name.to_string());
+        self.emit(e);
+    }
+
+    fn output(&mut self, call_id: &str, e: &Entry) {
+        if self.pending.remove(call_id).is_some() {
+            self.outputs_begun = true;
+            self.emit(e);
+        }
+    }
+
+    fn other(&mut self, e: &Entry) {
+        self.close();
+        self.emit(e);
+    }
+}
+
+/// Checks the pairing rule on replay items: every run of function calls is followed by
+/// exactly one output per call (any order) before anything else, and no output stands
+/// without its call. Returns a description of the first violation.
+pub fn pairing_violation(items: &[ReplayItem]) -> Option<String> {
+    let mut open: BTreeSet<&str> = BTreeSet::new();
+    let mut in_outputs = false;
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            ReplayItem::FunctionCall { call_id, .. } => {
+                if in_outputs && !open.is_empty() {
+                    return Some(format!(
+                        "item {i}: call {call_id} before outputs of the step"
+                    ));
+                }
+                in_outputs = false;
+                if !open.insert(call_id) {
+                    return Some(format!("item {i}: call {call_id} repeated in one step"));
+                }
+            }
+            ReplayItem::FunctionCallOutput { call_id, .. } => {
+                if !open.remove(call_id.as_str()) {
+                    return Some(format!("item {i}: output {call_id} without its call"));
+                }
+                in_outputs = true;
+            }
+            _ => {
+                if let Some(id) = open.first() {
+                    return Some(format!("item {i}: call {id} has no output"));
+                }
+                in_outputs = false;
+            }
+        }
+    }
+    open.first()
+        .map(|id| format!("end: call {id} has no output"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::fold::{replay_as_of, Fold};
+    use crate::history::testutil::TestLog;
+
+    fn ctx() -> ReplayContext {
+        ReplayContext {
+            workspace: "/w/proj".into(),
+            permission_mode: "auto".into(),
+            model: Some("m1".into()),
+        }
+    }
+
+    fn call(log: &mut TestLog, id: &str) {
+        log.push(
+            "tool_call",
+            json!({"call_id": id, "name": "read_file", "args": {"path": "a.rs", "n": 1}}),
+        );
+    }
+    fn result(log: &mut TestLog, id: &str) {
+        log.push(
+            "tool_result",
+            json!({"call_id": id, "ok": true, "output": format!("out {id}")}),
+        );
+    }
+
+    fn kinds(r: &Replay) -> Vec<String> {
+        r.items
+            .iter()
+            .map(|i| match i {
+                ReplayItem::Developer { .. } => "dev".to_string(),
+                ReplayItem::User { text } => format!("user:{}", text.lines().next().unwrap_or("")),
+                ReplayItem::Assistant { text } => format!("asst:{text}"),
+                ReplayItem::Reasoning { model, .. } => format!("reason:{model}"),
+                ReplayItem::FunctionCall { call_id, .. } => format!("call:{call_id}"),
+                ReplayItem::FunctionCallOutput {
+                    call_id, synthetic, ..
+                } => format!("out:{call_id}{}", if *synthetic { "*" } else { "" }),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn orphans_are_closed_and_stray_results_dropped() {
+        let mut log = TestLog::new();
+        log.push("user_message", json!({"text": "go"}));
+        call(&mut log, "b");
+        call(&mut log, "a");
+        result(&mut log, "b");
+        result(&mut log, "b"); // duplicate: dropped
+        result(&mut log, "zz"); // no call: dropped
+        log.push("user_message", json!({"text": "next"}));
+        call(&mut log, "c"); // orphan at the end
+        let r = replay_as_of(&log.events, None, &ctx());
+        assert_eq!(
+            kinds(&r),
+            [
+                "dev",
+                "user:go",
+                "call:b",
+                "call:a",
+                "out:b",
+                "out:a*",
+                "user:next",
+                "call:c",
+                "out:c*"
+            ]
+        );
+        assert_eq!(
+            r.stats.synthetic_orphan_closures,
+            [
+                SyntheticClosure {
+                    call_id: "a".into(),
+                    tool: "read_file".into()
+                },
+                SyntheticClosure {
+                    call_id: "c".into(),
+                    tool: "read_file".into()
+                }
+            ]
+        );
+        match &r.items[5] {
+            ReplayItem::FunctionCallOutput {
+                output, ok: false, ..
+            } => {
+                let v: Value = serde_json::from_str(output).unwrap();
+                assert_eq!(v["error"]["kind"], "orphan_tool_call");
+                assert_eq!(
+                    v["error"]["details"],
+                    json!({"call_id": "a", "tool": "read_file"})
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(r.stats.balanced);
+        let f = Fold::from_events(&log.events);
+        let pending: Vec<_> = f
+            .pending_calls()
+            .into_iter()
+            .map(|p| (p.call_id, p.seq))
+            .collect();
+        assert_eq!(pending, [("a".to_string(), 2), ("c".to_string(), 7)]);
+    }
+
+    #[test]
+    fn a_call_after_the_steps_outputs_starts_a_new_step() {
+        let mut log = TestLog::new();
+        call(&mut log, "a");
+        call(&mut log, "b");
+        result(&mut log, "a");
+        call(&mut log, "c");
+        result(&mut log, "b"); // its step was closed: dropped
+        result(&mut log, "c");
+        let r = replay_as_of(&log.events, None, &ctx());
+        assert_eq!(
+            kinds(&r),
+            ["dev", "call:a", "call:b", "out:a", "out:b*", "call:c", "out:c"]
+        );
+        assert!(r.stats.balanced);
+    }
+
+    #[test]
+    fn pairing_violation_detects_broken_input() {
+        let c = |id: &str| ReplayItem::FunctionCall {
+            call_id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        };
+        let o = |id: &str| ReplayItem::FunctionCallOutput {
+            call_id: id.into(),
+            output: String::new(),
+            ok: true,
+            synthetic: false,
+        };
+        let u = ReplayItem::User { text: "x".into() };
+        assert!(pairing_violation(&[c("a"), o("a"), u.clone()]).is_none());
+        assert!(pairing_violation(&[c("a"), u.clone(), o("a")]).is_some());
+        assert!(pairing_violation(&[o("a")]).is_some());
+        assert!(pairing_violation(&[c("a"), c("b"), o("a"), c("d"), o("b"), o("d")]).is_some());
+        assert!(pairing_violation(&[c("a")]).is_some());
+    }
+
+    #[test]
+    fn replay_is_byte_identical_and_estimates_tokens() {
+        let mut log = TestLog::new();
+        log.push("user_message", json!({"text": "abcd"}));
+        call(&mut log, "x");
+        let a = serde_json::to_string(&replay_as_of(&log.events, None, &ctx())).unwrap();
+        let b = serde_json::to_string(&Fold::from_events(&log.events).replay(&ctx())).unwrap();
+        assert_eq!(a, b);
+        let r = replay_as_of(&log.events[..1], None, &ctx());
+        let dev = developer_text(&ctx()).chars().count() as u64;
+        assert_eq!(r.stats.estimated_tokens, (dev + 4).div_ceil(4));
+    }
+}
