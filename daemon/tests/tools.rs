@@ -115,6 +115,14 @@ async fn read_file_errors() {
         err_kind(&w.run("read_file", json!("d/f")).await),
         ErrorKind::InvalidArgs
     );
+    // A FIFO would block a plain read forever.
+    let fifo = std::ffi::CString::new(w.path("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    assert_eq!(
+        err_kind(&w.run("read_file", json!({"path": "fifo"})).await),
+        ErrorKind::InvalidArgs
+    );
     let o = w.run("no_such_tool", json!({})).await;
     assert_eq!(err_kind(&o), ErrorKind::InvalidArgs);
     assert!(o.error.unwrap().message.contains("unknown tool"));

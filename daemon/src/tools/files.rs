@@ -73,6 +73,13 @@ fn read_regular(path: &Path, given: &str) -> Result<Vec<u8>, AgentError> {
                 .with_details(json!({"path": given})),
         );
     }
+    if !meta.is_file() {
+        // A FIFO or a device would block the call or never end.
+        return Err(
+            AgentError::invalid_args(format!("`{given}` is not a regular file"))
+                .with_details(json!({"path": given})),
+        );
+    }
     if meta.len() > MAX_FILE_BYTES {
         return Err(AgentError::invalid_args(format!(
             "`{given}` is {} bytes, over the {MAX_FILE_BYTES}-byte limit; read a slice with shell (head, sed -n)",

@@ -184,20 +184,18 @@ pub async fn run(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutcome {
         return ToolOutcome::failure(interrupted(name));
     }
     match name {
-        "read_file" | "list_dir" | "search" | "write_file" | "edit_file" => {
-            // Filesystem work blocks; keep it off the async workers and let an interrupt
-            // answer promptly even if the walk is still finishing.
-            let (name_owned, args_owned, ctx_owned) = (name.to_string(), args.clone(), ctx.clone());
-            let job = tokio::task::spawn_blocking(move || {
-                run_blocking(&name_owned, &args_owned, &ctx_owned)
-            });
+        "read_file" | "list_dir" | "search" => {
+            // Filesystem work blocks; keep it off the async workers. Reads have no effect,
+            // so an interrupt may abandon them and answer at once.
+            let job = spawn_blocking_tool(name, args, ctx);
             tokio::select! {
-                joined = job => joined.unwrap_or_else(|e| {
-                    ToolOutcome::failure(AgentError::internal(format!("tool `{name}` failed: {e}")))
-                }),
+                outcome = job => outcome,
                 _ = ctx.cancel.cancelled() => ToolOutcome::failure(interrupted(name)),
             }
         }
+        // A write that has started is awaited even on interrupt: answering `interrupted`
+        // while the file still changes would make the Log lie about the workspace.
+        "write_file" | "edit_file" => spawn_blocking_tool(name, args, ctx).await,
         "shell" => match parse_args::<shell::ShellArgs>(name, args) {
             Ok(a) => shell::run(a, ctx).await,
             Err(e) => ToolOutcome::failure(e),
@@ -214,6 +212,15 @@ pub async fn run(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutcome {
             .with_details(json!({"known_tools": spec::KNOWN_TOOLS})),
         ),
     }
+}
+
+async fn spawn_blocking_tool(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutcome {
+    let (name_owned, args_owned, ctx_owned) = (name.to_string(), args.clone(), ctx.clone());
+    tokio::task::spawn_blocking(move || run_blocking(&name_owned, &args_owned, &ctx_owned))
+        .await
+        .unwrap_or_else(|e| {
+            ToolOutcome::failure(AgentError::internal(format!("tool `{name}` failed: {e}")))
+        })
 }
 
 fn run_blocking(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutcome {
