@@ -1,0 +1,160 @@
+//! The tool catalogue offered to providers: names, descriptions and argument schemas.
+//!
+//! Schemas are written for strict function calling (OpenAI `strict: true`): every
+//! property is listed in `required`, optional ones accept `null` (meaning "use the
+//! default"), and `additionalProperties` is false. Providers without strict mode accept
+//! the same schemas; the argument decoders accept a missing optional as `null`.
+
+use agentd_proto::replay::ToolSpec;
+use serde_json::{json, Value};
+
+/// Every tool name a `tool_call` may use, in catalogue order.
+pub const KNOWN_TOOLS: [&str; 7] = [
+    "read_file",
+    "list_dir",
+    "search",
+    "write_file",
+    "edit_file",
+    "shell",
+    "memory_apply",
+];
+
+/// True for a tool name agentd knows (including `memory_apply`, run by the session).
+pub fn is_known(name: &str) -> bool {
+    KNOWN_TOOLS.contains(&name)
+}
+
+/// True for tools that change the workspace or run commands; `ask` mode asks before
+/// these and `read_only` refuses them.
+pub fn is_mutating(name: &str) -> bool {
+    matches!(name, "write_file" | "edit_file" | "shell")
+}
+
+fn object(props: Value) -> Value {
+    let required: Vec<String> = props
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.to_string(),
+        description: description.to_string(),
+        parameters,
+    }
+}
+
+/// Specs of the workspace tools (`memory_apply`'s spec belongs to its own module).
+pub fn specs() -> Vec<ToolSpec> {
+    vec![
+        spec(
+            "read_file",
+            "Read a text file in the workspace. Paths are relative to the workspace root \
+             (absolute paths must be inside it). Returns the file's text (invalid UTF-8 \
+             shown as U+FFFD); `offset_line` (1-based) and `limit_lines` select a range of \
+             lines. Output over 16 KiB is cut with a marker.",
+            object(json!({
+                "path": {"type": "string", "description": "File path, relative to the workspace root."},
+                "offset_line": {"type": ["integer", "null"], "minimum": 1,
+                    "description": "First line to return, 1-based (null: 1)."},
+                "limit_lines": {"type": ["integer", "null"], "minimum": 1,
+                    "description": "Maximum number of lines to return (null: all)."},
+            })),
+        ),
+        spec(
+            "list_dir",
+            "List a directory in the workspace, sorted by name. Directories end with `/`, \
+             symlinks with `@` (not followed). `depth` 1 lists only direct entries; deeper \
+             levels are shown as paths relative to the listed directory. At most 1000 \
+             entries; `.git` is not descended into.",
+            object(json!({
+                "path": {"type": ["string", "null"], "description": "Directory, relative to the workspace root (null: the root)."},
+                "depth": {"type": ["integer", "null"], "minimum": 1, "maximum": 10,
+                    "description": "How many levels to descend (null: 1)."},
+            })),
+        ),
+        spec(
+            "search",
+            "Search file contents with a regular expression (Rust regex syntax). Honours \
+             .gitignore and .ignore files and skips hidden and binary files. Returns one \
+             `path:line:text` line per match, paths relative to the workspace root, in \
+             sorted directory-walk order.",
+            object(json!({
+                "pattern": {"type": "string", "description": "Regular expression matched against each line."},
+                "path": {"type": ["string", "null"], "description": "File or directory to search (null: the workspace root)."},
+                "glob": {"type": ["string", "null"], "description": "Only search files whose path matches this glob, e.g. `*.rs` or `src/**/*.ts` (null: all files)."},
+                "max_results": {"type": ["integer", "null"], "minimum": 1, "maximum": 1000,
+                    "description": "Stop after this many matching lines (null: 100)."},
+            })),
+        ),
+        spec(
+            "write_file",
+            "Create or overwrite a file in the workspace with `content`. Missing parent \
+             directories are created. The write is atomic (temp file + rename) and keeps \
+             an existing file's permissions.",
+            object(json!({
+                "path": {"type": "string", "description": "File path, relative to the workspace root."},
+                "content": {"type": "string", "description": "The complete new file content."},
+            })),
+        ),
+        spec(
+            "edit_file",
+            "Replace one exact occurrence of `old` with `new` in a workspace file. `old` \
+             must match exactly once (including whitespace and indentation); include more \
+             surrounding text when it matches several places.",
+            object(json!({
+                "path": {"type": "string", "description": "File path, relative to the workspace root."},
+                "old": {"type": "string", "description": "Exact text to replace; must occur exactly once."},
+                "new": {"type": "string", "description": "Replacement text."},
+            })),
+        ),
+        spec(
+            "shell",
+            "Run a command with `bash -c` in the workspace root (stdin is empty). Returns \
+             stdout and stderr combined and the exit code; a nonzero exit is reported as \
+             a failure with its output. The command and every process it starts are \
+             killed on timeout or interrupt.",
+            object(json!({
+                "command": {"type": "string", "description": "Bash command line."},
+                "timeout_s": {"type": ["integer", "null"], "minimum": 1, "maximum": 600,
+                    "description": "Timeout in seconds (null: the session default, 120)."},
+            })),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_strict_and_known() {
+        let specs = specs();
+        assert_eq!(specs.len(), 6);
+        for s in &specs {
+            assert!(is_known(&s.name));
+            let p = &s.parameters;
+            assert_eq!(p["additionalProperties"], false, "{}", s.name);
+            let props = p["properties"].as_object().unwrap();
+            let req: Vec<&str> = p["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert_eq!(req.len(), props.len(), "{}", s.name);
+            assert!(props.keys().all(|k| req.contains(&k.as_str())));
+        }
+        assert!(is_known("memory_apply"));
+        assert!(!is_known("rm_rf"));
+        assert!(is_mutating("shell") && is_mutating("write_file") && is_mutating("edit_file"));
+        assert!(!is_mutating("read_file") && !is_mutating("list_dir") && !is_mutating("search"));
+    }
+}
