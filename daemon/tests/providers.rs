@@ -675,6 +675,27 @@ async fn idle_stream_times_out() {
 }
 
 #[tokio::test]
+async fn overall_timeout_ends_a_stream_that_never_finishes() {
+    let text = sse(&[(
+        "response.output_text.delta",
+        json!({"type": "response.output_text.delta", "output_index": 0, "delta": "slow"}),
+    )]);
+    let server = Server::start(vec![Reply::sse(&text).end(End::Hang)]).await;
+    let mut cfg = config(ProviderKind::OpenaiResponses, &server.base);
+    cfg.timeout_s = Some(1);
+    let started = Instant::now();
+    let out = run(cfg, request()).await;
+    let f = out.err();
+    assert_eq!(f.kind(), ErrorKind::Timeout);
+    assert!(
+        f.error.message.contains("timeout_s = 1s"),
+        "{}",
+        f.error.message
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
 async fn context_length_errors_are_context_overflow() {
     let server = Server::start(vec![Reply::status(
         400,

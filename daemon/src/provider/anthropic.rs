@@ -176,9 +176,10 @@ impl http::Decoder for Decoder {
                         .get("text")
                         .and_then(Value::as_str)
                         .unwrap_or("");
-                    output.push(OutputItem::Message {
-                        text: format!("{initial}{}", block.text),
-                    });
+                    let text = format!("{initial}{}", block.text);
+                    if !text.is_empty() {
+                        output.push(OutputItem::Message { text });
+                    }
                 }
                 Some("tool_use") => {
                     let args = if block.json.trim().is_empty() {

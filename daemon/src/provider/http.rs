@@ -655,6 +655,38 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_is_replayed_only_to_its_model_and_only_when_resolvable() {
+        let r = |model: &str, item: Value| ReplayItem::Reasoning {
+            item,
+            model: model.into(),
+        };
+        let items = vec![
+            ReplayItem::User { text: "u".into() },
+            r(
+                "m1",
+                json!({"type": "reasoning", "id": "a", "encrypted_content": "x"}),
+            ),
+            r("m1", json!({"type": "reasoning", "id": "b"})),
+            r(
+                "m2",
+                json!({"type": "reasoning", "id": "c", "encrypted_content": "y"}),
+            ),
+        ];
+        let ids = |wire| {
+            replayable_items(&items, "m1", wire)
+                .iter()
+                .filter_map(|i| match i {
+                    ReplayItem::Reasoning { item, .. } => item["id"].as_str().map(str::to_string),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(Wire::Responses), vec!["a"]);
+        assert_eq!(ids(Wire::Anthropic), vec!["a", "b"]);
+        assert_eq!(replayable_items(&items, "m1", Wire::Chat).len(), 3);
+    }
+
+    #[test]
     fn loopback_detection() {
         assert!(is_loopback("http://localhost:11434/v1"));
         assert!(is_loopback("http://127.0.0.1:9/v1"));

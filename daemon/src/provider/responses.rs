@@ -228,7 +228,8 @@ fn slot_output(slot: Slot) -> Option<OutputItem> {
                     .unwrap_or_default(),
                 None => slot.text,
             };
-            Some(OutputItem::Message { text })
+            // A message item with no text (e.g. only a refusal part) adds nothing.
+            (!text.is_empty()).then_some(OutputItem::Message { text })
         }
         Some("function_call") => {
             let arguments = match item.get("arguments").and_then(Value::as_str) {
