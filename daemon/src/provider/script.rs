@@ -257,8 +257,15 @@ impl Player<'_> {
                 self.partial.push_str(&piece);
                 StreamEvent::TextDelta(piece)
             };
-            // Nobody listening is fine; the answer is still returned.
-            let _ = self.tx.send(ev).await;
+            // Nobody listening is fine (the answer is still returned); a full channel
+            // must not delay an interrupt.
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    return Err(self.fail(ErrorKind::Interrupted, "provider call interrupted".into()));
+                }
+                _ = self.tx.send(ev) => {}
+            }
         }
         Ok(())
     }
