@@ -1,0 +1,255 @@
+//! The Anthropic Messages wire format (`POST {base}/v1/messages`, streamed).
+//!
+//! Content blocks are keyed by `index`; text, tool input JSON and thinking arrive as
+//! deltas to their block. Thinking blocks are kept with their signature so they can be
+//! sent back to the same model (the API rejects thinking without it).
+
+use super::dialect::{parse_args, render_tools};
+use super::http::{self, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire};
+use super::sse::SseEvent;
+use super::{OutputItem, ProviderResponse, StreamEvent, Usage};
+use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// The Messages API requires `max_tokens`; used when neither the turn nor config sets one.
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+pub(crate) fn build(
+    base: &str,
+    model: &str,
+    items: &[ReplayItem],
+    tools: &[ToolSpec],
+    max_output_tokens: Option<u32>,
+    key: Option<&str>,
+) -> HttpCall {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert(
+        "max_tokens".into(),
+        json!(max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+    );
+    if let Value::Object(rendered) = http::render_input(items, Wire::Anthropic) {
+        for (k, v) in rendered {
+            body.insert(k, v);
+        }
+    }
+    if !tools.is_empty() {
+        body.insert("tools".into(), render_tools(tools, Dialect::Anthropic));
+    }
+    body.insert("stream".into(), json!(true));
+    let mut headers = vec![("anthropic-version", "2023-06-01".to_string())];
+    if let Some(k) = key {
+        headers.push(("x-api-key", k.to_string()));
+    }
+    HttpCall {
+        url: format!("{base}/v1/messages"),
+        headers,
+        body: Value::Object(body),
+    }
+}
+
+#[derive(Default)]
+struct Block {
+    start: Value,
+    text: String,
+    json: String,
+    thinking: String,
+    signature: String,
+}
+
+pub(crate) struct Decoder {
+    provider: String,
+    model: String,
+    blocks: BTreeMap<u64, Block>,
+    usage: Map<String, Value>,
+    stop_reason: Option<String>,
+    stopped: bool,
+}
+
+impl Decoder {
+    pub(crate) fn new(provider: &str, model: &str) -> Self {
+        Decoder {
+            provider: provider.to_string(),
+            model: model.to_string(),
+            blocks: BTreeMap::new(),
+            usage: Map::new(),
+            stop_reason: None,
+            stopped: false,
+        }
+    }
+
+    /// Later usage reports (message_delta) update the counts message_start gave.
+    fn merge_usage(&mut self, u: Option<&Value>) {
+        if let Some(Value::Object(m)) = u {
+            for (k, v) in m {
+                if !v.is_null() {
+                    self.usage.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+}
+
+fn index_of(v: &Value) -> u64 {
+    v.get("index").and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl http::Decoder for Decoder {
+    fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
+        let v = parse_data(ev, &self.provider)?;
+        let ty = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(&ev.event)
+            .to_string();
+        match ty.as_str() {
+            "message_start" => {
+                if let Some(m) = v.pointer("/message/model").and_then(Value::as_str) {
+                    self.model = m.to_string();
+                }
+                self.merge_usage(v.pointer("/message/usage"));
+            }
+            "content_block_start" => {
+                let block = self.blocks.entry(index_of(&v)).or_default();
+                block.start = v.get("content_block").cloned().unwrap_or(Value::Null);
+            }
+            "content_block_delta" => {
+                let block = self.blocks.entry(index_of(&v)).or_default();
+                let d = v.get("delta").cloned().unwrap_or(Value::Null);
+                let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                match d.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = s("text");
+                        block.text.push_str(&t);
+                        if !t.is_empty() {
+                            out.push(StreamEvent::TextDelta(t));
+                        }
+                    }
+                    Some("input_json_delta") => block.json.push_str(&s("partial_json")),
+                    Some("thinking_delta") => {
+                        let t = s("thinking");
+                        block.thinking.push_str(&t);
+                        if !t.is_empty() {
+                            out.push(StreamEvent::ReasoningDelta(t));
+                        }
+                    }
+                    Some("signature_delta") => block.signature.push_str(&s("signature")),
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(r.to_string());
+                }
+                self.merge_usage(v.get("usage"));
+            }
+            "message_stop" => {
+                self.stopped = true;
+                return Ok(Step::Done);
+            }
+            "error" => {
+                let err = v.get("error").unwrap_or(&v);
+                let code = err.get("type").and_then(Value::as_str);
+                let message = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error event without a message");
+                return Err(Attempt::from_stream_error(code, message, &self.provider));
+            }
+            // ping, content_block_stop and future event types need nothing.
+            _ => {}
+        }
+        Ok(Step::Continue)
+    }
+
+    fn finish(&mut self, at_eof: bool) -> Result<ProviderResponse, Attempt> {
+        if at_eof && !self.stopped {
+            return Err(cut_short(&self.provider, "message_stop"));
+        }
+        let mut output = Vec::new();
+        for block in std::mem::take(&mut self.blocks).into_values() {
+            match block.start.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    let initial = block
+                        .start
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let text = format!("{initial}{}", block.text);
+                    if !text.is_empty() {
+                        output.push(OutputItem::Message { text });
+                    }
+                }
+                Some("tool_use") => {
+                    let args = if block.json.trim().is_empty() {
+                        block
+                            .start
+                            .get("input")
+                            .cloned()
+                            .filter(Value::is_object)
+                            .unwrap_or(json!({}))
+                    } else {
+                        parse_args(&block.json)
+                    };
+                    output.push(OutputItem::ToolCall {
+                        call_id: block
+                            .start
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        name: block
+                            .start
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        args,
+                    });
+                }
+                Some("thinking") => {
+                    let initial = block
+                        .start
+                        .get("thinking")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let sig0 = block
+                        .start
+                        .get("signature")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    output.push(OutputItem::Reasoning {
+                        item: json!({
+                            "type": "thinking",
+                            "thinking": format!("{initial}{}", block.thinking),
+                            "signature": format!("{sig0}{}", block.signature),
+                        }),
+                    });
+                }
+                Some("redacted_thinking") => {
+                    output.push(OutputItem::Reasoning { item: block.start })
+                }
+                _ => {}
+            }
+        }
+        let u = Value::Object(std::mem::take(&mut self.usage));
+        let cache_read = u64_at(&u, &["cache_read_input_tokens"]);
+        let input = u64_at(&u, &["input_tokens"])
+            + cache_read
+            + u64_at(&u, &["cache_creation_input_tokens"]);
+        let output_tokens = u64_at(&u, &["output_tokens"]);
+        Ok(ProviderResponse {
+            output,
+            usage: Usage {
+                input_tokens: input,
+                cached_tokens: cache_read,
+                output_tokens,
+                reasoning_tokens: 0,
+                total_tokens: input + output_tokens,
+            },
+            model: self.model.clone(),
+            stop_reason: self.stop_reason.clone(),
+        })
+    }
+}

@@ -1,0 +1,488 @@
+//! Renders the provider-neutral replay items (DESIGN §7.1) into each wire format's input.
+//!
+//! This is the one place that knows how a function call and its output look to each API,
+//! so `agentd/context` shows exactly what a provider would be sent. Rendering is a pure
+//! function of the items: no map iteration order, no clock, so the same history always
+//! gives the same bytes. Pairing is kept as given (replay already guarantees each call is
+//! followed by exactly one output); the renderers only regroup where an API demands it.
+
+use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
+use serde_json::{json, Map, Value};
+
+/// The input for `dialect`: an array of input items (`responses`), an array of messages
+/// (`chat`), or `{"system"?, "messages"}` (`anthropic`).
+pub fn render(items: &[ReplayItem], dialect: Dialect) -> Value {
+    match dialect {
+        Dialect::Responses => render_responses(items),
+        Dialect::Chat => render_chat(items),
+        Dialect::Anthropic => render_anthropic(items),
+    }
+}
+
+/// Tool definitions in `dialect`'s shape.
+pub fn render_tools(tools: &[ToolSpec], dialect: Dialect) -> Value {
+    let out: Vec<Value> = tools
+        .iter()
+        .map(|t| match dialect {
+            Dialect::Responses => json!({
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+            }),
+            Dialect::Chat => json!({
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }),
+            Dialect::Anthropic => json!({
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.parameters,
+            }),
+        })
+        .collect();
+    Value::Array(out)
+}
+
+/// Parses a call's argument text; text that is not a JSON object is kept as
+/// `{"_raw": text}` so the call still renders and the tool can report the bad args.
+pub fn parse_args(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ if arguments.trim().is_empty() => json!({}),
+        _ => json!({ "_raw": arguments }),
+    }
+}
+
+fn render_responses(items: &[ReplayItem]) -> Value {
+    let out: Vec<Value> = items
+        .iter()
+        .map(|item| match item {
+            ReplayItem::Developer { text } => json!({"role": "developer", "content": text}),
+            ReplayItem::User { text } => json!({"role": "user", "content": text}),
+            ReplayItem::Assistant { text } => json!({"role": "assistant", "content": text}),
+            ReplayItem::Reasoning { item, .. } => item.clone(),
+            ReplayItem::FunctionCall {
+                call_id,
+                name,
+                arguments,
+            } => json!({
+                "type": "function_call",
+                "call_id": call_id,
+                "name": name,
+                "arguments": arguments,
+            }),
+            ReplayItem::FunctionCallOutput {
+                call_id, output, ..
+            } => json!({
+                "type": "function_call_output",
+                "call_id": call_id,
+                "output": output,
+            }),
+        })
+        .collect();
+    Value::Array(out)
+}
+
+fn render_chat(items: &[ReplayItem]) -> Value {
+    let mut out: Vec<Value> = Vec::new();
+    // An assistant message that may still collect the tool calls of its step.
+    let mut open_assistant: Option<usize> = None;
+    for item in items {
+        match item {
+            ReplayItem::Developer { text } => {
+                open_assistant = None;
+                out.push(json!({"role": "system", "content": text}));
+            }
+            ReplayItem::User { text } => {
+                open_assistant = None;
+                out.push(json!({"role": "user", "content": text}));
+            }
+            ReplayItem::Assistant { text } => {
+                out.push(json!({"role": "assistant", "content": text}));
+                open_assistant = Some(out.len() - 1);
+            }
+            // Chat Completions has no way to send reasoning back.
+            ReplayItem::Reasoning { .. } => {}
+            ReplayItem::FunctionCall {
+                call_id,
+                name,
+                arguments,
+            } => {
+                let call = json!({
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                });
+                let idx = match open_assistant {
+                    Some(i) => i,
+                    None => {
+                        out.push(json!({"role": "assistant", "content": Value::Null}));
+                        out.len() - 1
+                    }
+                };
+                open_assistant = Some(idx);
+                if let Some(msg) = out[idx].as_object_mut() {
+                    let calls = msg
+                        .entry("tool_calls")
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                    if let Some(arr) = calls.as_array_mut() {
+                        arr.push(call);
+                    }
+                }
+            }
+            ReplayItem::FunctionCallOutput {
+                call_id, output, ..
+            } => {
+                open_assistant = None;
+                out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            }
+        }
+    }
+    Value::Array(out)
+}
+
+fn render_anthropic(items: &[ReplayItem]) -> Value {
+    let mut system: Vec<&str> = Vec::new();
+    // (role, content blocks); consecutive same-role turns are merged because the
+    // Messages API requires user and assistant turns to alternate.
+    let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, block: Value| match messages.last_mut() {
+        Some((r, blocks)) if *r == role => blocks.push(block),
+        _ => messages.push((role, vec![block])),
+    };
+    for item in items {
+        match item {
+            ReplayItem::Developer { text } => system.push(text),
+            // The API refuses empty text blocks.
+            ReplayItem::User { text } if !text.is_empty() => {
+                push("user", json!({"type": "text", "text": text}))
+            }
+            ReplayItem::Assistant { text } if !text.is_empty() => {
+                push("assistant", json!({"type": "text", "text": text}))
+            }
+            ReplayItem::User { .. } | ReplayItem::Assistant { .. } => {}
+            ReplayItem::Reasoning { item, .. } => {
+                let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
+                // Only Anthropic's own thinking blocks can be sent back.
+                if kind == "thinking" || kind == "redacted_thinking" {
+                    push("assistant", item.clone());
+                }
+            }
+            ReplayItem::FunctionCall {
+                call_id,
+                name,
+                arguments,
+            } => push(
+                "assistant",
+                json!({"type": "tool_use", "id": call_id, "name": name, "input": parse_args(arguments)}),
+            ),
+            ReplayItem::FunctionCallOutput {
+                call_id,
+                output,
+                ok,
+                ..
+            } => {
+                let mut block = Map::new();
+                block.insert("type".into(), json!("tool_result"));
+                block.insert("tool_use_id".into(), json!(call_id));
+                block.insert("content".into(), json!(output));
+                if !ok {
+                    block.insert("is_error".into(), json!(true));
+                }
+                push("user", Value::Object(block));
+            }
+        }
+    }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut out = Map::new();
+    if !system.is_empty() {
+        out.insert("system".into(), json!(system.join("\n\n")));
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<ReplayItem> {
+        vec![
+            ReplayItem::Developer {
+                text: "Workspace: /w".into(),
+            },
+            ReplayItem::User {
+                text: "list files".into(),
+            },
+            ReplayItem::Reasoning {
+                item: json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+                model: "m".into(),
+            },
+            ReplayItem::Assistant {
+                text: "Looking.".into(),
+            },
+            ReplayItem::FunctionCall {
+                call_id: "c1".into(),
+                name: "list_dir".into(),
+                arguments: "{\"path\":\".\"}".into(),
+            },
+            ReplayItem::FunctionCall {
+                call_id: "c2".into(),
+                name: "shell".into(),
+                arguments: "not json".into(),
+            },
+            ReplayItem::FunctionCallOutput {
+                call_id: "c1".into(),
+                output: "a.txt".into(),
+                ok: true,
+                synthetic: false,
+            },
+            ReplayItem::FunctionCallOutput {
+                call_id: "c2".into(),
+                output: "{\"ok\":false}".into(),
+                ok: false,
+                synthetic: true,
+            },
+            ReplayItem::Assistant {
+                text: "One file.".into(),
+            },
+            ReplayItem::User {
+                text: "thanks".into(),
+            },
+        ]
+    }
+
+    fn golden(dialect: Dialect) -> String {
+        serde_json::to_string_pretty(&render(&sample(), dialect)).unwrap()
+    }
+
+    #[test]
+    fn responses_golden() {
+        let expected = r#"[
+  {
+    "role": "developer",
+    "content": "Workspace: /w"
+  },
+  {
+    "role": "user",
+    "content": "list files"
+  },
+  {
+    "type": "reasoning",
+    "id": "rs_1",
+    "summary": []
+  },
+  {
+    "role": "assistant",
+    "content": "Looking."
+  },
+  {
+    "type": "function_call",
+    "call_id": "c1",
+    "name": "list_dir",
+    "arguments": "{\"path\":\".\"}"
+  },
+  {
+    "type": "function_call",
+    "call_id": "c2",
+    "name": "shell",
+    "arguments": "not json"
+  },
+  {
+    "type": "function_call_output",
+    "call_id": "c1",
+    "output": "a.txt"
+  },
+  {
+    "type": "function_call_output",
+    "call_id": "c2",
+    "output": "{\"ok\":false}"
+  },
+  {
+    "role": "assistant",
+    "content": "One file."
+  },
+  {
+    "role": "user",
+    "content": "thanks"
+  }
+]"#;
+        assert_eq!(golden(Dialect::Responses), expected);
+    }
+
+    #[test]
+    fn chat_golden_groups_calls_into_their_assistant_message() {
+        let expected = r#"[
+  {
+    "role": "system",
+    "content": "Workspace: /w"
+  },
+  {
+    "role": "user",
+    "content": "list files"
+  },
+  {
+    "role": "assistant",
+    "content": "Looking.",
+    "tool_calls": [
+      {
+        "id": "c1",
+        "type": "function",
+        "function": {
+          "name": "list_dir",
+          "arguments": "{\"path\":\".\"}"
+        }
+      },
+      {
+        "id": "c2",
+        "type": "function",
+        "function": {
+          "name": "shell",
+          "arguments": "not json"
+        }
+      }
+    ]
+  },
+  {
+    "role": "tool",
+    "tool_call_id": "c1",
+    "content": "a.txt"
+  },
+  {
+    "role": "tool",
+    "tool_call_id": "c2",
+    "content": "{\"ok\":false}"
+  },
+  {
+    "role": "assistant",
+    "content": "One file."
+  },
+  {
+    "role": "user",
+    "content": "thanks"
+  }
+]"#;
+        assert_eq!(golden(Dialect::Chat), expected);
+    }
+
+    #[test]
+    fn anthropic_golden_merges_roles_and_pairs_tool_results() {
+        let expected = r#"{
+  "system": "Workspace: /w",
+  "messages": [
+    {
+      "role": "user",
+      "content": [
+        {
+          "type": "text",
+          "text": "list files"
+        }
+      ]
+    },
+    {
+      "role": "assistant",
+      "content": [
+        {
+          "type": "text",
+          "text": "Looking."
+        },
+        {
+          "type": "tool_use",
+          "id": "c1",
+          "name": "list_dir",
+          "input": {
+            "path": "."
+          }
+        },
+        {
+          "type": "tool_use",
+          "id": "c2",
+          "name": "shell",
+          "input": {
+            "_raw": "not json"
+          }
+        }
+      ]
+    },
+    {
+      "role": "user",
+      "content": [
+        {
+          "type": "tool_result",
+          "tool_use_id": "c1",
+          "content": "a.txt"
+        },
+        {
+          "type": "tool_result",
+          "tool_use_id": "c2",
+          "content": "{\"ok\":false}",
+          "is_error": true
+        }
+      ]
+    },
+    {
+      "role": "assistant",
+      "content": [
+        {
+          "type": "text",
+          "text": "One file."
+        }
+      ]
+    },
+    {
+      "role": "user",
+      "content": [
+        {
+          "type": "text",
+          "text": "thanks"
+        }
+      ]
+    }
+  ]
+}"#;
+        assert_eq!(golden(Dialect::Anthropic), expected);
+    }
+
+    #[test]
+    fn rendering_is_byte_deterministic() {
+        for d in [Dialect::Responses, Dialect::Chat, Dialect::Anthropic] {
+            let a = serde_json::to_vec(&render(&sample(), d)).unwrap();
+            let b = serde_json::to_vec(&render(&sample(), d)).unwrap();
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn calls_without_assistant_text_get_their_own_message() {
+        let items = vec![
+            ReplayItem::User { text: "go".into() },
+            ReplayItem::FunctionCall {
+                call_id: "c".into(),
+                name: "shell".into(),
+                arguments: "{}".into(),
+            },
+            ReplayItem::FunctionCallOutput {
+                call_id: "c".into(),
+                output: "ok".into(),
+                ok: true,
+                synthetic: false,
+            },
+        ];
+        let chat = render(&items, Dialect::Chat);
+        assert_eq!(chat[1]["role"], "assistant");
+        assert_eq!(chat[1]["content"], Value::Null);
+        assert_eq!(chat[1]["tool_calls"][0]["id"], "c");
+        assert_eq!(chat[2]["role"], "tool");
+        let anth = render(&items, Dialect::Anthropic);
+        assert!(anth.get("system").is_none());
+        assert_eq!(anth["messages"].as_array().map(Vec::len), Some(3));
+    }
+}
