@@ -443,12 +443,14 @@ fn render_fork(v: &Value) -> String {
 /// Turns a clap parse failure into the contract's JSON error (used with `--json`).
 pub fn usage_error(e: &clap::Error) -> AgentError {
     let text = e.to_string();
+    // The first paragraph of clap's message, on one line.
     let first = text
         .lines()
-        .next()
-        .unwrap_or("invalid usage")
-        .trim_start_matches("error: ")
-        .to_string();
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let first = first.trim_start_matches("error: ").to_string();
     AgentError::new(ErrorKind::InvalidArgs, first)
         .with_details(json!({"usage": text}))
         .with_next_actions(&["agentctl --help"])
@@ -543,5 +545,6 @@ corrupt lines:      1
         assert_eq!(a.kind, ErrorKind::InvalidArgs);
         assert_eq!(a.kind.exit_code(), 2);
         assert!(!a.message.starts_with("error:"));
+        assert!(a.message.contains("<SESSION_ID>"), "{}", a.message);
     }
 }
