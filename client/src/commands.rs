@@ -68,7 +68,12 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
     // Everything that can be refused locally is refused before connecting.
     if let Some(req) = simple_request(&cli.command, &cwd)? {
         let c = daemon::connect_or_start(&target).await?;
-        let value = c.conn.call(req.method, req.params).await?;
+        let mut value = c.conn.call(req.method, req.params.clone()).await?;
+        if let Command::Ls(a) = &cli.command {
+            if a.all {
+                value = list_all(&c.conn, req.params, value).await?;
+            }
+        }
         let text = render_result(&cli.command, &value, &cwd);
         return Ok(result(value, text));
     }
@@ -171,6 +176,28 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
     }
 }
 
+/// Follows `next_cursor` until the last page; returns one `{"sessions": [...]}`.
+async fn list_all(
+    conn: &crate::rpc::Conn,
+    mut params: Value,
+    first: Value,
+) -> Result<Value, AgentError> {
+    let mut sessions = Vec::new();
+    let mut page = first;
+    loop {
+        if let Some(list) = page.get("sessions").and_then(Value::as_array) {
+            sessions.extend(list.iter().cloned());
+        }
+        let cursor = match page.get("next_cursor") {
+            Some(c) if !c.is_null() && params.get("cursor") != Some(c) => c.clone(),
+            _ => break,
+        };
+        params["cursor"] = cursor;
+        page = conn.call(method::LIST, params.clone()).await?;
+    }
+    Ok(json!({"sessions": sessions}))
+}
+
 async fn status(target: &Target) -> Result<Outcome, AgentError> {
     let c = daemon::connect_existing(target).await?;
     let st = c.conn.call(method::STATUS, json!({})).await?;
@@ -197,7 +224,7 @@ async fn status(target: &Target) -> Result<Outcome, AgentError> {
     ] {
         if let Some(val) = v.get(key) {
             let shown = val.as_str().map_or_else(|| val.to_string(), str::to_string);
-            let _ = writeln!(text, "{:<16}{shown}", format!("{key}:"));
+            let _ = writeln!(text, "{:<18}{shown}", format!("{key}:"));
         }
     }
     Ok(result(v, text))

@@ -286,7 +286,7 @@ pub async fn log_once(
         }
         let next = page.get("next_after_seq").and_then(Value::as_u64);
         match next {
-            Some(n) if !events.is_empty() && Some(n) != after => after = Some(n),
+            Some(n) if Some(n) != after => after = Some(n),
             _ => break,
         }
     }
@@ -318,6 +318,7 @@ pub async fn log_follow(
         .take_incoming()
         .ok_or_else(|| AgentError::internal("notification stream already taken"))?;
     let mut last = after_seq;
+    let mut last_page = after_seq;
     let show = |e: &Value| {
         if human {
             output::stdout(&(render::event_line(e) + "\n"));
@@ -327,7 +328,7 @@ pub async fn log_follow(
     };
     loop {
         let page = conn
-            .call(method::EVENTS, events_params(session_id, last, &[])?)
+            .call(method::EVENTS, events_params(session_id, last_page, &[])?)
             .await?;
         let events = page
             .get("events")
@@ -342,9 +343,11 @@ pub async fn log_follow(
                 last = Some(last.map_or(s, |l| l.max(s)));
             }
         }
-        if events.is_empty() || page.get("next_after_seq").and_then(Value::as_u64).is_none() {
-            break;
+        match page.get("next_after_seq").and_then(Value::as_u64) {
+            Some(n) if Some(n) != last_page => last_page = Some(n),
+            _ => break,
         }
+        last = last.max(last_page);
     }
     conn.subscribe(session_id, last, false).await?;
     let ctrl_c = tokio::signal::ctrl_c();
