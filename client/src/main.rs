@@ -1,1 +1,51 @@
-fn main() {}
+//! `agentctl`: the command line client of agentd (DESIGN §12).
+//!
+//! Module map: `cli` (the clap surface, which is the manual), `params` (arguments →
+//! JSON-RPC params, pure), `rpc` (NDJSON JSON-RPC client over the Unix socket),
+//! `daemon` (socket discovery, auto-start, stop), `stream` (streamed turns and
+//! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
+//! exit codes), `commands` (runs one command).
+
+mod cli;
+mod commands;
+mod daemon;
+mod output;
+mod params;
+mod render;
+mod rpc;
+mod stream;
+
+use clap::error::ErrorKind as ClapErrorKind;
+use clap::Parser;
+
+fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match cli::Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let informational = matches!(
+                e.kind(),
+                ClapErrorKind::DisplayHelp | ClapErrorKind::DisplayVersion
+            );
+            // Usage errors under --json still print one JSON document (exit 2).
+            if !informational && args.iter().any(|a| a == "--json") {
+                std::process::exit(output::fail(true, &commands::usage_error(&e)));
+            }
+            e.exit()
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let err = agentd_proto::AgentError::internal(format!("cannot start runtime: {e}"));
+            std::process::exit(output::fail(cli.json, &err));
+        }
+    };
+    let code = runtime.block_on(commands::run(cli));
+    // Drop the runtime (and any connection) before exiting so replies are flushed.
+    drop(runtime);
+    std::process::exit(code);
+}

@@ -1,0 +1,369 @@
+//! The command line of `agentctl`: every command, flag and its help text. The `--help`
+//! output is the manual, so the doc comments here are written for users.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+Socket: --socket, else AGENTD_SOCKET, else $XDG_RUNTIME_DIR/agentd/agentd.sock, else
+$TMPDIR/agentd-$UID/agentd.sock. Home: --home, else AGENTD_HOME, else
+$XDG_STATE_HOME/agentd (~/.local/state/agentd).
+
+When no daemon answers, agentctl starts one (`agentd --socket S [--home H]`, found next to
+agentctl, else on PATH, or named by AGENTD_BIN), detached, logging to <home>/agentd.log.
+
+Output: human text by default; with --json exactly one JSON document on stdout,
+{\"ok\":true,...} or {\"ok\":false,\"error\":{\"kind\",\"message\",\"details\"}}
+(exception: `log --follow --json` streams NDJSON, one event per line).
+
+Exit codes: 0 ok, 1 error, 2 usage / invalid_args / not_found, 3 permission_denied /
+outside_workspace, 4 daemon_unavailable, 5 busy / seq_conflict, 130 interrupted.";
+
+/// Command line client for agentd, the daemon that keeps AI coding-agent sessions as
+/// durable, append-only Logs.
+#[derive(Debug, Parser)]
+#[command(name = "agentctl", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    /// Unix socket of the daemon.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Daemon home (Logs, lock, agentd.log); used when agentctl starts the daemon.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// Print exactly one JSON document on stdout instead of human text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start, stop or inspect the daemon.
+    #[command(subcommand)]
+    Daemon(DaemonCmd),
+    /// Same as `daemon status`.
+    Status,
+    /// Print the socket path, starting the daemon if none answers (for editor extensions).
+    SocketPath,
+    /// Create a new session and print its id.
+    New(NewArgs),
+    /// List sessions, newest first.
+    Ls(LsArgs),
+    /// Show a session: workspace, counts, pending tool calls, Log damage.
+    Show(SidArg),
+    /// Print a session's events, one line each (`seq  time  type  summary`).
+    Log(LogArgs),
+    /// Append events to a session's Log (for harnesses that run turns themselves).
+    Append(AppendArgs),
+    /// Create a session in a workspace and run one turn, streaming the answer.
+    Run(RunArgs),
+    /// Run a turn in an existing session, streaming the answer.
+    Turn(TurnArgs),
+    /// Interrupt the running turn; orphan tool calls get a recorded closure.
+    Interrupt(InterruptArgs),
+    /// Close tool calls that have no result (orphans) with a recorded error result.
+    Reconcile(ReconcileArgs),
+    /// Show the exact provider input that replaying the session would send.
+    Context(ContextArgs),
+    /// Show the deterministic checkpoint and the text replay injects for it.
+    Checkpoint(SidArg),
+    /// Compact old history into a checkpoint event; the Log keeps every event.
+    Compact(CompactArgs),
+    /// Create a child session from a prefix of a session's Log.
+    Fork(ForkArgs),
+    /// Draw the fork tree of a session, or of every session in a workspace.
+    Tree(TreeArgs),
+    /// Import a session from another harness's log file as a new agentd session.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonCmd {
+    /// Start the daemon if none answers; print its pid and socket.
+    Start,
+    /// Ask the daemon to shut down (running turns end as interrupted) and wait until it
+    /// is gone. Succeeds when no daemon runs.
+    Stop,
+    /// Show uptime, session and turn counts, durability mode. Never starts a daemon;
+    /// exits 4 when none answers.
+    Status,
+}
+
+#[derive(Debug, Args)]
+pub struct SidArg {
+    /// Session id.
+    pub session_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// Workspace directory the session's tools are confined to [default: current dir].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Human title shown by `ls` and `tree`.
+    #[arg(long, value_name = "T")]
+    pub title: Option<String>,
+    /// Default model for the session's turns.
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Default provider (as named in the daemon config) for the session's turns.
+    #[arg(long, value_name = "P")]
+    pub provider: Option<String>,
+    /// Use this id instead of a generated one (1..=128 bytes of [A-Za-z0-9_][A-Za-z0-9_.-]*).
+    #[arg(long, value_name = "ID")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Only sessions of this workspace [default: every workspace].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// At most this many sessions (per page with --all).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub limit: usize,
+    /// Fetch every page instead of stopping after --limit sessions.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Only events with seq greater than N.
+    #[arg(long, value_name = "N")]
+    pub after_seq: Option<u64>,
+    /// Keep printing new events as they are appended (Ctrl-C stops, exit 0). With --json
+    /// the output is NDJSON: one event object per line, since it streams.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only these event types (comma separated), e.g. `user_message,assistant_message`.
+    /// In follow mode, naming an ephemeral type (text_delta, status, ...) shows it live.
+    #[arg(long, value_name = "a,b", value_delimiter = ',')]
+    pub types: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AppendArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Event type, e.g. `user_message`. Ephemeral types are refused.
+    #[arg(long = "type", value_name = "T")]
+    pub kind: String,
+    /// The event's data object as JSON; `-` reads it from stdin.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    pub data: String,
+    /// Fail with seq_conflict (exit 5) unless the event would get this seq.
+    #[arg(long, value_name = "N")]
+    pub expect_seq: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PermissionMode {
+    /// Every tool runs.
+    Auto,
+    /// Mutating tools ask this terminal (denied when stdin is not a terminal).
+    Ask,
+    /// Mutating tools are denied.
+    #[value(name = "read_only")]
+    ReadOnly,
+}
+
+impl PermissionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Auto => "auto",
+            PermissionMode::Ask => "ask",
+            PermissionMode::ReadOnly => "read_only",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TurnOptions {
+    /// Model for this turn [default: the session's].
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Provider for this turn [default: the session's].
+    #[arg(long, value_name = "P")]
+    pub provider: Option<String>,
+    /// Stop after this many provider calls.
+    #[arg(long, value_name = "N")]
+    pub max_iterations: Option<u32>,
+    /// Which tools may run without asking.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub permission_mode: Option<PermissionMode>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// Workspace of the new session [default: current dir].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Title of the new session [default: the prompt's first line, clipped].
+    #[arg(long, value_name = "T")]
+    pub title: Option<String>,
+    #[command(flatten)]
+    pub turn: TurnOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct TurnArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The prompt.
+    pub prompt: String,
+    #[command(flatten)]
+    pub turn: TurnOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct InterruptArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Why; recorded in the turn_ended event.
+    #[arg(long, value_name = "R")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Session id.
+    pub session_id: String,
+    /// List the orphan calls without recording anything.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DialectArg {
+    /// OpenAI Responses API items.
+    Responses,
+    /// Chat Completions messages.
+    Chat,
+    /// Anthropic Messages API.
+    Anthropic,
+}
+
+impl DialectArg {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DialectArg::Responses => "responses",
+            DialectArg::Chat => "chat",
+            DialectArg::Anthropic => "anthropic",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ContextArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Inspect the context as it was after event N.
+    #[arg(long, value_name = "N")]
+    pub after_seq: Option<u64>,
+    /// Wire shape of the items.
+    #[arg(long, value_enum, value_name = "DIALECT")]
+    pub dialect: Option<DialectArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    /// A pure reducer over events; same Log, same bytes.
+    Deterministic,
+    /// Ask the session's provider for a summary; falls back to deterministic.
+    Model,
+}
+
+impl StrategyArg {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyArg::Deterministic => "deterministic",
+            StrategyArg::Model => "model",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Keep this many recent events raw [daemon default: 40].
+    #[arg(long, value_name = "N")]
+    pub tail_events: Option<usize>,
+    /// Show the plan without recording anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How the summary is made.
+    #[arg(long, value_enum, value_name = "S")]
+    pub strategy: Option<StrategyArg>,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// Parent session id (never modified).
+    pub session_id: String,
+    /// Copy events up to and including this seq [default: the last].
+    #[arg(long, value_name = "N")]
+    pub to_seq: Option<u64>,
+    /// Append a deterministic branch_summary of what the parent did after the cut.
+    #[arg(long)]
+    pub summarize: bool,
+    /// Show what would be created without writing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Id of the child [default: generated].
+    #[arg(long, value_name = "ID")]
+    pub child_session_id: Option<String>,
+    /// Title of the child.
+    #[arg(long, value_name = "T")]
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    /// Draw this session and the forks below it [default: every tree of --workspace].
+    pub session_id: Option<String>,
+    /// Draw every session tree of this workspace [default: current dir].
+    #[arg(long, value_name = "DIR", conflicts_with = "session_id")]
+    pub workspace: Option<PathBuf>,
+    /// Stop descending after N levels (cut nodes are marked).
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFormat {
+    /// pi session JSONL.
+    Pi,
+    /// Pixir Log (NDJSON with the same envelope).
+    Pixir,
+    /// Codex rollout JSONL.
+    Codex,
+}
+
+impl ImportFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImportFormat::Pi => "pi",
+            ImportFormat::Pixir => "pixir",
+            ImportFormat::Codex => "codex",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Source format.
+    #[arg(long, value_enum)]
+    pub format: ImportFormat,
+    /// The file to import (never modified).
+    pub file: PathBuf,
+    /// Workspace of the new session [default: the one recorded in the file].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+}
