@@ -17,7 +17,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn ops() -> usize {
-    std::env::var("BENCH_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
+    std::env::var("BENCH_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400)
 }
 
 fn raw_fsync(dir: &Path, n: usize) -> f64 {
@@ -40,13 +43,23 @@ fn raw_fsync(dir: &Path, n: usize) -> f64 {
 
 fn sqlite(dir: &Path, n: usize) -> f64 {
     let conn = rusqlite::Connection::open(dir.join("bench.sqlite")).expect("sqlite open");
-    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-    conn.pragma_update(None, "synchronous", "FULL").expect("sync full");
-    conn.execute("CREATE TABLE ev (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)", []).expect("table");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("wal");
+    conn.pragma_update(None, "synchronous", "FULL")
+        .expect("sync full");
+    conn.execute(
+        "CREATE TABLE ev (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+        [],
+    )
+    .expect("table");
     let body = "x".repeat(512);
     let t = Instant::now();
     for i in 0..n {
-        conn.execute("INSERT INTO ev (seq, body) VALUES (?1, ?2)", rusqlite::params![i as i64, body]).expect("insert");
+        conn.execute(
+            "INSERT INTO ev (seq, body) VALUES (?1, ?2)",
+            rusqlite::params![i as i64, body],
+        )
+        .expect("insert");
     }
     n as f64 / t.elapsed().as_secs_f64()
 }
@@ -75,7 +88,11 @@ impl Daemon {
             assert!(Instant::now() < deadline, "agentd did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        Daemon { child, socket, _dir: dir }
+        Daemon {
+            child,
+            socket,
+            _dir: dir,
+        }
     }
 }
 
@@ -100,7 +117,10 @@ impl Conn {
     }
     fn call(&mut self, method: &str, params: Value) -> Value {
         self.id += 1;
-        let mut msg = serde_json::to_vec(&json!({"jsonrpc":"2.0","id":self.id,"method":method,"params":params})).expect("json");
+        let mut msg = serde_json::to_vec(
+            &json!({"jsonrpc":"2.0","id":self.id,"method":method,"params":params}),
+        )
+        .expect("json");
         msg.push(b'\n');
         self.w.write_all(&msg).expect("send");
         let mut line = String::new();
@@ -122,7 +142,12 @@ fn payload() -> Value {
 
 /// Appends `per_client` events from each of `clients` threads; `session_of(i)` picks the
 /// session of client i. Returns acknowledged appends per second.
-fn agentd_appends(socket: &Path, clients: usize, per_client: usize, session_of: impl Fn(usize) -> String) -> f64 {
+fn agentd_appends(
+    socket: &Path,
+    clients: usize,
+    per_client: usize,
+    session_of: impl Fn(usize) -> String,
+) -> f64 {
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
     let handles: Vec<_> = (0..clients)
         .map(|i| {
@@ -133,7 +158,10 @@ fn agentd_appends(socket: &Path, clients: usize, per_client: usize, session_of: 
                 let mut c = Conn::new(&socket);
                 barrier.wait();
                 for _ in 0..per_client {
-                    c.call("agentd/append", json!({"session_id": sid, "events": payload()}));
+                    c.call(
+                        "agentd/append",
+                        json!({"session_id": sid, "events": payload()}),
+                    );
                 }
             })
         })
@@ -168,7 +196,9 @@ fn main() {
         return; // `cargo bench -- --list` / test discovery
     }
     let n = ops();
-    let base = std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let base = std::env::var_os("BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     let ws = tempfile::tempdir_in(&base).expect("workspace");
     let scratch = tempfile::tempdir_in(&base).expect("scratch");
     println!("disk: {} (ops per measurement: {n})", base.display());
@@ -176,27 +206,44 @@ fn main() {
     let a = raw_fsync(scratch.path(), n);
     println!("(a) raw write+fdatasync, 512 B lines     {a:>10.0} ops/s");
     let b = sqlite(scratch.path(), n);
-    println!("(b) SQLite WAL synchronous=FULL inserts  {b:>10.0} ops/s  ({:.2}x a)", b / a);
+    println!(
+        "(b) SQLite WAL synchronous=FULL inserts  {b:>10.0} ops/s  ({:.2}x a)",
+        b / a
+    );
 
     let d = Daemon::start(&base, "sync");
     create(&d.socket, "seq", ws.path());
     let c_seq = agentd_appends(&d.socket, 1, n, |_| "seq".into());
-    println!("(c) agentd 1 session, 1 client           {c_seq:>10.0} ops/s  ({:.2}x a, target >= 0.8x)", c_seq / a);
+    println!(
+        "(c) agentd 1 session, 1 client           {c_seq:>10.0} ops/s  ({:.2}x a, target >= 0.8x)",
+        c_seq / a
+    );
     create(&d.socket, "shared", ws.path());
     let per = (n * 4 / 64).max(8);
     let c_64w = agentd_appends(&d.socket, 64, per, |_| "shared".into());
-    println!("(c) agentd 1 session, 64 clients         {c_64w:>10.0} ops/s  ({:.2}x a, target >= 5x)", c_64w / a);
+    println!(
+        "(c) agentd 1 session, 64 clients         {c_64w:>10.0} ops/s  ({:.2}x a, target >= 5x)",
+        c_64w / a
+    );
     for i in 0..64 {
         create(&d.socket, &format!("s{i}"), ws.path());
     }
     let c_64s = agentd_appends(&d.socket, 64, per, |i| format!("s{i}"));
-    println!("(c) agentd 64 sessions, 1 client each    {c_64s:>10.0} ops/s  ({:.2}x a, target >= 5x)", c_64s / a);
+    println!(
+        "(c) agentd 64 sessions, 1 client each    {c_64s:>10.0} ops/s  ({:.2}x a, target >= 5x)",
+        c_64s / a
+    );
     let (h50, h99) = latency(&d.socket, 2000, "agentd/hello", json!({}));
     println!("agentd/hello round trip                  p50 {h50:>7.1} us  p99 {h99:>7.1} us");
     drop(d);
 
     let d = Daemon::start(&base, "none");
     create(&d.socket, "nosync", ws.path());
-    let (a50, a99) = latency(&d.socket, 2000, "agentd/append", json!({"session_id": "nosync", "events": payload()}));
+    let (a50, a99) = latency(
+        &d.socket,
+        2000,
+        "agentd/append",
+        json!({"session_id": "nosync", "events": payload()}),
+    );
     println!("append round trip, durability=none       p50 {a50:>7.1} us  p99 {a99:>7.1} us");
 }

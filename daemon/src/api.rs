@@ -292,11 +292,11 @@ fn show(st: &mut crate::session::SessionState, log_path: String) -> ShowResult {
         log_path,
         event_count: st.events.len() as u64,
         last_seq: st.last_seq(),
-        event_counts: st.event_counts.clone(),
+        event_counts: st.fold.event_counts().clone(),
         pending_tool_calls: st.pending_calls_json(),
         checkpoint_to_seq: st.checkpoint_to_seq(),
         corrupt_lines: st.corrupt_lines.clone(),
-        unknown_types: st.unknown_types.clone(),
+        unknown_types: st.fold.unknown_types().clone(),
         seq_anomalies: st.seq_anomalies.clone(),
         status: st.status().into(),
     }

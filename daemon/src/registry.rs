@@ -153,7 +153,7 @@ impl Registry {
         meta.title = state.title.clone();
         meta.workspace = state.workspace.clone();
         meta.running = state.running_turn.is_some();
-        if state.event_counts.contains_key("branch_summary") {
+        if state.fold.event_counts().contains_key("branch_summary") {
             meta.branch_summary = true;
         }
     }

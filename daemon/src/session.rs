@@ -12,13 +12,15 @@
 //! subscribers only after it is durable (per the configured durability).
 
 use crate::config::Durability;
+use crate::history::checkpoint::{Checkpoint, CheckpointState};
+use crate::history::fold::Fold;
+use crate::history::reconcile::{self, ReconcileReason};
 use crate::registry::Registry;
 use crate::store::{self, LogWriter};
 use agentd_proto::event::{new_event_id, now_ts, validate_draft};
 use agentd_proto::rpc::{AppendResult, CorruptLine};
 use agentd_proto::{AgentError, ErrorKind, Event, EventDraft, EventType};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,8 +135,11 @@ pub struct SessionState {
     pub id: String,
     pub log_path: PathBuf,
     pub events: Vec<Event>,
-    pub event_counts: BTreeMap<String, u64>,
-    pub unknown_types: BTreeMap<String, u64>,
+    /// Folded state extended per event: counts, pending calls, open turn, replay items
+    /// since the latest compaction.
+    pub fold: Fold,
+    /// The deterministic checkpoint reducer, extended per event (§7.3).
+    pub checkpoint: CheckpointState,
     pub corrupt_lines: Vec<CorruptLine>,
     pub seq_anomalies: Vec<Value>,
     pub workspace: String,
@@ -149,12 +154,13 @@ pub struct SessionState {
 
 impl SessionState {
     fn push(&mut self, ev: Event) {
-        *self.event_counts.entry(ev.kind.clone()).or_default() += 1;
+        self.fold.push(&ev);
+        self.checkpoint.apply(&ev);
         match ev.event_type() {
-            EventType::Unknown => *self.unknown_types.entry(ev.kind.clone()).or_default() += 1,
             EventType::SessionStarted | EventType::SessionFork => {
                 if let Some(ws) = ev.str_field("workspace") {
                     self.workspace = ws.to_string();
+                    self.checkpoint.set_workspace(ws);
                 }
                 if let Some(t) = ev.str_field("title") {
                     self.title = Some(t.to_string());
@@ -177,35 +183,23 @@ impl SessionState {
 
     /// Calls without a result yet, sorted by call_id (DESIGN §7.2).
     pub fn pending_calls_json(&self) -> Vec<Value> {
-        let mut open: BTreeMap<String, (String, u64)> = BTreeMap::new();
-        for ev in &self.events {
-            match ev.event_type() {
-                EventType::ToolCall => {
-                    if let Some(id) = ev.str_field("call_id") {
-                        let name = ev.str_field("name").unwrap_or_default().to_string();
-                        open.insert(id.to_string(), (name, ev.seq));
-                    }
-                }
-                EventType::ToolResult => {
-                    if let Some(id) = ev.str_field("call_id") {
-                        open.remove(id);
-                    }
-                }
-                _ => {}
-            }
-        }
-        open.into_iter()
-            .map(|(call_id, (name, seq))| json!({"call_id": call_id, "name": name, "seq": seq}))
+        self.fold
+            .pending_calls()
+            .into_iter()
+            .map(|p| json!({"call_id": p.call_id, "name": p.name, "seq": p.seq}))
             .collect()
     }
 
     /// `range.to_seq` of the latest `history_compaction`.
     pub fn checkpoint_to_seq(&self) -> Option<u64> {
-        self.events
-            .iter()
-            .rev()
-            .find(|e| e.event_type() == EventType::HistoryCompaction)
-            .and_then(|e| e.data.get("range")?.get("to_seq")?.as_u64())
+        self.fold.checkpoint_to_seq()
+    }
+
+    /// The checkpoint as of now, with fact validity from the files' current hashes.
+    pub fn checkpoint_now(&self) -> Checkpoint {
+        let ws = PathBuf::from(&self.workspace);
+        self.checkpoint
+            .snapshot(&|uri: &str| current_hash(&ws, uri))
     }
 
     pub fn status(&self) -> &'static str {
@@ -330,8 +324,8 @@ async fn load(
         id: sid.to_string(),
         log_path: registry.home.log_path(sid)?,
         events: Vec::with_capacity(events.len() + 16),
-        event_counts: BTreeMap::new(),
-        unknown_types: BTreeMap::new(),
+        fold: Fold::new(),
+        checkpoint: CheckpointState::new(),
         corrupt_lines: report.corrupt_lines,
         seq_anomalies: report.seq_anomalies,
         workspace: String::new(),
@@ -592,4 +586,18 @@ impl Actor {
             self.rx.close();
         }
     }
+}
+
+/// sha256 of a workspace file named by an artifact uri, read now. `None` when the file
+/// is missing, unreadable or outside the workspace: an unknown hash makes dependent
+/// facts SUSPECT, which is the safe side.
+pub fn current_hash(workspace: &std::path::Path, uri: &str) -> Option<String> {
+    let path = crate::tools::workspace::resolve(
+        workspace,
+        uri,
+        crate::tools::workspace::Resolve::Existing,
+    )
+    .ok()?;
+    let bytes = std::fs::read(path).ok()?;
+    Some(crate::text::sha256_hex(&bytes))
 }
