@@ -369,6 +369,22 @@ impl Actor {
             self.commit(vec![(vec![draft], None, Reply::Append(reply))])
                 .await;
         }
+        // A turn that started but never ended was cut by a daemon crash: close its
+        // orphan calls and end it, durably, before anyone can start another (§7.2).
+        if let Some(turn_id) = self.state.fold.open_turn() {
+            let mut drafts = reconcile::closures(
+                &self.state.fold.pending_calls(),
+                ReconcileReason::DaemonRestart,
+            );
+            drafts.push(reconcile::turn_end_interrupted(
+                &turn_id,
+                ReconcileReason::DaemonRestart,
+            ));
+            tracing::warn!(session = %self.state.id, turn = %turn_id, "closing a turn cut by a daemon restart");
+            let (reply, _rx) = oneshot::channel();
+            self.commit(vec![(drafts, None, Reply::Append(reply))])
+                .await;
+        }
     }
 
     async fn run(&mut self) {
