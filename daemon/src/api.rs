@@ -2,6 +2,8 @@
 //! `RpcModule`. Handlers parse params into the `agentd_proto::rpc` types, call the
 //! registry or a session actor, and map `AgentError`s to error objects (§5).
 
+use crate::history::compaction::Trigger;
+use crate::history::reconcile::ReconcileReason;
 use crate::registry::{Registry, SessionMeta};
 use crate::server::error_object;
 use crate::session::SessionHandle;
@@ -127,6 +129,46 @@ pub fn methods(api: Api) -> Methods {
             to_value(h.append(p.events, p.expect_seq).await?)
         },
     );
+    method(
+        &mut m,
+        method::CONTEXT,
+        |api, p: ContextParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            crate::ops::context(&h, p.after_seq, p.dialect.unwrap_or_default()).await
+        },
+    );
+    method(
+        &mut m,
+        method::RECONCILE,
+        |api, p: ReconcileParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            crate::ops::reconcile(&h, ReconcileReason::Explicit, p.dry_run, false).await
+        },
+    );
+    method(
+        &mut m,
+        method::CHECKPOINT,
+        |api, p: CheckpointParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            crate::ops::checkpoint(&h, p.caps).await
+        },
+    );
+    method(
+        &mut m,
+        method::COMPACT,
+        |api, p: CompactParams, _| async move {
+            let h = api.registry.get(&p.session_id).await?;
+            let opts =
+                crate::ops::compact_options(p.tail_events, p.strategy.as_deref(), Trigger::Manual)?;
+            crate::turn::compact_with_strategy(&api.registry, &h, opts, p.dry_run).await
+        },
+    );
+    method(&mut m, method::FORK, |api, p: ForkParams, _| async move {
+        crate::ops::fork(&api.registry, p).await
+    });
+    method(&mut m, method::TREE, |api, p: TreeParams, _| async move {
+        crate::ops::tree(&api.registry, p)
+    });
     let res = m.register_subscription(
         method::SUBSCRIBE,
         EVENT_NOTIFICATION,
@@ -140,10 +182,24 @@ pub fn methods(api: Api) -> Methods {
 }
 
 fn capabilities() -> Vec<String> {
-    ["append", "subscribe", "batch", "durability"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "append",
+        "subscribe",
+        "batch",
+        "durability",
+        "context",
+        "reconcile",
+        "checkpoint",
+        "compact",
+        "fork",
+        "tree",
+        "turn",
+        "interrupt",
+        "import",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// Params of methods that take none; unknown fields are refused like everywhere else.

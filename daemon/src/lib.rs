@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod history;
 pub mod import;
+pub mod ops;
 pub mod provider;
 pub mod registry;
 pub mod server;

@@ -4,3 +4,13 @@ use crate::registry::Registry;
 
 /// Ends every running turn as interrupted, durably, before the daemon stops.
 pub async fn interrupt_all(_registry: &Registry, _reason: &str) {}
+
+/// `agentd/compact`: deterministic, or `model` with fallback to deterministic.
+pub async fn compact_with_strategy(
+    _registry: &std::sync::Arc<Registry>,
+    h: &crate::session::SessionHandle,
+    opts: crate::history::compaction::CompactOptions,
+    dry_run: bool,
+) -> Result<serde_json::Value, agentd_proto::AgentError> {
+    crate::ops::compact(h, opts, dry_run, None).await
+}

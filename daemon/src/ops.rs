@@ -1,0 +1,390 @@
+//! History operations as the API and the turn engine use them (DESIGN §7–§9): each
+//! one asks a session actor for what it needs, calls a pure projection from
+//! `history`, and has the actor record the result. Nothing here writes a Log directly
+//! except a new child Log (fork), which is created atomically before any actor owns it.
+
+use crate::history::checkpoint::{Checkpoint, CheckpointState};
+use crate::history::compaction::{self, CompactOptions, CompactStrategy, Trigger};
+use crate::history::fold::replay_as_of;
+use crate::history::fork;
+use crate::history::reconcile::{self, ReconcileReason};
+use crate::history::replay::{Replay, ReplayContext};
+use crate::history::tree::{self, LineageEntry};
+use crate::history::view::{view_v1, Caps};
+use crate::registry::{Registry, SessionMeta};
+use crate::session::{SessionHandle, SessionState};
+use crate::store;
+use agentd_proto::replay::Dialect;
+use agentd_proto::rpc::{ForkParams, TreeParams};
+use agentd_proto::{AgentError, EventDraft, EventType};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+
+/// Default depth of `agentd/tree`.
+pub const DEFAULT_TREE_DEPTH: usize = 16;
+
+/// The model recorded at session start, used to decide which reasoning items replay.
+pub fn session_model(st: &SessionState) -> Option<String> {
+    st.events
+        .first()
+        .and_then(|e| e.str_field("model"))
+        .map(str::to_string)
+}
+
+pub fn replay_context(
+    st: &SessionState,
+    permission_mode: &str,
+    model: Option<String>,
+) -> ReplayContext {
+    ReplayContext {
+        workspace: st.workspace.clone(),
+        permission_mode: permission_mode.to_string(),
+        model,
+    }
+}
+
+/// `agentd/context`: the provider input as of now (from the folded state, O(events
+/// since the latest checkpoint)) or as of `after_seq` (folds that prefix).
+pub async fn context(
+    h: &SessionHandle,
+    after_seq: Option<u64>,
+    dialect: Dialect,
+) -> Result<Value, AgentError> {
+    let replay: Replay = h
+        .query(move |st| {
+            let ctx = replay_context(st, "auto", session_model(st));
+            match after_seq {
+                None => st.fold.replay(&ctx),
+                Some(a) => replay_as_of(&st.events, Some(a), &ctx),
+            }
+        })
+        .await?;
+    let items = crate::provider::dialect::render(&replay.items, dialect);
+    Ok(json!({"dialect": dialect, "items": items, "stats": replay.stats}))
+}
+
+/// `agentd/reconcile` and the reconcile step of turns and interrupts (§7.2). Records
+/// closures for every pending call (and, when `end_turn`, an interrupted `turn_ended`
+/// for an open turn); idempotent.
+pub async fn reconcile(
+    h: &SessionHandle,
+    reason: ReconcileReason,
+    dry_run: bool,
+    end_open_turn: bool,
+) -> Result<Value, AgentError> {
+    if dry_run {
+        let pending = h.query(|st| st.pending_calls_json()).await?;
+        return Ok(json!({"pending": pending, "recorded": []}));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let res = h
+        .record(move |st| {
+            let pending = st.fold.pending_calls();
+            let _ = tx.send(st.pending_calls_json());
+            let mut drafts = reconcile::closures(&pending, reason);
+            if end_open_turn && st.running_turn.is_none() {
+                if let Some(turn_id) = st.fold.open_turn() {
+                    drafts.push(reconcile::turn_end_interrupted(&turn_id, reason));
+                }
+            }
+            Ok(drafts)
+        })
+        .await?;
+    let pending = rx.await.unwrap_or_default();
+    let recorded: Vec<Value> = match res {
+        Some(r) => (r.first_seq..=r.last_seq)
+            .map(|s| json!({"seq": s}))
+            .collect(),
+        None => Vec::new(),
+    };
+    let recorded = pending
+        .iter()
+        .zip(recorded.iter())
+        .map(|(p, r)| json!({"call_id": p["call_id"], "tool": p["name"], "seq": r["seq"]}))
+        .collect::<Vec<_>>();
+    Ok(json!({"pending": pending, "recorded": recorded}))
+}
+
+/// `agentd/checkpoint`: the checkpoint as of now and the exact text replay would inject.
+pub async fn checkpoint(h: &SessionHandle, caps: Option<Value>) -> Result<Value, AgentError> {
+    let caps = Caps::from_param(caps.as_ref())?;
+    let cp = h.query(|st| st.checkpoint_now()).await?;
+    let view = view_v1(&cp, &caps);
+    Ok(json!({"checkpoint": cp, "view": view}))
+}
+
+/// The checkpoint as of `to_seq`: continues from the previous compaction's embedded
+/// checkpoint when there is one, so a re-compaction folds only the new events.
+fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
+    let prev = st.fold.latest_compaction();
+    let prev_to = prev.and_then(|e| e.data.get("range")?.get("to_seq")?.as_u64());
+    let prev_cp = prev
+        .and_then(|e| e.data.get("checkpoint"))
+        .and_then(|v| serde_json::from_value::<Checkpoint>(v.clone()).ok());
+    let mut state = match (&prev_cp, prev_to) {
+        (Some(cp), Some(_)) => CheckpointState::from_checkpoint(cp),
+        _ => CheckpointState::new(),
+    };
+    state.set_workspace(&st.workspace);
+    let start = match (prev_cp, prev_to) {
+        (Some(_), Some(t)) => st.events.partition_point(|e| e.seq <= t),
+        _ => 0,
+    };
+    for ev in &st.events[start..] {
+        if ev.seq > to_seq {
+            break;
+        }
+        state.apply(ev);
+    }
+    let ws = std::path::PathBuf::from(&st.workspace);
+    state.snapshot(&|uri: &str| crate::session::current_hash(&ws, uri))
+}
+
+/// Builds the compaction plan from the session state, with the checkpoint as of the
+/// cut embedded (`data.checkpoint`) and its rendered `view_v1` (`data.view`).
+pub fn plan_compaction(st: &SessionState, opts: &CompactOptions) -> compaction::CompactionPlan {
+    let mut plan = compaction::plan(&st.events, st.fold.latest_compaction(), opts, Value::Null);
+    if let (true, Some(range)) = (plan.compactable, plan.range) {
+        let cp = checkpoint_as_of(st, range.to_seq);
+        let view = view_v1(&cp, &Caps::default());
+        if let Some(obj) = plan.data.as_object_mut() {
+            obj.insert(
+                "checkpoint".into(),
+                serde_json::to_value(&cp).unwrap_or(Value::Null),
+            );
+            obj.insert("view".into(), Value::String(view));
+        }
+    }
+    plan
+}
+
+/// `agentd/compact` and automatic compaction (§7.4). With `model_summary`, the
+/// provider's schema-checked summary (already obtained by the caller) is merged in.
+pub async fn compact(
+    h: &SessionHandle,
+    opts: CompactOptions,
+    dry_run: bool,
+    extra: Option<Value>,
+) -> Result<Value, AgentError> {
+    if dry_run {
+        let plan = h.query(move |st| plan_compaction(st, &opts)).await?;
+        return Ok(compact_result(&plan, false, None));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let rec = h
+        .record(move |st| {
+            let mut plan = plan_compaction(st, &opts);
+            if let (true, Some(extra), Some(obj)) =
+                (plan.compactable, extra, plan.data.as_object_mut())
+            {
+                if let Some(e) = extra.as_object() {
+                    for (k, v) in e {
+                        obj.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            let drafts = if plan.compactable {
+                vec![EventDraft::new(
+                    EventType::HistoryCompaction,
+                    plan.data.clone(),
+                )]
+            } else {
+                Vec::new()
+            };
+            let _ = tx.send(plan);
+            Ok(drafts)
+        })
+        .await?;
+    let plan = rx
+        .await
+        .map_err(|_| AgentError::internal("compaction plan lost"))?;
+    Ok(compact_result(
+        &plan,
+        rec.is_some(),
+        rec.map(|r| r.first_seq),
+    ))
+}
+
+fn compact_result(plan: &compaction::CompactionPlan, recorded: bool, seq: Option<u64>) -> Value {
+    let mut v = json!({
+        "ok": true,
+        "compactable": plan.compactable,
+        "recorded": recorded,
+        "tail_events": plan.tail_events,
+        "would_compact_events": plan.would_compact_events,
+        "range": plan.range,
+        "event": if plan.compactable { json!({"type": "history_compaction", "data": plan.data}) } else { Value::Null },
+    });
+    if let Some(s) = seq {
+        v["compaction_seq"] = json!(s);
+    }
+    if let Some(r) = &plan.reason {
+        v["reason"] = json!(r);
+    }
+    v
+}
+
+pub fn compact_options(
+    tail_events: Option<usize>,
+    strategy: Option<&str>,
+    trigger: Trigger,
+) -> Result<CompactOptions, AgentError> {
+    let strategy = match strategy {
+        None | Some("deterministic") | Some("deterministic_v1") => CompactStrategy::Deterministic,
+        Some("model") | Some("model_v1") => CompactStrategy::Model,
+        Some(_) => {
+            return Err(AgentError::invalid_args(
+                "strategy must be deterministic or model",
+            ))
+        }
+    };
+    let tail_events = tail_events.unwrap_or(compaction::DEFAULT_TAIL_EVENTS);
+    Ok(CompactOptions {
+        tail_events,
+        trigger,
+        strategy,
+    })
+}
+
+/// `agentd/fork` (§8): plans the child from the parent's state, writes the child Log
+/// atomically, copies referenced resources, and indexes the child.
+pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, AgentError> {
+    let parent = registry.get(&p.session_id).await?;
+    let child_id = match &p.child_session_id {
+        Some(id) => id.clone(),
+        None => agentd_proto::session_id::generate(),
+    };
+    agentd_proto::session_id::validate(&child_id)?;
+    let child_path = registry.home.log_path(&child_id)?;
+    if child_path.exists() {
+        return Err(AgentError::new(
+            agentd_proto::ErrorKind::AlreadyExists,
+            "child session already exists",
+        )
+        .with_details(json!({"session_id": child_id})));
+    }
+    let parent_id = p.session_id.clone();
+    let parent_root = registry
+        .index_get(&parent_id)
+        .and_then(|m| m.fork_root_session_id);
+    let (to_seq, summarize, cid) = (p.to_seq, p.summarize, child_id.clone());
+    let mut plan = parent
+        .query(move |st| {
+            fork::plan(
+                &st.events,
+                &parent_id,
+                parent_root.as_deref(),
+                &st.workspace,
+                to_seq,
+                &cid,
+                summarize,
+            )
+        })
+        .await??;
+    if let Some(title) = &p.title {
+        if let Some(first) = plan.events.first_mut() {
+            first.data["title"] = json!(title);
+        }
+    }
+    let result = |recorded: bool| {
+        json!({
+            "ok": true,
+            "recorded": recorded,
+            "dry_run": p.dry_run,
+            "parent_session_id": p.session_id,
+            "child_session_id": child_id,
+            "fork_root_session_id": plan.fork_root_session_id,
+            "to_seq": plan.to_seq,
+            "event_count": plan.event_count,
+            "replay_event_count": plan.replay_event_count,
+            "summarize": p.summarize,
+            "would_record_branch_summary": plan.would_record_branch_summary,
+        })
+    };
+    if p.dry_run {
+        return Ok(result(false));
+    }
+    let src_res = registry.home.resources_dir(&p.session_id)?;
+    let dst_res = registry.home.resources_dir(&child_id)?;
+    let resources = plan.resources.clone();
+    let events = std::mem::take(&mut plan.events);
+    tokio::task::spawn_blocking(move || -> Result<(), AgentError> {
+        copy_resources(&src_res, &dst_res, &resources)?;
+        store::create_atomic(&child_path, |f| {
+            let mut w = std::io::BufWriter::new(f);
+            for ev in &events {
+                w.write_all(&store::event_line(ev))?;
+            }
+            w.flush()
+        })
+    })
+    .await
+    .map_err(|e| AgentError::internal(format!("fork task: {e}")))??;
+    registry.index_log(&child_id)?;
+    Ok(result(true))
+}
+
+fn copy_resources(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    names: &[String],
+) -> Result<(), AgentError> {
+    for name in names {
+        let from = src.join(name);
+        if !from.exists() {
+            continue;
+        }
+        std::fs::create_dir_all(dst)
+            .map_err(|e| store::write_failed("create resources dir", &e))?;
+        let bytes = std::fs::read(&from).map_err(|e| store::write_failed("read resource", &e))?;
+        store::write_synced(&dst.join(name), &bytes)
+            .map_err(|e| store::write_failed("copy resource", &e))?;
+    }
+    if !names.is_empty() && dst.exists() {
+        store::sync_dir(dst).map_err(|e| store::write_failed("sync resources dir", &e))?;
+    }
+    Ok(())
+}
+
+fn lineage(meta: &SessionMeta) -> LineageEntry {
+    LineageEntry {
+        session_id: meta.session_id.clone(),
+        workspace: meta.workspace.clone(),
+        title: meta.title.clone(),
+        event_count: meta.event_count,
+        first_event_ts: meta.created_at.clone(),
+        last_event_ts: meta.updated_at.clone(),
+        parent_session_id: meta.parent_session_id.clone(),
+        fork_root_session_id: meta.fork_root_session_id.clone(),
+        forked_to_seq: meta.forked_to_seq,
+        branch_summary: meta.branch_summary,
+    }
+}
+
+/// `agentd/tree` (§9), served from the lineage index only.
+pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
+    let depth = p.max_depth.unwrap_or(DEFAULT_TREE_DEPTH);
+    let index: HashMap<String, LineageEntry> =
+        registry.with_index(|i| i.iter().map(|(k, m)| (k.clone(), lineage(m))).collect());
+    match (&p.session_id, &p.workspace) {
+        (Some(sid), _) => {
+            agentd_proto::session_id::validate(sid)?;
+            let node = tree::build(sid, &index, depth).ok_or_else(|| {
+                AgentError::not_found("no such session").with_details(json!({"session_id": sid}))
+            })?;
+            let drawing = tree::draw(&node);
+            Ok(json!({"tree": node, "drawing": drawing}))
+        }
+        (None, Some(ws)) => {
+            let ws = std::path::Path::new(ws)
+                .canonicalize()
+                .map_or_else(|_| ws.clone(), |c| c.display().to_string());
+            let roots = tree::roots_for_workspace(&ws, &index, depth);
+            let drawing: String = roots.iter().map(tree::draw).collect::<Vec<_>>().join("\n");
+            Ok(json!({"roots": roots, "drawing": drawing}))
+        }
+        (None, None) => Err(AgentError::invalid_args("give session_id or workspace")),
+    }
+}
