@@ -5,7 +5,9 @@ use std::env;
 use std::path::PathBuf;
 
 fn non_empty(var: &str) -> Option<PathBuf> {
-    env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
+    env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 fn uid() -> u32 {
