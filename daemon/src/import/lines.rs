@@ -116,7 +116,10 @@ mod tests {
     use super::*;
     use std::io::Cursor;
 
-    fn collect(input: &[u8], max: usize) -> Vec<(u64, u64, Vec<u8>, bool, Option<u64>)> {
+    /// (no, offset, bytes, terminated, oversized)
+    type Row = (u64, u64, Vec<u8>, bool, Option<u64>);
+
+    fn collect(input: &[u8], max: usize) -> Vec<Row> {
         let mut r = LineReader::with_max(io::BufReader::with_capacity(3, input), max);
         let mut out = Vec::new();
         while let Some(l) = r.next_line().unwrap() {

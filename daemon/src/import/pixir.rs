@@ -214,14 +214,13 @@ impl State {
                     data["output"] = json!(capped);
                 }
             }
-            EventType::UserMessage => {
+            EventType::UserMessage
                 if data
                     .get("resources")
                     .and_then(Value::as_array)
-                    .is_some_and(|r| !r.is_empty())
-                {
-                    self.with_resources += 1;
-                }
+                    .is_some_and(|r| !r.is_empty()) =>
+            {
+                self.with_resources += 1;
             }
             _ => {}
         }
