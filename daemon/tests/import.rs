@@ -373,7 +373,13 @@ fn pi_tree_imports_only_the_current_branch() {
             assistant(json!([{"type": "text", "text": "done B"}])),
         ),
     ];
-    let path = write(dir.path(), "tree.jsonl", &lines, "");
+    // A torn tail: pi died mid-append; the leaf is the last complete entry.
+    let path = write(
+        dir.path(),
+        "tree.jsonl",
+        &lines,
+        "{\"type\":\"message\",\"id\":\"e16\",\"parentId\":\"e15\"",
+    );
     let (report, events) = run(Format::Pi, &path, None);
     let texts: Vec<&str> = events.iter().filter_map(|e| e.str_field("text")).collect();
     assert_eq!(
@@ -412,7 +418,8 @@ fn pi_tree_imports_only_the_current_branch() {
     assert_eq!(events[0].data["workspace"], "/work/proj");
     assert_eq!(events[1].ts, "2026-01-02T03:04:05.678000Z");
     assert_eq!(report.lines.metadata, 1);
-    assert_eq!(report.lines.skipped, 5, "{:?}", report.skipped);
+    assert_eq!(report.lines.skipped, 6, "{:?}", report.skipped);
+    assert!(report.skipped[5].reason.starts_with("torn last line"));
     assert!(check_pairing(&events).is_empty());
 }
 
