@@ -40,7 +40,7 @@ fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
 }
 
 /// Registers an async method whose params parse into `P`.
-fn method<P, F, Fut>(module: &mut RpcModule<Api>, name: &'static str, f: F)
+pub(crate) fn method<P, F, Fut>(module: &mut RpcModule<Api>, name: &'static str, f: F)
 where
     P: DeserializeOwned + Send + 'static,
     F: Fn(Arc<Api>, P, Extensions) -> Fut + Clone + Send + Sync + 'static,
@@ -169,6 +169,12 @@ pub fn methods(api: Api) -> Methods {
     method(&mut m, method::TREE, |api, p: TreeParams, _| async move {
         crate::ops::tree(&api.registry, p)
     });
+    method(
+        &mut m,
+        method::IMPORT,
+        |api, p: ImportParams, _| async move { crate::ops::import(&api.registry, p).await },
+    );
+    crate::turn::register(&mut m);
     let res = m.register_subscription(
         method::SUBSCRIBE,
         EVENT_NOTIFICATION,

@@ -388,3 +388,66 @@ pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
         (None, None) => Err(AgentError::invalid_args("give session_id or workspace")),
     }
 }
+
+/// `agentd/import`: converts another agent's session into a new Log. The conversion
+/// streams into a temp file in the sessions directory which becomes the Log only
+/// when complete (fsync, link, directory fsync); a failed import leaves nothing.
+pub async fn import(
+    registry: &Arc<Registry>,
+    p: agentd_proto::rpc::ImportParams,
+) -> Result<Value, AgentError> {
+    let format: crate::import::Format = p.format.parse()?;
+    let src = std::path::PathBuf::from(&p.path);
+    if !src.is_absolute() {
+        return Err(AgentError::invalid_args("path must be absolute")
+            .with_details(json!({"field": "path"})));
+    }
+    let workspace = match &p.workspace {
+        Some(ws) => Some(crate::api::check_workspace(ws)?),
+        None => None,
+    };
+    let sid = match p.session_id {
+        Some(id) => {
+            agentd_proto::session_id::validate(&id)?;
+            id
+        }
+        None => agentd_proto::session_id::generate(),
+    };
+    let path = registry.home.log_path(&sid)?;
+    let ctx = crate::import::ImportContext {
+        session_id: sid.clone(),
+        workspace,
+        agentd_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let report =
+        tokio::task::spawn_blocking(move || -> Result<crate::import::ImportReport, AgentError> {
+            let mut report = None;
+            let mut failure = None;
+            let res = store::create_atomic(&path, |f| {
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                match crate::import::import(format, &src, &mut w, &ctx) {
+                    Ok(r) => {
+                        report = Some(r);
+                        w.flush()
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        Err(std::io::Error::other("import failed"))
+                    }
+                }
+            });
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            res?;
+            report.ok_or_else(|| AgentError::internal("import produced no report"))
+        })
+        .await
+        .map_err(|e| AgentError::internal(format!("import task: {e}")))??;
+    registry.index_log(&sid)?;
+    let mut v = serde_json::to_value(&report).map_err(|e| AgentError::internal(e.to_string()))?;
+    v["session_id"] = json!(sid);
+    v["log_path"] = json!(registry.home.log_path(&sid)?.display().to_string());
+    v["event_count"] = json!(report.imported);
+    Ok(v)
+}

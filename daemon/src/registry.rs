@@ -72,6 +72,9 @@ pub struct Registry {
     sessions: DashMap<String, SessionHandle>,
     index: RwLock<HashMap<String, SessionMeta>>,
     generation: AtomicU64,
+    /// Connections that subscribed with `permissions:true`, per session: where `ask`
+    /// mode sends `agentd/permission` requests.
+    permission_clients: DashMap<String, Vec<crate::server::ConnSink>>,
 }
 
 impl Registry {
@@ -87,6 +90,7 @@ impl Registry {
             sessions: DashMap::new(),
             index: RwLock::new(index),
             generation: AtomicU64::new(1),
+            permission_clients: DashMap::new(),
         }))
     }
 
@@ -195,6 +199,19 @@ impl Registry {
             .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
         self.index_insert(meta);
         Ok(())
+    }
+
+    pub fn add_permission_client(&self, sid: &str, conn: crate::server::ConnSink) {
+        let mut e = self.permission_clients.entry(sid.to_string()).or_default();
+        e.retain(|c| !c.is_closed());
+        e.push(conn);
+    }
+
+    /// A live connection that opted in to permission requests for `sid`, newest first.
+    pub fn permission_client(&self, sid: &str) -> Option<crate::server::ConnSink> {
+        let mut e = self.permission_clients.get_mut(sid)?;
+        e.retain(|c| !c.is_closed());
+        e.last().cloned()
     }
 
     /// Every loaded actor, for shutdown.

@@ -1,6 +1,11 @@
 //! The turn engine (DESIGN §10).
 
+use crate::api::Api;
 use crate::registry::Registry;
+use jsonrpsee::RpcModule;
+
+/// Registers `agentd/turn` and `agentd/interrupt`.
+pub fn register(_m: &mut RpcModule<Api>) {}
 
 /// Ends every running turn as interrupted, durably, before the daemon stops.
 pub async fn interrupt_all(_registry: &Registry, _reason: &str) {}
