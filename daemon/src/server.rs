@@ -276,6 +276,26 @@ impl Connection {
         if trimmed.is_empty() {
             return;
         }
+        // Fast path: a well-formed call (the common case) is parsed once, straight into
+        // jsonrpsee's Request; anything else is classified from a generic Value.
+        if trimmed.starts_with('{') {
+            if let Ok(req) = serde_json::from_str::<Request>(trimmed) {
+                let methods = self.methods.clone();
+                let sink = sink.clone();
+                let conn_sink = conn_sink.clone();
+                let subs = subs.clone();
+                let conn_id = ConnectionId(self.id);
+                let req = owned(req);
+                calls.spawn(async move {
+                    if let Some(resp) =
+                        run_request(req, &methods, &sink, &conn_sink, &subs, conn_id, false).await
+                    {
+                        let _ = sink.send(resp).await;
+                    }
+                });
+                return;
+            }
+        }
         let value: Value = match serde_json::from_str(trimmed) {
             Ok(v) => v,
             Err(e) => {
@@ -370,6 +390,37 @@ async fn run_one(
             )));
         }
     };
+    run_request(
+        owned(req),
+        methods,
+        sink,
+        conn_sink,
+        subs,
+        conn_id,
+        is_notification,
+    )
+    .await
+}
+
+fn owned(req: Request<'_>) -> Request<'static> {
+    Request {
+        jsonrpc: req.jsonrpc,
+        id: req.id.into_owned(),
+        method: std::borrow::Cow::Owned(req.method.into_owned()),
+        params: req.params.map(|p| std::borrow::Cow::Owned(p.into_owned())),
+        extensions: req.extensions,
+    }
+}
+
+async fn run_request(
+    req: Request<'static>,
+    methods: &Methods,
+    sink: &MethodSink,
+    conn_sink: &ConnSink,
+    subs: &BoundedSubscriptions,
+    conn_id: ConnectionId,
+    is_notification: bool,
+) -> Option<Box<RawValue>> {
     let mut ext = Extensions::new();
     ext.insert(conn_id);
     ext.insert(conn_sink.clone());

@@ -474,6 +474,7 @@ impl Actor {
     /// nothing per command); a failed write fails every command of the batch.
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
         let mut staged: Vec<Event> = Vec::new();
+        let mut lines: Vec<String> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
         let mut next = self.state.next_seq;
@@ -482,7 +483,11 @@ impl Actor {
                 Ok(events) => {
                     let first = staged.len();
                     for ev in &events {
-                        buf.extend_from_slice(&store::event_line(ev));
+                        // Serialized once: the same bytes go to the Log and to subscribers.
+                        let line = serde_json::to_string(ev).unwrap_or_default();
+                        buf.extend_from_slice(line.as_bytes());
+                        buf.push(b'\n');
+                        lines.push(line);
                     }
                     next += events.len() as u64;
                     pending.push(Pending {
@@ -508,18 +513,15 @@ impl Actor {
             }
             return;
         };
-        let joined = tokio::task::spawn_blocking(move || {
-            let res = writer.write_batch(&buf, sync);
-            (writer, res)
-        })
-        .await;
-        let res = match joined {
-            Ok((writer, res)) => {
-                self.writer = Some(writer);
-                res
-            }
-            Err(e) => Err(AgentError::internal(format!("write task: {e}"))),
+        // The write and its sync run on this worker thread (block_in_place hands the
+        // worker's other tasks to the rest of the runtime): no thread hop on the hot
+        // path, and appends arriving meanwhile queue up for the next group commit.
+        let res = if sync {
+            tokio::task::block_in_place(|| writer.write_batch(&buf, true))
+        } else {
+            writer.write_batch(&buf, false)
         };
+        self.writer = Some(writer);
         if let Err(e) = res {
             tracing::error!(session = %self.state.id, error = %e, "append failed");
             for p in pending {
@@ -527,25 +529,30 @@ impl Actor {
             }
             return;
         }
-        let lines: Vec<Arc<str>> = staged
-            .iter()
-            .map(|ev| Arc::from(serde_json::to_string(ev).unwrap_or_default()))
+        let results: Vec<(Reply, AppendResult)> = pending
+            .into_iter()
+            .map(|p| {
+                let evs = &staged[p.first..p.first + p.count];
+                let res = AppendResult {
+                    first_seq: evs.first().map_or(0, |e| e.seq),
+                    last_seq: evs.last().map_or(0, |e| e.seq),
+                    ids: evs.iter().map(|e| e.id.clone()).collect(),
+                };
+                (p.reply, res)
+            })
             .collect();
-        for ev in staged.iter().cloned() {
+        let last = staged.last().cloned();
+        for ev in staged {
             self.state.push(ev);
         }
-        self.registry.note_appended(&self.state, staged.last());
-        for line in lines {
-            let _ = self.state.events_tx.send(line);
+        self.registry.note_appended(&self.state, last.as_ref());
+        if self.state.events_tx.receiver_count() > 0 {
+            for line in lines {
+                let _ = self.state.events_tx.send(Arc::from(line));
+            }
         }
-        for p in pending {
-            let evs = &staged[p.first..p.first + p.count];
-            let res = AppendResult {
-                first_seq: evs.first().map_or(0, |e| e.seq),
-                last_seq: evs.last().map_or(0, |e| e.seq),
-                ids: evs.iter().map(|e| e.id.clone()).collect(),
-            };
-            p.reply.send(Ok(res));
+        for (reply, res) in results {
+            reply.send(Ok(res));
         }
     }
 
