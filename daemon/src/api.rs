@@ -426,8 +426,9 @@ async fn subscribe(
                 }
                 Err(RecvError::Lagged(n)) => {
                     let lagged = json!({"type": "lagged", "session_id": &p.session_id, "data": {"missed": n}});
+                    // Best effort: a subscriber this far behind may not be reading at all.
                     if let Ok(raw) = serde_json::value::to_raw_value(&lagged) {
-                        let _ = sink.send(raw).await;
+                        let _ = sink.send_timeout(raw, std::time::Duration::from_secs(1)).await;
                     }
                     break;
                 }

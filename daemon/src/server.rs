@@ -30,6 +30,8 @@ use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 const WRITE_QUEUE: usize = 1024;
+/// How long a closing connection may take to flush what is queued for its peer.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 const MAX_SUBSCRIPTIONS_PER_CONN: u32 = 1024;
 
 /// A per-connection handle for server→client traffic outside a call's response:
@@ -151,6 +153,13 @@ impl Listener {
             });
             while conns.try_join_next().is_some() {}
         }
+        // Let connections flush in-flight responses (the shutdown call's own answer
+        // among them); a peer that stops reading cannot hold the daemon up.
+        let drain = async { while conns.join_next().await.is_some() {} };
+        if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
+            tracing::warn!("connections did not finish within the drain timeout; closing them");
+            conns.abort_all();
+        }
     }
 }
 
@@ -181,7 +190,8 @@ impl Connection {
                         // Drain what is queued (the peer may have half-closed), then end.
                         rx.close();
                         while let Some(m) = rx.recv().await {
-                            if wr.write_all(&write(m)).await.is_err() { break; }
+                            let w = tokio::time::timeout(DRAIN_TIMEOUT, wr.write_all(&write(m))).await;
+                            if !matches!(w, Ok(Ok(()))) { break; }
                         }
                         break;
                     }
