@@ -1238,3 +1238,90 @@ fn lineage_shows_in_ls_and_survives_a_restart() {
     assert_eq!(ctl(&d, &["tree", "root"]), tree_before);
     assert_eq!(d.agentctl(["tree", "root"]).stdout, drawing_before);
 }
+
+#[test]
+fn fork_copies_the_resources_its_events_reference() {
+    let d = daemon();
+    new_session(&d, "rp", None);
+    let store = |bytes: &[u8]| {
+        let sha = sha256(bytes);
+        let dir = d.home().join("sessions/rp/resources");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(&sha), bytes).unwrap();
+        sha
+    };
+    let early = store(&b"early output ".repeat(2000));
+    let late = store(&b"late output ".repeat(2000));
+    let desc =
+        |sha: &str| json!({"sha256": sha, "bytes": 26000, "path": format!("resources/{sha}")});
+    let seqs = append(
+        &d,
+        "rp",
+        vec![
+            call("c1", "shell", json!({"command": "a"})),
+            ev(
+                "tool_result",
+                json!({"call_id": "c1", "ok": true, "output": "early…", "resource": desc(&early)}),
+            ),
+            call("c2", "shell", json!({"command": "b"})),
+            ev(
+                "tool_result",
+                json!({"call_id": "c2", "ok": true, "output": "late…", "resource": desc(&late)}),
+            ),
+        ],
+    );
+    let cut = seqs[1].0;
+    ctl(
+        &d,
+        &[
+            "fork",
+            "rp",
+            "--to-seq",
+            &cut.to_string(),
+            "--child-session-id",
+            "rk",
+        ],
+    );
+    let child_res = d.home().join("sessions/rk/resources");
+    assert_eq!(
+        std::fs::read(child_res.join(&early)).ok(),
+        Some(b"early output ".repeat(2000)),
+        "a resource referenced by a copied event must be copied"
+    );
+    assert!(
+        !child_res.join(&late).exists(),
+        "a resource referenced only after the cut was copied"
+    );
+    // The parent keeps both.
+    assert!(d.home().join("sessions/rp/resources").join(&late).exists());
+}
+
+#[test]
+fn context_and_checkpoint_are_identical_after_a_restart() {
+    let mut d = daemon();
+    long_history(&d, "rs");
+    ctl(&d, &["compact", "rs", "--tail-events", "9"]);
+    append(&d, "rs", turn("t9", "after the checkpoint", &[], "ok"));
+    let ctx = ctl(&d, &["context", "rs"]);
+    let cp = ctl(&d, &["checkpoint", "rs"]);
+    let show = ctl(&d, &["show", "rs"]);
+    let log = file_hash(&d.log_path("rs"));
+    d.restart();
+    assert_eq!(ctl(&d, &["context", "rs"]), ctx);
+    assert_eq!(ctl(&d, &["checkpoint", "rs"]), cp);
+    let again = ctl(&d, &["show", "rs"]);
+    assert_eq!(again["checkpoint_to_seq"], show["checkpoint_to_seq"]);
+    assert_eq!(again["event_count"], show["event_count"]);
+    assert_eq!(file_hash(&d.log_path("rs")), log, "loading rewrote the Log");
+}
+
+#[test]
+fn tree_without_arguments_draws_the_current_workspace() {
+    let d = daemon();
+    build_tree(&d);
+    let ws = d.workspace().display().to_string();
+    let here = ctl(&d, &["tree"]);
+    let there = ctl(&d, &["tree", "--workspace", &ws]);
+    assert_eq!(here, there);
+    assert_eq!(here["roots"].as_array().unwrap().len(), 2, "{here}");
+}
