@@ -1325,3 +1325,66 @@ fn tree_without_arguments_draws_the_current_workspace() {
     assert_eq!(here, there);
     assert_eq!(here["roots"].as_array().unwrap().len(), 2, "{here}");
 }
+
+/// Harnesses that run turns themselves append `turn_started` … `turn_ended` through
+/// `agentd/append` (DESIGN §1). An idle session leaves memory and reloads on next use;
+/// that reload is not a daemon restart and must not close the harness's open turn.
+#[test]
+fn reloading_an_idle_session_does_not_close_a_harness_turn() {
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config("idle_evict_s = 1\n")
+        .start();
+    new_session(&d, "hx", None);
+    append(
+        &d,
+        "hx",
+        vec![
+            ev("turn_started", json!({"turn_id": "h1"})),
+            user("harness prompt"),
+            call("hc1", "shell", json!({"command": "make"})),
+        ],
+    );
+    // Wait (bounded) until the idle session has left memory.
+    let mut conn = d.connect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let st = conn.call_ok("agentd/status", json!({}));
+        if st["sessions_loaded"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session never evicted: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The harness finishes its tool call and its turn.
+    append(
+        &d,
+        "hx",
+        vec![
+            result("hc1", "built"),
+            assistant("done"),
+            ev(
+                "turn_ended",
+                json!({"turn_id": "h1", "status": "completed"}),
+            ),
+        ],
+    );
+    let evs = events(&d, "hx");
+    let types: Vec<&str> = evs.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "session_started",
+            "turn_started",
+            "user_message",
+            "tool_call",
+            "tool_result",
+            "assistant_message",
+            "turn_ended"
+        ],
+        "the reload recorded a restart reconciliation: {evs:#?}"
+    );
+}
