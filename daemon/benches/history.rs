@@ -1,0 +1,588 @@
+//! History operations at scale (DESIGN §7–§9), against the real `agentd` binary.
+//!
+//! Part 1, one large session: a synthetic Log of 100,000 events (~60 MB: turns of user
+//! and assistant messages, tool calls with 1–8 KiB outputs, usage records) is written
+//! straight into `<home>/sessions/<sid>.ndjson` before the daemon starts. Measured: cold
+//! load (the first `agentd/show` after start) in MB/s; warm `agentd/context` p50 without
+//! a checkpoint and after `agentd/compact`; the compaction itself; a fork at the midpoint;
+//! the daemon's peak RSS (`VmHWM`).
+//!
+//! Part 2, many sessions: 10,000 small Logs (one in ten a fork child) in one home.
+//! Measured: time from spawning the daemon until `agentd/hello` answers, and warm
+//! `agentd/list` (limit 100) and `agentd/tree` latencies.
+//!
+//! Every figure is printed beside its target. The temp homes live under the system temp
+//! dir (`TMPDIR`), i.e. on the same disk as other benches; durability is `none` because
+//! setup writes are not what is measured. "Cold" means a fresh daemon process; the Log
+//! bytes may still be in the OS page cache (the bench does not drop caches).
+//!
+//! Run: `cargo bench -p agentd --bench history` (env `BENCH_EVENTS` and `BENCH_SESSIONS`
+//! scale the two parts).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A small deterministic generator, so every run writes the same Log.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() as usize) % (hi - lo + 1)
+    }
+}
+
+/// ASCII text that looks like source and command output, to slice tool outputs from.
+fn corpus() -> String {
+    let words = [
+        "fn",
+        "let",
+        "mut",
+        "self",
+        "return",
+        "match",
+        "Some(x)",
+        "None",
+        "Ok(())",
+        "Err(e)",
+        "impl",
+        "struct",
+        "pub",
+        "use",
+        "crate::store",
+        "// why this matters",
+        "tokio::spawn",
+        "vec![]",
+        "String::new()",
+        "assert_eq!",
+        "0x7f",
+        "\"quoted\"",
+        "path/to/file.rs:42",
+        "warning:",
+        "error[E0308]:",
+        "test result: ok.",
+        "{",
+        "}",
+        "=>",
+        "&mut",
+    ];
+    let mut rng = Lcg(7);
+    let mut s = String::with_capacity(64 * 1024);
+    while s.len() < 64 * 1024 {
+        let n = rng.range(4, 12);
+        for i in 0..n {
+            if i > 0 {
+                s.push(' ');
+            }
+            s.push_str(words[rng.range(0, words.len() - 1)]);
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn ts(seq: u64) -> String {
+    // One event per second from 2026-11-01T00:00:00Z.
+    let day = 1 + seq / 86_400;
+    let rem = seq % 86_400;
+    format!(
+        "2026-11-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        day.min(28),
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        (seq * 7919) % 1_000_000
+    )
+}
+
+fn line(out: &mut impl Write, sid: &str, seq: u64, kind: &str, data: Value) -> usize {
+    let v = json!({
+        "id": format!("{:016x}", seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5bd1e995),
+        "session_id": sid, "seq": seq, "ts": ts(seq), "type": kind, "data": data,
+    });
+    let mut b = serde_json::to_vec(&v).expect("serialize");
+    b.push(b'\n');
+    out.write_all(&b).expect("write log");
+    b.len()
+}
+
+/// Writes a realistic Log of `n` events; returns its size in bytes.
+fn write_big_log(path: &Path, sid: &str, workspace: &Path, n: u64) -> u64 {
+    let text = corpus();
+    let mut rng = Lcg(42);
+    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).expect("create"));
+    let mut bytes = 0usize;
+    let mut seq = 0u64;
+    bytes += line(
+        &mut out,
+        sid,
+        seq,
+        "session_started",
+        json!({"workspace": workspace, "agentd_version": "bench", "log_format": 1,
+            "title": "bench: large session", "model": "bench-model"}),
+    );
+    seq += 1;
+    let mut turn = 0u64;
+    let mut call = 0u64;
+    let slice = |rng: &mut Lcg, len: usize| -> String {
+        let start = rng.range(0, text.len() - len - 1);
+        text[start..start + len].to_string()
+    };
+    // A turn has at most 5 + 3 * 2 events; stop starting turns before the end so the Log
+    // ends with a complete turn (an open one would be reconciled on load), then pad.
+    while seq + 11 < n {
+        turn += 1;
+        let mut push = |kind: &str, data: Value, seq: &mut u64, bytes: &mut usize| {
+            if *seq < n {
+                *bytes += line(&mut out, sid, *seq, kind, data);
+                *seq += 1;
+            }
+        };
+        let turn_id = format!("turn-{turn}");
+        push(
+            "turn_started",
+            json!({"turn_id": turn_id, "model": "bench-model"}),
+            &mut seq,
+            &mut bytes,
+        );
+        let prompt = slice(&mut rng, 200);
+        push(
+            "user_message",
+            json!({"text": prompt}),
+            &mut seq,
+            &mut bytes,
+        );
+        // Zero to two tool steps per turn (one on average).
+        for _ in 0..[0, 1, 1, 2][rng.range(0, 3)] {
+            push(
+                "provider_usage",
+                json!({"provider": "bench", "model": "bench-model",
+                    "usage": {"input_tokens": 1000 + turn, "output_tokens": 200, "total_tokens": 1200 + turn}}),
+                &mut seq,
+                &mut bytes,
+            );
+            call += 1;
+            let call_id = format!("call_{call}");
+            let file = format!("src/mod{}.rs", call % 97);
+            let (name, args) = match call % 4 {
+                0 => (
+                    "write_file",
+                    json!({"path": file, "content": "fn main() {}\n"}),
+                ),
+                1 => ("shell", json!({"command": "cargo test --quiet"})),
+                _ => ("read_file", json!({"path": file})),
+            };
+            push(
+                "tool_call",
+                json!({"call_id": call_id, "name": name, "args": args}),
+                &mut seq,
+                &mut bytes,
+            );
+            // 1–8 KiB, skewed small like real tool output (mean ≈ 2.75 KiB).
+            let r = rng.range(0, 1000) as f64 / 1000.0;
+            let out_len = 1024 + (r * r * r * (7.0 * 1024.0)) as usize;
+            let output = slice(&mut rng, out_len);
+            push(
+                "tool_result",
+                json!({"call_id": call_id, "ok": true, "output": output, "exit_code": 0}),
+                &mut seq,
+                &mut bytes,
+            );
+        }
+        let answer = slice(&mut rng, 300);
+        push(
+            "assistant_message",
+            json!({"text": answer}),
+            &mut seq,
+            &mut bytes,
+        );
+        push(
+            "turn_ended",
+            json!({"turn_id": turn_id, "status": "completed"}),
+            &mut seq,
+            &mut bytes,
+        );
+    }
+    while seq < n {
+        let note = slice(&mut rng, 120);
+        bytes += line(
+            &mut out,
+            sid,
+            seq,
+            "assistant_message",
+            json!({"text": note}),
+        );
+        seq += 1;
+    }
+    out.flush().expect("flush");
+    bytes as u64
+}
+
+/// 10k small Logs across 100 workspaces; every tenth is a fork of the one before it.
+fn write_many_logs(sessions: &Path, workspaces: &Path, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let sid = format!("20261101T{:06}-{:06x}", i / 60, i);
+        let ws = workspaces.join(format!("ws{}", i % 100));
+        if i < 100 {
+            std::fs::create_dir_all(&ws).expect("workspace");
+        }
+        let mut out = BufWriter::new(
+            std::fs::File::create(sessions.join(format!("{sid}.ndjson"))).expect("create"),
+        );
+        let mut seq = 0;
+        if i % 10 == 9 {
+            let parent = &ids[i - 1];
+            line(
+                &mut out,
+                &sid,
+                seq,
+                "session_fork",
+                json!({"parent_session_id": parent, "fork_root_session_id": parent,
+                    "forked_to_seq": 2, "workspace": ws, "replay_event_count": 2,
+                    "strategy": "replay_v1"}),
+            );
+        } else {
+            line(
+                &mut out,
+                &sid,
+                seq,
+                "session_started",
+                json!({"workspace": ws, "agentd_version": "bench", "log_format": 1,
+                    "title": format!("session {i}")}),
+            );
+        }
+        seq += 1;
+        line(
+            &mut out,
+            &sid,
+            seq,
+            "user_message",
+            json!({"text": format!("question {i}")}),
+        );
+        line(
+            &mut out,
+            &sid,
+            seq + 1,
+            "assistant_message",
+            json!({"text": format!("answer {i}")}),
+        );
+        out.flush().expect("flush");
+        ids.push(sid);
+    }
+    ids
+}
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    /// Spawns agentd on `root/home` and returns it with the time until `agentd/hello`
+    /// answered.
+    fn start(root: &Path) -> (Daemon, Duration) {
+        let socket = root.join("run/agentd.sock");
+        let t0 = Instant::now();
+        let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
+            .env("AGENTD_HOME", root.join("home"))
+            .env("AGENTD_SOCKET", &socket)
+            .env("AGENTD_CONFIG", root.join("none.toml"))
+            .env("AGENTD_DURABILITY", "none")
+            .env("AGENTD_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn agentd");
+        let d = Daemon { child, socket };
+        let deadline = t0 + Duration::from_secs(60);
+        loop {
+            if let Ok(mut c) = Conn::try_new(&d.socket) {
+                if c.try_call("agentd/hello", json!({})).is_some() {
+                    return (d, t0.elapsed());
+                }
+            }
+            assert!(Instant::now() < deadline, "agentd did not answer hello");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn conn(&self) -> Conn {
+        Conn::try_new(&self.socket).expect("connect")
+    }
+
+    /// Peak resident set size in MiB (`VmHWM`).
+    fn peak_rss_mib(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kb / 1024.0)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Conn {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+    id: u64,
+}
+
+impl Conn {
+    fn try_new(socket: &Path) -> std::io::Result<Conn> {
+        let w = UnixStream::connect(socket)?;
+        let r = BufReader::with_capacity(1 << 20, w.try_clone()?);
+        Ok(Conn { w, r, id: 0 })
+    }
+
+    fn try_call(&mut self, method: &str, params: Value) -> Option<Value> {
+        self.id += 1;
+        let mut msg = serde_json::to_vec(
+            &json!({"jsonrpc":"2.0","id":self.id,"method":method,"params":params}),
+        )
+        .ok()?;
+        msg.push(b'\n');
+        self.w.write_all(&msg).ok()?;
+        let mut line = Vec::new();
+        self.r.read_until(b'\n', &mut line).ok()?;
+        let v: Value = serde_json::from_slice(&line).ok()?;
+        v.get("result").cloned()
+    }
+
+    /// The result of a call, and how long the round trip took (response parsed).
+    fn timed(&mut self, method: &str, params: Value) -> (Value, Duration) {
+        let t = Instant::now();
+        let v = self
+            .try_call(method, params.clone())
+            .unwrap_or_else(|| panic!("{method} {params} failed"));
+        (v, t.elapsed())
+    }
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "MISS"
+    }
+}
+
+fn report(what: &str, value: String, target: &str, ok: bool) {
+    println!(
+        "{what:<44} {value:>14}   target {target:<12} {}",
+        verdict(ok)
+    );
+}
+
+fn big_session(base: &Path) {
+    let n = env_usize("BENCH_EVENTS", 100_000) as u64;
+    let root = tempfile::tempdir_in(base).expect("tempdir");
+    let ws = root.path().join("ws");
+    let sessions = root.path().join("home/sessions");
+    std::fs::create_dir_all(&ws).expect("ws");
+    std::fs::create_dir_all(&sessions).expect("sessions");
+    let sid = "20261101T000000-b16b16";
+    let log = sessions.join(format!("{sid}.ndjson"));
+    let t = Instant::now();
+    let size = write_big_log(&log, sid, &ws.canonicalize().expect("ws"), n);
+    let mb = size as f64 / 1e6;
+    println!(
+        "== one large session: {n} events, {mb:.1} MB Log (written in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+
+    let (d, ready) = Daemon::start(root.path());
+    report(
+        "daemon ready (hello) with the large Log",
+        format!("{:.0} ms", ms(ready)),
+        "-",
+        true,
+    );
+    let mut c = d.conn();
+    let (show, cold) = c.timed("agentd/show", json!({"session_id": sid}));
+    assert_eq!(show["event_count"], n, "{show}");
+    let rate = mb / cold.as_secs_f64();
+    report(
+        "cold load (first agentd/show)",
+        format!("{rate:.0} MB/s"),
+        ">= 150 MB/s",
+        rate >= 150.0,
+    );
+    println!(
+        "{:<44} {:>14}",
+        "  (first show took)",
+        format!("{:.0} ms", ms(cold))
+    );
+
+    let mut times = Vec::new();
+    let mut resp_items = 0;
+    for _ in 0..5 {
+        let (ctx, dt) = c.timed("agentd/context", json!({"session_id": sid}));
+        resp_items = ctx["stats"]["items"].as_u64().unwrap_or(0);
+        times.push(dt);
+    }
+    report(
+        "warm context p50, no checkpoint",
+        format!("{:.1} ms", ms(p50(times))),
+        "- (reported)",
+        true,
+    );
+    println!("{:<44} {:>14}", "  (items replayed)", resp_items);
+
+    let (cp, dt) = c.timed("agentd/compact", json!({"session_id": sid}));
+    assert_eq!(cp["recorded"], true, "{cp}");
+    report(
+        "compact (deterministic, tail 40)",
+        format!("{:.0} ms", ms(dt)),
+        "<= 1000 ms",
+        dt <= Duration::from_secs(1),
+    );
+
+    let mut times = Vec::new();
+    for _ in 0..30 {
+        let (ctx, dt) = c.timed("agentd/context", json!({"session_id": sid}));
+        resp_items = ctx["stats"]["items"].as_u64().unwrap_or(0);
+        times.push(dt);
+    }
+    let p = p50(times);
+    report(
+        "warm context p50, after compaction",
+        format!("{:.2} ms", ms(p)),
+        "<= 5 ms",
+        p <= Duration::from_millis(5),
+    );
+    println!("{:<44} {:>14}", "  (items replayed)", resp_items);
+
+    let (fk, dt) = c.timed(
+        "agentd/fork",
+        json!({"session_id": sid, "to_seq": n / 2, "child_session_id": "bench-fork-mid"}),
+    );
+    assert_eq!(fk["recorded"], true, "{fk}");
+    report(
+        "fork at the midpoint",
+        format!("{:.0} ms", ms(dt)),
+        "<= 1000 ms",
+        dt <= Duration::from_secs(1),
+    );
+    match d.peak_rss_mib() {
+        Some(r) => report(
+            "daemon peak RSS (VmHWM)",
+            format!("{r:.0} MiB"),
+            "- (reported)",
+            true,
+        ),
+        None => println!("daemon peak RSS: /proc not available"),
+    }
+}
+
+fn many_sessions(base: &Path) {
+    let n = env_usize("BENCH_SESSIONS", 10_000);
+    let root = tempfile::tempdir_in(base).expect("tempdir");
+    let sessions = root.path().join("home/sessions");
+    std::fs::create_dir_all(&sessions).expect("sessions");
+    let t = Instant::now();
+    let ids = write_many_logs(&sessions, &root.path().join("workspaces"), n);
+    println!(
+        "== {n} small sessions in one home (written in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    let (d, ready) = Daemon::start(root.path());
+    report(
+        "daemon cold start until hello answers",
+        format!("{:.0} ms", ms(ready)),
+        "<= 1500 ms",
+        ready <= Duration::from_millis(1500),
+    );
+    let mut c = d.conn();
+    let (first, _) = c.timed("agentd/list", json!({"limit": 100}));
+    assert_eq!(first["sessions"].as_array().map(Vec::len), Some(100.min(n)));
+    let mut times = Vec::new();
+    for _ in 0..50 {
+        times.push(c.timed("agentd/list", json!({"limit": 100})).1);
+    }
+    let p = p50(times);
+    report(
+        "list (limit 100) p50, warm",
+        format!("{:.2} ms", ms(p)),
+        "<= 50 ms",
+        p <= Duration::from_millis(50),
+    );
+
+    // A root that has a fork child (ids[8] → ids[9]).
+    let root_id = &ids[8.min(n - 1)];
+    let (tree, _) = c.timed("agentd/tree", json!({"session_id": root_id}));
+    assert!(tree["tree"].is_object(), "{tree}");
+    let mut times = Vec::new();
+    for _ in 0..50 {
+        times.push(c.timed("agentd/tree", json!({"session_id": root_id})).1);
+    }
+    let p = p50(times);
+    report(
+        "tree (one session) p50, warm",
+        format!("{:.2} ms", ms(p)),
+        "<= 50 ms",
+        p <= Duration::from_millis(50),
+    );
+    let ws = root
+        .path()
+        .join("workspaces/ws8")
+        .canonicalize()
+        .expect("ws");
+    let mut times = Vec::new();
+    let mut roots = 0;
+    for _ in 0..50 {
+        let (t, dt) = c.timed("agentd/tree", json!({"workspace": ws}));
+        roots = t["roots"].as_array().map_or(0, Vec::len);
+        times.push(dt);
+    }
+    let p = p50(times);
+    report(
+        &format!("tree (workspace, {roots} roots) p50, warm"),
+        format!("{:.2} ms", ms(p)),
+        "<= 50 ms",
+        p <= Duration::from_millis(50),
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported.
+    let base = std::env::temp_dir();
+    println!("agentd history bench (home under {})", base.display());
+    big_session(&base);
+    many_sessions(&base);
+}
