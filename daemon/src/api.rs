@@ -306,14 +306,11 @@ pub fn summary(meta: &SessionMeta) -> SessionSummary {
 
 fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
     let limit = p.limit.unwrap_or(100).clamp(1, 10_000);
-    let workspace = match &p.workspace {
-        Some(ws) => Some(
-            Path::new(ws)
-                .canonicalize()
-                .map_or_else(|_| ws.clone(), |c| c.display().to_string()),
-        ),
-        None => None,
-    };
+    let workspace = p.workspace.as_ref().map(|ws| {
+        Path::new(ws)
+            .canonicalize()
+            .map_or_else(|_| ws.clone(), |c| c.display().to_string())
+    });
     // Cursor = "<created_at>|<session_id>" of the last item returned (newest first).
     let cursor = p
         .cursor

@@ -139,7 +139,8 @@ fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
         state.apply(ev);
     }
     let ws = std::path::PathBuf::from(&st.workspace);
-    state.snapshot(&|uri: &str| crate::session::current_hash(&ws, uri))
+    let res = st.resources_dir();
+    state.snapshot(&|uri: &str| crate::session::current_hash(&ws, &res, uri))
 }
 
 /// Builds the compaction plan from the session state, with the checkpoint as of the

@@ -75,6 +75,8 @@ pub struct Registry {
     /// Connections that subscribed with `permissions:true`, per session: where `ask`
     /// mode sends `agentd/permission` requests.
     permission_clients: DashMap<String, Vec<crate::server::ConnSink>>,
+    /// Sessions loaded at least once by this daemon process.
+    loaded_once: dashmap::DashSet<String>,
 }
 
 impl Registry {
@@ -91,6 +93,7 @@ impl Registry {
             index: RwLock::new(index),
             generation: AtomicU64::new(1),
             permission_clients: DashMap::new(),
+            loaded_once: dashmap::DashSet::new(),
         }))
     }
 
@@ -199,6 +202,11 @@ impl Registry {
             .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
         self.index_insert(meta);
         Ok(())
+    }
+
+    /// Records that `sid` was loaded; true the first time in this process.
+    pub fn mark_loaded(&self, sid: &str) -> bool {
+        self.loaded_once.insert(sid.to_string())
     }
 
     pub fn add_permission_client(&self, sid: &str, conn: crate::server::ConnSink) {

@@ -34,13 +34,16 @@ const WRITE_QUEUE: usize = 1024;
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 const MAX_SUBSCRIPTIONS_PER_CONN: u32 = 1024;
 
+/// Requests this daemon sent to the peer: (last id used, waiters by id).
+type PendingRequests = (u64, HashMap<u64, oneshot::Sender<Value>>);
+
 /// A per-connection handle for server→client traffic outside a call's response:
 /// notifications and requests (e.g. `agentd/permission`). Available to handlers
 /// through `Extensions`.
 #[derive(Clone)]
 pub struct ConnSink {
     sink: MethodSink,
-    pending: Arc<Mutex<(u64, HashMap<u64, oneshot::Sender<Value>>)>>,
+    pending: Arc<Mutex<PendingRequests>>,
     pub conn_id: usize,
 }
 

@@ -195,11 +195,17 @@ impl SessionState {
         self.fold.checkpoint_to_seq()
     }
 
+    /// `sessions/<sid>/resources/`, beside the Log.
+    pub fn resources_dir(&self) -> PathBuf {
+        self.log_path.with_extension("").join("resources")
+    }
+
     /// The checkpoint as of now, with fact validity from the files' current hashes.
     pub fn checkpoint_now(&self) -> Checkpoint {
         let ws = PathBuf::from(&self.workspace);
+        let res = self.resources_dir();
         self.checkpoint
-            .snapshot(&|uri: &str| current_hash(&ws, uri))
+            .snapshot(&|uri: &str| current_hash(&ws, &res, uri))
     }
 
     pub fn status(&self) -> &'static str {
@@ -369,9 +375,12 @@ impl Actor {
             self.commit(vec![(vec![draft], None, Reply::Append(reply))])
                 .await;
         }
-        // A turn that started but never ended was cut by a daemon crash: close its
-        // orphan calls and end it, durably, before anyone can start another (§7.2).
-        if let Some(turn_id) = self.state.fold.open_turn() {
+        // A turn that started but never ended when this daemon first loads the session
+        // was cut by a daemon crash: close its orphan calls and end it, durably, before
+        // anyone can start another (§7.2). A reload after idle eviction is not a
+        // restart: a harness may be running its own turn through `agentd/append`.
+        let first_load = self.registry.mark_loaded(&self.state.id);
+        if let Some(turn_id) = self.state.fold.open_turn().filter(|_| first_load) {
             let mut drafts = reconcile::closures(
                 &self.state.fold.pending_calls(),
                 ReconcileReason::DaemonRestart,
@@ -611,10 +620,24 @@ impl Actor {
     }
 }
 
-/// sha256 of a workspace file named by an artifact uri, read now. `None` when the file
-/// is missing, unreadable or outside the workspace: an unknown hash makes dependent
-/// facts SUSPECT, which is the safe side.
-pub fn current_hash(workspace: &std::path::Path, uri: &str) -> Option<String> {
+/// The current sha256 behind an artifact uri, for fact validity (§7.3). Workspace files
+/// are read now; `resource:<sha256>` names content-addressed bytes in the session's
+/// resources directory, which never change, so the name is its hash while the file
+/// exists. `None` (unknown) when a file is missing, unreadable or outside the
+/// workspace, and for `command:` outputs, which cannot be re-observed: an unknown hash
+/// makes dependent facts SUSPECT, which is the safe side.
+pub fn current_hash(
+    workspace: &std::path::Path,
+    resources: &std::path::Path,
+    uri: &str,
+) -> Option<String> {
+    if let Some(sha) = uri.strip_prefix("resource:") {
+        let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+        return (valid && resources.join(sha).is_file()).then(|| sha.to_ascii_lowercase());
+    }
+    if uri.starts_with("command:") {
+        return None;
+    }
     let path = crate::tools::workspace::resolve(
         workspace,
         uri,
