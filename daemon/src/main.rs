@@ -1,6 +1,11 @@
 //! `agentd`: runs the daemon in the foreground until SIGTERM/SIGINT or `agentd/shutdown`.
 
 use clap::Parser;
+
+// Loading a Log allocates a JSON tree per event; mimalloc makes that markedly cheaper
+// than the system allocator (cold load throughput, peak RSS).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
