@@ -75,6 +75,8 @@ pub struct Registry {
     /// Connections that subscribed with `permissions:true`, per session: where `ask`
     /// mode sends `agentd/permission` requests.
     permission_clients: DashMap<String, Vec<crate::server::ConnSink>>,
+    /// Running turns and the artifact watch (owned by `turn`).
+    pub turns: crate::turn::Turns,
 }
 
 impl Registry {
@@ -91,6 +93,7 @@ impl Registry {
             index: RwLock::new(index),
             generation: AtomicU64::new(1),
             permission_clients: DashMap::new(),
+            turns: crate::turn::Turns::default(),
         }))
     }
 
