@@ -9,7 +9,8 @@
 //! `BENCH_ITERS` tool iterations (default 20) run on each. An iteration's time is the
 //! gap between consecutive `tool_result` timestamps of one turn (daemon clock, µs).
 //!
-//! Run: `cargo bench -p agentd --bench turn_overhead`.
+//! Run: `cargo bench -p agentd --bench turn_overhead` (`BENCH_SIZES=100000,1000` picks
+//! the pre-filled sizes and their order).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -164,7 +165,11 @@ fn main() {
         "{:>8}  {:>9}  {:>9}  {:>9}  {:>12}  {:>8}",
         "events", "p50 ms", "p99 ms", "mean ms", "turn/iter ms", "samples"
     );
-    for size in [1_000usize, 10_000, 100_000] {
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
+    for size in sizes {
         let sid = c.call("agentd/create", json!({"workspace": ws, "model": model}))["session_id"]
             .as_str()
             .expect("session id")
