@@ -640,3 +640,97 @@ fn artifact_changes_are_published_to_dependent_sessions() {
         .expect("artifact_changed");
     assert_eq!(ev["data"]["uri"], "notes.txt");
 }
+
+/// A one-thread HTTP/1.1 server answering each request with the next SSE body, then
+/// closing the connection; returns its base URL and the request bodies it saw.
+fn sse_server(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Value>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let h = std::thread::spawn(move || {
+        let mut bodies = Vec::new();
+        for reply in replies {
+            let (stream, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(stream.try_clone().unwrap());
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = l.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            bodies.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let mut w = stream;
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            w.write_all(head.as_bytes()).unwrap();
+            w.write_all(reply.as_bytes()).unwrap();
+            w.flush().unwrap();
+        }
+        bodies
+    });
+    (base, h)
+}
+
+fn chat_sse(chunks: &[Value]) -> String {
+    let mut s: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+#[test]
+fn openai_chat_provider_over_a_local_sse_server() {
+    let (base, server) = sse_server(vec![
+        chat_sse(&[
+            json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": "Listing."}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "list_dir", "arguments": "{\"path\":\".\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": 9, "total_tokens": 129}}),
+        ]),
+        chat_sse(&[
+            json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": "All done "}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "over HTTP."}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 160, "completion_tokens": 4, "total_tokens": 164}}),
+        ]),
+    ]);
+    let config = format!(
+        "default_provider = \"local\"\n[providers.local]\nkind = \"openai-chat\"\nbase_url = \"{base}\"\nmodel = \"m1\"\ncontext_window = 4096\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, None);
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let r = turn(&mut c, &sid, "what is here?", json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["output_text"], "All done over HTTP.");
+    sub.wait_event(
+        |e| is_type(e, "text_delta") && e["data"]["text"] == "over HTTP.",
+        WAIT,
+    )
+    .expect("streamed delta");
+    let bodies = server.join().unwrap();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0]["model"], "m1");
+    let second = bodies[1]["messages"].to_string();
+    assert!(second.contains("call_a"), "{second}");
+    let evs = events(&mut c, &sid);
+    let usage = of_type(&evs, "provider_usage");
+    assert_eq!(usage[0]["data"]["provider"], "local");
+    assert_eq!(usage[0]["data"]["usage"]["input_tokens"], 120);
+    assert_eq!(usage[0]["data"]["context_window"], 4096);
+    assert_eq!(of_type(&evs, "tool_result")[0]["data"]["ok"], true);
+    assert_balanced(&mut c, &sid);
+}
