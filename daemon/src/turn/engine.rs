@@ -274,7 +274,9 @@ impl Runner<'_> {
         if self.corrected(&replay) as f64 > limit {
             let tail = self.registry.config.compaction.tail_events;
             if self.compact(tail, Trigger::Pressure).await? {
-                self.last_seq = self.last_seq.max(self.h.query(|st| st.next_seq).await? - 1);
+                self.last_seq = self
+                    .last_seq
+                    .max(self.h.query(|st| st.next_seq.saturating_sub(1)).await?);
                 replay = self.replay().await?;
             }
         }
@@ -303,7 +305,9 @@ impl Runner<'_> {
                     if !compacted {
                         return Ok(Err(f));
                     }
-                    self.last_seq = self.last_seq.max(self.h.query(|st| st.next_seq).await? - 1);
+                    self.last_seq = self
+                        .last_seq
+                        .max(self.h.query(|st| st.next_seq.saturating_sub(1)).await?);
                     replay = self.replay().await?;
                 }
                 Err(f) => return Ok(Err(f)),

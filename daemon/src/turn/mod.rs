@@ -20,6 +20,10 @@
 //! `turn_ended{status:"interrupted", reason}`. Only then does the interrupt answer, with
 //! the call ids it closed. Shutdown does the same for every running turn.
 //!
+//! `wait:false` answers once `turn_started` and `user_message` are durable, with
+//! `status:"running"` and their seqs; the turn's end is then seen through
+//! `agentd/subscribe` or `agentd/events`.
+//!
 //! Busy window: the running entry is removed after `turn_ended` is durable and just
 //! before the `agentd/turn` call answers; a client that starts the next turn on seeing
 //! the `turn_ended` event (rather than the response) may, for that instant, get `busy`.
