@@ -387,7 +387,7 @@ async fn subscribe(
     params: Params<'static>,
     pending: PendingSubscriptionSink,
     api: Arc<Api>,
-    _ext: Extensions,
+    ext: Extensions,
 ) {
     let p: SubscribeParams = match parse(&params) {
         Ok(p) => p,
@@ -397,6 +397,12 @@ async fn subscribe(
         Ok(h) => h,
         Err(e) => return pending.reject(error_object(&e)).await,
     };
+    if p.permissions {
+        if let Some(conn) = ext.get::<crate::server::ConnSink>() {
+            api.registry
+                .add_permission_client(&p.session_id, conn.clone());
+        }
+    }
     let after = p.after_seq;
     let (backlog, mut rx) = match handle.query(move |st| st.subscribe(after)).await {
         Ok(x) => x,

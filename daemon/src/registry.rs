@@ -77,6 +77,8 @@ pub struct Registry {
     permission_clients: DashMap<String, Vec<crate::server::ConnSink>>,
     /// Sessions loaded at least once by this daemon process.
     loaded_once: dashmap::DashSet<String>,
+    /// Running turns and the artifact watch (owned by `turn`).
+    pub turns: crate::turn::Turns,
 }
 
 impl Registry {
@@ -94,6 +96,7 @@ impl Registry {
             generation: AtomicU64::new(1),
             permission_clients: DashMap::new(),
             loaded_once: dashmap::DashSet::new(),
+            turns: crate::turn::Turns::default(),
         }))
     }
 

@@ -1,0 +1,222 @@
+//! Daemon overhead per turn iteration (issue "turn overhead", DESIGN §10): with the
+//! zero-latency `script` provider, one iteration is provider input build + the step's Log
+//! appends (`provider_usage`, `tool_call`) + tool dispatch (`list_dir` of a small
+//! workspace) + the `tool_result` append. Durability is `none`, so fsync is excluded.
+//!
+//! Sessions are pre-filled with 1k, 10k and 100k events through `agentd/append` (groups
+//! of user_message, assistant_message, tool_call, tool_result) and compacted once with
+//! the default tail, as a long session is; then `BENCH_TURNS` turns (default 5) of
+//! `BENCH_ITERS` tool iterations (default 20) run on each. An iteration's time is the
+//! gap between consecutive `tool_result` timestamps of one turn (daemon clock, µs).
+//!
+//! Run: `cargo bench -p agentd --bench turn_overhead` (`BENCH_SIZES=100000,1000` picks
+//! the pre-filled sizes and their order).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Conn {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+    id: u64,
+}
+
+impl Conn {
+    fn connect(path: &Path) -> std::io::Result<Conn> {
+        let s = UnixStream::connect(path)?;
+        Ok(Conn {
+            w: s.try_clone()?,
+            r: BufReader::new(s),
+            id: 0,
+        })
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.id += 1;
+        let msg = json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
+        self.w
+            .write_all(format!("{msg}\n").as_bytes())
+            .expect("write request");
+        loop {
+            let mut line = String::new();
+            let n = self.r.read_line(&mut line).expect("read response");
+            assert!(n > 0, "daemon closed the connection");
+            let v: Value = serde_json::from_str(&line).expect("response JSON");
+            if v.get("id") == Some(&json!(self.id)) {
+                match v.get("result") {
+                    Some(r) => return r.clone(),
+                    None => panic!("{method} failed: {v}"),
+                }
+            }
+        }
+    }
+}
+
+struct Daemon {
+    child: Child,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path) -> (Daemon, Conn) {
+    let socket = dir.join("run").join("agentd.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .env("AGENTD_HOME", dir.join("home"))
+        .env("AGENTD_SOCKET", &socket)
+        .env("AGENTD_CONFIG", dir.join("no-config.toml"))
+        .env("AGENTD_DURABILITY", "none")
+        .env("AGENTD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn agentd");
+    let d = Daemon { child };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut c) = Conn::connect(&socket) {
+            c.call("agentd/hello", json!({}));
+            return (d, c);
+        }
+        assert!(Instant::now() < deadline, "agentd did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Appends `(events - 1) / 4` groups (session_started is already there), 250 groups
+/// per call, then compacts once.
+fn prefill(c: &mut Conn, sid: &str, events: usize) {
+    let groups = (events.saturating_sub(1)) / 4;
+    let mut g = 0;
+    while g < groups {
+        let end = (g + 250).min(groups);
+        let mut batch = Vec::with_capacity((end - g) * 4);
+        for group in g..end {
+            let call_id = format!("pre_{group}");
+            batch.push(json!({"type": "user_message", "data": {"text": format!("question {group}: what does module {group} do?")}}));
+            batch.push(json!({"type": "assistant_message", "data": {"text": format!("Let me read module {group}.")}}));
+            batch.push(json!({"type": "tool_call", "data": {"call_id": call_id, "name": "read_file", "args": {"path": format!("src/m{group}.rs")}}}));
+            batch.push(json!({"type": "tool_result", "data": {"call_id": call_id, "ok": true, "output": "x".repeat(200)}}));
+        }
+        c.call("agentd/append", json!({"session_id": sid, "events": batch}));
+        g = end;
+    }
+    c.call("agentd/compact", json!({"session_id": sid}));
+}
+
+fn ts_micros(ts: &str) -> i128 {
+    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
+        .expect("event ts");
+    t.unix_timestamp_nanos() / 1000
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let turns = env_usize("BENCH_TURNS", 5);
+    let iters = env_usize("BENCH_ITERS", 20);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("workspace");
+    for i in 0..10 {
+        std::fs::write(ws.join(format!("f{i}.txt")), "x\n").expect("workspace file");
+    }
+    let mut steps: Vec<Value> = (0..iters)
+        .map(|_| json!({"tool_calls": [{"name": "list_dir", "args": {"path": "."}}]}))
+        .collect();
+    steps.push(json!({"text": "done"}));
+    let script = dir.path().join("bench.json");
+    std::fs::write(
+        &script,
+        serde_json::to_vec(&json!({"rules": [{"steps": steps}]})).expect("script"),
+    )
+    .expect("write script");
+    let model = format!("script:{}", script.display());
+    let (_daemon, mut c) = start(dir.path());
+    println!(
+        "turn_overhead: {turns} turns × {iters} tool iterations per session size, durability none"
+    );
+    println!(
+        "{:>8}  {:>9}  {:>9}  {:>9}  {:>12}  {:>8}",
+        "events", "p50 ms", "p99 ms", "mean ms", "turn/iter ms", "samples"
+    );
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
+    for size in sizes {
+        let sid = c.call("agentd/create", json!({"workspace": ws, "model": model}))["session_id"]
+            .as_str()
+            .expect("session id")
+            .to_string();
+        let t = Instant::now();
+        prefill(&mut c, &sid, size);
+        let fill_s = t.elapsed().as_secs_f64();
+        let mut gaps = Vec::new();
+        let mut wall = Vec::new();
+        for k in 0..turns {
+            let before = c.call("agentd/show", json!({"session_id": sid}))["last_seq"]
+                .as_u64()
+                .expect("last_seq");
+            let t = Instant::now();
+            let r = c.call(
+                "agentd/turn",
+                json!({"session_id": sid, "input": format!("bench turn {k}"), "max_iterations": iters + 1}),
+            );
+            wall.push(t.elapsed().as_secs_f64() * 1000.0 / (iters + 1) as f64);
+            assert_eq!(r["status"], "completed", "{r}");
+            let evs = c.call(
+                "agentd/events",
+                json!({"session_id": sid, "after_seq": before, "types": ["tool_result"]}),
+            );
+            let stamps: Vec<i128> = evs["events"]
+                .as_array()
+                .expect("events")
+                .iter()
+                .map(|e| ts_micros(e["ts"].as_str().expect("ts")))
+                .collect();
+            assert_eq!(stamps.len(), iters, "one tool_result per iteration");
+            gaps.extend(stamps.windows(2).map(|w| (w[1] - w[0]) as f64 / 1000.0));
+        }
+        gaps.sort_by(|a, b| a.total_cmp(b));
+        wall.sort_by(|a, b| a.total_cmp(b));
+        let mean = gaps.iter().sum::<f64>() / gaps.len().max(1) as f64;
+        let show = c.call("agentd/show", json!({"session_id": sid}));
+        println!(
+            "{:>8}  {:>9.3}  {:>9.3}  {:>9.3}  {:>12.3}  {:>8}   (log now {} events; prefill {:.1}s)",
+            size,
+            percentile(&gaps, 0.5),
+            percentile(&gaps, 0.99),
+            mean,
+            percentile(&wall, 0.5),
+            gaps.len(),
+            show["event_count"],
+            fill_s
+        );
+    }
+}

@@ -1,0 +1,642 @@
+//! The turn loop (DESIGN §10):
+//!
+//! reconcile (`before_start_turn`) → `turn_started{turn_id, model, provider}` →
+//! `user_message{text}` → up to `max_iterations` times { pressure check (maybe compact)
+//! → provider call, streamed (deltas go to subscribers as ephemeral events) →
+//! `provider_usage` → `reasoning` / `assistant_message` / `tool_call`s in the provider's
+//! order, in one append → per call: permission, run, `tool_result` } until a step has no
+//! tool calls → `turn_ended`.
+//!
+//! Endings:
+//! - the model answers without tool calls → `completed`;
+//! - `max_iterations` provider calls all asked for tools → `completed` with
+//!   `reason:"max_iterations"` (the tools of the last step did run; the model did not
+//!   see their results);
+//! - a provider failure → its partial text (if any) as `assistant_message{text,
+//!   metadata{partial:true, error_kind}}`, then `failed` (or `timed_out` for kind
+//!   `timeout`) with `error{kind, message}`; `context_overflow` first compacts with tails
+//!   40, 20, 10, 5 (`trigger:"overflow_recovery"`, a tail that compacts nothing is
+//!   skipped) and retries after each;
+//! - an interrupt → partial text as above (`error_kind:"interrupted"`), the result of the
+//!   tool that was running (it answers `interrupted`), then in one append orphan closures
+//!   (`reason:"interrupt"`) for calls that never ran and `turn_ended{interrupted, reason}`.
+//!
+//! Tool results are appended one call at a time, in call order, as each call finishes,
+//! so a crash mid-step loses only the call that was running (closed on restart).
+//!
+//! Context pressure: `stats.estimated_tokens` of the replay (characters / 4) is corrected
+//! by the ratio `input_tokens / estimated_tokens` of the latest provider call (kept in
+//! `provider_usage.data.estimated_tokens` so the ratio survives restarts; 1.0 until a
+//! call was made, clamped to 0.25..=4). When the corrected estimate exceeds
+//! `compaction.threshold × context_window`, the turn compacts with
+//! `compaction.tail_events` raw events kept and `trigger:"pressure"`, then rebuilds the
+//! input; if it is still over, the call goes ahead (the provider's own overflow error
+//! then triggers recovery). `context_pressure{estimated_tokens, context_window,
+//! pressure}` is published before every call.
+
+use super::permission::{self, Ask};
+use super::setup::TurnSpec;
+use super::{RunningTurn, Started};
+use crate::history::compaction::{CompactOptions, CompactStrategy, Trigger};
+use crate::history::memory::{self, EvidenceLookup};
+use crate::history::reconcile::{self, ReconcileReason};
+use crate::history::replay::Replay;
+use crate::provider::{
+    OutputItem, ProviderFailure, ProviderRequest, ProviderResponse, StreamEvent,
+};
+use crate::registry::Registry;
+use crate::session::{SessionHandle, SessionState};
+use crate::tools::{self, ToolContext, ToolOutcome};
+use agentd_proto::rpc::{AppendResult, TurnResult};
+use agentd_proto::{AgentError, ErrorKind, EventDraft, EventType};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Tails tried, in order, when the provider reports a context overflow.
+pub const OVERFLOW_TAILS: [usize; 4] = [40, 20, 10, 5];
+const RATIO_MIN: f64 = 0.25;
+const RATIO_MAX: f64 = 4.0;
+const DELTA_QUEUE: usize = 256;
+
+enum End {
+    Completed(Option<&'static str>),
+    Failed(AgentError),
+    Interrupted,
+}
+
+struct Runner<'a> {
+    registry: &'a Arc<Registry>,
+    h: &'a SessionHandle,
+    sid: String,
+    spec: TurnSpec,
+    turn_id: String,
+    cancel: CancellationToken,
+    tools: ToolContext,
+    workspace: String,
+    /// Correction applied to the replay's token estimate (see the module doc).
+    ratio: f64,
+    last_seq: u64,
+}
+
+/// Runs a whole turn; returns its result and the call ids an interrupt closed.
+pub(super) async fn run(
+    registry: &Arc<Registry>,
+    h: &SessionHandle,
+    spec: TurnSpec,
+    input: String,
+    running: &Arc<RunningTurn>,
+    started: Started,
+) -> Result<(TurnResult, Vec<String>), AgentError> {
+    let sid = h.id.to_string();
+    let begin = async {
+        crate::ops::reconcile(h, ReconcileReason::BeforeStartTurn, false, true).await?;
+        let turn_id = running.turn_id.clone();
+        let (workspace, ratio, deps) = h
+            .query(move |st| {
+                st.running_turn = Some(turn_id);
+                (
+                    st.workspace.clone(),
+                    usage_ratio(st),
+                    st.checkpoint.fact_dependency_uris(),
+                )
+            })
+            .await?;
+        registry.set_running(&sid, true);
+        let tools = tool_context(registry, &sid, &workspace, &spec, &running.cancel)?;
+        let res = h
+            .append(
+                vec![
+                    EventDraft::new(
+                        EventType::TurnStarted,
+                        json!({"turn_id": running.turn_id, "model": spec.model, "provider": spec.provider_name()}),
+                    ),
+                    EventDraft::new(EventType::UserMessage, json!({"text": input})),
+                ],
+                None,
+            )
+            .await?;
+        for uri in deps {
+            registry.turns.watch.watch(registry, &sid, &workspace, &uri);
+        }
+        Ok::<_, AgentError>((workspace, ratio, tools, res))
+    };
+    let (workspace, ratio, tools, res) = match begin.await {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = started.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let _ = started.send(Ok((res.first_seq, res.last_seq)));
+    let mut r = Runner {
+        registry,
+        h,
+        sid,
+        spec,
+        turn_id: running.turn_id.clone(),
+        cancel: running.cancel.clone(),
+        tools,
+        workspace,
+        ratio,
+        last_seq: res.last_seq,
+    };
+    let mut output_text = String::new();
+    let end = match r.iterate(&mut output_text).await {
+        Ok(end) => end,
+        Err(e) if r.cancel.is_cancelled() => {
+            tracing::debug!(error = %e, "turn step failed after an interrupt");
+            End::Interrupted
+        }
+        Err(e) => End::Failed(e),
+    };
+    let (status, error, reconciled) = r.finish(end, running).await?;
+    Ok((
+        TurnResult {
+            turn_id: r.turn_id.clone(),
+            status: status.to_string(),
+            output_text,
+            first_seq: res.first_seq,
+            last_seq: r.last_seq,
+            error,
+        },
+        reconciled,
+    ))
+}
+
+fn tool_context(
+    registry: &Registry,
+    sid: &str,
+    workspace: &str,
+    spec: &TurnSpec,
+    cancel: &CancellationToken,
+) -> Result<ToolContext, AgentError> {
+    let mut ctx = ToolContext::new(workspace, registry.home.resources_dir(sid)?)?;
+    ctx.cancel = cancel.clone();
+    ctx.shell_env_remove = spec.env_remove.clone();
+    Ok(ctx)
+}
+
+/// The estimate correction from the latest `provider_usage` that recorded its estimate.
+fn usage_ratio(st: &SessionState) -> f64 {
+    st.events
+        .iter()
+        .rev()
+        .take(4096)
+        .find(|e| e.event_type() == EventType::ProviderUsage)
+        .and_then(|e| {
+            let est = e.data.get("estimated_tokens")?.as_u64()?;
+            let input = e.data.get("usage")?.get("input_tokens")?.as_u64()?;
+            ratio(input, est)
+        })
+        .unwrap_or(1.0)
+}
+
+fn ratio(input_tokens: u64, estimated: u64) -> Option<f64> {
+    (input_tokens > 0 && estimated > 0)
+        .then(|| (input_tokens as f64 / estimated as f64).clamp(RATIO_MIN, RATIO_MAX))
+}
+
+/// `corrected estimate / window`, rounded to 4 places for stable output.
+fn pressure(tokens: u64, window: u64) -> f64 {
+    ((tokens as f64 / window.max(1) as f64) * 10_000.0).round() / 10_000.0
+}
+
+impl Runner<'_> {
+    async fn append(&mut self, drafts: Vec<EventDraft>) -> Result<AppendResult, AgentError> {
+        let res = self.h.append(drafts, None).await?;
+        self.last_seq = self.last_seq.max(res.last_seq);
+        Ok(res)
+    }
+
+    async fn iterate(&mut self, output_text: &mut String) -> Result<End, AgentError> {
+        for _ in 0..self.spec.max_iterations {
+            if self.cancel.is_cancelled() {
+                return Ok(End::Interrupted);
+            }
+            let (resp, estimated) = match self.step().await? {
+                Ok(v) => v,
+                Err(f) => return self.provider_failed(f).await,
+            };
+            self.record_usage(&resp, estimated).await?;
+            let calls = self.record_output(&resp).await?;
+            let text = step_text(&resp);
+            if !text.is_empty() {
+                *output_text = text;
+            }
+            if calls.is_empty() {
+                return Ok(End::Completed(None));
+            }
+            if self.cancel.is_cancelled() {
+                return Ok(End::Interrupted);
+            }
+            if !self.run_tools(calls).await? {
+                return Ok(End::Interrupted);
+            }
+        }
+        Ok(End::Completed(Some("max_iterations")))
+    }
+
+    async fn replay(&self) -> Result<Replay, AgentError> {
+        let ctx_mode = self.spec.permission_mode.as_str();
+        let model = self.spec.model.clone();
+        self.h
+            .query(move |st| {
+                let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
+                st.fold.replay(&ctx)
+            })
+            .await
+    }
+
+    fn corrected(&self, replay: &Replay) -> u64 {
+        (replay.stats.estimated_tokens as f64 * self.ratio).ceil() as u64
+    }
+
+    async fn compact(&self, tail_events: usize, trigger: Trigger) -> Result<bool, AgentError> {
+        let opts = CompactOptions {
+            tail_events,
+            trigger,
+            strategy: CompactStrategy::Deterministic,
+        };
+        let v = crate::ops::compact(self.h, opts, false, None).await?;
+        Ok(v["recorded"].as_bool() == Some(true))
+    }
+
+    /// One model step, with the pressure check before it and overflow recovery after it.
+    /// The outer error is the daemon's (Log writes); the inner one the provider's.
+    async fn step(
+        &mut self,
+    ) -> Result<Result<(ProviderResponse, u64), ProviderFailure>, AgentError> {
+        let window = self.spec.context_window;
+        let mut replay = self.replay().await?;
+        let limit = self.registry.config.compaction.threshold * window as f64;
+        if self.corrected(&replay) as f64 > limit {
+            let tail = self.registry.config.compaction.tail_events;
+            if self.compact(tail, Trigger::Pressure).await? {
+                self.last_seq = self
+                    .last_seq
+                    .max(self.h.query(|st| st.next_seq.saturating_sub(1)).await?);
+                replay = self.replay().await?;
+            }
+        }
+        let mut tails = OVERFLOW_TAILS.iter();
+        loop {
+            let estimated = self.corrected(&replay);
+            self.h.publish(
+                EventType::ContextPressure,
+                json!({
+                    "turn_id": self.turn_id,
+                    "estimated_tokens": estimated,
+                    "context_window": window,
+                    "pressure": pressure(estimated, window),
+                }),
+            );
+            match self.stream(replay.items.clone()).await {
+                Ok(resp) => return Ok(Ok((resp, replay.stats.estimated_tokens))),
+                Err(f) if f.kind() == ErrorKind::ContextOverflow && !self.cancel.is_cancelled() => {
+                    let mut compacted = false;
+                    for &tail in tails.by_ref() {
+                        if self.compact(tail, Trigger::OverflowRecovery).await? {
+                            compacted = true;
+                            break;
+                        }
+                    }
+                    if !compacted {
+                        return Ok(Err(f));
+                    }
+                    self.last_seq = self
+                        .last_seq
+                        .max(self.h.query(|st| st.next_seq.saturating_sub(1)).await?);
+                    replay = self.replay().await?;
+                }
+                Err(f) => return Ok(Err(f)),
+            }
+        }
+    }
+
+    /// Streams one provider call; deltas are published while it runs and all of them
+    /// before this returns, so subscribers see them ahead of the step's events.
+    async fn stream(
+        &self,
+        items: Vec<agentd_proto::replay::ReplayItem>,
+    ) -> Result<ProviderResponse, ProviderFailure> {
+        let mut specs = tools::specs();
+        specs.push(memory::tool_spec());
+        let req = ProviderRequest {
+            model: self.spec.request_model.clone(),
+            items,
+            tools: specs,
+            max_output_tokens: None,
+        };
+        let (tx, mut rx) = mpsc::channel::<StreamEvent>(DELTA_QUEUE);
+        let h = self.h.clone();
+        let turn_id = self.turn_id.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let (kind, data) = match ev {
+                    StreamEvent::TextDelta(t) => (EventType::TextDelta, json!({"text": t})),
+                    StreamEvent::ReasoningDelta(t) => {
+                        (EventType::ReasoningDelta, json!({"text": t}))
+                    }
+                    StreamEvent::Status(s) => {
+                        (EventType::Status, json!({"message": s, "turn_id": turn_id}))
+                    }
+                };
+                h.publish(kind, data);
+            }
+        });
+        let res = self
+            .spec
+            .provider
+            .stream(req, tx, self.cancel.clone())
+            .await;
+        let _ = forward.await;
+        res
+    }
+
+    async fn provider_failed(&mut self, f: ProviderFailure) -> Result<End, AgentError> {
+        let interrupted = self.cancel.is_cancelled();
+        let kind = if interrupted {
+            ErrorKind::Interrupted
+        } else {
+            f.error.kind
+        };
+        if !f.partial_text.is_empty() {
+            self.append(vec![EventDraft::new(
+                EventType::AssistantMessage,
+                json!({"text": f.partial_text, "metadata": {"partial": true, "error_kind": kind}}),
+            )])
+            .await?;
+        }
+        Ok(if interrupted {
+            End::Interrupted
+        } else {
+            End::Failed(f.error)
+        })
+    }
+
+    async fn record_usage(
+        &mut self,
+        resp: &ProviderResponse,
+        estimated: u64,
+    ) -> Result<(), AgentError> {
+        let window = self.spec.context_window;
+        if let Some(r) = ratio(resp.usage.input_tokens, estimated) {
+            self.ratio = r;
+        }
+        self.append(vec![EventDraft::new(
+            EventType::ProviderUsage,
+            json!({
+                "provider": self.spec.provider_name(),
+                "model": self.spec.model,
+                "usage": resp.usage,
+                "context_window": window,
+                "pressure": pressure(resp.usage.input_tokens, window),
+                "estimated_tokens": estimated,
+            }),
+        )])
+        .await?;
+        Ok(())
+    }
+
+    /// Records the step's items in the provider's order; returns its tool calls.
+    async fn record_output(
+        &mut self,
+        resp: &ProviderResponse,
+    ) -> Result<Vec<(String, String, Value)>, AgentError> {
+        let mut drafts = Vec::new();
+        let mut calls = Vec::new();
+        for item in &resp.output {
+            match item {
+                OutputItem::Reasoning { item } => drafts.push(EventDraft::new(
+                    EventType::Reasoning,
+                    json!({"item": item, "model": self.spec.model}),
+                )),
+                OutputItem::Message { text } => drafts.push(EventDraft::new(
+                    EventType::AssistantMessage,
+                    json!({"text": text}),
+                )),
+                OutputItem::ToolCall {
+                    call_id,
+                    name,
+                    args,
+                } => {
+                    let args = if args.is_object() {
+                        args.clone()
+                    } else {
+                        json!({"_raw": args.to_string()})
+                    };
+                    drafts.push(EventDraft::new(
+                        EventType::ToolCall,
+                        json!({"call_id": call_id, "name": name, "args": args}),
+                    ));
+                    calls.push((call_id.clone(), name.clone(), args));
+                }
+            }
+        }
+        if !drafts.is_empty() {
+            self.append(drafts).await?;
+        }
+        Ok(calls)
+    }
+
+    /// Runs the calls in order. `false` when the turn was interrupted (calls not yet run
+    /// stay pending for the interrupt's reconciliation).
+    async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<bool, AgentError> {
+        for (call_id, name, args) in calls {
+            if self.cancel.is_cancelled() {
+                return Ok(false);
+            }
+            let mode = self.spec.permission_mode;
+            let ask = Ask {
+                registry: self.registry,
+                session_id: &self.sid,
+                turn_id: &self.turn_id,
+                cancel: &self.cancel,
+            };
+            let decision = match permission::decide(mode, &ask, &call_id, &name, &args).await {
+                Ok(d) => d,
+                Err(_) => return Ok(false),
+            };
+            if let Some(d) = &decision {
+                self.append(vec![EventDraft::new(
+                    EventType::PermissionDecision,
+                    d.event_data(&call_id, mode),
+                )])
+                .await?;
+                if !d.allow {
+                    let data = ToolOutcome::failure(d.denial(&name)).into_result_data(&call_id);
+                    self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                        .await?;
+                    continue;
+                }
+            }
+            if name == memory::TOOL_NAME {
+                self.memory_apply(call_id, args).await?;
+                continue;
+            }
+            let outcome = tools::run(&name, &args, &self.tools).await;
+            let data = outcome.into_result_data(&call_id);
+            self.watch_artifacts(&data);
+            self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                .await?;
+        }
+        Ok(!self.cancel.is_cancelled())
+    }
+
+    /// `memory_apply`: validated against the session state and recorded as
+    /// `memory_update` plus an ok `tool_result`, or an `invalid_args` result, atomically.
+    async fn memory_apply(&mut self, call_id: String, args: Value) -> Result<(), AgentError> {
+        let res = self
+            .h
+            .record(move |st| {
+                let lookup = StateLookup(st);
+                Ok(match memory::validate(&args, &lookup) {
+                    Ok(data) => {
+                        let kind = data["kind"].as_str().unwrap_or("memory").to_string();
+                        vec![
+                            EventDraft::new(EventType::MemoryUpdate, data),
+                            EventDraft::new(
+                                EventType::ToolResult,
+                                json!({"call_id": call_id, "ok": true, "output": format!("recorded {kind} update")}),
+                            ),
+                        ]
+                    }
+                    Err(e) => vec![EventDraft::new(
+                        EventType::ToolResult,
+                        ToolOutcome::failure(e).into_result_data(&call_id),
+                    )],
+                })
+            })
+            .await?;
+        if let Some(r) = res {
+            self.last_seq = self.last_seq.max(r.last_seq);
+        }
+        Ok(())
+    }
+
+    fn watch_artifacts(&self, result: &Value) {
+        let Some(arts) = result.get("artifacts").and_then(Value::as_array) else {
+            return;
+        };
+        for a in arts {
+            if a["kind"] == "file" {
+                if let Some(uri) = a["uri"].as_str() {
+                    self.registry
+                        .turns
+                        .watch
+                        .watch(self.registry, &self.sid, &self.workspace, uri);
+                }
+            }
+        }
+    }
+
+    /// Records the end; returns (status, error, call ids closed by an interrupt).
+    async fn finish(
+        &mut self,
+        end: End,
+        running: &RunningTurn,
+    ) -> Result<(&'static str, Option<AgentError>, Vec<String>), AgentError> {
+        let turn_id = self.turn_id.clone();
+        match end {
+            End::Completed(reason) => {
+                let mut data = json!({"turn_id": turn_id, "status": "completed"});
+                if let Some(r) = reason {
+                    data["reason"] = json!(r);
+                }
+                self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
+                    .await?;
+                Ok(("completed", None, Vec::new()))
+            }
+            End::Failed(e) => {
+                let status = if e.kind == ErrorKind::Timeout {
+                    "timed_out"
+                } else {
+                    "failed"
+                };
+                let data = json!({"turn_id": turn_id, "status": status,
+                    "error": {"kind": e.kind, "message": e.message}});
+                self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
+                    .await?;
+                Ok((status, Some(e), Vec::new()))
+            }
+            End::Interrupted => {
+                let reason = running.reason();
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let res = self
+                    .h
+                    .record(move |st| {
+                        let pending = st.fold.pending_calls();
+                        let _ = tx.send(
+                            pending
+                                .iter()
+                                .map(|p| p.call_id.clone())
+                                .collect::<Vec<_>>(),
+                        );
+                        let mut drafts = reconcile::closures(&pending, ReconcileReason::Interrupt);
+                        drafts.push(EventDraft::new(
+                            EventType::TurnEnded,
+                            json!({"turn_id": turn_id, "status": "interrupted", "reason": reason}),
+                        ));
+                        Ok(drafts)
+                    })
+                    .await?;
+                if let Some(r) = res {
+                    self.last_seq = self.last_seq.max(r.last_seq);
+                }
+                let reconciled = rx.await.unwrap_or_default();
+                Ok(("interrupted", None, reconciled))
+            }
+        }
+    }
+}
+
+/// The text of a step's messages, joined.
+fn step_text(resp: &ProviderResponse) -> String {
+    resp.output
+        .iter()
+        .filter_map(|i| match i {
+            OutputItem::Message { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Evidence for `memory_apply`, answered from the session's folded state.
+struct StateLookup<'a>(&'a SessionState);
+
+impl EvidenceLookup for StateLookup<'_> {
+    fn has_event_id(&self, id: &str) -> bool {
+        self.0.events.iter().any(|e| e.id == id)
+    }
+    fn has_call_id(&self, id: &str) -> bool {
+        self.0
+            .events
+            .iter()
+            .any(|e| e.event_type() == EventType::ToolCall && e.str_field("call_id") == Some(id))
+    }
+    fn has_artifact(&self, uri: &str) -> bool {
+        self.0.checkpoint.artifact(uri).is_some()
+    }
+    fn artifact_sha256(&self, uri: &str) -> Option<String> {
+        self.0.checkpoint.artifact(uri)?.sha256.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_and_pressure_are_bounded() {
+        assert_eq!(ratio(0, 10), None);
+        assert_eq!(ratio(10, 0), None);
+        assert_eq!(ratio(150, 100), Some(1.5));
+        assert_eq!(ratio(1000, 1), Some(RATIO_MAX));
+        assert_eq!(ratio(1, 1000), Some(RATIO_MIN));
+        assert_eq!(pressure(850, 1000), 0.85);
+        assert_eq!(pressure(1, 3), 0.3333);
+    }
+}

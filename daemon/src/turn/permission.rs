@@ -1,0 +1,186 @@
+//! Permission modes (DESIGN §10): which tool calls run without asking.
+//!
+//! - `auto` (default): every tool runs; nothing is recorded.
+//! - `read_only`: mutating tools (`tools::is_mutating`: write_file, edit_file, shell)
+//!   are denied without asking.
+//! - `ask`: a mutating tool is sent as an `agentd/permission` request
+//!   `{session_id, turn_id, call_id, tool, args}` to the newest connection that
+//!   subscribed to the session with `permissions:true`; it answers
+//!   `{"decision":"allow"|"deny"}`. No such client, no answer within
+//!   `permission_timeout_s`, a closed connection or any other answer → deny.
+//!
+//! Decisions of `ask` and `read_only` are recorded as `permission_decision{call_id,
+//! decision, mode, reason}`; reasons: `read_only`, `client_allowed`, `client_denied`,
+//! `no_client`, `timeout`, `client_gone`, `bad_answer`.
+
+use crate::registry::Registry;
+use agentd_proto::{AgentError, ErrorKind};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionMode {
+    Auto,
+    Ask,
+    ReadOnly,
+}
+
+impl PermissionMode {
+    pub fn parse(s: Option<&str>) -> Result<Self, AgentError> {
+        match s {
+            None | Some("auto") => Ok(PermissionMode::Auto),
+            Some("ask") => Ok(PermissionMode::Ask),
+            Some("read_only") | Some("read-only") => Ok(PermissionMode::ReadOnly),
+            Some(_) => Err(AgentError::invalid_args(
+                "permission_mode must be auto, ask or read_only",
+            )
+            .with_details(json!({"field": "permission_mode"}))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Auto => "auto",
+            PermissionMode::Ask => "ask",
+            PermissionMode::ReadOnly => "read_only",
+        }
+    }
+}
+
+/// A decision that must be recorded (`None` from [`decide`] means "run, record nothing").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub allow: bool,
+    pub reason: &'static str,
+}
+
+impl Decision {
+    /// `permission_decision` data.
+    pub fn event_data(&self, call_id: &str, mode: PermissionMode) -> Value {
+        json!({
+            "call_id": call_id,
+            "decision": if self.allow { "allow" } else { "deny" },
+            "mode": mode.as_str(),
+            "reason": self.reason,
+        })
+    }
+
+    /// The `tool_result` error of a denied call.
+    pub fn denial(&self, tool: &str) -> AgentError {
+        AgentError::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "`{}` was not allowed to run ({})",
+                crate::text::clip_chars(tool, 64),
+                self.reason
+            ),
+        )
+        .with_details(json!({"tool": tool, "reason": self.reason}))
+    }
+}
+
+/// Whether the client's answer allows the call.
+pub fn answer_allows(response: &Value) -> Option<bool> {
+    match response
+        .get("result")
+        .and_then(|r| r.get("decision"))
+        .and_then(Value::as_str)
+    {
+        Some("allow") => Some(true),
+        Some("deny") => Some(false),
+        _ => None,
+    }
+}
+
+pub struct Ask<'a> {
+    pub registry: &'a Registry,
+    pub session_id: &'a str,
+    pub turn_id: &'a str,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Decides a call. `Err(interrupted)` when the turn is cancelled while asking.
+pub async fn decide(
+    mode: PermissionMode,
+    ask: &Ask<'_>,
+    call_id: &str,
+    tool: &str,
+    args: &Value,
+) -> Result<Option<Decision>, AgentError> {
+    if !crate::tools::is_mutating(tool) {
+        return Ok(None);
+    }
+    match mode {
+        PermissionMode::Auto => Ok(None),
+        PermissionMode::ReadOnly => Ok(Some(Decision {
+            allow: false,
+            reason: "read_only",
+        })),
+        PermissionMode::Ask => {
+            let Some(client) = ask.registry.permission_client(ask.session_id) else {
+                return Ok(Some(Decision {
+                    allow: false,
+                    reason: "no_client",
+                }));
+            };
+            let params = json!({
+                "session_id": ask.session_id,
+                "turn_id": ask.turn_id,
+                "call_id": call_id,
+                "tool": tool,
+                "args": args,
+            });
+            let timeout = Duration::from_secs(ask.registry.config.permission_timeout_s.max(1));
+            let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
+            let decision = tokio::select! {
+                _ = ask.cancel.cancelled() => {
+                    return Err(AgentError::new(ErrorKind::Interrupted, "interrupted while asking for permission"));
+                }
+                r = tokio::time::timeout(timeout, request) => match r {
+                    Err(_) => Decision { allow: false, reason: "timeout" },
+                    Ok(None) => Decision { allow: false, reason: "client_gone" },
+                    Ok(Some(resp)) => match answer_allows(&resp) {
+                        Some(true) => Decision { allow: true, reason: "client_allowed" },
+                        Some(false) => Decision { allow: false, reason: "client_denied" },
+                        None => Decision { allow: false, reason: "bad_answer" },
+                    },
+                },
+            };
+            Ok(Some(decision))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_answers_decode() {
+        assert_eq!(PermissionMode::parse(None).unwrap(), PermissionMode::Auto);
+        assert_eq!(
+            PermissionMode::parse(Some("read_only")).unwrap(),
+            PermissionMode::ReadOnly
+        );
+        assert!(PermissionMode::parse(Some("yolo")).is_err());
+        assert_eq!(
+            answer_allows(&json!({"result": {"decision": "allow"}})),
+            Some(true)
+        );
+        assert_eq!(
+            answer_allows(&json!({"result": {"decision": "deny"}})),
+            Some(false)
+        );
+        assert_eq!(answer_allows(&json!({"error": {"code": 1}})), None);
+        let d = Decision {
+            allow: false,
+            reason: "read_only",
+        };
+        assert_eq!(
+            d.event_data("c1", PermissionMode::ReadOnly),
+            json!({"call_id":"c1","decision":"deny","mode":"read_only","reason":"read_only"})
+        );
+        assert_eq!(d.denial("shell").kind, ErrorKind::PermissionDenied);
+    }
+}

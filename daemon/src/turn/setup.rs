@@ -1,0 +1,116 @@
+//! Choosing what a turn runs with: provider, model, context window, permission mode.
+//!
+//! Provider: the turn's `provider` > the session's `session_started.provider` > the
+//! config's `default_provider` (a `script:PATH` model picks the `script` provider when
+//! the turn names none). Model: the turn's `model` > the session's > the provider
+//! config's `model`. A turn whose model is `script:…` ignores the session's provider, so
+//! a script can drive any session.
+
+use super::permission::PermissionMode;
+use super::{DEFAULT_MAX_ITERATIONS, MAX_MAX_ITERATIONS};
+use crate::config::Config;
+use crate::provider::{Provider, ProvidersConfig};
+use crate::registry::Registry;
+use crate::session::SessionHandle;
+use agentd_proto::rpc::TurnParams;
+use agentd_proto::AgentError;
+
+/// Context window assumed when the provider config declares none.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+pub struct TurnSpec {
+    pub provider: Provider,
+    /// Model name sent to the provider; empty means the provider config's.
+    pub request_model: String,
+    /// Model name recorded in `turn_started`, `provider_usage` and `reasoning`, and
+    /// matched when reasoning is replayed.
+    pub model: String,
+    pub context_window: u64,
+    pub permission_mode: PermissionMode,
+    pub max_iterations: u32,
+    /// Env vars removed from `shell` commands: every provider's `api_key_env`.
+    pub env_remove: Vec<String>,
+}
+
+impl TurnSpec {
+    pub fn provider_name(&self) -> &str {
+        self.provider.name()
+    }
+}
+
+/// The `[providers.*]` part of the daemon config.
+pub fn providers_config(config: &Config) -> Result<ProvidersConfig, AgentError> {
+    let text = toml::to_string(&config.rest)
+        .map_err(|e| AgentError::internal(format!("re-serialize config: {e}")))?;
+    ProvidersConfig::from_toml_str(&text)
+}
+
+/// The provider and model for a call, with the session's own choices as fallbacks.
+pub fn provider_for(
+    config: &Config,
+    provider: Option<&str>,
+    model: Option<&str>,
+) -> Result<(Provider, String, String, u64), AgentError> {
+    let providers = providers_config(config)?;
+    let pc = providers.resolve(provider, model)?;
+    let request_model = model.unwrap_or("").to_string();
+    let context_window = pc.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW).max(1);
+    let provider = Provider::new(pc)?;
+    let label = provider
+        .effective_model(&request_model)
+        .unwrap_or_else(|| provider.name().to_string());
+    Ok((provider, request_model, label, context_window))
+}
+
+/// The session's `session_started.{provider, model}`.
+pub async fn session_choice(
+    h: &SessionHandle,
+) -> Result<(Option<String>, Option<String>), AgentError> {
+    h.query(|st| {
+        let first = st.events.first();
+        let get = |k: &str| first.and_then(|e| e.str_field(k)).map(str::to_string);
+        (get("provider"), get("model"))
+    })
+    .await
+}
+
+pub async fn resolve(
+    registry: &Registry,
+    h: &SessionHandle,
+    p: &TurnParams,
+) -> Result<TurnSpec, AgentError> {
+    let permission_mode = PermissionMode::parse(p.permission_mode.as_deref())?;
+    let max_iterations = p.max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS);
+    if max_iterations == 0 || max_iterations > MAX_MAX_ITERATIONS {
+        return Err(AgentError::invalid_args(format!(
+            "max_iterations must be 1..={MAX_MAX_ITERATIONS}"
+        )));
+    }
+    if p.input.trim().is_empty() {
+        return Err(AgentError::invalid_args("input must not be empty"));
+    }
+    let (s_provider, s_model) = session_choice(h).await?;
+    let turn_script = p.model.as_deref().is_some_and(|m| m.starts_with("script:"));
+    let provider_name = match (&p.provider, turn_script) {
+        (Some(n), _) => Some(n.clone()),
+        (None, true) => None,
+        (None, false) => s_provider,
+    };
+    let model = p.model.clone().or(s_model);
+    let (provider, request_model, label, context_window) =
+        provider_for(&registry.config, provider_name.as_deref(), model.as_deref())?;
+    let env_remove = providers_config(&registry.config)?
+        .all()
+        .values()
+        .filter_map(|c| c.api_key_env.clone())
+        .collect();
+    Ok(TurnSpec {
+        provider,
+        request_model,
+        model: label,
+        context_window,
+        permission_mode,
+        max_iterations,
+        env_remove,
+    })
+}
