@@ -171,3 +171,68 @@ fn sigterm_shuts_down_cleanly() {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(std::fs::symlink_metadata(d.socket()).is_err());
 }
+
+/// §6 `agentd/shutdown` and daemon.rs's shutdown order: in-flight calls finish and their
+/// responses are flushed before connections close. So every append that reached the
+/// Log was answered with success, and the shutdown call itself is answered.
+#[test]
+fn shutdown_answers_every_call_it_executed() {
+    const ROUNDS: usize = 5;
+    const PIPELINED: u64 = 200;
+    for round in 0..ROUNDS {
+        let mut d = Daemon::start();
+        let sid = d.create_session();
+        let mut load = d.connect();
+        let mut ctl = d.connect();
+        let mut batch = String::new();
+        for i in 0..PIPELINED {
+            let req = json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "agentd/append",
+                "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": format!("req {}", 1000 + i)}}]}});
+            batch.push_str(&format!("{req}\n"));
+        }
+        load.send_raw(batch.as_bytes()).unwrap();
+        ctl.set_call_timeout(T);
+        let r = ctl.try_call("agentd/shutdown", json!({}));
+        let shutdown_answered = matches!(&r, Ok(v) if v["result"]["ok"] == true);
+        let mut acked = std::collections::HashSet::new();
+        while let Some(m) = load.read_message(T) {
+            if m.get("result").is_some() {
+                acked.insert(m["id"].as_u64().unwrap());
+            }
+        }
+        let status = d.wait_exit(T).expect("daemon did not exit");
+        assert_eq!(status.code(), Some(0));
+        d.spawn();
+        d.wait_ready(T).unwrap();
+        let mut c = d.connect();
+        let evs = c.call_ok(
+            "agentd/events",
+            json!({"session_id": sid, "types": ["user_message"], "limit": 10_000}),
+        );
+        let in_log: Vec<u64> = evs["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                e["data"]["text"].as_str().unwrap()[4..]
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .collect();
+        let unanswered: Vec<u64> = in_log
+            .iter()
+            .copied()
+            .filter(|id| !acked.contains(id))
+            .collect();
+        assert!(
+            unanswered.is_empty(),
+            "round {round}: {} appends were written but never answered ({} answered); shutdown answered: {shutdown_answered}",
+            unanswered.len(),
+            acked.len()
+        );
+        assert!(
+            shutdown_answered,
+            "round {round}: agentd/shutdown got {r:?}"
+        );
+    }
+}
