@@ -55,11 +55,22 @@ fn check_acked(d: &Daemon, sid: &str, acked: &[(String, u64)]) -> usize {
 
 #[test]
 fn sigkill_during_sync_appends_loses_no_acknowledged_event() {
-    const ROUNDS: usize = 20;
+    kill_loop("sync", 20, 0x5eed_a9e7);
+}
+
+/// `batch` acknowledges after the group commit, so the same guarantee holds.
+#[test]
+fn sigkill_during_batch_appends_loses_no_acknowledged_event() {
+    kill_loop("batch", 8, 0xba7c_4);
+}
+
+fn kill_loop(durability: &str, rounds: usize, seed: u64) {
     const APPENDERS: usize = 4;
-    let mut d = Daemon::builder().env("AGENTD_DURABILITY", "sync").start();
+    let mut d = Daemon::builder()
+        .env("AGENTD_DURABILITY", durability)
+        .start();
     let sid = d.create_session();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_a9e7);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     {
         let mut c = d.connect();
@@ -71,7 +82,7 @@ fn sigkill_during_sync_appends_loses_no_acknowledged_event() {
     }
     let started = Instant::now();
     let mut repairs = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let stop = Arc::new(AtomicBool::new(false));
         let acks_this_round = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..APPENDERS)
@@ -140,11 +151,11 @@ fn sigkill_during_sync_appends_loses_no_acknowledged_event() {
     }
     let total = acked.lock().unwrap().len();
     eprintln!(
-        "{ROUNDS} kills, {total} acknowledged events, {repairs} torn tails repaired, {:?}",
+        "{durability}: {rounds} kills, {total} acknowledged events, {repairs} torn tails repaired, {:?}",
         started.elapsed()
     );
     assert!(
-        total > ROUNDS * APPENDERS,
+        total > rounds * APPENDERS,
         "too few appends to mean anything"
     );
 }
