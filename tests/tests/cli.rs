@@ -293,3 +293,83 @@ fn agentctl_starts_a_daemon_on_demand_and_stops_it() {
     assert_eq!(show["event_count"], 1);
     d.agentctl(["daemon", "stop"]).assert_code(0);
 }
+
+#[test]
+fn log_follow_streams_ndjson_and_ctrl_c_exits_0() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut child = d
+        .agentctl_cmd()
+        .args(["--json", "log", &sid, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |rx: &mpsc::Receiver<String>| -> Value {
+        let l = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a line from log --follow");
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("not NDJSON ({e}): {l}"))
+    };
+    assert_eq!(next(&rx)["seq"], 0);
+    let mut c = d.connect();
+    for i in 1..=3 {
+        c.call_ok(
+            "agentd/append",
+            serde_json::json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": format!("live {i}")}}]}),
+        );
+    }
+    for i in 1..=3 {
+        let ev = next(&rx);
+        assert_eq!(ev["seq"], i);
+        assert_eq!(ev["data"]["text"], format!("live {i}"));
+    }
+    // SAFETY: kill has no memory preconditions; the pid is our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("log --follow ignored SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    reader.join().unwrap();
+}
+
+#[test]
+fn socket_flag_and_socket_path_command() {
+    let d = Daemon::start();
+    let p = d.agentctl(["socket-path"]);
+    p.assert_code(0);
+    assert_eq!(p.stdout.trim(), d.socket().display().to_string());
+    // --socket wins over AGENTD_SOCKET: a path where nothing listens is unavailable.
+    let nowhere = d.root().join("nowhere.sock");
+    let out = d
+        .agentctl_cmd()
+        .args(["--json", "--socket"])
+        .arg(&nowhere)
+        .args(["daemon", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "daemon_unavailable");
+}

@@ -316,3 +316,48 @@ fn slow_subscriber_never_blocks_appends() {
     );
     assert_eq!(r["first_seq"], json!(APPENDS + 1));
 }
+
+#[test]
+fn unsubscribe_stops_notifications_and_ids_round_trip() {
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut s = d.connect();
+    let sub = s.subscribe(&sid, None);
+    let mut w = d.connect();
+    w.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "one"}}]}),
+    );
+    let m = s
+        .wait_for(|m| m["method"] == "agentd/event", T)
+        .expect("live event");
+    assert_eq!(m["params"]["subscription"], sub, "{m}");
+    assert_eq!(m["params"]["result"]["seq"], 1);
+    let r = s.call("agentd/unsubscribe", json!([sub]));
+    assert_eq!(r["result"], true, "{r}");
+    w.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "two"}}]}),
+    );
+    // A fresh subscription on the same connection sees the next event; the old one
+    // must not deliver "two".
+    let sub2 = s.subscribe(&sid, Some(1));
+    let m = s
+        .wait_for(|m| m["method"] == "agentd/event", T)
+        .expect("catch-up event");
+    assert_eq!(
+        m["params"]["subscription"], sub2,
+        "old subscription still fed: {m}"
+    );
+    assert_eq!(m["params"]["result"]["seq"], 2);
+
+    // String ids and omitted params are fine.
+    s.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\"abc\",\"method\":\"agentd/status\"}\n")
+        .unwrap();
+    let r = s
+        .wait_for(|m| m.get("id").is_some(), T)
+        .expect("status answer");
+    assert_eq!(r["id"], "abc", "{r}");
+    assert!(r["result"]["uptime_s"].is_u64(), "{r}");
+    assert_eq!(r["result"]["durability"], "sync");
+}
