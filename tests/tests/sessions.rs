@@ -240,3 +240,37 @@ fn max_message_bytes_boundary_is_exact() {
     let evs = c.call_ok("agentd/events", json!({"session_id": sid}));
     assert_eq!(evs["events"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn closed_subscriber_connections_are_released() {
+    let d = Daemon::builder().config("idle_evict_s = 1\n").start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+    // Only `c` is left once the connection create_session used is counted down.
+    let deadline = Instant::now() + T;
+    while c.call_ok("agentd/status", json!({}))["connections"] != 1 {
+        assert!(Instant::now() < deadline, "connection count never settles");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let base = 1;
+    let mut subs: Vec<RpcConn> = (0..5).map(|_| d.connect()).collect();
+    for s in &mut subs {
+        s.subscribe(&sid, Some(0));
+    }
+    assert_eq!(
+        c.call_ok("agentd/status", json!({}))["connections"],
+        base + 5
+    );
+    drop(subs);
+    // Connections are counted down and the session, with no subscriber left, is
+    // evicted once idle.
+    let deadline = Instant::now() + T;
+    loop {
+        let st = c.call_ok("agentd/status", json!({}));
+        if st["connections"] == base && st["sessions_loaded"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not released: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
