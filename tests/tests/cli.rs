@@ -187,6 +187,23 @@ fn exit_codes_follow_the_error_kind() {
     err_doc(&bad, 2, "invalid_args");
     assert!(!bad.stdout.contains("../etc"), "hostile id echoed: {bad:?}");
 
+    for args in [
+        vec!["--json", "new", "--session-id", "../escape"],
+        vec![
+            "--json",
+            "append",
+            "a/b",
+            "--type",
+            "user_message",
+            "--data",
+            "{}",
+        ],
+        vec!["--json", "log", ""],
+    ] {
+        err_doc(&d.agentctl(&args), 2, "invalid_args");
+    }
+    assert!(!d.home().join("escape.ndjson").exists());
+
     let conflict = d.agentctl([
         "--json",
         "append",

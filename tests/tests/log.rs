@@ -420,3 +420,35 @@ fn hostile_session_ids_are_refused_without_touching_the_filesystem() {
     }
     assert_eq!(before, tree_snapshot(d.root()));
 }
+
+#[test]
+fn duplicate_and_missing_seqs_are_reported_and_next_seq_is_max_plus_one() {
+    let mut d = Daemon::builder().build();
+    let sid = "anomalous";
+    std::fs::create_dir_all(d.home().join("sessions")).unwrap();
+    let text = format!(
+        "{}\n{}\n{}\n{}\n",
+        started(sid, d.workspace()),
+        line(sid, 1, "user_message", json!({"text": "a"})),
+        line(sid, 1, "user_message", json!({"text": "b"})).replace("abc001", "abc101"),
+        line(sid, 5, "user_message", json!({"text": "c"})),
+    );
+    std::fs::write(d.log_path(sid), &text).unwrap();
+    d.spawn();
+    d.wait_ready(Duration::from_secs(10)).unwrap();
+    let mut c = d.connect();
+    let show = c.call_ok("agentd/show", json!({"session_id": sid}));
+    let anomalies = show["seq_anomalies"].as_array().unwrap();
+    assert_eq!(anomalies.len(), 2, "{show}");
+    assert_eq!(anomalies[0]["seq"], 1);
+    assert_eq!(anomalies[1]["seq"], 5);
+    assert_eq!(show["last_seq"], 5);
+    let a = c.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "d"}}]}),
+    );
+    assert_eq!(a["first_seq"], 6);
+    assert!(std::fs::read_to_string(d.log_path(sid))
+        .unwrap()
+        .starts_with(&text));
+}
