@@ -61,7 +61,7 @@ fn sigkill_during_sync_appends_loses_no_acknowledged_event() {
 /// `batch` acknowledges after the group commit, so the same guarantee holds.
 #[test]
 fn sigkill_during_batch_appends_loses_no_acknowledged_event() {
-    kill_loop("batch", 8, 0xba7c_4);
+    kill_loop("batch", 8, 0x000b_a7c4);
 }
 
 fn kill_loop(durability: &str, rounds: usize, seed: u64) {
