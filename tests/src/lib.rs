@@ -384,6 +384,50 @@ impl Daemon {
         cmd
     }
 
+    /// A `Command` for `agentd` with this daemon's environment (home, socket, config),
+    /// not spawned; override env or args to start a second daemon against it.
+    pub fn agentd_cmd(&self) -> Command {
+        let mut cmd = Command::new(bin("agentd"));
+        self.apply_env(&mut cmd);
+        cmd.args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// Creates a session in the workspace over a fresh connection; returns its id.
+    #[track_caller]
+    pub fn create_session(&self) -> String {
+        let mut c = self.connect();
+        let r = c.call_ok(
+            "agentd/create",
+            json!({"workspace": self.workspace.display().to_string()}),
+        );
+        r["session_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("create result without session_id: {r}"))
+            .to_string()
+    }
+
+    /// Waits for the harness-started daemon to exit by itself (e.g. after
+    /// `agentd/shutdown` sent on some connection); `None` on timeout (then killed).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(s)) = child.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Runs `agentctl ARGS` to completion (cwd: the workspace, stdin: null).
     pub fn agentctl<I, S>(&self, args: I) -> Output
     where
@@ -637,6 +681,99 @@ impl RpcConn {
         )
         .and_then(|m| m.pointer("/params/result").cloned())
     }
+}
+
+/// Reads a Log file and parses every line as a JSON object, panicking with the line
+/// number and text of the first line that is not one (or if the file does not end with
+/// `\n`).
+pub fn read_log_lines(path: &Path) -> Vec<Value> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    assert!(
+        bytes.is_empty() || bytes.ends_with(b"\n"),
+        "{} does not end with a newline; tail: {:?}",
+        path.display(),
+        String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(200)..])
+    );
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+        .map(|(i, l)| match serde_json::from_slice::<Value>(l) {
+            Ok(v) if v.is_object() => v,
+            _ => panic!(
+                "{} line {} is not a JSON object: {:?}",
+                path.display(),
+                i + 1,
+                String::from_utf8_lossy(l)
+            ),
+        })
+        .collect()
+}
+
+/// Every path (files, dirs, sockets) under `root`, relative to it, for before/after
+/// comparisons of what a daemon created.
+pub fn tree_snapshot(root: &Path) -> std::collections::BTreeSet<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeSet<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in rd.flatten() {
+            let p = entry.path();
+            if let Ok(rel) = p.strip_prefix(root) {
+                out.insert(rel.to_path_buf());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Waits for a spawned child to exit within `timeout`, collecting its output; on
+/// timeout the child is killed and `None` returned (so a process that should have
+/// refused to start never hangs a test).
+pub fn wait_output(mut child: Child, timeout: Duration) -> Option<Output> {
+    use std::io::Read;
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    let out_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(p) = out_pipe.as_mut() {
+            let _ = p.read_to_end(&mut b);
+        }
+        b
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(p) = err_pipe.as_mut() {
+            let _ = p.read_to_end(&mut b);
+        }
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    status.map(|status| {
+        Output::from_std(std::process::Output {
+            status,
+            stdout,
+            stderr,
+        })
+    })
 }
 
 /// True when the event is of `kind` (a helper for `wait_event` predicates).

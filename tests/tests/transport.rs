@@ -1,0 +1,369 @@
+//! The NDJSON JSON-RPC transport and subscriptions through the real daemon (DESIGN §5,
+//! §6 `agentd/subscribe`): bad input gets the contract's error and never costs the
+//! connection; catch-up subscriptions have no gap and no duplicate; a subscriber that
+//! does not read never holds up appends.
+
+use agentd_tests::{Daemon, RpcConn};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+fn next(c: &mut RpcConn) -> Value {
+    c.read_message(T).expect("a message from the daemon")
+}
+
+#[track_caller]
+fn still_answers(c: &mut RpcConn) {
+    let r = c.call_ok("agentd/hello", json!({"client": "transport-test"}));
+    assert_eq!(r["server"], "agentd");
+}
+
+#[test]
+fn bad_input_gets_errors_and_the_connection_stays_usable() {
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+
+    // Malformed JSON.
+    c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\n")
+        .unwrap();
+    let r = next(&mut c);
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert_eq!(r["id"], Value::Null, "{r}");
+    still_answers(&mut c);
+
+    // Invalid UTF-8 inside an otherwise fine request.
+    let mut bad =
+        b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"agentd/hello\",\"params\":{\"client\":\""
+            .to_vec();
+    bad.extend_from_slice(&[0xff, 0xfe, 0xc3]);
+    bad.extend_from_slice(b"\"}}\n");
+    c.send_raw(&bad).unwrap();
+    let r = next(&mut c);
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert_ne!(r["id"], 4, "answered a request that did not parse: {r}");
+    still_answers(&mut c);
+
+    // A 20 MiB line (over the 16 MiB default): one error with id null, the rest of the
+    // line discarded, the request never runs.
+    let mut huge = Vec::with_capacity(21 << 20);
+    huge.extend_from_slice(
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"agentd/append\",\"params\":{{\"session_id\":\"{sid}\",\"events\":[{{\"type\":\"user_message\",\"data\":{{\"text\":\""
+        )
+        .as_bytes(),
+    );
+    huge.resize(huge.len() + (20 << 20), b'a');
+    huge.extend_from_slice(b"\"}}]}}\n");
+    c.send_raw(&huge).unwrap();
+    let r = next(&mut c);
+    assert_eq!(r["id"], Value::Null, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "message_too_large", "{r}");
+    still_answers(&mut c);
+    let ev = c.call_ok("agentd/events", json!({"session_id": sid}));
+    assert_eq!(
+        ev["events"].as_array().unwrap().len(),
+        1,
+        "the oversized append ran"
+    );
+    assert!(
+        c.read_message(Duration::from_millis(200)).is_none(),
+        "unexpected extra message (a response to the oversized line?)"
+    );
+
+    // A line that is JSON but not a request object.
+    c.send_raw(b"42\n").unwrap();
+    let r = next(&mut c);
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(r["id"], Value::Null);
+    still_answers(&mut c);
+
+    // Unknown method.
+    let r = c.call("agentd/no_such_method", json!({}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    still_answers(&mut c);
+
+    // Bad params: -32602 with kind invalid_args.
+    let r = c.call(
+        "agentd/events",
+        json!({"session_id": sid, "bogus_field": true}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+    still_answers(&mut c);
+
+    // A bad line and a good one in the same write: both handled, in order of need.
+    c.send_raw(b"not json at all\n{\"jsonrpc\":\"2.0\",\"id\":501,\"method\":\"agentd/hello\",\"params\":{}}\n")
+        .unwrap();
+    let mut got = vec![next(&mut c), next(&mut c)];
+    got.sort_by_key(|m| m["id"].as_u64().unwrap_or(0));
+    assert_eq!(got[0]["error"]["code"], -32700, "{got:?}");
+    assert_eq!(got[1]["id"], 501, "{got:?}");
+    assert_eq!(got[1]["result"]["server"], "agentd");
+    still_answers(&mut c);
+}
+
+#[test]
+fn batches_are_answered_as_arrays_and_notifications_get_no_response() {
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 10, "method": "agentd/hello", "params": {}},
+        {"jsonrpc": "2.0", "id": 11, "method": "agentd/show", "params": {"session_id": sid}},
+        {"jsonrpc": "2.0", "method": "agentd/append",
+         "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": "from a notification"}}]}},
+        {"jsonrpc": "2.0", "id": 12, "method": "agentd/nope", "params": {}},
+    ]);
+    c.send_raw(format!("{batch}\n").as_bytes()).unwrap();
+    let r = next(&mut c);
+    let arr = r
+        .as_array()
+        .unwrap_or_else(|| panic!("batch answered with {r}"));
+    let mut ids: Vec<u64> = arr.iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![10, 11, 12], "{r}");
+    for m in arr {
+        match m["id"].as_u64() {
+            Some(10) => assert_eq!(m["result"]["server"], "agentd"),
+            Some(11) => assert_eq!(m["result"]["session_id"], json!(sid)),
+            _ => assert_eq!(m["error"]["code"], -32601),
+        }
+    }
+
+    // A notification runs but gets no response; the next message is the answer to the
+    // following call.
+    c.notify(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "notified"}}]}),
+    )
+    .unwrap();
+    c.notify("agentd/hello", json!({})).unwrap();
+    c.notify("agentd/nope", json!({})).unwrap();
+    c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"agentd/hello\",\"params\":{}}\n")
+        .unwrap();
+    let r = next(&mut c);
+    assert_eq!(r["id"], 99, "{r}");
+    assert!(
+        c.read_message(Duration::from_millis(300)).is_none(),
+        "a notification got a response"
+    );
+    // Both notified appends ran (notifications are calls without an answer).
+    let ev = c.call_ok(
+        "agentd/events",
+        json!({"session_id": sid, "types": ["user_message"]}),
+    );
+    let texts: Vec<&str> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["data"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts.contains(&"from a notification") && texts.contains(&"notified"));
+
+    // An empty batch is an invalid request.
+    c.send_raw(b"[]\n").unwrap();
+    let r = next(&mut c);
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    still_answers(&mut c);
+}
+
+#[test]
+fn subscription_catch_up_has_no_gap_and_no_duplicate() {
+    const BEFORE: u64 = 300;
+    const DURING: usize = 1500;
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut w = d.connect();
+    for i in 0..BEFORE {
+        w.call_ok(
+            "agentd/append",
+            json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": format!("pre {i}")}}]}),
+        );
+    }
+    // A writer keeps appending (mixed batch sizes) while we subscribe from the middle.
+    let last = Arc::new(AtomicU64::new(u64::MAX));
+    let progress = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (socket, sid, last, progress) = (
+            d.socket().to_path_buf(),
+            sid.clone(),
+            last.clone(),
+            progress.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut c = RpcConn::connect(&socket).unwrap();
+            let mut last_seq = 0;
+            for i in 0..DURING {
+                let n = 1 + i % 3;
+                let evs: Vec<Value> = (0..n)
+                    .map(|k| json!({"type": "user_message", "data": {"text": format!("live {i}.{k}")}}))
+                    .collect();
+                let r = c.call_ok("agentd/append", json!({"session_id": sid, "events": evs}));
+                last_seq = r["last_seq"].as_u64().unwrap();
+                progress.fetch_add(1, Ordering::Relaxed);
+            }
+            last.store(last_seq, Ordering::SeqCst);
+        })
+    };
+    let deadline = Instant::now() + T;
+    while progress.load(Ordering::Relaxed) < 20 {
+        assert!(Instant::now() < deadline, "writer makes no progress");
+        std::thread::yield_now();
+    }
+    let after = BEFORE / 2;
+    let mut s = d.connect();
+    s.subscribe(&sid, Some(after));
+    let mut seen: Vec<u64> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let fin = last.load(Ordering::SeqCst);
+        if fin != u64::MAX && seen.last() == Some(&fin) {
+            break;
+        }
+        // The last event may arrive before the writer has recorded its ack: wait in
+        // short slices and re-check the writer's state between them.
+        assert!(
+            Instant::now() < deadline,
+            "stalled after {} events (writer last seq {fin})",
+            seen.len()
+        );
+        let Some(m) = s.read_message(Duration::from_millis(100)) else {
+            continue;
+        };
+        assert_eq!(m["method"], "agentd/event", "{m}");
+        let ev = &m["params"]["result"];
+        assert_ne!(ev["type"], "lagged", "subscriber lagged: {ev}");
+        if let Some(seq) = ev["seq"].as_u64() {
+            seen.push(seq);
+        }
+    }
+    writer.join().unwrap();
+    let fin = last.load(Ordering::SeqCst);
+    let expected: Vec<u64> = (after + 1..=fin).collect();
+    if seen != expected {
+        let dup = seen.windows(2).find(|w| w[1] != w[0] + 1);
+        panic!(
+            "catch-up broke: {} seen, {} expected, first break at {dup:?}",
+            seen.len(),
+            expected.len()
+        );
+    }
+}
+
+#[test]
+fn slow_subscriber_never_blocks_appends() {
+    const APPENDS: usize = 20_000;
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let sid = d.create_session();
+    let mut slow = d.connect();
+    slow.subscribe(&sid, None);
+    // `slow` now reads nothing until the appends are done.
+
+    let mut w = d.connect();
+    w.set_call_timeout(Duration::from_secs(10));
+    let t0 = Instant::now();
+    let pad = "p".repeat(200);
+    for i in 0..APPENDS {
+        let r = w.call(
+            "agentd/append",
+            json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": format!("{i} {pad}")}}]}),
+        );
+        assert_eq!(r["result"]["first_seq"], json!(i + 1), "{r}");
+    }
+    let took = t0.elapsed();
+    eprintln!("{APPENDS} appends with a stalled subscriber: {took:?}");
+
+    // Others are still served meanwhile.
+    let mut other = d.connect();
+    let show = other.call_ok("agentd/show", json!({"session_id": sid}));
+    assert_eq!(show["last_seq"], json!(APPENDS));
+
+    // The slow subscriber, once it reads, is told it lagged (or is dropped).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut events = 0usize;
+    let mut outcome = None;
+    while Instant::now() < deadline {
+        match slow.read_message(Duration::from_secs(5)) {
+            Some(m) => {
+                let ev = &m["params"]["result"];
+                if ev["type"] == "lagged" {
+                    outcome = Some("lagged");
+                    break;
+                }
+                events += 1;
+            }
+            None => {
+                outcome = Some("closed or silent");
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        outcome,
+        Some("lagged"),
+        "slow subscriber got {events} events and no lagged notice"
+    );
+    assert!(
+        events < APPENDS,
+        "got every event: nothing was slow, the test proves nothing"
+    );
+    // The daemon still serves everyone, including the lagged connection.
+    still_answers(&mut other);
+    still_answers(&mut slow);
+    let r = w.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "after"}}]}),
+    );
+    assert_eq!(r["first_seq"], json!(APPENDS + 1));
+}
+
+#[test]
+fn unsubscribe_stops_notifications_and_ids_round_trip() {
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut s = d.connect();
+    let sub = s.subscribe(&sid, None);
+    let mut w = d.connect();
+    w.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "one"}}]}),
+    );
+    let m = s
+        .wait_for(|m| m["method"] == "agentd/event", T)
+        .expect("live event");
+    assert_eq!(m["params"]["subscription"], sub, "{m}");
+    assert_eq!(m["params"]["result"]["seq"], 1);
+    let r = s.call("agentd/unsubscribe", json!([sub]));
+    assert_eq!(r["result"], true, "{r}");
+    w.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "two"}}]}),
+    );
+    // A fresh subscription on the same connection sees the next event; the old one
+    // must not deliver "two".
+    let sub2 = s.subscribe(&sid, Some(1));
+    let m = s
+        .wait_for(|m| m["method"] == "agentd/event", T)
+        .expect("catch-up event");
+    assert_eq!(
+        m["params"]["subscription"], sub2,
+        "old subscription still fed: {m}"
+    );
+    assert_eq!(m["params"]["result"]["seq"], 2);
+
+    // String ids and omitted params are fine.
+    s.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":\"abc\",\"method\":\"agentd/status\"}\n")
+        .unwrap();
+    let r = s
+        .wait_for(|m| m.get("id").is_some(), T)
+        .expect("status answer");
+    assert_eq!(r["id"], "abc", "{r}");
+    assert!(r["result"]["uptime_s"].is_u64(), "{r}");
+    assert_eq!(r["result"]["durability"], "sync");
+}
