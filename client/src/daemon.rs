@@ -193,11 +193,15 @@ fn spawn(target: &Target) -> Result<Child, AgentError> {
         )
     };
     create_private_dir(&home).map_err(log_err)?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(log_err)?;
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log_path)
+    }
+    .map_err(log_err)?;
     let log2 = log.try_clone().map_err(log_err)?;
     let bin = agentd_binary();
     let mut cmd = Command::new(&bin);

@@ -12,7 +12,7 @@ use crate::registry::Registry;
 use crate::server::Listener;
 use crate::store::Home;
 use std::fs::{self, File};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use tokio::net::UnixListener;
@@ -62,6 +62,12 @@ pub async fn run(opts: Options) -> Result<(), String> {
     crate::turn::interrupt_all(&registry, "daemon_shutdown").await;
     stop_serving.cancel();
     let _ = server.await;
+    // Every command already queued to an actor (appends a client sent before the
+    // shutdown) is committed before the runtime goes away: a query is served only after
+    // everything queued ahead of it.
+    for h in registry.loaded_handles() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), h.query(|_| ())).await;
+    }
     let _ = fs::remove_file(&opts.socket);
     tracing::info!("stopped");
     Ok(())
@@ -117,6 +123,11 @@ fn bind_socket(path: &Path) -> Result<UnixListener, String> {
     }
     let meta = fs::metadata(dir).map_err(|e| format!("socket dir {}: {e}", dir.display()))?;
     let uid = unsafe { libc::geteuid() };
+    if meta.mode() & 0o077 != 0 {
+        // An existing directory is not ours to re-permission (it may be shared, like
+        // /tmp); the socket itself is still 0600 and peers are uid-checked.
+        tracing::warn!(dir = %dir.display(), mode = format!("{:o}", meta.mode() & 0o777), "socket directory is not 0700");
+    }
     if meta.uid() != uid {
         return Err(format!(
             "socket dir {} is owned by uid {}, not by us ({uid})",
@@ -124,8 +135,16 @@ fn bind_socket(path: &Path) -> Result<UnixListener, String> {
             meta.uid()
         ));
     }
-    if path.exists() || fs::symlink_metadata(path).is_ok() {
-        // Only a refused connect proves the file is stale; a live socket means another
+    if let Ok(meta) = fs::symlink_metadata(path) {
+        // Never delete something that is not a socket (a file a user put there, a
+        // symlink): refuse and say so.
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "socket path {} exists and is not a socket; refusing to remove it (move it away or use --socket)",
+                path.display()
+            ));
+        }
+        // Only a refused connect proves the socket is stale; a live socket means another
         // daemon serves it and must not be hijacked.
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {

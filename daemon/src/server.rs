@@ -274,7 +274,8 @@ impl Connection {
         conn_sink.pending.lock().await.1.clear();
         while calls.join_next().await.is_some() {}
         stop_writer.cancel();
-        let _ = writer.await;
+        // The writer drains with a per-write timeout; this bounds a peer that never reads.
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT * 2, writer).await;
     }
 
     async fn route(

@@ -149,7 +149,7 @@ pub struct SessionState {
     pub next_seq: u64,
     events_tx: broadcast::Sender<Arc<str>>,
     /// A torn tail cut at load, to be recorded as `log_repaired`.
-    pending_repair: Option<(u64, PathBuf)>,
+    pending_repair: Vec<(u64, PathBuf)>,
 }
 
 impl SessionState {
@@ -339,15 +339,49 @@ async fn load(
         running_turn: None,
         next_seq: 0,
         events_tx,
-        pending_repair: None,
+        pending_repair: Vec::new(),
     };
     for ev in events {
         state.push(ev);
     }
     if let Some((torn_bytes, qpath)) = report.torn {
         tracing::warn!(session = sid, torn_bytes, "torn Log tail quarantined");
-        state.pending_repair = Some((torn_bytes, qpath));
+        state.pending_repair.push((torn_bytes, qpath));
     }
+    // A crash between cutting a torn tail and recording `log_repaired` leaves a
+    // quarantine file no event names: record it now, so every cut is in the Log.
+    let recorded: std::collections::HashSet<&str> = state
+        .events
+        .iter()
+        .filter(|e| e.event_type() == EventType::LogRepaired)
+        .filter_map(|e| e.str_field("quarantine_path"))
+        .collect();
+    let mut unrecorded = Vec::new();
+    if let Ok(dir) = std::fs::read_dir(registry.home.quarantine_dir()) {
+        let prefix = format!("{sid}.");
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(rest) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            // `<sid>.<ts>.torn` where ts has no dots: a longer id sharing our prefix
+            // (`a.b` vs `a`) does not match.
+            if !rest.ends_with(".torn") || rest[..rest.len() - 5].contains('.') {
+                continue;
+            }
+            let path = entry.path();
+            let shown = path.display().to_string();
+            if !recorded.contains(shown.as_str())
+                && !state.pending_repair.iter().any(|(_, p)| p == &path)
+            {
+                let size = entry.metadata().map_or(0, |m| m.len());
+                unrecorded.push((size, path));
+            }
+        }
+    }
+    unrecorded.sort_by(|a, b| a.1.cmp(&b.1));
+    state.pending_repair.extend(unrecorded);
     Ok((state, writer))
 }
 
@@ -362,7 +396,7 @@ struct Actor {
 impl Actor {
     /// Work owed on first load: record a torn-tail repair.
     async fn after_load(&mut self) {
-        if let Some((torn_bytes, qpath)) = self.state.pending_repair.take() {
+        for (torn_bytes, qpath) in std::mem::take(&mut self.state.pending_repair) {
             let draft = EventDraft::new(
                 EventType::LogRepaired,
                 json!({
