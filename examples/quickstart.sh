@@ -22,11 +22,13 @@ trap stop EXIT
 echo "== start the daemon"
 agentctl daemon start
 
-echo "== run a turn (script provider, offline)"
-sid=$(agentctl --json run --title "quick start" --model "script:$root/examples/hello.json" \
-  "What is in this directory?" | sed -n 's/.*"session_id":"\([^"]*\)".*/\1/p')
-[ -n "$sid" ] || { echo "quickstart: no session id from agentctl run" >&2; exit 1; }
-echo "session $sid"
+echo "== run a turn (script provider, offline); the answer streams below"
+agentctl run --title "quick start" --model "script:$root/examples/hello.json" "What is in this directory?"
+sid=$(agentctl --json ls --limit 1 | sed -n 's/^[^[]*\[{"session_id":"\([^"]*\)".*/\1/p')
+[ -n "$sid" ] || { echo "quickstart: no session found after agentctl run" >&2; exit 1; }
+
+echo "== a second turn in the same session"
+agentctl turn "$sid" "Thanks. Look once more, please."
 
 echo "== the Log"
 agentctl log "$sid"
@@ -35,10 +37,14 @@ echo "== show"
 agentctl show "$sid"
 
 echo "== provider input replay would send"
-agentctl context "$sid" | head -n 20
+agentctl context "$sid" | head -n 12
 
-echo "== fork at seq 3 with a branch summary, then the tree"
-agentctl fork "$sid" --to-seq 3 --summarize
+echo "== compact the first turn into a deterministic checkpoint (the second stays raw)"
+agentctl compact "$sid" --tail-events 6
+agentctl checkpoint "$sid"
+
+echo "== fork after the tool result (seq 7) with a branch summary, then the tree"
+agentctl fork "$sid" --to-seq 7 --summarize
 agentctl tree "$sid"
 
 echo "== sessions"

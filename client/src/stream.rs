@@ -61,6 +61,11 @@ impl TurnView {
                     }
                 }
             }
+            // One step's text is complete; the next step's deltas start on a new line.
+            "assistant_message" if self.human && self.printed && !self.ends_with_newline => {
+                output::stdout("\n");
+                self.ends_with_newline = true;
+            }
             "lagged" => {
                 self.lagged = true;
                 if self.human {

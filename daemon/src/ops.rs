@@ -284,10 +284,16 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
             )
         })
         .await??;
-    if let Some(title) = &p.title {
-        if let Some(first) = plan.events.first_mut() {
-            first.data["title"] = json!(title);
-        }
+    // A child without an explicit title is named after its parent and fork point, so
+    // `ls` and `tree` tell siblings apart.
+    let title = p.title.clone().or_else(|| {
+        registry
+            .index_get(&p.session_id)
+            .and_then(|m| m.title)
+            .map(|t| format!("{t} (fork @{})", plan.to_seq))
+    });
+    if let (Some(title), Some(first)) = (title, plan.events.first_mut()) {
+        first.data["title"] = json!(title);
     }
     let result = |recorded: bool| {
         json!({
