@@ -443,3 +443,65 @@ fn codex_rollout_and_pixir_log_import_and_list() {
     assert_eq!(file_hash(&codex), codex_hash);
     assert_eq!(file_hash(&pixir), pixir_hash);
 }
+
+/// An imported session is continued by a turn: the offline `script` provider answers,
+/// the turn completes, orphan calls the source left open are closed before it starts,
+/// and the replay stays balanced.
+#[test]
+fn a_turn_continues_an_imported_pi_session() {
+    let d = daemon();
+    let ws = d.workspace().canonicalize().unwrap().display().to_string();
+    let src = fixture("large-session.jsonl");
+    let r = ctl(
+        &d,
+        &[
+            "import",
+            "--format",
+            "pi",
+            src.to_str().unwrap(),
+            "--workspace",
+            &ws,
+        ],
+    );
+    let sid = r["session_id"].as_str().unwrap().to_string();
+    let pending_before = ctl(&d, &["show", &sid])["pending_tool_calls"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(pending_before > 0, "the fixture leaves orphan calls: {r}");
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hello.json")
+        .canonicalize()
+        .unwrap();
+    let model = format!("script:{}", script.display());
+    let t = ctl(
+        &d,
+        &[
+            "turn",
+            &sid,
+            "Carry on where we left off.",
+            "--model",
+            &model,
+        ],
+    );
+    assert_eq!(t["status"], "completed", "{t}");
+
+    let evs = events(&d, &sid);
+    let closures = evs
+        .iter()
+        .filter(|e| {
+            e["type"] == "tool_result"
+                && e["data"]["error"]["details"]["reason"] == "before_start_turn"
+        })
+        .count();
+    assert_eq!(
+        closures, pending_before,
+        "every orphan closed before the turn"
+    );
+    let last = evs.last().unwrap();
+    assert_eq!(last["type"], "turn_ended");
+    assert_eq!(last["data"]["status"], "completed");
+    assert_eq!(ctl(&d, &["show", &sid])["pending_tool_calls"], json!([]));
+    assert_pairs(&ctl(&d, &["context", &sid]));
+}
