@@ -317,15 +317,24 @@ async fn load(
     sid: &str,
     events_tx: broadcast::Sender<Arc<str>>,
 ) -> Result<(SessionState, LogWriter), AgentError> {
-    let home = registry.home.clone();
-    let sid_owned = sid.to_string();
-    let (events, report, writer) = tokio::task::spawn_blocking(move || {
-        let (events, report) = store::load_log(&home, &sid_owned)?;
-        let writer = LogWriter::open(&home.log_path(&sid_owned)?)?;
-        Ok::<_, AgentError>((events, report, writer))
-    })
-    .await
-    .map_err(|e| AgentError::internal(format!("load task: {e}")))??;
+    let sid = sid.to_string();
+    // Reading, parsing and folding a big Log is CPU work: keep it off the runtime's
+    // worker threads.
+    tokio::task::spawn_blocking(move || load_blocking(&registry, &sid, events_tx))
+        .await
+        .map_err(|e| AgentError::internal(format!("load task: {e}")))?
+}
+
+fn load_blocking(
+    registry: &Registry,
+    sid: &str,
+    events_tx: broadcast::Sender<Arc<str>>,
+) -> Result<(SessionState, LogWriter), AgentError> {
+    let started = std::time::Instant::now();
+    let (events, report) = store::load_log(&registry.home, sid)?;
+    let writer = LogWriter::open(&registry.home.log_path(sid)?)?;
+    let parsed = started.elapsed();
+    let bytes = report.bytes;
     let mut state = SessionState {
         id: sid.to_string(),
         log_path: registry.home.log_path(sid)?,
@@ -382,6 +391,14 @@ async fn load(
     }
     unrecorded.sort_by(|a, b| a.1.cmp(&b.1));
     state.pending_repair.extend(unrecorded);
+    tracing::info!(
+        session = sid,
+        events = state.events.len(),
+        bytes,
+        parse_ms = parsed.as_millis() as u64,
+        fold_ms = (started.elapsed() - parsed).as_millis() as u64,
+        "session loaded"
+    );
     Ok((state, writer))
 }
 
