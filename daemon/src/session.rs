@@ -281,7 +281,7 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
                 let mut actor = Actor {
                     registry: registry.clone(),
                     state,
-                    writer: Some(writer),
+                    writer: Some(store::WriterThread::spawn(writer, &sid)),
                     rx,
                     handle: actor_handle,
                 };
@@ -405,7 +405,7 @@ fn load_blocking(
 struct Actor {
     registry: Arc<Registry>,
     state: SessionState,
-    writer: Option<LogWriter>,
+    writer: Option<store::WriterThread>,
     rx: mpsc::Receiver<Cmd>,
     handle: SessionHandle,
 }
@@ -564,24 +564,13 @@ impl Actor {
             return;
         }
         let sync = self.registry.config.durability != Durability::None;
-        let Some(mut writer) = self.writer.take() else {
-            for p in pending {
-                p.reply.send(Err(AgentError::new(
-                    ErrorKind::LogWriteFailed,
-                    "log writer unavailable",
-                )));
-            }
-            return;
+        let res = match &self.writer {
+            Some(w) => w.write(buf, sync).await,
+            None => Err(AgentError::new(
+                ErrorKind::LogWriteFailed,
+                "log writer unavailable",
+            )),
         };
-        // The write and its sync run on this worker thread (block_in_place hands the
-        // worker's other tasks to the rest of the runtime): no thread hop on the hot
-        // path, and appends arriving meanwhile queue up for the next group commit.
-        let res = if sync {
-            tokio::task::block_in_place(|| writer.write_batch(&buf, true))
-        } else {
-            writer.write_batch(&buf, false)
-        };
-        self.writer = Some(writer);
         if let Err(e) = res {
             tracing::error!(session = %self.state.id, error = %e, "append failed");
             for p in pending {
