@@ -41,6 +41,40 @@ fn raw_fsync(dir: &Path, n: usize) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
+/// The device's ceiling for independent Logs: `threads` raw write+fdatasync loops on
+/// as many files at once (what 64 sessions syncing in parallel can at best reach).
+fn raw_fsync_parallel(dir: &Path, threads: usize, per_thread: usize) -> f64 {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let path = dir.join(format!("raw-{i}.ndjson"));
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o600)
+                    .open(path)
+                    .expect("open raw file");
+                let mut line = vec![b'x'; 511];
+                line.push(b'\n');
+                barrier.wait();
+                for _ in 0..per_thread {
+                    f.write_all(&line).expect("write");
+                    f.sync_data().expect("fdatasync");
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let t = Instant::now();
+    for h in handles {
+        h.join().expect("raw thread");
+    }
+    (threads * per_thread) as f64 / t.elapsed().as_secs_f64()
+}
+
 fn sqlite(dir: &Path, n: usize) -> f64 {
     let conn = rusqlite::Connection::open(dir.join("bench.sqlite")).expect("sqlite open");
     conn.pragma_update(None, "journal_mode", "WAL")
@@ -207,6 +241,8 @@ fn main() {
 
     let a = raw_fsync(scratch.path(), n);
     println!("(a) raw write+fdatasync, 512 B lines     {a:>10.0} ops/s");
+    let a64 = raw_fsync_parallel(scratch.path(), 64, (n / 4).max(16));
+    println!("(a) raw write+fdatasync, 64 files in parallel {a64:>7.0} ops/s  ({:.2}x a: the device's ceiling for 64 sessions)", a64 / a);
     let b = sqlite(scratch.path(), n);
     println!(
         "(b) SQLite WAL synchronous=FULL inserts  {b:>10.0} ops/s  ({:.2}x a)",
