@@ -382,29 +382,48 @@ pub struct LogHead {
 }
 
 pub fn read_head(path: &Path) -> io::Result<LogHead> {
-    let bytes = fs::read(path)?;
-    let first_end = memchr::memchr(b'\n', &bytes).unwrap_or(bytes.len());
-    let first = serde_json::from_slice::<Event>(&bytes[..first_end]).ok();
-    let line_count = memchr::memchr_iter(b'\n', &bytes).count() as u64;
-    let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    let last_start = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);
-    let last_ts = serde_json::from_slice::<Value>(&body[last_start..])
+    // Streamed line by line through one reused buffer: indexing a home (and every
+    // import) costs memory bounded by the longest line, never by the Log's size.
+    use std::io::BufRead;
+    let info = memchr::memmem::Finder::new(b"\"type\":\"session_info\"");
+    let summary = memchr::memmem::Finder::new(b"\"type\":\"branch_summary\"");
+    let mut reader = io::BufReader::with_capacity(1 << 20, File::open(path)?);
+    let mut line = Vec::new();
+    let mut last_line = Vec::new();
+    let mut head = LogHead {
+        first: None,
+        line_count: 0,
+        last_ts: None,
+        last_title: None,
+        has_branch_summary: false,
+    };
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 || line.last() != Some(&b'\n') {
+            break; // end, or a torn tail (cut when the session loads)
+        }
+        head.line_count += 1;
+        let body = &line[..line.len() - 1];
+        if head.line_count == 1 {
+            head.first = serde_json::from_slice::<Event>(body).ok();
+        }
+        if info.find(body).is_some() {
+            if let Ok(ev) = serde_json::from_slice::<Event>(body) {
+                if ev.event_type() == EventType::SessionInfo {
+                    head.last_title = ev.str_field("title").map(str::to_string);
+                }
+            }
+        }
+        if !head.has_branch_summary && summary.find(body).is_some() {
+            head.has_branch_summary = true;
+        }
+        std::mem::swap(&mut line, &mut last_line);
+    }
+    let last = last_line.strip_suffix(b"\n").unwrap_or(&last_line);
+    head.last_ts = serde_json::from_slice::<Value>(last)
         .ok()
         .and_then(|v| v.get("ts").and_then(Value::as_str).map(str::to_string));
-    let last_title = memchr::memmem::rfind(&bytes, b"\"type\":\"session_info\"").and_then(|at| {
-        let start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
-        let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
-        let ev: Event = serde_json::from_slice(&bytes[start..end]).ok()?;
-        ev.str_field("title").map(str::to_string)
-    });
-    let has_branch_summary = memchr::memmem::find(&bytes, b"\"type\":\"branch_summary\"").is_some();
-    Ok(LogHead {
-        first,
-        line_count,
-        last_ts,
-        last_title,
-        has_branch_summary,
-    })
+    Ok(head)
 }
 
 /// Whether `ty` is a known type (for reporting unknown ones).
@@ -461,6 +480,44 @@ mod tests {
         let e = create_atomic(&path, |f| f.write_all(b"y\n")).unwrap_err();
         assert_eq!(e.kind, ErrorKind::AlreadyExists);
         assert_eq!(fs::read(&path).unwrap(), b"x\n");
+    }
+
+    #[test]
+    fn read_head_streams_counts_and_picks_the_last_title() {
+        let (_d, home) = home();
+        let path = home.log_path("h").unwrap();
+        let ev = |seq: u64, ty: &str, data: &str| {
+            format!(
+                r#"{{"id":"{seq:016x}","session_id":"h","seq":{seq},"ts":"2026-01-01T00:00:0{seq}.000000Z","type":"{ty}","data":{data}}}"#
+            )
+        };
+        let text = [
+            ev(
+                0,
+                "session_started",
+                r#"{"workspace":"/w","agentd_version":"x","log_format":1,"title":"a"}"#,
+            ),
+            ev(1, "session_info", r#"{"title":"b"}"#),
+            ev(
+                2,
+                "user_message",
+                r#"{"text":"\"type\":\"session_info\" is not an event"}"#,
+            ),
+            ev(3, "session_info", r#"{"title":"c"}"#),
+            ev(
+                4,
+                "branch_summary",
+                r#"{"parent_session_id":"p","forked_to_seq":1,"summary":"s"}"#,
+            ),
+        ]
+        .join("\n");
+        fs::write(&path, format!("{text}\n{{\"torn")).unwrap();
+        let head = read_head(&path).unwrap();
+        assert_eq!(head.line_count, 5);
+        assert_eq!(head.first.unwrap().str_field("title"), Some("a"));
+        assert_eq!(head.last_title.as_deref(), Some("c"));
+        assert!(head.has_branch_summary);
+        assert_eq!(head.last_ts.as_deref(), Some("2026-01-01T00:00:04.000000Z"));
     }
 
     #[test]
