@@ -100,45 +100,76 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
             ))
         }
     };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| AgentError::new(ErrorKind::CorruptLog, format!("read log: {e}")))?;
+    // Read and parse in blocks: peak memory is one block plus the events, not the
+    // whole file plus the events.
+    const BLOCK: usize = 8 << 20;
     let mut report = LoadReport::default();
-    let complete = match memchr::memrchr(b'\n', &bytes) {
-        Some(i) => i + 1,
-        None => 0,
+    let mut cursor = ParseCursor {
+        next_seq: None,
+        line_no: 1,
+        offset: 0,
     };
-    if complete < bytes.len() {
-        let torn = &bytes[complete..];
+    let mut events = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
+    loop {
+        let n = (&mut file)
+            .take(BLOCK as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| AgentError::new(ErrorKind::CorruptLog, format!("read log: {e}")))?;
+        let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
+        if complete > 0 {
+            parse_lines(&buf[..complete], &mut cursor, &mut report, &mut events);
+            buf.drain(..complete);
+        }
+        if n < BLOCK {
+            break; // end of file; what is left in `buf` has no final newline
+        }
+    }
+    if !buf.is_empty() {
+        let torn = &buf[..];
         let ts = agentd_proto::event::now_ts().replace([':', '.'], "");
         let qpath = home.quarantine_dir().join(format!("{sid}.{ts}.torn"));
         write_synced(&qpath, torn).map_err(|e| write_failed("quarantine torn tail", &e))?;
         sync_dir(&home.quarantine_dir()).map_err(|e| write_failed("sync quarantine", &e))?;
-        file.set_len(complete as u64)
+        file.set_len(cursor.offset)
             .map_err(|e| write_failed("truncate torn tail", &e))?;
         file.sync_all().map_err(|e| write_failed("sync log", &e))?;
         report.torn = Some((torn.len() as u64, qpath));
-        bytes.truncate(complete);
     }
-    report.bytes = bytes.len() as u64;
-    let events = parse_lines(&bytes, &mut report);
+    report.bytes = cursor.offset;
     Ok((events, report))
 }
 
-/// Parses complete lines; splits the work over the available cores for big Logs, since
-/// JSON parsing dominates a cold load.
-fn parse_lines(bytes: &[u8], report: &mut LoadReport) -> Vec<Event> {
-    const PARALLEL_MIN: usize = 4 << 20;
+/// Where parsing stands between blocks.
+struct ParseCursor {
+    next_seq: Option<u64>,
+    /// 1-based number of the next physical line.
+    line_no: u64,
+    /// Byte offset of the next unparsed byte (= the length of the complete prefix).
+    offset: u64,
+}
+
+/// Parses complete lines; splits the work over the available cores for big blocks,
+/// since JSON parsing dominates a cold load.
+fn parse_lines(
+    bytes: &[u8],
+    cursor: &mut ParseCursor,
+    report: &mut LoadReport,
+    events: &mut Vec<Event>,
+) {
+    const PARALLEL_MIN: usize = 1 << 20;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
+    let base = cursor.offset as usize;
     let mut chunks: Vec<(usize, u64, &[u8])> = Vec::new(); // (byte offset, first line no, bytes)
+    let mut line_no = cursor.line_no;
     if bytes.len() < PARALLEL_MIN || threads == 1 {
-        chunks.push((0, 1, bytes));
+        chunks.push((base, line_no, bytes));
+        line_no += memchr::memchr_iter(b'\n', bytes).count() as u64;
     } else {
         let target = bytes.len() / threads;
         let mut start = 0;
-        let mut line_no = 1u64;
         while start < bytes.len() {
             let mut end = (start + target).min(bytes.len());
             if end < bytes.len() {
@@ -147,11 +178,13 @@ fn parse_lines(bytes: &[u8], report: &mut LoadReport) -> Vec<Event> {
                     None => bytes.len(),
                 };
             }
-            chunks.push((start, line_no, &bytes[start..end]));
+            chunks.push((base + start, line_no, &bytes[start..end]));
             line_no += memchr::memchr_iter(b'\n', &bytes[start..end]).count() as u64;
             start = end;
         }
     }
+    cursor.line_no = line_no;
+    cursor.offset += bytes.len() as u64;
     let parsed: Vec<(Vec<Event>, Vec<CorruptLine>)> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
@@ -162,12 +195,10 @@ fn parse_lines(bytes: &[u8], report: &mut LoadReport) -> Vec<Event> {
             .map(|h| h.join().unwrap_or_default())
             .collect()
     });
-    let mut events = Vec::new();
-    let mut next: Option<u64> = None;
     for (evs, corrupt) in parsed {
         report.corrupt_lines.extend(corrupt);
         for ev in evs {
-            if let Some(n) = next {
+            if let Some(n) = cursor.next_seq {
                 if ev.seq != n {
                     report.seq_anomalies.push(json!({
                         "seq": ev.seq, "expected": n, "id": ev.id,
@@ -175,11 +206,10 @@ fn parse_lines(bytes: &[u8], report: &mut LoadReport) -> Vec<Event> {
                     }));
                 }
             }
-            next = Some(next.map_or(ev.seq + 1, |n| n.max(ev.seq + 1)));
+            cursor.next_seq = Some(cursor.next_seq.map_or(ev.seq + 1, |n| n.max(ev.seq + 1)));
             events.push(ev);
         }
     }
-    events
 }
 
 fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> (Vec<Event>, Vec<CorruptLine>) {
@@ -453,6 +483,39 @@ mod tests {
         assert_eq!(n, 11);
         assert_eq!(fs::read(q).unwrap(), b"{\"id\":\"torn");
         assert_eq!(fs::read(&path).unwrap(), format!("{good}\n").into_bytes());
+    }
+
+    #[test]
+    fn block_boundaries_keep_line_numbers_offsets_and_seqs() {
+        let (_d, home) = home();
+        let path = home.log_path("big").unwrap();
+        let mut text = String::new();
+        let mut corrupt_offset = 0;
+        let pad = "p".repeat(480);
+        for seq in 0..20_000u64 {
+            if seq == 15_000 {
+                corrupt_offset = text.len();
+                text.push_str("{not json}\n");
+            }
+            text.push_str(&format!(
+                r#"{{"id":"{seq:016x}","session_id":"big","seq":{seq},"ts":"t","type":"user_message","data":{{"text":"{pad}"}}}}"#
+            ));
+            text.push('\n');
+        }
+        assert!(text.len() > 9 << 20, "spans more than one read block");
+        let complete = text.len() as u64;
+        text.push_str("{\"torn");
+        fs::write(&path, &text).unwrap();
+        let (events, report) = load_log(&home, "big").unwrap();
+        assert_eq!(events.len(), 20_000);
+        assert!(events.iter().enumerate().all(|(i, e)| e.seq == i as u64));
+        assert!(report.seq_anomalies.is_empty());
+        assert_eq!(report.corrupt_lines.len(), 1);
+        assert_eq!(report.corrupt_lines[0].line, 15_001);
+        assert_eq!(report.corrupt_lines[0].byte_offset, corrupt_offset as u64);
+        assert_eq!(report.bytes, complete);
+        assert_eq!(report.torn.as_ref().unwrap().0, 6);
+        assert_eq!(fs::metadata(&path).unwrap().len(), complete);
     }
 
     #[test]
