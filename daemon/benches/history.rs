@@ -232,6 +232,9 @@ fn write_big_log(path: &Path, sid: &str, workspace: &Path, n: u64) -> u64 {
         seq += 1;
     }
     out.flush().expect("flush");
+    // A Log at rest, as agentd leaves it (every append is synced): the load below must
+    // not race the writeback of the file it is reading.
+    out.get_ref().sync_all().expect("sync log");
     bytes as u64
 }
 
@@ -426,27 +429,53 @@ fn big_session(base: &Path) {
         t.elapsed().as_secs_f64()
     );
 
-    let (d, ready) = Daemon::start(root.path());
-    report(
-        "daemon ready (hello) with the large Log",
-        format!("{:.0} ms", ms(ready)),
-        "-",
-        true,
-    );
+    // The first load in a fresh process also pays for faulting in the memory its
+    // events take (on a VM that can dominate); restarts show the load itself. Each
+    // round is a new daemon process loading a Log it has not seen.
+    let mut loads = Vec::new();
+    let mut daemon = None;
+    for round in 0..3 {
+        drop(daemon.take());
+        let (d, ready) = Daemon::start(root.path());
+        if round == 0 {
+            report(
+                "daemon ready (hello) with the large Log",
+                format!("{:.0} ms", ms(ready)),
+                "-",
+                true,
+            );
+        }
+        let mut c = d.conn();
+        let (show, cold) = c.timed("agentd/show", json!({"session_id": sid}));
+        assert_eq!(show["event_count"], n, "{show}");
+        loads.push(cold);
+        daemon = Some(d);
+    }
+    let d = daemon.expect("a daemon");
     let mut c = d.conn();
-    let (show, cold) = c.timed("agentd/show", json!({"session_id": sid}));
-    assert_eq!(show["event_count"], n, "{show}");
-    let rate = mb / cold.as_secs_f64();
+    let first = mb / loads[0].as_secs_f64();
+    let best = mb / loads.iter().min().expect("loads").as_secs_f64();
     report(
-        "cold load (first agentd/show)",
-        format!("{rate:.0} MB/s"),
+        "cold load, first process (first agentd/show)",
+        format!("{first:.0} MB/s"),
         ">= 150 MB/s",
-        rate >= 150.0,
+        first >= 150.0,
+    );
+    report(
+        "cold load, best of 3 restarts",
+        format!("{best:.0} MB/s"),
+        ">= 150 MB/s",
+        best >= 150.0,
     );
     println!(
         "{:<44} {:>14}",
-        "  (first show took)",
-        format!("{:.0} ms", ms(cold))
+        "  (show took, per round)",
+        loads
+            .iter()
+            .map(|d| format!("{:.0}", ms(*d)))
+            .collect::<Vec<_>>()
+            .join("/")
+            + " ms"
     );
 
     let mut times = Vec::new();
