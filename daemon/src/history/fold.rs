@@ -214,7 +214,7 @@ pub fn replay_as_of(events: &[Event], after_seq: Option<u64>, ctx: &ReplayContex
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::testutil::TestLog;
+    use crate::history::testutil::{kinds, TestLog};
     use serde_json::json;
 
     fn ctx() -> ReplayContext {
@@ -230,21 +230,6 @@ mod tests {
             "tool_call",
             json!({"call_id": id, "name": "read_file", "args": {"path": "a.rs", "n": 1}}),
         );
-    }
-    fn kinds(r: &Replay) -> Vec<String> {
-        r.items
-            .iter()
-            .map(|i| match i {
-                ReplayItem::Developer { .. } => "dev".to_string(),
-                ReplayItem::User { text } => format!("user:{}", text.lines().next().unwrap_or("")),
-                ReplayItem::Assistant { text } => format!("asst:{text}"),
-                ReplayItem::Reasoning { model, .. } => format!("reason:{model}"),
-                ReplayItem::FunctionCall { call_id, .. } => format!("call:{call_id}"),
-                ReplayItem::FunctionCallOutput {
-                    call_id, synthetic, ..
-                } => format!("out:{call_id}{}", if *synthetic { "*" } else { "" }),
-            })
-            .collect()
     }
 
     #[test]

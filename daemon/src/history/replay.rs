@@ -298,7 +298,7 @@ pub fn pairing_violation(items: &[ReplayItem]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::history::fold::{replay_as_of, Fold};
-    use crate::history::testutil::TestLog;
+    use crate::history::testutil::{kinds, TestLog};
 
     fn ctx() -> ReplayContext {
         ReplayContext {
@@ -319,22 +319,6 @@ mod tests {
             "tool_result",
             json!({"call_id": id, "ok": true, "output": format!("out {id}")}),
         );
-    }
-
-    fn kinds(r: &Replay) -> Vec<String> {
-        r.items
-            .iter()
-            .map(|i| match i {
-                ReplayItem::Developer { .. } => "dev".to_string(),
-                ReplayItem::User { text } => format!("user:{}", text.lines().next().unwrap_or("")),
-                ReplayItem::Assistant { text } => format!("asst:{text}"),
-                ReplayItem::Reasoning { model, .. } => format!("reason:{model}"),
-                ReplayItem::FunctionCall { call_id, .. } => format!("call:{call_id}"),
-                ReplayItem::FunctionCallOutput {
-                    call_id, synthetic, ..
-                } => format!("out:{call_id}{}", if *synthetic { "*" } else { "" }),
-            })
-            .collect()
     }
 
     #[test]

@@ -45,3 +45,22 @@ impl TestLog {
         self.push(&d.kind.clone(), d.data.clone())
     }
 }
+
+/// A compact picture of replay items for assertions: `dev`, `user:<first line>`,
+/// `asst:<text>`, `reason:<model>`, `call:<id>`, `out:<id>` (`*` marks a synthetic one).
+pub(crate) fn kinds(r: &super::replay::Replay) -> Vec<String> {
+    use agentd_proto::replay::ReplayItem;
+    r.items
+        .iter()
+        .map(|i| match i {
+            ReplayItem::Developer { .. } => "dev".to_string(),
+            ReplayItem::User { text } => format!("user:{}", text.lines().next().unwrap_or("")),
+            ReplayItem::Assistant { text } => format!("asst:{text}"),
+            ReplayItem::Reasoning { model, .. } => format!("reason:{model}"),
+            ReplayItem::FunctionCall { call_id, .. } => format!("call:{call_id}"),
+            ReplayItem::FunctionCallOutput {
+                call_id, synthetic, ..
+            } => format!("out:{call_id}{}", if *synthetic { "*" } else { "" }),
+        })
+        .collect()
+}
