@@ -58,12 +58,32 @@ pub struct SessionHandle {
     pub generation: u64,
     tx: mpsc::Sender<Cmd>,
     events: broadcast::Sender<Arc<str>>,
+    /// To find the session's new actor when this one was evicted meanwhile.
+    registry: std::sync::Weak<Registry>,
 }
 
 impl SessionHandle {
     fn closed() -> AgentError {
-        AgentError::new(ErrorKind::Unsupported, "session actor stopped")
-            .with_details(json!({"retry": true}))
+        AgentError::internal("the session's actor stopped before answering")
+    }
+
+    /// Queues `cmd`. An evicted actor refuses new commands (and hands them back
+    /// unexecuted), so the command goes to the session's current actor instead: a
+    /// client never sees eviction.
+    async fn send(&self, cmd: Cmd) -> Result<(), AgentError> {
+        let mut cmd = match self.tx.send(cmd).await {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::SendError(cmd)) => cmd,
+        };
+        let registry = self.registry.upgrade().ok_or_else(Self::closed)?;
+        for _ in 0..3 {
+            let h = registry.get(&self.id).await?;
+            match h.tx.send(cmd).await {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(back)) => cmd = back,
+            }
+        }
+        Err(Self::closed())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -76,14 +96,12 @@ impl SessionHandle {
         expect_seq: Option<u64>,
     ) -> Result<AppendResult, AgentError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Append {
-                drafts,
-                expect_seq,
-                reply,
-            })
-            .await
-            .map_err(|_| Self::closed())?;
+        self.send(Cmd::Append {
+            drafts,
+            expect_seq,
+            reply,
+        })
+        .await?;
         rx.await.map_err(|_| Self::closed())?
     }
 
@@ -94,13 +112,11 @@ impl SessionHandle {
         build: impl FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send + 'static,
     ) -> Result<Option<AppendResult>, AgentError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Record {
-                build: Box::new(build),
-                reply,
-            })
-            .await
-            .map_err(|_| Self::closed())?;
+        self.send(Cmd::Record {
+            build: Box::new(build),
+            reply,
+        })
+        .await?;
         rx.await.map_err(|_| Self::closed())?
     }
 
@@ -113,7 +129,7 @@ impl SessionHandle {
         let cmd = Cmd::Query(Box::new(move |st| {
             let _ = reply.send(f(st));
         }));
-        self.tx.send(cmd).await.map_err(|_| Self::closed())?;
+        self.send(cmd).await?;
         rx.await.map_err(|_| Self::closed())
     }
 
@@ -272,6 +288,7 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
         generation,
         tx,
         events: events.clone(),
+        registry: Arc::downgrade(&registry),
     };
     let actor_handle = handle.clone();
     tokio::spawn(async move {
