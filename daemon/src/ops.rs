@@ -24,6 +24,8 @@ use std::sync::Arc;
 
 /// Default depth of `agentd/tree`.
 pub const DEFAULT_TREE_DEPTH: usize = 16;
+/// Deepest `agentd/tree` answered.
+pub const MAX_TREE_DEPTH: usize = 48;
 
 /// The model recorded at session start, used to decide which reasoning items replay.
 pub fn session_model(st: &SessionState) -> Option<String> {
@@ -373,6 +375,16 @@ fn lineage(meta: &SessionMeta) -> LineageEntry {
 /// `agentd/tree` (§9), served from the lineage index only.
 pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
     let depth = p.max_depth.unwrap_or(DEFAULT_TREE_DEPTH);
+    // Building, drawing and serializing a tree recurse once per level: a bound keeps a
+    // deep fork chain from exhausting a worker's stack, and keeps the JSON nesting under
+    // the 128 levels common JSON parsers (serde_json among them) accept. Deeper levels
+    // are reached by asking for the tree of a descendant.
+    if depth > MAX_TREE_DEPTH {
+        return Err(AgentError::invalid_args(format!(
+            "max_depth must be at most {MAX_TREE_DEPTH}; ask for the tree of a descendant to go deeper"
+        ))
+        .with_details(json!({"field": "max_depth", "max": MAX_TREE_DEPTH})));
+    }
     let index: HashMap<String, LineageEntry> =
         registry.with_index(|i| i.iter().map(|(k, m)| (k.clone(), lineage(m))).collect());
     match (&p.session_id, &p.workspace) {

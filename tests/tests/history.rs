@@ -1177,6 +1177,15 @@ fn tree_drawing_golden_and_json_order() {
     let a = &shallow["tree"]["forks"][0];
     assert_eq!(a["truncated"], true, "{shallow}");
     assert_eq!(a["forks"], json!([]));
+    // An unbounded depth is refused up front (deep fork chains must not exhaust the
+    // daemon's stack), and the daemon keeps serving.
+    let deep = run(&d, &["tree", "root", "--max-depth", "1000000000"]);
+    deep.assert_code(2);
+    assert_eq!(deep.json()["error"]["kind"], "invalid_args", "{deep:?}");
+    assert_eq!(
+        ctl(&d, &["tree", "root", "--max-depth", "48"])["tree"]["session_id"],
+        "root"
+    );
     // A workspace tree lists every root of the workspace.
     let ws = d.workspace().display().to_string();
     let roots = ctl(&d, &["tree", "--workspace", &ws]);
