@@ -60,6 +60,8 @@ pub struct SessionHandle {
     events: broadcast::Sender<Arc<str>>,
     /// To find the session's new actor when this one was evicted meanwhile.
     registry: std::sync::Weak<Registry>,
+    /// Why the actor could not load its Log, for callers whose command it dropped.
+    load_error: Arc<std::sync::OnceLock<AgentError>>,
 }
 
 impl SessionHandle {
@@ -130,7 +132,8 @@ impl SessionHandle {
             let _ = reply.send(f(st));
         }));
         self.send(cmd).await?;
-        rx.await.map_err(|_| Self::closed())
+        rx.await
+            .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))
     }
 
     /// Broadcasts an ephemeral event (never written).
@@ -289,6 +292,7 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
         tx,
         events: events.clone(),
         registry: Arc::downgrade(&registry),
+        load_error: Arc::default(),
     };
     let actor_handle = handle.clone();
     tokio::spawn(async move {
@@ -306,6 +310,7 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
                 actor.run().await;
             }
             Err(err) => {
+                let _ = actor_handle.load_error.set(err.clone());
                 registry.forget_handle(&sid, generation);
                 fail_all(rx, err).await;
             }

@@ -93,11 +93,17 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
                 .with_details(json!({"session_id": sid}))
                 .with_next_actions(&["agentctl ls"]))
         }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(
+                AgentError::new(ErrorKind::PermissionDenied, format!("open log: {e}"))
+                    .with_details(json!({"session_id": sid})),
+            )
+        }
         Err(e) => {
-            return Err(AgentError::new(
-                ErrorKind::CorruptLog,
-                format!("open log: {e}"),
-            ))
+            return Err(
+                AgentError::new(ErrorKind::CorruptLog, format!("open log: {e}"))
+                    .with_details(json!({"session_id": sid})),
+            )
         }
     };
     // Read and parse in blocks: peak memory is one block plus the events, not the

@@ -452,3 +452,28 @@ fn duplicate_and_missing_seqs_are_reported_and_next_seq_is_max_plus_one() {
         .unwrap()
         .starts_with(&text));
 }
+
+/// A Log that cannot be read gives its own error kind on every method, never
+/// `internal`, and the daemon keeps serving other sessions.
+#[test]
+fn an_unreadable_log_gives_a_clear_kind_on_every_method() {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    std::fs::create_dir_all(d.home().join("sessions/baddir.ndjson")).unwrap();
+    let mut c = d.connect();
+    for (method, params) in [
+        ("agentd/show", json!({"session_id": "baddir"})),
+        ("agentd/events", json!({"session_id": "baddir"})),
+        ("agentd/context", json!({"session_id": "baddir"})),
+        ("agentd/checkpoint", json!({"session_id": "baddir"})),
+        (
+            "agentd/append",
+            json!({"session_id": "baddir", "events": [{"type": "user_message", "data": {"text": "x"}}]}),
+        ),
+    ] {
+        let r = c.call(method, params);
+        assert_eq!(kind(&r), "corrupt_log", "{method}: {r}");
+    }
+    let good = d.create_session();
+    let r = c.call("agentd/show", json!({"session_id": good}));
+    assert!(r.get("result").is_some(), "{r}");
+}
