@@ -1,11 +1,15 @@
 //! Session id grammar (DESIGN §4): 1..=128 bytes of `[A-Za-z0-9_][A-Za-z0-9_.-]*`,
-//! never `.` or `..`. Checked at every boundary before a path is built. Errors give the
+//! never `.` or `..`, and not ending in `.ndjson`, `.tmp` or `.torn` (names the store
+//! uses for its own files). Checked at every boundary before a path is built. Errors give the
 //! byte length and the rule broken, never the hostile value itself.
 
 use crate::error::{AgentError, ErrorKind};
 use serde_json::json;
 
 pub const MAX_SESSION_ID_BYTES: usize = 128;
+
+/// Suffixes the store uses for its own files next to Logs.
+pub const RESERVED_SUFFIXES: &[&str] = &[".ndjson", ".tmp", ".torn"];
 
 pub fn validate(id: &str) -> Result<(), AgentError> {
     let bytes = id.as_bytes();
@@ -15,6 +19,10 @@ pub fn validate(id: &str) -> Result<(), AgentError> {
         Some("too_long")
     } else if id == "." || id == ".." {
         Some("dot_name")
+    } else if RESERVED_SUFFIXES.iter().any(|s| id.ends_with(s)) {
+        // `<id>/` holds a session's resources beside `<id>.ndjson`: an id ending in
+        // `.ndjson` would name another session's Log as its directory.
+        Some("reserved_suffix")
     } else if !(bytes[0].is_ascii_alphanumeric() || bytes[0] == b'_') {
         Some("invalid_start")
     } else if !bytes
@@ -68,7 +76,10 @@ mod tests {
 
     #[test]
     fn refuses_hostile_ids_without_echoing_them() {
-        for bad in ["", ".", "..", "../x", "a/b", "-a", ".a", "a\0b", "é", "a b"] {
+        for bad in [
+            "", ".", "..", "../x", "a/b", "-a", ".a", "a\0b", "é", "a b", "a.ndjson", "x.tmp",
+            "y.torn",
+        ] {
             let e = validate(bad).unwrap_err();
             assert_eq!(e.kind, ErrorKind::InvalidArgs, "{bad:?}");
             if bad.len() > 2 {
