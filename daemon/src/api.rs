@@ -187,6 +187,11 @@ pub fn methods(api: Api) -> Methods {
     m.into()
 }
 
+/// Events per backlog page of `agentd/subscribe`.
+const BACKLOG_PAGE: usize = 1000;
+/// How long a subscriber may leave a notification unread before it is dropped.
+const SUBSCRIBER_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn capabilities() -> Vec<String> {
     [
         "append",
@@ -403,20 +408,36 @@ async fn subscribe(
                 .add_permission_client(&p.session_id, conn.clone());
         }
     }
-    let after = p.after_seq;
-    let (backlog, mut rx) = match handle.query(move |st| st.subscribe(after)).await {
+    let (last_at_subscribe, mut rx) = match handle.query(|st| st.subscribe()).await {
         Ok(x) => x,
         Err(e) => return pending.reject(error_object(&e)).await,
     };
     let Ok(sink) = pending.accept().await else {
         return;
     };
-    for ev in backlog {
-        let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
-            continue;
-        };
-        if sink.send(raw).await.is_err() {
-            return;
+    // The durable backlog in pages, so a subscriber from seq 0 of a large session does
+    // not copy the whole Log at once; live events meanwhile wait in the broadcast ring.
+    if let (Some(mut cursor), Some(upto)) = (p.after_seq.map(Some), last_at_subscribe) {
+        loop {
+            let page = match handle
+                .query(move |st| st.events_between(cursor, upto, BACKLOG_PAGE))
+                .await
+            {
+                Ok(page) => page,
+                Err(_) => return,
+            };
+            let Some(last) = page.last().map(|e| e.seq) else {
+                break;
+            };
+            for ev in page {
+                let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
+                    continue;
+                };
+                if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() {
+                    return;
+                }
+            }
+            cursor = Some(last);
         }
     }
     loop {
@@ -425,7 +446,9 @@ async fn subscribe(
             msg = rx.recv() => match msg {
                 Ok(line) => {
                     let Ok(raw) = serde_json::value::RawValue::from_string(line.to_string()) else { continue };
-                    if sink.send(raw).await.is_err() { break; }
+                    // A subscriber that stops reading altogether is dropped after a
+                    // while instead of holding its session loaded forever.
+                    if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() { break; }
                 }
                 Err(RecvError::Lagged(n)) => {
                     let lagged = json!({"type": "lagged", "session_id": &p.session_id, "data": {"missed": n}});

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,12 @@ const WRITE_QUEUE: usize = 1024;
 /// How long a closing connection may take to flush what is queued for its peer.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 const MAX_SUBSCRIPTIONS_PER_CONN: u32 = 1024;
+const MAX_IN_FLIGHT_PER_CONN: usize = 256;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; a poisoned one still holds valid data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Requests this daemon sent to the peer: (last id used, waiters by id).
 type PendingRequests = (u64, HashMap<u64, oneshot::Sender<Value>>);
@@ -43,7 +49,7 @@ type PendingRequests = (u64, HashMap<u64, oneshot::Sender<Value>>);
 #[derive(Clone)]
 pub struct ConnSink {
     sink: MethodSink,
-    pending: Arc<Mutex<PendingRequests>>,
+    pending: Arc<std::sync::Mutex<PendingRequests>>,
     pub conn_id: usize,
 }
 
@@ -61,12 +67,21 @@ impl ConnSink {
     pub async fn request(&self, method: &str, params: Value) -> Option<Value> {
         let (tx, rx) = oneshot::channel();
         let id = {
-            let mut p = self.pending.lock().await;
+            let mut p = lock(&self.pending);
             p.0 += 1;
             let id = p.0;
             p.1.insert(id, tx);
             id
         };
+        // A caller that gives up (a permission timeout drops this future) must not leave
+        // its waiter behind for the connection's lifetime.
+        struct Forget<'a>(&'a std::sync::Mutex<PendingRequests>, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                lock(self.0).1.remove(&self.1);
+            }
+        }
+        let _forget = Forget(&self.pending, id);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.sink
             .send(serde_json::value::to_raw_value(&msg).ok()?)
@@ -147,6 +162,7 @@ impl Listener {
                 methods: self.methods.clone(),
                 max: self.max_message_bytes,
                 shutdown: self.shutdown.clone(),
+                in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONN)),
             };
             let counter = self.connections.clone();
             counter.fetch_add(1, Ordering::Relaxed);
@@ -171,9 +187,18 @@ struct Connection {
     methods: Methods,
     max: usize,
     shutdown: CancellationToken,
+    /// Calls of this connection running at once. The reader waits for a permit before
+    /// starting another, so a client that sends without reading its answers is slowed
+    /// down instead of piling up responses in the daemon's memory.
+    in_flight: Arc<Semaphore>,
 }
 
 impl Connection {
+    async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        // The semaphore is never closed, so this only fails if that changes.
+        self.in_flight.clone().acquire_owned().await.ok()
+    }
+
     async fn serve(self, stream: UnixStream) {
         let (mut rd, mut wr) = stream.into_split();
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
@@ -208,7 +233,7 @@ impl Connection {
         });
         let conn_sink = ConnSink {
             sink: sink.clone(),
-            pending: Arc::new(Mutex::new((0, HashMap::new()))),
+            pending: Arc::new(std::sync::Mutex::new((0, HashMap::new()))),
             conn_id: self.id,
         };
         let subs = BoundedSubscriptions::new(MAX_SUBSCRIPTIONS_PER_CONN);
@@ -271,7 +296,7 @@ impl Connection {
         }
         // EOF: fail requests the peer will never answer, let in-flight calls finish and
         // write their responses, then stop the writer (subscriptions end with it).
-        conn_sink.pending.lock().await.1.clear();
+        lock(&conn_sink.pending).1.clear();
         while calls.join_next().await.is_some() {}
         stop_writer.cancel();
         // The writer drains with a per-write timeout; this bounds a peer that never reads.
@@ -300,7 +325,9 @@ impl Connection {
                 let subs = subs.clone();
                 let conn_id = ConnectionId(self.id);
                 let req = owned(req);
+                let permit = self.permit().await;
                 calls.spawn(async move {
+                    let _permit = permit;
                     if let Some(resp) =
                         run_request(req, &methods, &sink, &conn_sink, &subs, conn_id, false).await
                     {
@@ -327,7 +354,9 @@ impl Connection {
         let conn_id = ConnectionId(self.id);
         match value {
             Value::Array(items) => {
+                let permit = self.permit().await;
                 calls.spawn(async move {
+                    let _permit = permit;
                     if let Some(resp) =
                         run_batch(items, &methods, &sink, &conn_sink, &subs, conn_id).await
                     {
@@ -341,13 +370,16 @@ impl Connection {
             {
                 // A response to one of our requests (agentd/permission).
                 if let Some(id) = obj.get("id").and_then(Value::as_u64) {
-                    if let Some(tx) = conn_sink.pending.lock().await.1.remove(&id) {
+                    let waiter = lock(&conn_sink.pending).1.remove(&id);
+                    if let Some(tx) = waiter {
                         let _ = tx.send(value);
                     }
                 }
             }
             Value::Object(_) => {
+                let permit = self.permit().await;
                 calls.spawn(async move {
+                    let _permit = permit;
                     if let Some(resp) =
                         run_one(&value, &methods, &sink, &conn_sink, &subs, conn_id).await
                     {

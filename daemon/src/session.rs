@@ -246,15 +246,21 @@ impl SessionState {
         }
     }
 
-    /// Subscribes and snapshots the durable backlog at the same instant, so a
-    /// subscriber sees every event exactly once.
-    pub fn subscribe(&self, after: Option<u64>) -> (Vec<Event>, broadcast::Receiver<Arc<str>>) {
-        let rx = self.events_tx.subscribe();
-        let backlog = match after {
-            Some(_) => self.events_after(after).to_vec(),
-            None => Vec::new(),
-        };
-        (backlog, rx)
+    /// Subscribes to live events and returns the last durable seq at that instant:
+    /// events up to it are the backlog (read in pages), everything after arrives live,
+    /// so a subscriber sees every event exactly once.
+    pub fn subscribe(&self) -> (Option<u64>, broadcast::Receiver<Arc<str>>) {
+        (self.last_seq(), self.events_tx.subscribe())
+    }
+
+    /// Up to `limit` events with `after < seq <= upto`.
+    pub fn events_between(&self, after: Option<u64>, upto: u64, limit: usize) -> Vec<Event> {
+        self.events_after(after)
+            .iter()
+            .take_while(|e| e.seq <= upto)
+            .take(limit)
+            .cloned()
+            .collect()
     }
 }
 

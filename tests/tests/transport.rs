@@ -367,3 +367,34 @@ fn unsubscribe_stops_notifications_and_ids_round_trip() {
     assert!(r["result"]["uptime_s"].is_u64(), "{r}");
     assert_eq!(r["result"]["durability"], "sync");
 }
+
+/// A catch-up from seq 0 of a session larger than one backlog page (1000 events)
+/// delivers every durable event once, in order, then the live ones.
+#[test]
+fn catch_up_across_backlog_pages_is_complete_and_ordered() {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let sid = d.create_session();
+    let mut w = d.connect();
+    let batch: Vec<Value> = (0..500)
+        .map(|i| json!({"type": "user_message", "data": {"text": format!("m{i}")}}))
+        .collect();
+    for _ in 0..5 {
+        w.call_ok("agentd/append", json!({"session_id": sid, "events": batch}));
+    }
+    let mut s = d.connect();
+    s.subscribe(&sid, Some(0));
+    let live = w.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "live"}}]}),
+    );
+    let last = live["last_seq"].as_u64().unwrap();
+    assert_eq!(last, 2501);
+    let mut seen = Vec::new();
+    while seen.last() != Some(&last) {
+        let ev = s
+            .wait_event(|_| true, T)
+            .unwrap_or_else(|| panic!("stalled after {} events", seen.len()));
+        seen.push(ev["seq"].as_u64().unwrap());
+    }
+    assert_eq!(seen, (1..=last).collect::<Vec<_>>());
+}
