@@ -320,14 +320,28 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
     let resources = plan.resources.clone();
     let events = std::mem::take(&mut plan.events);
     tokio::task::spawn_blocking(move || -> Result<(), AgentError> {
-        copy_resources(&src_res, &dst_res, &resources)?;
-        store::create_atomic(&child_path, |f| {
-            let mut w = std::io::BufWriter::new(f);
-            for ev in &events {
-                w.write_all(&store::event_line(ev))?;
+        // Only a directory this fork created may be removed on failure: a racing create
+        // of the same id owns an existing one.
+        let child_dir = dst_res
+            .parent()
+            .filter(|d| !d.exists())
+            .map(std::path::Path::to_path_buf);
+        let res = copy_resources(&src_res, &dst_res, &resources).and_then(|()| {
+            store::create_atomic(&child_path, |f| {
+                let mut w = std::io::BufWriter::new(f);
+                for ev in &events {
+                    w.write_all(&store::event_line(ev))?;
+                }
+                w.flush()
+            })
+        });
+        if res.is_err() {
+            // No child Log: leave no directory of it behind either.
+            if let Some(dir) = child_dir {
+                let _ = std::fs::remove_dir_all(dir);
             }
-            w.flush()
-        })
+        }
+        res
     })
     .await
     .map_err(|e| AgentError::internal(format!("fork task: {e}")))??;
@@ -335,23 +349,32 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
     Ok(result(true))
 }
 
+/// Copies content-addressed resources into the child's directory: each through a
+/// temp file and a rename (a crash never leaves a partial file under a hash name), and
+/// only when the bytes still match their name.
 fn copy_resources(
     src: &std::path::Path,
     dst: &std::path::Path,
     names: &[String],
 ) -> Result<(), AgentError> {
+    let mut copied = false;
     for name in names {
-        let from = src.join(name);
-        if !from.exists() {
+        let Ok(bytes) = std::fs::read(src.join(name)) else {
+            continue; // referenced but absent in the parent: nothing to copy
+        };
+        if crate::text::sha256_hex(&bytes) != *name {
+            tracing::warn!(resource = %name, "parent resource does not match its hash; not copied");
             continue;
         }
         std::fs::create_dir_all(dst)
             .map_err(|e| store::write_failed("create resources dir", &e))?;
-        let bytes = std::fs::read(&from).map_err(|e| store::write_failed("read resource", &e))?;
-        store::write_synced(&dst.join(name), &bytes)
+        let tmp = dst.join(format!(".{name}.tmp"));
+        store::write_synced(&tmp, &bytes).map_err(|e| store::write_failed("copy resource", &e))?;
+        std::fs::rename(&tmp, dst.join(name))
             .map_err(|e| store::write_failed("copy resource", &e))?;
+        copied = true;
     }
-    if !names.is_empty() && dst.exists() {
+    if copied {
         store::sync_dir(dst).map_err(|e| store::write_failed("sync resources dir", &e))?;
     }
     Ok(())
