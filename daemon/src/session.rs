@@ -192,7 +192,7 @@ impl SessionState {
             }
             _ => {}
         }
-        self.next_seq = self.next_seq.max(ev.seq + 1);
+        self.next_seq = self.next_seq.max(ev.seq.saturating_add(1));
         self.events.push(ev);
     }
 
@@ -653,6 +653,15 @@ impl Actor {
         }
         let mut out = Vec::with_capacity(drafts.len());
         for (i, d) in drafts.iter().enumerate() {
+            // A Log carrying a seq near u64::MAX (hand-edited, foreign) has no room left:
+            // refuse rather than wrap around onto earlier seqs.
+            let seq = next
+                .checked_add(i as u64)
+                .filter(|s| *s < u64::MAX)
+                .ok_or_else(|| {
+                    AgentError::new(ErrorKind::CorruptLog, "the Log's seq space is exhausted")
+                        .with_details(json!({"next_seq": next}))
+                })?;
             let ty = validate_draft(d).map_err(|m| {
                 AgentError::invalid_args(format!("events[{i}]: {m}"))
                     .with_details(json!({"index": i}))
@@ -670,7 +679,7 @@ impl Actor {
             out.push(Event {
                 id: new_event_id(),
                 session_id: self.state.id.clone(),
-                seq: next + i as u64,
+                seq,
                 ts: now_ts(),
                 kind: d.kind.clone(),
                 data: d.data.clone(),

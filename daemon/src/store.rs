@@ -212,7 +212,8 @@ fn parse_lines(
                     }));
                 }
             }
-            cursor.next_seq = Some(cursor.next_seq.map_or(ev.seq + 1, |n| n.max(ev.seq + 1)));
+            let after = ev.seq.saturating_add(1);
+            cursor.next_seq = Some(cursor.next_seq.map_or(after, |n| n.max(after)));
             events.push(ev);
         }
     }

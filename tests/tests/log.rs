@@ -31,7 +31,7 @@ fn seqs(events: &[Value]) -> Vec<u64> {
 }
 
 fn line(sid: &str, seq: u64, ty: &str, data: Value) -> String {
-    json!({"id": format!("{:016x}", 0xabc000 + seq), "session_id": sid, "seq": seq,
+    json!({"id": format!("{:016x}", 0xabc000u64.wrapping_add(seq)), "session_id": sid, "seq": seq,
            "ts": "2026-01-01T00:00:00.000000Z", "type": ty, "data": data})
     .to_string()
 }
@@ -476,4 +476,34 @@ fn an_unreadable_log_gives_a_clear_kind_on_every_method() {
     let good = d.create_session();
     let r = c.call("agentd/show", json!({"session_id": good}));
     assert!(r.get("result").is_some(), "{r}");
+}
+
+/// A hand-edited Log with a seq at u64::MAX loads (reported as an anomaly) and refuses
+/// further appends with `corrupt_log` instead of wrapping onto earlier seqs.
+#[test]
+fn a_seq_at_u64_max_is_reported_and_never_wraps() {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let ws = d.workspace().canonicalize().unwrap();
+    let text = format!(
+        "{}\n{}\n",
+        started("maxed", &ws),
+        line(
+            "maxed",
+            u64::MAX,
+            "user_message",
+            json!({"text": "far away"})
+        )
+    );
+    std::fs::write(d.home().join("sessions/maxed.ndjson"), text).unwrap();
+    let mut c = d.connect();
+    let show = c.call_ok("agentd/show", json!({"session_id": "maxed"}));
+    assert_eq!(show["event_count"], 2, "{show}");
+    assert_eq!(show["seq_anomalies"].as_array().unwrap().len(), 1, "{show}");
+    let r = c.call(
+        "agentd/append",
+        json!({"session_id": "maxed", "events": [{"type": "user_message", "data": {"text": "x"}}]}),
+    );
+    assert_eq!(kind(&r), "corrupt_log", "{r}");
+    let lines = read_log_lines(&d.home().join("sessions/maxed.ndjson"));
+    assert_eq!(lines.len(), 2, "nothing appended");
 }

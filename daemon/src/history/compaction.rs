@@ -202,7 +202,9 @@ pub fn plan(
     let first_seq = prefix[0].seq;
     let to_seq = prefix[c - 1].seq;
     let from_seq = u64_at(prev, &["range", "from_seq"]).unwrap_or(first_seq);
-    let source_event_count = u64_at(prev, &["source_event_count"]).unwrap_or(0) + c as u64;
+    let source_event_count = u64_at(prev, &["source_event_count"])
+        .unwrap_or(0)
+        .saturating_add(c as u64);
 
     let mut this_counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut counts: BTreeMap<String, u64> = prev
