@@ -650,3 +650,48 @@ async fn shell_env_remove_hides_variables() {
         .await;
     assert_eq!(out(&o), "unset\n");
 }
+
+/// A missing component followed by `..` climbs back into real directories; a symlink met
+/// after that must still be followed and judged (`nope/../escape` is `escape`'s target).
+#[tokio::test]
+async fn dotdot_after_missing_component_still_follows_symlinks() {
+    let w = ws();
+    std::fs::write(w.outside.join("secret"), "s").unwrap();
+    symlink(&w.outside, w.path("escape")).unwrap();
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "write_file",
+            json!({"path": "nope/../escape/pwned.txt", "content": "pwned"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "nope/deeper/../../escape/pwned.txt", "content": "pwned"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "nope/../escape/secret", "old": "s", "new": "t"}),
+        ),
+        ("read_file", json!({"path": "nope/../escape/secret"})),
+        ("list_dir", json!({"path": "nope/../escape"})),
+    ];
+    for (tool, args) in cases {
+        let o = w.run(tool, args.clone()).await;
+        assert_eq!(err_kind(&o), ErrorKind::OutsideWorkspace, "{tool} {args}");
+    }
+    assert!(!w.outside.join("pwned.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.outside.join("secret")).unwrap(),
+        "s"
+    );
+    assert!(!w.path("nope").exists(), "a refused write creates nothing");
+    // The same shape staying inside the workspace still works.
+    w.write("real/in.txt", "in");
+    let o = w
+        .run("read_file", json!({"path": "nope/../real/in.txt"}))
+        .await;
+    assert_eq!(out(&o), "in");
+    let o = w
+        .run("read_file", json!({"path": "nope/../real/gone.txt"}))
+        .await;
+    assert_eq!(err_kind(&o), ErrorKind::NotFound);
+}
