@@ -30,6 +30,9 @@ pub struct TurnSpec {
     pub max_iterations: u32,
     /// Env vars removed from `shell` commands: every provider's `api_key_env`.
     pub env_remove: Vec<String>,
+    /// The values of those variables (the keys themselves), scrubbed from everything
+    /// the turn records.
+    pub secrets: Vec<String>,
 }
 
 impl TurnSpec {
@@ -99,10 +102,16 @@ pub async fn resolve(
     let model = p.model.clone().or(s_model);
     let (provider, request_model, label, context_window) =
         provider_for(&registry.config, provider_name.as_deref(), model.as_deref())?;
-    let env_remove = providers_config(&registry.config)?
+    let env_remove: Vec<String> = providers_config(&registry.config)?
         .all()
         .values()
         .filter_map(|c| c.api_key_env.clone())
+        .collect();
+    // Read per turn, like the providers read their key per call.
+    let secrets = env_remove
+        .iter()
+        .filter_map(|var| std::env::var(var).ok())
+        .filter(|v| v.len() >= crate::tools::MIN_SECRET_LEN)
         .collect();
     Ok(TurnSpec {
         provider,
@@ -112,5 +121,6 @@ pub async fn resolve(
         permission_mode,
         max_iterations,
         env_remove,
+        secrets,
     })
 }
