@@ -770,3 +770,32 @@ fn provider_keys_never_reach_the_log_through_tools() {
     assert!(!log.contains("sk-live-TOPSECRET123"), "{log}");
     assert!(!log.contains("TOPSECRET"), "{log}");
 }
+
+/// A fork keeps the parent's provider and model: a turn in the child without `--model`
+/// runs with what the parent was created with.
+#[test]
+fn a_fork_keeps_the_parents_model_and_provider() {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let model = script_model(&example("hello.json"));
+    let mut c = d.connect();
+    let par = create(&d, &mut c, Some(&model));
+    let r = turn(&mut c, &par, "hi", json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let out = d.agentctl(["fork", par.as_str(), "--child-session-id", "kid"]);
+    out.assert_code(0);
+    let head = &events(&mut c, "kid")[0];
+    assert_eq!(head["type"], "session_fork");
+    assert_eq!(head["data"]["model"], model.as_str(), "{head}");
+    let out = d.agentctl(["turn", "kid", "hi again"]);
+    out.assert_code(0);
+    let evs = events(&mut c, "kid");
+    let ended = of_type(&evs, "turn_ended");
+    let last = ended.last().unwrap();
+    assert_eq!(last["data"]["status"], "completed", "{evs:#?}");
+    let started = of_type(&evs, "turn_started");
+    assert_eq!(started.last().unwrap()["data"]["provider"], "script");
+    // A fork of the fork keeps them too.
+    d.agentctl(["fork", "kid", "--child-session-id", "grandkid"])
+        .assert_code(0);
+    d.agentctl(["turn", "grandkid", "once more"]).assert_code(0);
+}

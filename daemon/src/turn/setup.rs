@@ -1,6 +1,7 @@
 //! Choosing what a turn runs with: provider, model, context window, permission mode.
 //!
-//! Provider: the turn's `provider` > the session's `session_started.provider` > the
+//! Provider: the turn's `provider` > the session's (its first event's `provider`:
+//! `session_started`, or `session_fork`, which inherits the parent's) > the
 //! config's `default_provider` (a `script:PATH` model picks the `script` provider when
 //! the turn names none). Model: the turn's `model` > the session's > the provider
 //! config's `model`. A turn whose model is `script:…` ignores the session's provider, so
@@ -65,7 +66,8 @@ pub fn provider_for(
     Ok((provider, request_model, label, context_window))
 }
 
-/// The session's `session_started.{provider, model}`.
+/// The session's `{provider, model}`, read off its first event whatever its type
+/// (`session_started`, or a fork's `session_fork`).
 pub async fn session_choice(
     h: &SessionHandle,
 ) -> Result<(Option<String>, Option<String>), AgentError> {
