@@ -18,7 +18,8 @@
 //! has (partial text, tool results of finished calls), then in one append closes every
 //! pending call (`orphan_tool_call`, reason `interrupt`) and records
 //! `turn_ended{status:"interrupted", reason}`. Only then does the interrupt answer, with
-//! the call ids it closed. Shutdown does the same for every running turn.
+//! the call ids it closed. Shutdown does the same for every running turn, after which
+//! new turns are refused (`daemon_unavailable`).
 //!
 //! `wait:false` answers once `turn_started` and `user_message` are durable, with
 //! `status:"running"` and their seqs; the turn's end is then seen through
@@ -52,7 +53,7 @@ use jsonrpsee::RpcModule;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -71,6 +72,9 @@ const INTERRUPT_WAIT: Duration = Duration::from_secs(15);
 #[derive(Default)]
 pub struct Turns {
     running: DashMap<String, Arc<RunningTurn>>,
+    /// Set by [`interrupt_all`] before it looks at the running turns; from then on a
+    /// new turn is refused with `daemon_unavailable` (see [`launch`] for the ordering).
+    shutting_down: AtomicBool,
     pub(crate) watch: crate::watch::ArtifactWatch,
 }
 
@@ -187,6 +191,21 @@ where
                 v.insert(running.clone());
             }
         }
+    }
+    // Checked after the entry is in the map: `interrupt_all` sets the flag before it
+    // reads the map, so either it sees this turn (and interrupts it) or this check sees
+    // the flag. Checked before, a turn could slip in after shutdown's snapshot and be cut
+    // off without its `turn_ended`.
+    if registry.turns.shutting_down.load(Ordering::SeqCst) {
+        registry
+            .turns
+            .running
+            .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
+        return Err(AgentError::new(
+            ErrorKind::DaemonUnavailable,
+            "the daemon is shutting down; start the turn again once it is back",
+        )
+        .with_details(json!({"session_id": sid})));
     }
     registry.turns_running.fetch_add(1, Ordering::Relaxed);
     let (started_tx, started_rx) = oneshot::channel();
@@ -364,8 +383,10 @@ pub async fn interrupt(
     })
 }
 
-/// Ends every running turn as interrupted, durably, before the daemon stops.
+/// Ends every running turn as interrupted, durably, before the daemon stops; turns
+/// asked for from now on are refused with `daemon_unavailable`.
 pub async fn interrupt_all(registry: &Registry, reason: &str) {
+    registry.turns.shutting_down.store(true, Ordering::SeqCst);
     let running: Vec<Arc<RunningTurn>> = registry
         .turns
         .running
@@ -478,5 +499,23 @@ mod tests {
         assert!(registry.turns.running.is_empty());
         let n = h.query(|st| st.events.len()).await.unwrap();
         assert_eq!(n, 6, "nothing recorded for a turn that never started");
+    }
+
+    /// Once shutdown has begun interrupting turns, a new turn is refused instead of
+    /// starting where the shutdown no longer looks (it would end without `turn_ended`).
+    #[tokio::test]
+    async fn turns_are_refused_once_shutdown_interrupts() {
+        let (_dir, registry, h) = session().await;
+        interrupt_all(&registry, "daemon_shutdown").await;
+        let err = launch(&registry, h.clone(), true, |_, _, _, _| async move {
+            Err(AgentError::internal("the engine must not run"))
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::DaemonUnavailable);
+        assert!(err.message.contains("shutting down"), "{}", err.message);
+        assert!(registry.turns.running.is_empty());
+        assert_eq!(registry.turns_running.load(Ordering::Relaxed), 0);
+        assert_eq!(h.query(|st| st.events.len()).await.unwrap(), 1);
     }
 }
