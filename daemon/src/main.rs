@@ -38,6 +38,15 @@ fn main() -> ExitCode {
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
+    // The user's umask, read before `daemon::run` sets the daemon's own to 0077:
+    // umask(2) can only be read by setting it, so set and restore at once.
+    // SAFETY: umask has no memory-safety preconditions; nothing else runs yet.
+    let user_umask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    agentd::tools::set_user_umask(user_umask as u32);
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -695,3 +695,56 @@ async fn dotdot_after_missing_component_still_follows_symlinks() {
         .await;
     assert_eq!(err_kind(&o), ErrorKind::NotFound);
 }
+
+/// The daemon runs under umask 0077, but what tools create is the user's: `shell`
+/// commands get the user's umask back, and new files and directories from the file
+/// tools get 0666/0777 minus it. A replaced file keeps its own mode.
+#[tokio::test]
+async fn created_files_follow_the_users_umask_not_the_daemons() {
+    use std::os::unix::fs::PermissionsExt;
+    // This test binary plays the daemon: its own umask is tightened, as daemon.rs does.
+    // SAFETY: umask(2) has no memory-safety preconditions.
+    unsafe { libc::umask(0o077) };
+    tools::set_user_umask(0o022);
+    let w = ws();
+    let mode = |rel: &str| std::fs::metadata(w.path(rel)).unwrap().permissions().mode() & 0o777;
+    let o = w
+        .run(
+            "shell",
+            json!({"command": "touch x && mkdir d && stat -c %a x d && umask"}),
+        )
+        .await;
+    assert_eq!(out(&o), "644\n755\n0022\n");
+    let o = w
+        .run(
+            "write_file",
+            json!({"path": "new/deeper/f.txt", "content": "x"}),
+        )
+        .await;
+    out(&o);
+    assert_eq!(mode("new/deeper/f.txt"), 0o644);
+    assert_eq!(mode("new/deeper"), 0o755);
+    assert_eq!(mode("new"), 0o755);
+    w.write("private.txt", "old");
+    std::fs::set_permissions(
+        w.path("private.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let o = w
+        .run(
+            "edit_file",
+            json!({"path": "private.txt", "old": "old", "new": "new"}),
+        )
+        .await;
+    out(&o);
+    assert_eq!(mode("private.txt"), 0o600);
+    let o = w
+        .run(
+            "write_file",
+            json!({"path": "private.txt", "content": "again"}),
+        )
+        .await;
+    out(&o);
+    assert_eq!(mode("private.txt"), 0o600);
+}

@@ -32,8 +32,25 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// The umask agentd was started with, before the daemon tightened its own to 0077 (its
+/// sockets, Logs and resources are private). The user's files are not the daemon's:
+/// `shell` commands run under this umask, and files and directories the file tools
+/// create get `0666`/`0777` minus it, as if the user had made them.
+static USER_UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// Records the user's umask; `main` calls it before the daemon changes its own.
+pub fn set_user_umask(mask: u32) {
+    USER_UMASK.store(mask & 0o777, Ordering::Relaxed);
+}
+
+/// The umask recorded by [`set_user_umask`] (0022 if none was).
+pub fn user_umask() -> u32 {
+    USER_UMASK.load(Ordering::Relaxed)
+}
 
 /// Default and upper bound of a `shell` call's timeout.
 pub const DEFAULT_SHELL_TIMEOUT: Duration = Duration::from_secs(120);
