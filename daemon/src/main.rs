@@ -28,6 +28,25 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Not dumpable: /proc/<agentd pid>/environ (and mem, maps, …) become unreadable to
+    // other processes of the same uid, so a tool's shell command cannot copy the
+    // provider API keys out of the daemon's environment (`/proc/$PPID/environ`), which
+    // removing the variables from the child's environment alone does not prevent. It
+    // also disables core dumps and same-uid ptrace of the daemon. Root can still read
+    // them; tool output is scrubbed of the keys' values as well (`tools::redact`).
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    // The user's umask, read before `daemon::run` sets the daemon's own to 0077:
+    // umask(2) can only be read by setting it, so set and restore at once.
+    // SAFETY: umask has no memory-safety preconditions; nothing else runs yet.
+    let user_umask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    agentd::tools::set_user_umask(user_umask as u32);
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -589,6 +589,32 @@ async fn rate_limit_that_persists_fails_as_rate_limited() {
     assert_eq!(server.requests().len(), 2);
 }
 
+/// A `retry-after` too large to represent (or to wait for) is a clean `rate_limited`
+/// failure with no retry, never a panic in the duration arithmetic.
+#[tokio::test]
+async fn absurd_retry_after_fails_cleanly_without_retrying() {
+    for (header, value) in [
+        ("retry-after-ms", "1e30"),
+        ("retry-after-ms", "18446744073709551616000"),
+        ("retry-after", "1e300"),
+    ] {
+        let server = Server::start(vec![Reply::status(
+            429,
+            r#"{"error":{"message":"slow down"}}"#,
+        )
+        .header(header, value)])
+        .await;
+        let out = run(
+            config(ProviderKind::OpenaiResponses, &server.base),
+            request(),
+        )
+        .await;
+        let f = out.err();
+        assert_eq!(f.kind(), ErrorKind::RateLimited, "{header}: {value}");
+        assert_eq!(server.requests().len(), 1, "{header}: {value}");
+    }
+}
+
 #[tokio::test]
 async fn server_error_is_retried_then_fails_as_provider_error() {
     let server = Server::start(vec![Reply::status(

@@ -650,3 +650,101 @@ async fn shell_env_remove_hides_variables() {
         .await;
     assert_eq!(out(&o), "unset\n");
 }
+
+/// A missing component followed by `..` climbs back into real directories; a symlink met
+/// after that must still be followed and judged (`nope/../escape` is `escape`'s target).
+#[tokio::test]
+async fn dotdot_after_missing_component_still_follows_symlinks() {
+    let w = ws();
+    std::fs::write(w.outside.join("secret"), "s").unwrap();
+    symlink(&w.outside, w.path("escape")).unwrap();
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "write_file",
+            json!({"path": "nope/../escape/pwned.txt", "content": "pwned"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "nope/deeper/../../escape/pwned.txt", "content": "pwned"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "nope/../escape/secret", "old": "s", "new": "t"}),
+        ),
+        ("read_file", json!({"path": "nope/../escape/secret"})),
+        ("list_dir", json!({"path": "nope/../escape"})),
+    ];
+    for (tool, args) in cases {
+        let o = w.run(tool, args.clone()).await;
+        assert_eq!(err_kind(&o), ErrorKind::OutsideWorkspace, "{tool} {args}");
+    }
+    assert!(!w.outside.join("pwned.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.outside.join("secret")).unwrap(),
+        "s"
+    );
+    assert!(!w.path("nope").exists(), "a refused write creates nothing");
+    // The same shape staying inside the workspace still works.
+    w.write("real/in.txt", "in");
+    let o = w
+        .run("read_file", json!({"path": "nope/../real/in.txt"}))
+        .await;
+    assert_eq!(out(&o), "in");
+    let o = w
+        .run("read_file", json!({"path": "nope/../real/gone.txt"}))
+        .await;
+    assert_eq!(err_kind(&o), ErrorKind::NotFound);
+}
+
+/// The daemon runs under umask 0077, but what tools create is the user's: `shell`
+/// commands get the user's umask back, and new files and directories from the file
+/// tools get 0666/0777 minus it. A replaced file keeps its own mode.
+#[tokio::test]
+async fn created_files_follow_the_users_umask_not_the_daemons() {
+    use std::os::unix::fs::PermissionsExt;
+    // This test binary plays the daemon: its own umask is tightened, as daemon.rs does.
+    // SAFETY: umask(2) has no memory-safety preconditions.
+    unsafe { libc::umask(0o077) };
+    tools::set_user_umask(0o022);
+    let w = ws();
+    let mode = |rel: &str| std::fs::metadata(w.path(rel)).unwrap().permissions().mode() & 0o777;
+    let o = w
+        .run(
+            "shell",
+            json!({"command": "touch x && mkdir d && stat -c %a x d && umask"}),
+        )
+        .await;
+    assert_eq!(out(&o), "644\n755\n0022\n");
+    let o = w
+        .run(
+            "write_file",
+            json!({"path": "new/deeper/f.txt", "content": "x"}),
+        )
+        .await;
+    out(&o);
+    assert_eq!(mode("new/deeper/f.txt"), 0o644);
+    assert_eq!(mode("new/deeper"), 0o755);
+    assert_eq!(mode("new"), 0o755);
+    w.write("private.txt", "old");
+    std::fs::set_permissions(
+        w.path("private.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let o = w
+        .run(
+            "edit_file",
+            json!({"path": "private.txt", "old": "old", "new": "new"}),
+        )
+        .await;
+    out(&o);
+    assert_eq!(mode("private.txt"), 0o600);
+    let o = w
+        .run(
+            "write_file",
+            json!({"path": "private.txt", "content": "again"}),
+        )
+        .await;
+    out(&o);
+    assert_eq!(mode("private.txt"), 0o600);
+}

@@ -734,3 +734,68 @@ fn openai_chat_provider_over_a_local_sse_server() {
     assert_eq!(of_type(&evs, "tool_result")[0]["data"]["ok"], true);
     assert_balanced(&mut c, &sid);
 }
+
+/// A provider key must not reach the Log through a tool, even when a command reads the
+/// daemon's own environment (`/proc/$PPID/environ`, bash's parent being agentd) or
+/// prints the value outright: the daemon is not dumpable, and tool results are scrubbed
+/// of configured keys' values.
+#[test]
+fn provider_keys_never_reach_the_log_through_tools() {
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .env("MY_SECRET_KEY", "sk-live-TOPSECRET123")
+        .config("[providers.vendor]\nkind = \"openai-chat\"\napi_key_env = \"MY_SECRET_KEY\"\n")
+        .start();
+    // Reads agentd's environment, echoes the value literally (so it is in the recorded
+    // `tool_call` args too) and on stderr, and fails.
+    let cmd = "tr '\\0' '\\n' < /proc/$PPID/environ | grep MY_SECRET; echo sk-live-TOPSECRET123; echo \"err-$(tr '\\0' '\\n' < /proc/$PPID/environ | sed -n 's/^MY_SECRET_KEY=//p')\" >&2; exit 3";
+    let model = script(
+        &d,
+        "leak.json",
+        json!({"rules": [{"steps": [
+            {"tool_calls": [{"name": "shell", "args": {"command": cmd}}]},
+            {"text": "done"}
+        ]}]}),
+    );
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, Some(&model));
+    let r = turn(&mut c, &sid, "leak it", json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let results = of_type(&evs, "tool_result");
+    assert_eq!(results.len(), 1, "{evs:#?}");
+    let out = results[0]["data"]["output"].as_str().unwrap();
+    assert!(out.contains("[redacted]"), "{out}");
+    let log = std::fs::read_to_string(d.log_path(&sid)).unwrap();
+    assert!(!log.contains("sk-live-TOPSECRET123"), "{log}");
+    assert!(!log.contains("TOPSECRET"), "{log}");
+}
+
+/// A fork keeps the parent's provider and model: a turn in the child without `--model`
+/// runs with what the parent was created with.
+#[test]
+fn a_fork_keeps_the_parents_model_and_provider() {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let model = script_model(&example("hello.json"));
+    let mut c = d.connect();
+    let par = create(&d, &mut c, Some(&model));
+    let r = turn(&mut c, &par, "hi", json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let out = d.agentctl(["fork", par.as_str(), "--child-session-id", "kid"]);
+    out.assert_code(0);
+    let head = &events(&mut c, "kid")[0];
+    assert_eq!(head["type"], "session_fork");
+    assert_eq!(head["data"]["model"], model.as_str(), "{head}");
+    let out = d.agentctl(["turn", "kid", "hi again"]);
+    out.assert_code(0);
+    let evs = events(&mut c, "kid");
+    let ended = of_type(&evs, "turn_ended");
+    let last = ended.last().unwrap();
+    assert_eq!(last["data"]["status"], "completed", "{evs:#?}");
+    let started = of_type(&evs, "turn_started");
+    assert_eq!(started.last().unwrap()["data"]["provider"], "script");
+    // A fork of the fork keeps them too.
+    d.agentctl(["fork", "kid", "--child-session-id", "grandkid"])
+        .assert_code(0);
+    d.agentctl(["turn", "grandkid", "once more"]).assert_code(0);
+}

@@ -4,7 +4,9 @@
 //! session id and seq 0..n) so the caller only writes it atomically and copies the listed
 //! resources; the parent is never touched. Child layout:
 //! - seq 0: `session_fork{parent_session_id, fork_root_session_id, forked_to_seq, workspace,
-//!   replay_event_count, strategy:"replay_v1"}`;
+//!   replay_event_count, strategy:"replay_v1"}`, plus the parent's `provider` and `model`
+//!   when its first event has them (beyond §8's required fields: a session's provider and
+//!   model are read off its first event, whatever its type);
 //! - the parent's events with `seq ≤ to_seq`, except [`NOT_COPIED`] types, with `ts` and
 //!   `data` unchanged (unknown types included: preserved, never replayed);
 //! - `fork_cut` closures: a `tool_result` for each call left pending in the child, then
@@ -52,6 +54,27 @@ pub struct ForkPlan {
     pub would_record_branch_summary: bool,
     /// sha256 names of resources the copied events reference, sorted.
     pub resources: Vec<String>,
+}
+
+/// Fields of the parent's first event (`session_started` or its own `session_fork`)
+/// that the child inherits: the session's provider and model are read off a session's
+/// first event, so without them a child's turns would fall back to the config default.
+pub const INHERITED: &[&str] = &["provider", "model"];
+
+fn inherit_choices(parent: &[Event], head: &mut Value) {
+    let Some(first) = parent.first().filter(|e| {
+        matches!(
+            e.event_type(),
+            EventType::SessionStarted | EventType::SessionFork
+        )
+    }) else {
+        return;
+    };
+    for &k in INHERITED {
+        if let Some(v) = first.str_field(k) {
+            head[k] = json!(v);
+        }
+    }
 }
 
 /// Plans a fork of `parent` (its events in Log order). See the module doc.
@@ -102,17 +125,19 @@ pub fn plan(
             data,
         });
     };
+    let mut head = json!({
+        "parent_session_id": parent_session_id,
+        "fork_root_session_id": fork_root,
+        "forked_to_seq": to_seq,
+        "workspace": workspace,
+        "replay_event_count": sources.len(),
+        "strategy": "replay_v1",
+    });
+    inherit_choices(parent, &mut head);
     stamp(
         &mut events,
         EventType::SessionFork.as_str().to_string(),
-        json!({
-            "parent_session_id": parent_session_id,
-            "fork_root_session_id": fork_root,
-            "forked_to_seq": to_seq,
-            "workspace": workspace,
-            "replay_event_count": sources.len(),
-            "strategy": "replay_v1",
-        }),
+        head,
         now.clone(),
     );
     let mut resources = BTreeSet::new();
@@ -254,7 +279,8 @@ mod tests {
         let mut log = TestLog::new();
         log.push(
             "session_started",
-            json!({"workspace": "/w", "agentd_version": "0.1.0", "log_format": 1}),
+            json!({"workspace": "/w", "agentd_version": "0.1.0", "log_format": 1,
+                   "provider": "script", "model": "script:x.json", "title": "t"}),
         );
         log.push("turn_started", json!({"turn_id": "t1"})); // 1
         log.push(
@@ -315,6 +341,14 @@ mod tests {
         assert_eq!(head["replay_event_count"], 9);
         assert_eq!(head["forked_to_seq"], 10);
         assert_eq!(head["strategy"], "replay_v1");
+        assert_eq!(head["provider"], "script");
+        assert_eq!(head["model"], "script:x.json");
+        assert!(head.get("title").is_none(), "the caller names the child");
+        // A fork of the fork inherits them from its `session_fork`.
+        let again =
+            super::plan(&plan.events, "child", Some("par"), "/w", None, "gc", false).unwrap();
+        assert_eq!(again.events[0].data["model"], "script:x.json");
+        assert_eq!(again.events[0].data["provider"], "script");
         for (i, e) in plan.events.iter().enumerate() {
             assert_eq!((e.seq, e.session_id.as_str()), (i as u64, "child"));
             assert!(p.events.iter().all(|pe| pe.id != e.id), "new ids");

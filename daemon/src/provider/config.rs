@@ -14,7 +14,8 @@
 //! context_window = 400000            # tokens; reported in provider_usage
 //! idle_timeout_s = 120               # no byte for this long → `timeout` (default 120)
 //! timeout_s = 900                    # whole call limit → `timeout` (default: none)
-//! max_retries = 2                    # retries of network errors, 429 and 5xx (default 2)
+//! max_retries = 2                    # retries of network errors, 429 and 5xx (default 2,
+//!                                    # at most 10)
 //! max_output_tokens = 8192           # default cap when the turn gives none
 //! reasoning_effort = "medium"        # openai-responses only: asks for reasoning + its
 //!                                    # encrypted content so it can be replayed
@@ -44,6 +45,9 @@ pub const SCRIPT_ENV: &str = "AGENTD_SCRIPT";
 
 pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 120;
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
+/// A configured `max_retries` above this is clamped: with the 8 s backoff cap, ten
+/// retries already wait over a minute, and more only hides a dead provider.
+pub const MAX_MAX_RETRIES: u32 = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -118,7 +122,9 @@ impl ProviderConfig {
     }
 
     pub fn max_retries(&self) -> u32 {
-        self.max_retries.unwrap_or(DEFAULT_MAX_RETRIES)
+        self.max_retries
+            .unwrap_or(DEFAULT_MAX_RETRIES)
+            .min(MAX_MAX_RETRIES)
     }
 
     /// The base URL, or the kind's public default.
@@ -274,6 +280,9 @@ model = "gpt-x"
         let openai = cfg.get("openai").unwrap();
         assert_eq!(openai.api_key_env.as_deref(), Some("MY_KEY"));
         assert_eq!(openai.max_retries(), 2);
+        let mut many = openai.clone();
+        many.max_retries = Some(u32::MAX);
+        assert_eq!(many.max_retries(), MAX_MAX_RETRIES);
         assert!(cfg.get("anthropic").is_some());
         assert_eq!(
             cfg.resolve(None, Some("script:x.json")).unwrap().kind,

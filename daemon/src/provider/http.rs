@@ -23,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Longest wait a `retry-after` may ask for before we give up instead of retrying.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Where a header's absurd `retry-after` is clamped: a day, far over `MAX_RETRY_AFTER`.
+const RETRY_AFTER_CEILING: Duration = Duration::from_secs(24 * 3600);
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 const BACKOFF_CAP: Duration = Duration::from_secs(8);
 /// Error bodies are read up to this size; providers' JSON errors are small.
@@ -207,9 +209,7 @@ impl HttpProvider {
                 });
             }
             retries += 1;
-            let delay = failed
-                .retry_after
-                .unwrap_or_else(|| (BACKOFF_BASE * 2u32.pow(retries - 1)).min(BACKOFF_CAP));
+            let delay = failed.retry_after.unwrap_or_else(|| backoff(retries));
             let _ = tx.try_send(StreamEvent::Status(format!(
                 "{}: {}; retry {retries} of {max_retries} in {:.1}s",
                 cfg.name,
@@ -568,12 +568,32 @@ fn parse_retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<f64>().ok())
     };
-    if let Some(ms) = get("retry-after-ms").filter(|v| v.is_finite() && *v >= 0.0) {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+    if let Some(ms) = get("retry-after-ms").and_then(|ms| seconds_to_wait(ms / 1000.0)) {
+        return Some(ms);
     }
-    get("retry-after")
-        .filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e9)
-        .map(Duration::from_secs_f64)
+    get("retry-after").and_then(seconds_to_wait)
+}
+
+/// A header's seconds as a wait, or `None` when they are not a wait at all (NaN,
+/// negative). A wait too long to represent becomes `RETRY_AFTER_CEILING`, which is over
+/// `MAX_RETRY_AFTER`, so it still means "do not retry" — it must never panic.
+fn seconds_to_wait(s: f64) -> Option<Duration> {
+    if s.is_nan() || s < 0.0 {
+        return None;
+    }
+    Some(
+        Duration::try_from_secs_f64(s)
+            .unwrap_or(RETRY_AFTER_CEILING)
+            .min(RETRY_AFTER_CEILING),
+    )
+}
+
+/// The wait before retry number `retry` (1-based) when the provider named none:
+/// exponential from `BACKOFF_BASE`, capped at `BACKOFF_CAP`, saturating for any count.
+fn backoff(retry: u32) -> Duration {
+    2u32.checked_pow(retry.saturating_sub(1))
+        .map_or(BACKOFF_CAP, |m| BACKOFF_BASE.saturating_mul(m))
+        .min(BACKOFF_CAP)
 }
 
 /// The rendered input for a wire, used by the request builders.
@@ -684,6 +704,26 @@ mod tests {
         assert_eq!(ids(Wire::Responses), vec!["a"]);
         assert_eq!(ids(Wire::Anthropic), vec!["a", "b"]);
         assert_eq!(replayable_items(&items, "m1", Wire::Chat).len(), 3);
+    }
+
+    #[test]
+    fn backoff_saturates_for_any_retry_count() {
+        assert_eq!(backoff(1), BACKOFF_BASE);
+        assert_eq!(backoff(2), BACKOFF_BASE * 2);
+        assert_eq!(backoff(5), BACKOFF_CAP);
+        for n in [0, 33, 64, u32::MAX] {
+            assert!(backoff(n) <= BACKOFF_CAP, "{n}");
+        }
+    }
+
+    #[test]
+    fn retry_after_seconds_never_panic() {
+        assert_eq!(seconds_to_wait(1.5), Some(Duration::from_millis(1500)));
+        assert_eq!(seconds_to_wait(f64::NAN), None);
+        assert_eq!(seconds_to_wait(-1.0), None);
+        assert_eq!(seconds_to_wait(f64::INFINITY), Some(RETRY_AFTER_CEILING));
+        assert_eq!(seconds_to_wait(1e27), Some(RETRY_AFTER_CEILING));
+        assert!(RETRY_AFTER_CEILING > MAX_RETRY_AFTER);
     }
 
     #[test]

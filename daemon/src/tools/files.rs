@@ -7,12 +7,13 @@
 //! replaced rather than followed.
 
 use super::workspace::{io_error, relative_uri, resolve, Resolve};
-use super::{with_output, Artifact, ToolContext, ToolOutcome};
+use super::{user_umask, with_output, Artifact, ToolContext, ToolOutcome};
 use crate::text::sha256_hex;
 use agentd_proto::AgentError;
 use serde::Deserialize;
 use serde_json::json;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// Files above this are refused by `read_file` and `edit_file` (use `shell` with
@@ -301,25 +302,27 @@ fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
 }
 
 /// Writes `bytes` to `path` through a synced temp file in the same directory, keeping
-/// the permissions of a file it replaces. Creates missing parent directories (the
+/// the permissions of a file it replaces (a new file gets 0666 minus the user's umask). Creates missing parent directories (the
 /// caller resolved `path` inside the workspace, so they are too).
 fn atomic_write(path: &Path, bytes: &[u8], given: &str) -> Result<(), AgentError> {
     let parent = path
         .parent()
         .ok_or_else(|| AgentError::invalid_args(format!("`{given}` has no parent directory")))?;
-    std::fs::create_dir_all(parent).map_err(|e| io_error(&e, "directory for", given))?;
+    create_dirs(parent).map_err(|e| io_error(&e, "directory for", given))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp: PathBuf = parent.join(format!(".{name}.agentd-{:08x}.tmp", rand::random::<u32>()));
-    let perms = std::fs::metadata(path).ok().map(|m| m.permissions());
+    // A replaced file keeps its mode; a new one gets the user's (see `user_umask`).
+    let perms = std::fs::metadata(path)
+        .map(|m| m.permissions())
+        .unwrap_or_else(|_| std::fs::Permissions::from_mode(0o666 & !user_umask()));
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        if let Some(p) = perms {
-            f.set_permissions(p)?;
-        }
+        // Set explicitly: the daemon's own umask (0077) masked the mode at creation.
+        f.set_permissions(perms)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(parent)?.sync_all()
@@ -328,6 +331,34 @@ fn atomic_write(path: &Path, bytes: &[u8], given: &str) -> Result<(), AgentError
         let _ = std::fs::remove_file(&tmp);
         io_error(&e, "write", given)
     })
+}
+
+/// `create_dir_all` that gives each directory it creates mode 0777 minus the user's
+/// umask rather than the daemon's.
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut cur = dir;
+    while std::fs::symlink_metadata(cur).is_err() {
+        missing.push(cur);
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    let mode = std::fs::Permissions::from_mode(0o777 & !user_umask());
+    for d in missing.into_iter().rev() {
+        match std::fs::create_dir(d) {
+            Ok(()) => std::fs::set_permissions(d, mode.clone())?,
+            // Created meanwhile by someone else: theirs to keep as it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // Fails as create_dir_all would if `dir` exists but is not a directory.
+    if !dir.is_dir() {
+        return std::fs::create_dir_all(dir);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

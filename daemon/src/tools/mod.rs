@@ -32,8 +32,25 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// The umask agentd was started with, before the daemon tightened its own to 0077 (its
+/// sockets, Logs and resources are private). The user's files are not the daemon's:
+/// `shell` commands run under this umask, and files and directories the file tools
+/// create get `0666`/`0777` minus it, as if the user had made them.
+static USER_UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// Records the user's umask; `main` calls it before the daemon changes its own.
+pub fn set_user_umask(mask: u32) {
+    USER_UMASK.store(mask & 0o777, Ordering::Relaxed);
+}
+
+/// The umask recorded by [`set_user_umask`] (0022 if none was).
+pub fn user_umask() -> u32 {
+    USER_UMASK.load(Ordering::Relaxed)
+}
 
 /// Default and upper bound of a `shell` call's timeout.
 pub const DEFAULT_SHELL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -56,6 +73,10 @@ pub struct ToolContext {
     /// variables named in config), so a command like `env` cannot copy a secret into
     /// the Log.
     pub shell_env_remove: Vec<String>,
+    /// Secret values (the provider API keys) replaced by `[redacted]` in output before
+    /// it is returned or stored as a resource: a command can still find a key (a file,
+    /// another process), and a Log is not the place for it. See [`redact`].
+    pub redact: Vec<String>,
 }
 
 impl ToolContext {
@@ -81,6 +102,7 @@ impl ToolContext {
             shell_timeout: DEFAULT_SHELL_TIMEOUT,
             output_cap: TOOL_OUTPUT_CAP,
             shell_env_remove: Vec::new(),
+            redact: Vec::new(),
         })
     }
 }
@@ -257,15 +279,81 @@ fn parse_args<T: DeserializeOwned>(name: &str, args: &Value) -> Result<T, AgentE
     })
 }
 
+/// What replaces a secret value in recorded text.
+pub const REDACTED: &str = "[redacted]";
+/// Secrets shorter than this are not scrubbed: replacing every occurrence of a short
+/// string would mangle ordinary output and hides little.
+pub const MIN_SECRET_LEN: usize = 8;
+
+/// `text` with every occurrence of each secret (of at least [`MIN_SECRET_LEN`] bytes)
+/// replaced by [`REDACTED`].
+pub fn redact<'a>(text: &'a str, secrets: &[String]) -> std::borrow::Cow<'a, str> {
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for s in secrets.iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
+        if out.contains(s.as_str()) {
+            out = std::borrow::Cow::Owned(out.replace(s.as_str(), REDACTED));
+        }
+    }
+    out
+}
+
+/// [`redact`] over raw bytes (output that may not be UTF-8).
+fn redact_bytes<'a>(bytes: &'a [u8], secrets: &[String]) -> std::borrow::Cow<'a, [u8]> {
+    let mut out = std::borrow::Cow::Borrowed(bytes);
+    for s in secrets.iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
+        let finder = memchr::memmem::Finder::new(s.as_bytes());
+        if finder.find(&out).is_none() {
+            continue;
+        }
+        let mut replaced = Vec::with_capacity(out.len());
+        let mut from = 0;
+        for at in finder.find_iter(&out) {
+            replaced.extend_from_slice(&out[from..at]);
+            replaced.extend_from_slice(REDACTED.as_bytes());
+            from = at + s.len();
+        }
+        replaced.extend_from_slice(&out[from..]);
+        out = std::borrow::Cow::Owned(replaced);
+    }
+    out
+}
+
+/// [`redact`] applied to every string (keys included) of a JSON value.
+pub fn redact_value(v: &mut Value, secrets: &[String]) {
+    if secrets.iter().all(|s| s.len() < MIN_SECRET_LEN) {
+        return;
+    }
+    match v {
+        Value::String(s) => {
+            if let std::borrow::Cow::Owned(r) = redact(s, secrets) {
+                *s = r;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| redact_value(x, secrets)),
+        Value::Object(m) => {
+            let old = std::mem::take(m);
+            for (k, mut x) in old {
+                redact_value(&mut x, secrets);
+                m.insert(redact(&k, secrets).into_owned(), x);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Builds a successful or failed outcome around `full` output, cutting it to the cap.
-/// When cut, the exact `raw` bytes are stored as a resource and recorded as a
-/// `tool_output` artifact.
+/// When cut, the `raw` bytes are stored as a resource and recorded as a `tool_output`
+/// artifact. Both are scrubbed of `ctx.redact` first, so a stored resource holds no
+/// secret either.
 pub(crate) fn with_output(
     mut outcome: ToolOutcome,
     full: &str,
     raw: &[u8],
     ctx: &ToolContext,
 ) -> ToolOutcome {
+    let full = redact(full, &ctx.redact);
+    let raw = redact_bytes(raw, &ctx.redact);
+    let (full, raw) = (full.as_ref(), raw.as_ref());
     match cap_output(full, ctx.output_cap) {
         None => outcome.output = Some(full.to_string()),
         Some(cut) => match store_resource(&ctx.resources_dir, raw) {
@@ -351,6 +439,26 @@ mod tests {
             f.into_result_data("c2"),
             json!({"call_id":"c2","ok":false,
                    "error":{"kind":"not_found","message":"gone","details":{}}})
+        );
+    }
+
+    #[test]
+    fn redaction_of_text_bytes_and_json() {
+        let secrets = vec!["sk-12345678".to_string(), "short".to_string()];
+        assert_eq!(
+            redact("a sk-12345678 b sk-12345678", &secrets),
+            "a [redacted] b [redacted]"
+        );
+        assert_eq!(redact("short stays", &secrets), "short stays");
+        assert_eq!(
+            redact_bytes(b"\xffsk-12345678\xfe", &secrets).as_ref(),
+            b"\xff[redacted]\xfe"
+        );
+        let mut v = json!({"output": "k=sk-12345678", "n": 1, "sk-12345678": ["x sk-12345678"]});
+        redact_value(&mut v, &secrets);
+        assert_eq!(
+            v,
+            json!({"output": "k=[redacted]", "n": 1, "[redacted]": ["x [redacted]"]})
         );
     }
 

@@ -147,6 +147,17 @@ async fn run_inner(
         for var in &ctx.shell_env_remove {
             cmd.env_remove(var);
         }
+        // The command's files are the user's: give it the umask agentd started with,
+        // not the daemon's private 0077.
+        let mask = super::user_umask() as libc::mode_t;
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // umask(2), which is async-signal-safe and cannot fail.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(mask);
+                Ok(())
+            });
+        }
         cmd.spawn().map_err(spawn_err)?
     };
     // process_group(0) makes the child a group leader: its pgid is its pid.

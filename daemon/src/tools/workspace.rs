@@ -7,6 +7,12 @@
 //! see it), and only the final, fully resolved path is compared with the canonical
 //! workspace. Dangling symlinks are expanded too, so a write through a link that points
 //! at a not-yet-existing file outside the workspace is refused rather than created there.
+//! A missing component does not end the checks: `..` after it climbs back into real
+//! directories and resolution goes on from there, symlinks included. (`open(2)` would
+//! fail such a path with `ENOENT`; here it resolves as if the missing directory
+//! existed, and the path judged is the one the later open reaches.) So
+//! `nope/../escape/x` with `escape` a symlink out of the workspace is
+//! `outside_workspace`.
 //!
 //! Limitation: a check-then-use race remains (a directory swapped for a symlink between
 //! `resolve` and the open). Writes rename a temp file onto the resolved path, which
@@ -55,16 +61,21 @@ pub fn resolve(workspace: &Path, path: &str, mode: Resolve) -> Result<PathBuf, A
     push_front_components(&mut pending, &joined);
     let mut cur = PathBuf::from("/");
     let mut symlinks = 0usize;
-    // Once a component is missing, nothing after it can be a symlink, so the rest of the
-    // walk is lexical.
-    let mut missing = false;
+    // How many trailing components of `cur` do not exist. Every component is still
+    // looked up on the filesystem, never skipped: a `..` after a missing one climbs back
+    // into real directories, where a symlink must be expanded like any other
+    // (`nope/../escape/x` is `escape`'s target, not a lexical path).
+    let mut missing = 0usize;
     while let Some(name) = pending.pop_front() {
         if name == ".." {
             cur.pop();
+            missing = missing.saturating_sub(1);
             continue;
         }
         let next = cur.join(&name);
-        if missing {
+        if missing > 0 {
+            // Nothing exists below a missing directory; skip the useless lookup.
+            missing += 1;
             cur = next;
             continue;
         }
@@ -86,7 +97,7 @@ pub fn resolve(workspace: &Path, path: &str, mode: Resolve) -> Result<PathBuf, A
             }
             Ok(_) => cur = next,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                missing = true;
+                missing = 1;
                 cur = next;
             }
             Err(e) => return Err(io_error(&e, "path", path)),
@@ -107,7 +118,7 @@ pub fn resolve(workspace: &Path, path: &str, mode: Resolve) -> Result<PathBuf, A
         )
         .with_details(json!({"path": path, "rule": rule, "workspace": ws})));
     }
-    if missing && mode == Resolve::Existing {
+    if missing > 0 && mode == Resolve::Existing {
         return Err(
             AgentError::not_found(format!("no such file or directory: `{path}`"))
                 .with_details(json!({"path": path})),

@@ -175,6 +175,7 @@ fn tool_context(
     let mut ctx = ToolContext::new(workspace, registry.home.resources_dir(sid)?)?;
     ctx.cancel = cancel.clone();
     ctx.shell_env_remove = spec.env_remove.clone();
+    ctx.redact = spec.secrets.clone();
     Ok(ctx)
 }
 
@@ -204,7 +205,13 @@ fn pressure(tokens: u64, window: u64) -> f64 {
 }
 
 impl Runner<'_> {
-    async fn append(&mut self, drafts: Vec<EventDraft>) -> Result<AppendResult, AgentError> {
+    /// Appends the step's events, scrubbed of the provider keys (`spec.secrets`): tool
+    /// output can carry one (a command reading agentd's environment, a file), and so
+    /// can model text or call args that echo it.
+    async fn append(&mut self, mut drafts: Vec<EventDraft>) -> Result<AppendResult, AgentError> {
+        for d in &mut drafts {
+            tools::redact_value(&mut d.data, &self.spec.secrets);
+        }
         let res = self.h.append(drafts, None).await?;
         self.last_seq = self.last_seq.max(res.last_seq);
         Ok(res)

@@ -18,11 +18,16 @@
 //! has (partial text, tool results of finished calls), then in one append closes every
 //! pending call (`orphan_tool_call`, reason `interrupt`) and records
 //! `turn_ended{status:"interrupted", reason}`. Only then does the interrupt answer, with
-//! the call ids it closed. Shutdown does the same for every running turn.
+//! the call ids it closed. Shutdown does the same for every running turn, after which
+//! new turns are refused (`daemon_unavailable`).
 //!
 //! `wait:false` answers once `turn_started` and `user_message` are durable, with
 //! `status:"running"` and their seqs; the turn's end is then seen through
 //! `agentd/subscribe` or `agentd/events`.
+//!
+//! A panic in the engine is caught in the turn task: the turn ends
+//! `failed{error{kind:"internal"}}` (its pending calls closed) and the session is freed,
+//! rather than staying `busy` until the daemon restarts.
 //!
 //! Busy window: the running entry is removed after `turn_ended` is durable and just
 //! before the `agentd/turn` call answers; a client that starts the next turn on seeing
@@ -37,15 +42,18 @@ pub use compact::compact_with_strategy;
 pub use permission::PermissionMode;
 
 use crate::api::{method, Api};
-use crate::history::reconcile::ReconcileReason;
+use crate::history::reconcile::{self, ReconcileReason};
 use crate::registry::Registry;
 use crate::session::SessionHandle;
 use agentd_proto::rpc::{method as m, InterruptParams, InterruptResult, TurnParams, TurnResult};
-use agentd_proto::{AgentError, ErrorKind};
+use agentd_proto::{AgentError, ErrorKind, EventDraft, EventType};
 use dashmap::DashMap;
+use futures::FutureExt;
 use jsonrpsee::RpcModule;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -64,6 +72,9 @@ const INTERRUPT_WAIT: Duration = Duration::from_secs(15);
 #[derive(Default)]
 pub struct Turns {
     running: DashMap<String, Arc<RunningTurn>>,
+    /// Set by [`interrupt_all`] before it looks at the running turns; from then on a
+    /// new turn is refused with `daemon_unavailable` (see [`launch`] for the ordering).
+    shutting_down: AtomicBool,
     pub(crate) watch: crate::watch::ArtifactWatch,
 }
 
@@ -126,9 +137,36 @@ pub fn register(module: &mut RpcModule<Api>) {
 
 /// `agentd/turn`.
 pub async fn turn(registry: &Arc<Registry>, p: TurnParams) -> Result<Value, AgentError> {
-    let wait = p.wait.unwrap_or(true);
     let h = registry.get(&p.session_id).await?;
     let spec = setup::resolve(registry, &h, &p).await?;
+    let input = p.input;
+    launch(
+        registry,
+        h,
+        p.wait.unwrap_or(true),
+        move |registry, h, running, started| async move {
+            engine::run(&registry, &h, spec, input, &running, started).await
+        },
+    )
+    .await
+}
+
+type Started = oneshot::Sender<Result<(u64, u64), AgentError>>;
+type EngineResult = Result<(TurnResult, Vec<String>), AgentError>;
+
+/// Claims the session's turn slot and runs `engine` in a task of its own (see the module
+/// doc); answers at once (`wait:false`) or with the final result.
+async fn launch<E, F>(
+    registry: &Arc<Registry>,
+    h: SessionHandle,
+    wait: bool,
+    engine: E,
+) -> Result<Value, AgentError>
+where
+    E: FnOnce(Arc<Registry>, SessionHandle, Arc<RunningTurn>, Started) -> F,
+    F: Future<Output = EngineResult> + Send + 'static,
+{
+    let sid = h.id.to_string();
     let turn_id = format!("turn_{}", agentd_proto::event::new_event_id());
     let (done_tx, done_rx) = watch::channel(None);
     let running = Arc::new(RunningTurn {
@@ -140,31 +178,39 @@ pub async fn turn(registry: &Arc<Registry>, p: TurnParams) -> Result<Value, Agen
     {
         // One turn per session: the map entry is the lock.
         use dashmap::mapref::entry::Entry;
-        match registry.turns.running.entry(p.session_id.clone()) {
+        match registry.turns.running.entry(sid.clone()) {
             Entry::Occupied(e) => {
                 return Err(AgentError::new(
                     ErrorKind::Busy,
                     "a turn is already running in this session",
                 )
-                .with_details(json!({"session_id": p.session_id, "turn_id": e.get().turn_id}))
-                .with_next_actions(&[&format!("agentctl interrupt {}", p.session_id)]));
+                .with_details(json!({"session_id": sid, "turn_id": e.get().turn_id}))
+                .with_next_actions(&[&format!("agentctl interrupt {sid}")]));
             }
             Entry::Vacant(v) => {
                 v.insert(running.clone());
             }
         }
     }
+    // Checked after the entry is in the map: `interrupt_all` sets the flag before it
+    // reads the map, so either it sees this turn (and interrupts it) or this check sees
+    // the flag. Checked before, a turn could slip in after shutdown's snapshot and be cut
+    // off without its `turn_ended`.
+    if registry.turns.shutting_down.load(Ordering::SeqCst) {
+        registry
+            .turns
+            .running
+            .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
+        return Err(AgentError::new(
+            ErrorKind::DaemonUnavailable,
+            "the daemon is shutting down; start the turn again once it is back",
+        )
+        .with_details(json!({"session_id": sid})));
+    }
     registry.turns_running.fetch_add(1, Ordering::Relaxed);
     let (started_tx, started_rx) = oneshot::channel();
-    let task = tokio::spawn(run_task(
-        registry.clone(),
-        h,
-        spec,
-        p.input,
-        running.clone(),
-        started_tx,
-        done_tx,
-    ));
+    let fut = engine(registry.clone(), h.clone(), running.clone(), started_tx);
+    let task = tokio::spawn(run_task(registry.clone(), h, fut, running.clone(), done_tx));
     if !wait {
         return match started_rx.await {
             Ok(Ok((first, last))) => Ok(json!(TurnResult {
@@ -187,20 +233,26 @@ pub async fn turn(registry: &Arc<Registry>, p: TurnParams) -> Result<Value, Agen
     }
 }
 
-type Started = oneshot::Sender<Result<(u64, u64), AgentError>>;
-
-/// The turn task: runs the engine, then releases the session whatever happened.
+/// The turn task: runs the engine, then releases the session whatever happened — a
+/// panic in the engine included. A panic must not leave the session `busy` forever (the
+/// running entry, `running_turn` and the `turns_running` gauge are released below), nor
+/// leave a started turn open in the Log: [`record_panic`] ends it `failed`.
 async fn run_task(
     registry: Arc<Registry>,
     h: SessionHandle,
-    spec: setup::TurnSpec,
-    input: String,
+    engine: impl Future<Output = EngineResult>,
     running: Arc<RunningTurn>,
-    started: Started,
     done: watch::Sender<Option<Finished>>,
 ) {
     let sid = h.id.to_string();
-    let outcome = engine::run(&registry, &h, spec, input, &running, started).await;
+    let outcome = match AssertUnwindSafe(engine).catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(payload) => {
+            let message = panic_message(payload.as_ref());
+            tracing::error!(session = %sid, turn = %running.turn_id, %message, "turn engine panicked");
+            record_panic(&h, &running.turn_id, &message).await
+        }
+    };
     let _ = h.query(|st| st.running_turn = None).await;
     registry.set_running(&sid, false);
     registry.turns_running.fetch_sub(1, Ordering::Relaxed);
@@ -226,6 +278,71 @@ async fn run_task(
         }
     };
     let _ = done.send(Some(finished));
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    format!(
+        "the turn engine failed unexpectedly: {}",
+        crate::text::clip_chars(&what, 500)
+    )
+}
+
+/// After an engine panic: if the turn's `turn_started` is in the Log without its
+/// `turn_ended`, closes the calls still pending (`orphan_tool_call`, reason `interrupt`:
+/// the turn was cut short, and §4's reasons have none closer) and records
+/// `turn_ended{status:"failed", error{kind:"internal", message}}` in one append.
+async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> EngineResult {
+    let error = AgentError::internal(message.to_string());
+    let (tid, err) = (turn_id.to_string(), error.clone());
+    let (tx, rx) = oneshot::channel();
+    let res = h
+        .record(move |st| {
+            let open = st
+                .events
+                .iter()
+                .rev()
+                .find(|e| {
+                    matches!(
+                        e.event_type(),
+                        EventType::TurnStarted | EventType::TurnEnded
+                    ) && e.str_field("turn_id") == Some(tid.as_str())
+                })
+                .is_some_and(|e| e.event_type() == EventType::TurnStarted);
+            if !open {
+                return Ok(Vec::new());
+            }
+            let pending = st.fold.pending_calls();
+            let _ = tx.send(pending.iter().map(|p| p.call_id.clone()).collect());
+            let mut drafts = reconcile::closures(&pending, ReconcileReason::Interrupt);
+            drafts.push(EventDraft::new(
+                EventType::TurnEnded,
+                json!({"turn_id": tid, "status": "failed",
+                    "error": {"kind": err.kind, "message": err.message}}),
+            ));
+            Ok(drafts)
+        })
+        .await?;
+    let Some(appended) = res else {
+        // The turn never started (or already ended): nothing to close.
+        return Err(error);
+    };
+    let reconciled: Vec<String> = rx.await.unwrap_or_default();
+    Ok((
+        TurnResult {
+            turn_id: turn_id.to_string(),
+            status: "failed".into(),
+            output_text: String::new(),
+            first_seq: 0,
+            last_seq: appended.last_seq,
+            error: Some(error),
+        },
+        reconciled,
+    ))
 }
 
 /// `agentd/interrupt`: ends the running turn (see the module doc), or reconciles an idle
@@ -266,8 +383,10 @@ pub async fn interrupt(
     })
 }
 
-/// Ends every running turn as interrupted, durably, before the daemon stops.
+/// Ends every running turn as interrupted, durably, before the daemon stops; turns
+/// asked for from now on are refused with `daemon_unavailable`.
 pub async fn interrupt_all(registry: &Registry, reason: &str) {
+    registry.turns.shutting_down.store(true, Ordering::SeqCst);
     let running: Vec<Arc<RunningTurn>> = registry
         .turns
         .running
@@ -281,5 +400,122 @@ pub async fn interrupt_all(registry: &Registry, reason: &str) {
         if r.wait_done(INTERRUPT_WAIT).await.is_none() {
             tracing::warn!(turn = %r.turn_id, "turn did not record its end before shutdown");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::{self, Home};
+    use agentd_proto::Event;
+    use std::io::Write;
+
+    /// A registry over a temp home holding one fresh session.
+    async fn session() -> (tempfile::TempDir, Arc<Registry>, SessionHandle) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(&dir.path().join("home")).unwrap();
+        let registry = Registry::open(home, Config::default()).unwrap();
+        let sid = agentd_proto::session_id::generate();
+        let ev = Event {
+            id: agentd_proto::event::new_event_id(),
+            session_id: sid.clone(),
+            seq: 0,
+            ts: agentd_proto::event::now_ts(),
+            kind: EventType::SessionStarted.as_str().into(),
+            data: json!({"workspace": dir.path(), "log_format": 1}),
+        };
+        let line = store::event_line(&ev);
+        let path = registry.home.log_path(&sid).unwrap();
+        store::create_atomic(&path, |f| f.write_all(&line)).unwrap();
+        registry.index_log(&sid).unwrap();
+        let h = registry.get(&sid).await.unwrap();
+        (dir, registry, h)
+    }
+
+    /// An engine panic after the turn started and a call was recorded: the turn ends
+    /// `failed` with kind `internal` in the Log, the call is closed, and the session is
+    /// free for the next turn instead of `busy` forever.
+    #[tokio::test]
+    async fn an_engine_panic_ends_the_turn_and_frees_the_session() {
+        let (_dir, registry, h) = session().await;
+        let err = launch(
+            &registry,
+            h.clone(),
+            true,
+            |_, h, running, started| async move {
+                let turn_id = running.turn_id.clone();
+                let res = h
+                .append(
+                    vec![
+                        EventDraft::new(EventType::TurnStarted, json!({"turn_id": turn_id})),
+                        EventDraft::new(EventType::UserMessage, json!({"text": "hi"})),
+                        EventDraft::new(
+                            EventType::ToolCall,
+                            json!({"call_id": "c1", "name": "read_file", "args": {"path": "x"}}),
+                        ),
+                    ],
+                    None,
+                )
+                .await?;
+                let _ = started.send(Ok((res.first_seq, res.last_seq)));
+                if turn_id.starts_with("turn_") {
+                    panic!("injected engine bug");
+                }
+                unreachable!()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(err["status"], "failed");
+        assert_eq!(err["error"]["kind"], "internal");
+        assert!(registry.turns.running.is_empty());
+        assert_eq!(registry.turns_running.load(Ordering::Relaxed), 0);
+        let evs = h.query(|st| st.events.clone()).await.unwrap();
+        let last = &evs[evs.len() - 1];
+        assert_eq!(last.event_type(), EventType::TurnEnded);
+        assert_eq!(last.data["status"], "failed");
+        assert_eq!(last.data["error"]["kind"], "internal");
+        assert!(last.data["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected engine bug"));
+        let closure = &evs[evs.len() - 2];
+        assert_eq!(closure.event_type(), EventType::ToolResult);
+        assert_eq!(closure.data["call_id"], "c1");
+        assert_eq!(closure.data["error"]["kind"], "orphan_tool_call");
+        assert_eq!(h.query(|st| st.running_turn.clone()).await.unwrap(), None);
+
+        // The session takes the next turn (a panic before anything was recorded).
+        let r = launch(&registry, h.clone(), true, |_, _, _, _| async move {
+            if evs.is_empty() {
+                return Err(AgentError::internal("unreachable"));
+            }
+            panic!("again")
+        })
+        .await
+        .unwrap();
+        assert_eq!(r["status"], "failed");
+        assert!(registry.turns.running.is_empty());
+        let n = h.query(|st| st.events.len()).await.unwrap();
+        assert_eq!(n, 6, "nothing recorded for a turn that never started");
+    }
+
+    /// Once shutdown has begun interrupting turns, a new turn is refused instead of
+    /// starting where the shutdown no longer looks (it would end without `turn_ended`).
+    #[tokio::test]
+    async fn turns_are_refused_once_shutdown_interrupts() {
+        let (_dir, registry, h) = session().await;
+        interrupt_all(&registry, "daemon_shutdown").await;
+        let err = launch(&registry, h.clone(), true, |_, _, _, _| async move {
+            Err(AgentError::internal("the engine must not run"))
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::DaemonUnavailable);
+        assert!(err.message.contains("shutting down"), "{}", err.message);
+        assert!(registry.turns.running.is_empty());
+        assert_eq!(registry.turns_running.load(Ordering::Relaxed), 0);
+        assert_eq!(h.query(|st| st.events.len()).await.unwrap(), 1);
     }
 }

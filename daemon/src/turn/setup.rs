@@ -1,6 +1,7 @@
 //! Choosing what a turn runs with: provider, model, context window, permission mode.
 //!
-//! Provider: the turn's `provider` > the session's `session_started.provider` > the
+//! Provider: the turn's `provider` > the session's (its first event's `provider`:
+//! `session_started`, or `session_fork`, which inherits the parent's) > the
 //! config's `default_provider` (a `script:PATH` model picks the `script` provider when
 //! the turn names none). Model: the turn's `model` > the session's > the provider
 //! config's `model`. A turn whose model is `script:…` ignores the session's provider, so
@@ -30,6 +31,9 @@ pub struct TurnSpec {
     pub max_iterations: u32,
     /// Env vars removed from `shell` commands: every provider's `api_key_env`.
     pub env_remove: Vec<String>,
+    /// The values of those variables (the keys themselves), scrubbed from everything
+    /// the turn records.
+    pub secrets: Vec<String>,
 }
 
 impl TurnSpec {
@@ -62,7 +66,8 @@ pub fn provider_for(
     Ok((provider, request_model, label, context_window))
 }
 
-/// The session's `session_started.{provider, model}`.
+/// The session's `{provider, model}`, read off its first event whatever its type
+/// (`session_started`, or a fork's `session_fork`).
 pub async fn session_choice(
     h: &SessionHandle,
 ) -> Result<(Option<String>, Option<String>), AgentError> {
@@ -99,10 +104,16 @@ pub async fn resolve(
     let model = p.model.clone().or(s_model);
     let (provider, request_model, label, context_window) =
         provider_for(&registry.config, provider_name.as_deref(), model.as_deref())?;
-    let env_remove = providers_config(&registry.config)?
+    let env_remove: Vec<String> = providers_config(&registry.config)?
         .all()
         .values()
         .filter_map(|c| c.api_key_env.clone())
+        .collect();
+    // Read per turn, like the providers read their key per call.
+    let secrets = env_remove
+        .iter()
+        .filter_map(|var| std::env::var(var).ok())
+        .filter(|v| v.len() >= crate::tools::MIN_SECRET_LEN)
         .collect();
     Ok(TurnSpec {
         provider,
@@ -112,5 +123,6 @@ pub async fn resolve(
         permission_mode,
         max_iterations,
         env_remove,
+        secrets,
     })
 }
