@@ -235,9 +235,10 @@ impl http::Decoder for Decoder {
         }
         let u = Value::Object(std::mem::take(&mut self.usage));
         let cache_read = u64_at(&u, &["cache_read_input_tokens"]);
+        // Provider numbers are untrusted: saturate rather than overflow.
         let input = u64_at(&u, &["input_tokens"])
-            + cache_read
-            + u64_at(&u, &["cache_creation_input_tokens"]);
+            .saturating_add(cache_read)
+            .saturating_add(u64_at(&u, &["cache_creation_input_tokens"]));
         let output_tokens = u64_at(&u, &["output_tokens"]);
         Ok(ProviderResponse {
             output,
@@ -246,7 +247,7 @@ impl http::Decoder for Decoder {
                 cached_tokens: cache_read,
                 output_tokens,
                 reasoning_tokens: 0,
-                total_tokens: input + output_tokens,
+                total_tokens: input.saturating_add(output_tokens),
             },
             model: self.model.clone(),
             stop_reason: self.stop_reason.clone(),

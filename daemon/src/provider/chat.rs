@@ -190,7 +190,7 @@ impl http::Decoder for Decoder {
             total_tokens: u64_at(&u, &["total_tokens"]),
         };
         if usage.total_tokens == 0 {
-            usage.total_tokens = usage.input_tokens + usage.output_tokens;
+            usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         }
         Ok(ProviderResponse {
             output,

@@ -184,7 +184,7 @@ impl http::Decoder for Decoder {
             total_tokens: u64_at(&u, &["total_tokens"]),
         };
         if usage.total_tokens == 0 {
-            usage.total_tokens = usage.input_tokens + usage.output_tokens;
+            usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         }
         let stop_reason = match resp.get("status").and_then(Value::as_str) {
             Some("incomplete") => resp

@@ -332,7 +332,9 @@ impl Player<'_> {
                 cached_tokens: u.cached_tokens,
                 output_tokens: u.output_tokens,
                 reasoning_tokens: u.reasoning_tokens,
-                total_tokens: u.total_tokens.unwrap_or(u.input_tokens + u.output_tokens),
+                total_tokens: u
+                    .total_tokens
+                    .unwrap_or(u.input_tokens.saturating_add(u.output_tokens)),
             },
             None => {
                 let input_chars = serde_json::to_string(&req.items)
