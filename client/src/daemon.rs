@@ -350,9 +350,49 @@ pub async fn stop(target: &Target) -> Result<Value, AgentError> {
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(200));
     }
+    // The socket stops answering before the daemon has finished: wait for the process
+    // itself, so that "stopped" means its Logs are closed and its socket file is gone.
+    if let Some(pid) = hello
+        .get("pid")
+        .and_then(Value::as_i64)
+        .and_then(|p| libc::pid_t::try_from(p).ok())
+        .filter(|p| *p > 0)
+    {
+        let mut delay = Duration::from_millis(5);
+        while process_alive(pid) {
+            if Instant::now() >= deadline {
+                return Err(AgentError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "agentd (pid {pid}) still runs {}s after shutdown",
+                        STOP_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+    }
     Ok(json!({"stopped": true, "running": false,
               "pid": hello.get("pid").cloned().unwrap_or(Value::Null),
               "socket": target.socket.to_string_lossy()}))
+}
+
+/// Whether `pid` still runs. A zombie (exited, not yet reaped by its parent, e.g. a
+/// test harness that spawned the daemon) counts as gone.
+fn process_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state != "Z" && state != "X"),
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]

@@ -62,13 +62,14 @@ pub async fn run(opts: Options) -> Result<(), String> {
     crate::turn::interrupt_all(&registry, "daemon_shutdown").await;
     stop_serving.cancel();
     let _ = server.await;
+    // Nobody can connect any more: the socket file goes now, before the last commits.
+    let _ = fs::remove_file(&opts.socket);
     // Every command already queued to an actor (appends a client sent before the
     // shutdown) is committed before the runtime goes away: a query is served only after
     // everything queued ahead of it.
     for h in registry.loaded_handles() {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), h.query(|_| ())).await;
     }
-    let _ = fs::remove_file(&opts.socket);
     tracing::info!("stopped");
     Ok(())
 }
