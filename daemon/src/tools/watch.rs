@@ -75,11 +75,12 @@ impl ArtifactWatcher {
     /// must. Returns the path form that change reports will use.
     pub fn watch_file(&mut self, path: &Path) -> Result<PathBuf, AgentError> {
         let (dir, name) = split(path)?;
-        let mut map = self
-            .watched
-            .lock()
-            .map_err(|_| AgentError::internal("artifact watch table poisoned"))?;
-        if !map.contains_key(&dir) {
+        let key = dir.join(&name);
+        // Never hold the table's lock while calling into the watcher: its event thread
+        // takes the same lock to filter events, and `watch`/`unwatch` wait for that
+        // thread, so holding it across the call can deadlock both.
+        let known = self.table()?.contains_key(&dir);
+        if !known {
             self.watcher
                 .watch(&dir, RecursiveMode::NonRecursive)
                 .map_err(|e| {
@@ -87,31 +88,39 @@ impl ArtifactWatcher {
                         .with_details(serde_json::json!({"path": path}))
                 })?;
         }
-        let key = dir.join(&name);
-        map.entry(dir).or_default().insert(name);
+        self.table()?.entry(dir).or_default().insert(name);
         Ok(key)
     }
 
-    /// Stops reporting changes to `path`; the directory watch ends with its last file.
+    fn table(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, HashMap<PathBuf, HashSet<OsString>>>, AgentError> {
+        self.watched
+            .lock()
+            .map_err(|_| AgentError::internal("artifact watch table poisoned"))
+    }
+
     pub fn unwatch_file(&mut self, path: &Path) -> Result<(), AgentError> {
         let (dir, name) = split(path)?;
-        let mut map = self
-            .watched
-            .lock()
-            .map_err(|_| AgentError::internal("artifact watch table poisoned"))?;
-        let Some(names) = map.get_mut(&dir) else {
-            return Ok(());
+        let now_empty = {
+            let mut map = self.table()?;
+            let Some(names) = map.get_mut(&dir) else {
+                return Ok(());
+            };
+            names.remove(&name);
+            let empty = names.is_empty();
+            if empty {
+                map.remove(&dir);
+            }
+            empty
         };
-        names.remove(&name);
-        if names.is_empty() {
-            map.remove(&dir);
-            // The directory may be gone already, which also ended the watch.
+        // Outside the lock, for the reason given in `watch_file`.
+        if now_empty {
             let _ = self.watcher.unwatch(&dir);
         }
         Ok(())
     }
 
-    /// Number of files currently watched.
     pub fn len(&self) -> usize {
         self.watched
             .lock()
