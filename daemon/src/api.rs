@@ -351,8 +351,8 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
 fn show(st: &mut crate::session::SessionState, log_path: String) -> ShowResult {
     ShowResult {
         session_id: st.id.clone(),
-        workspace: st.workspace.clone(),
-        title: st.title.clone(),
+        workspace: st.workspace().to_string(),
+        title: st.title().map(str::to_string),
         log_path,
         event_count: st.events.len() as u64,
         last_seq: st.last_seq(),

@@ -41,7 +41,7 @@ pub fn replay_context(
     model: Option<String>,
 ) -> ReplayContext {
     ReplayContext {
-        workspace: st.workspace.clone(),
+        workspace: st.workspace().to_string(),
         permission_mode: permission_mode.to_string(),
         model,
     }
@@ -129,7 +129,7 @@ fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
         (Some(cp), Some(_)) => CheckpointState::from_checkpoint(cp),
         _ => CheckpointState::new(),
     };
-    state.set_workspace(&st.workspace);
+    state.set_workspace(st.workspace());
     let start = match (prev_cp, prev_to) {
         (Some(_), Some(t)) => st.events.partition_point(|e| e.seq <= t),
         _ => 0,
@@ -140,7 +140,7 @@ fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
         }
         state.apply(ev);
     }
-    let ws = std::path::PathBuf::from(&st.workspace);
+    let ws = std::path::PathBuf::from(st.workspace());
     let res = st.resources_dir();
     state.snapshot(&|uri: &str| crate::session::current_hash(&ws, &res, uri))
 }
@@ -279,7 +279,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
                 &st.events,
                 &parent_id,
                 parent_root.as_deref(),
-                &st.workspace,
+                st.workspace(),
                 to_seq,
                 &cid,
                 summarize,

@@ -160,8 +160,8 @@ impl Registry {
         if let Some(ev) = last {
             meta.updated_at = ev.ts.clone();
         }
-        meta.title = state.title.clone();
-        meta.workspace = state.workspace.clone();
+        meta.title = state.title().map(str::to_string);
+        meta.workspace = state.workspace().to_string();
         meta.running = state.running_turn.is_some();
         if state.fold.event_counts().contains_key("branch_summary") {
             meta.branch_summary = true;

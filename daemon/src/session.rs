@@ -161,8 +161,6 @@ pub struct SessionState {
     pub checkpoint: CheckpointState,
     pub corrupt_lines: Vec<CorruptLine>,
     pub seq_anomalies: Vec<Value>,
-    pub workspace: String,
-    pub title: Option<String>,
     /// `Some(turn_id)` while a turn runs in this daemon.
     pub running_turn: Option<String>,
     pub next_seq: u64,
@@ -175,25 +173,26 @@ impl SessionState {
     fn push(&mut self, ev: Event) {
         self.fold.push(&ev);
         self.checkpoint.apply(&ev);
-        match ev.event_type() {
-            EventType::SessionStarted | EventType::SessionFork => {
-                if let Some(ws) = ev.str_field("workspace") {
-                    self.workspace = ws.to_string();
-                    self.checkpoint.set_workspace(ws);
-                }
-                if let Some(t) = ev.str_field("title") {
-                    self.title = Some(t.to_string());
-                }
+        if matches!(
+            ev.event_type(),
+            EventType::SessionStarted | EventType::SessionFork
+        ) {
+            if let Some(ws) = ev.str_field("workspace") {
+                self.checkpoint.set_workspace(ws);
             }
-            EventType::SessionInfo => {
-                if let Some(t) = ev.str_field("title") {
-                    self.title = Some(t.to_string());
-                }
-            }
-            _ => {}
         }
         self.next_seq = self.next_seq.max(ev.seq.saturating_add(1));
         self.events.push(ev);
+    }
+
+    /// The workspace from `session_started` / `session_fork` (empty if neither says).
+    pub fn workspace(&self) -> &str {
+        self.fold.workspace().unwrap_or_default()
+    }
+
+    /// The title from the session's first event or its latest `session_info`.
+    pub fn title(&self) -> Option<&str> {
+        self.fold.title()
     }
 
     pub fn last_seq(&self) -> Option<u64> {
@@ -221,7 +220,7 @@ impl SessionState {
 
     /// The checkpoint as of now, with fact validity from the files' current hashes.
     pub fn checkpoint_now(&self) -> Checkpoint {
-        let ws = PathBuf::from(&self.workspace);
+        let ws = PathBuf::from(self.workspace());
         let res = self.resources_dir();
         self.checkpoint
             .snapshot(&|uri: &str| current_hash(&ws, &res, uri))
@@ -371,8 +370,6 @@ fn load_blocking(
         checkpoint: CheckpointState::new(),
         corrupt_lines: report.corrupt_lines,
         seq_anomalies: report.seq_anomalies,
-        workspace: String::new(),
-        title: None,
         running_turn: None,
         next_seq: 0,
         events_tx,

@@ -287,12 +287,6 @@ impl LogWriter {
             }
         }
     }
-
-    pub fn sync(&mut self) -> Result<(), AgentError> {
-        self.file
-            .sync_data()
-            .map_err(|e| write_failed("sync log", &e))
-    }
 }
 
 /// A session's Log writer on a thread of its own. The actor hands it each group commit
@@ -461,11 +455,6 @@ pub fn read_head(path: &Path) -> io::Result<LogHead> {
         .ok()
         .and_then(|v| v.get("ts").and_then(Value::as_str).map(str::to_string));
     Ok(head)
-}
-
-/// Whether `ty` is a known type (for reporting unknown ones).
-pub fn is_known(kind: &str) -> bool {
-    EventType::parse(kind) != EventType::Unknown
 }
 
 #[cfg(test)]

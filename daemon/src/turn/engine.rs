@@ -97,7 +97,7 @@ pub(super) async fn run(
             .query(move |st| {
                 st.running_turn = Some(turn_id);
                 (
-                    st.workspace.clone(),
+                    st.workspace().to_string(),
                     usage_ratio(st),
                     st.checkpoint.fact_dependency_uris(),
                 )
