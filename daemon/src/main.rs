@@ -48,6 +48,14 @@ fn main() -> ExitCode {
     };
     agentd::tools::set_user_umask(user_umask as u32);
     let args = Args::parse();
+    // Before any thread exists: it clears LISTEN_*/NOTIFY_SOCKET from the environment.
+    let activation = match agentd::activation::Activation::from_env() {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("agentd: {msg}");
+            return ExitCode::from(1);
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -63,6 +71,7 @@ fn main() -> ExitCode {
         config: args
             .config
             .unwrap_or_else(agentd_proto::paths::default_config),
+        activation,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
