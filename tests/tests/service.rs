@@ -240,3 +240,317 @@ fn self_bound_daemon_ignores_idle_exit_and_unlinks_its_socket() {
         "a socket agentd bound is removed on exit"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// agentctl service: golden dry runs, the unit files under systemd-analyze, doctor
+// ---------------------------------------------------------------------------------------
+
+/// Compares `actual` with `tests/tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites it.
+#[track_caller]
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("missing golden {path:?}; run with UPDATE_GOLDEN=1"));
+    assert_eq!(
+        actual, want,
+        "golden {name} differs (UPDATE_GOLDEN=1 to accept)"
+    );
+}
+
+/// A user with a private HOME and runtime dir, nothing installed, no daemon.
+struct User {
+    dir: tempfile::TempDir,
+}
+
+impl User {
+    fn new() -> User {
+        let dir = tempfile::Builder::new()
+            .prefix("agentd-u")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir(dir.path().join("run")).unwrap();
+        User { dir }
+    }
+
+    fn home(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `agentctl ARGS` with only this user's environment (no AGENTD_SOCKET: the socket
+    /// is the default under XDG_RUNTIME_DIR, the one agentd.socket listens on).
+    fn agentctl(&self, args: &[&str]) -> agentd_tests::Output {
+        let out = Command::new(bin("agentctl"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("XDG_RUNTIME_DIR", self.home().join("run"))
+            .env("AGENTD_BIN", bin("agentd"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run agentctl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        agentd_tests::Output {
+            status: out.status,
+            code: out.status.code(),
+            json: serde_json::from_str(stdout.trim()).ok(),
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Output with the temp dir, the binary path and the uid replaced by stable names.
+    fn normalize(&self, text: &str) -> String {
+        let agentd = std::fs::canonicalize(bin("agentd")).unwrap();
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        text.replace(&agentd.display().to_string(), "$AGENTD")
+            .replace(&self.home().display().to_string(), "$HOME")
+            .replace(&format!("gui/{uid}"), "gui/$UID")
+    }
+}
+
+#[test]
+fn service_install_dry_run_systemd_is_golden_and_changes_nothing() {
+    let u = User::new();
+    let out = u.agentctl(&["service", "install", "--dry-run", "--manager", "systemd"]);
+    out.assert_code(0);
+    golden("service_install_systemd.txt", &u.normalize(&out.stdout));
+    assert!(!u.home().join(".config").exists(), "a dry run wrote files");
+    // The same plan as JSON, with each file's content.
+    let j = u.agentctl(&[
+        "service",
+        "install",
+        "--dry-run",
+        "--manager",
+        "systemd",
+        "--json",
+    ]);
+    let v = j.json();
+    assert_eq!(v["dry_run"], true);
+    let writes: Vec<&str> = v["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["action"] == "write")
+        .map(|a| a["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(writes.len(), 2, "{v}");
+    assert!(writes[0].ends_with(".config/systemd/user/agentd.socket"));
+}
+
+#[test]
+fn service_install_dry_run_launchd_is_golden() {
+    let u = User::new();
+    let out = u.agentctl(&["service", "install", "--dry-run", "--manager", "launchd"]);
+    out.assert_code(0);
+    golden("service_install_launchd.txt", &u.normalize(&out.stdout));
+}
+
+#[test]
+fn service_install_refuses_to_clobber_a_foreign_unit() {
+    let u = User::new();
+    let dir = u.home().join(".config/systemd/user");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("agentd.service"),
+        "[Service]\nExecStart=/bin/true\n",
+    )
+    .unwrap();
+    let out = u.agentctl(&[
+        "service",
+        "install",
+        "--dry-run",
+        "--manager",
+        "systemd",
+        "--json",
+    ]);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.json()["error"]["kind"], "already_exists", "{out:?}");
+    let out = u.agentctl(&["service", "uninstall", "--dry-run", "--manager", "systemd"]);
+    assert_ne!(
+        out.code,
+        Some(0),
+        "uninstall must not remove a foreign unit: {out:?}"
+    );
+    // --force takes it over.
+    let out = u.agentctl(&[
+        "service",
+        "install",
+        "--dry-run",
+        "--force",
+        "--manager",
+        "systemd",
+    ]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("would replace"), "{}", out.stdout);
+}
+
+#[test]
+fn service_install_refuses_a_readable_env_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let u = User::new();
+    let env = u.home().join(".config/agentd/env");
+    std::fs::create_dir_all(env.parent().unwrap()).unwrap();
+    std::fs::write(&env, "OPENAI_API_KEY=sk-not-a-real-key\n").unwrap();
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = u.agentctl(&["service", "install", "--dry-run", "--manager", "systemd"]);
+    out.assert_code(3);
+    assert!(out.stderr.contains("chmod 600"), "{out:?}");
+    assert!(!out.stderr.contains("sk-not-a-real-key") && !out.stdout.contains("sk-not"));
+}
+
+/// The units exactly as `service install` writes them are accepted by
+/// `systemd-analyze verify`, and a broken one is not (so the check can fail).
+#[test]
+fn installed_units_pass_systemd_analyze_verify() {
+    let tool = systemd_tool("systemd-analyze");
+    let u = User::new();
+    let j = u.agentctl(&[
+        "service",
+        "install",
+        "--dry-run",
+        "--manager",
+        "systemd",
+        "--json",
+    ]);
+    let v = j.json();
+    let out_dir = u.home().join("units");
+    std::fs::create_dir(&out_dir).unwrap();
+    let mut files = Vec::new();
+    for a in v["actions"].as_array().unwrap() {
+        if a["action"] == "write" {
+            let name = Path::new(a["path"].as_str().unwrap()).file_name().unwrap();
+            let p = out_dir.join(name);
+            std::fs::write(&p, a["content"].as_str().unwrap()).unwrap();
+            files.push(p);
+        }
+    }
+    let verify = |files: &[PathBuf]| {
+        Command::new(&tool)
+            .args(["verify", "--man=no", "--user"])
+            .args(files)
+            .env("XDG_RUNTIME_DIR", u.home().join("run"))
+            .output()
+            .expect("run systemd-analyze")
+    };
+    let ok = verify(&files);
+    let stderr = String::from_utf8_lossy(&ok.stderr);
+    assert!(ok.status.success() && stderr.trim().is_empty(), "{stderr}");
+
+    let service = out_dir.join("agentd.service");
+    let text = std::fs::read_to_string(&service).unwrap();
+    std::fs::write(&service, text.replace("Type=notify", "Type=notifyy")).unwrap();
+    let bad = verify(&files);
+    assert!(
+        !bad.status.success() || !String::from_utf8_lossy(&bad.stderr).trim().is_empty(),
+        "systemd-analyze accepted a broken unit"
+    );
+}
+
+/// The unit's ExecStartPre refuses an env file others can read, and allows a private
+/// or missing one. Run with sh exactly as systemd would after unescaping `$$`.
+#[test]
+fn service_env_file_check_refuses_readable_keys() {
+    use std::os::unix::fs::PermissionsExt;
+    let unit = include_str!("../../packaging/systemd/agentd.service");
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStartPre=/bin/sh -c '"))
+        .expect("ExecStartPre line");
+    let (script, _) = line.rsplit_once("' ").unwrap();
+    let script = script.replace("$$", "$");
+    let dir = tempfile::tempdir().unwrap();
+    let env = dir.path().join("env");
+    let run = || {
+        Command::new("/bin/sh")
+            .args(["-c", &script, "check-env-file"])
+            .arg(&env)
+            .output()
+            .unwrap()
+    };
+    assert!(run().status.success(), "missing file is fine");
+    std::fs::write(&env, "K=v\n").unwrap();
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(run().status.success(), "0600 is fine");
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let o = run();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("chmod 600"));
+}
+
+#[test]
+fn doctor_reports_key_names_never_values_and_fails_on_problems() {
+    use std::os::unix::fs::PermissionsExt;
+    let u = User::new();
+    let cfg = u.home().join(".config/agentd");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        "default_provider = \"openai\"\n[providers.openai]\napi_key_env = \"MY_OPENAI_KEY\"\n",
+    )
+    .unwrap();
+    let out = u.agentctl(&["doctor", "--json"]);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "missing default key is a problem: {out:?}"
+    );
+    let checks = &out.json()["error"]["details"]["checks"];
+    let keys = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "provider keys")
+        .unwrap();
+    assert_eq!(keys["ok"], false, "{keys}");
+    assert!(keys["detail"].as_str().unwrap().contains("MY_OPENAI_KEY"));
+
+    // The key in the service env file (0600): healthy, and its value is never shown.
+    let env = cfg.join("env");
+    std::fs::write(&env, "MY_OPENAI_KEY=sk-secret-value-123\n").unwrap();
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = u.agentctl(&["doctor"]);
+    assert!(!out.stdout.contains("sk-secret") && !out.stderr.contains("sk-secret"));
+    assert!(
+        out.stdout.contains("MY_OPENAI_KEY (service env file)"),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("FAIL"), "{}", out.stdout);
+    out.assert_code(0);
+    assert!(out.stdout.contains("healthy"));
+
+    // A broken config is a problem with a fix.
+    std::fs::write(cfg.join("config.toml"), "durability = \n").unwrap();
+    let out = u.agentctl(&["doctor"]);
+    out.assert_code(1);
+    assert!(
+        out.stdout.contains("FAIL  config") && out.stdout.contains("fix:"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn completions_are_generated_for_each_shell() {
+    let u = User::new();
+    let bash = u.agentctl(&["completions", "bash"]);
+    bash.assert_code(0);
+    assert!(bash.stdout.contains("agentctl") && bash.stdout.contains("service"));
+    // The bash script parses.
+    let path = u.home().join("agentctl.bash");
+    std::fs::write(&path, &bash.stdout).unwrap();
+    let n = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    assert!(n.status.success(), "{}", String::from_utf8_lossy(&n.stderr));
+    for shell in ["zsh", "fish"] {
+        let o = u.agentctl(&["completions", shell]);
+        o.assert_code(0);
+        assert!(o.stdout.contains("doctor"), "{shell}: {}", o.stdout);
+    }
+    u.agentctl(&["completions", "tcsh"]).assert_code(2);
+}
