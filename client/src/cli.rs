@@ -1,5 +1,9 @@
 //! The command line of `agentctl`: every command, flag and its help text. The `--help`
 //! output is the manual, so the doc comments here are written for users.
+//!
+//! Architecture Invariant: this file depends on clap (and clap_complete's `Shell`)
+//! only. The `xtask` crate compiles it too, to render the man pages and completion
+//! scripts that the packages install.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -103,7 +107,15 @@ pub enum ServiceCmd {
 pub struct ManagerArg {
     /// Service manager [default: systemd on Linux, launchd on macOS].
     #[arg(long, value_enum, value_name = "M")]
-    pub manager: Option<crate::service::Manager>,
+    pub manager: Option<ServiceManager>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServiceManager {
+    /// systemd user units (Linux).
+    Systemd,
+    /// A launchd agent in the gui domain (macOS).
+    Launchd,
 }
 
 #[derive(Debug, Args)]

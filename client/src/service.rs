@@ -25,13 +25,7 @@ pub const LAUNCHD_LABEL: &str = "dev.agentd";
 /// Where the Debian package puts its user units.
 const PACKAGED_UNITS: &str = "/usr/lib/systemd/user";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Manager {
-    /// systemd user units (Linux).
-    Systemd,
-    /// A launchd agent in the gui domain (macOS).
-    Launchd,
-}
+pub use crate::cli::ServiceManager as Manager;
 
 impl Manager {
     pub fn native() -> Manager {

@@ -2,30 +2,14 @@
 
 use clap::Parser;
 
+mod cli;
+use cli::Args;
+
 // Loading a Log allocates a JSON tree per event; mimalloc makes that markedly cheaper
 // than the system allocator (cold load throughput, peak RSS).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "agentd",
-    version,
-    about = "The agentd daemon: owns durable coding-agent session Logs and serves JSON-RPC on a Unix socket."
-)]
-struct Args {
-    /// Home directory for Logs, resources and the lock [env: AGENTD_HOME]
-    #[arg(long)]
-    home: Option<PathBuf>,
-    /// Unix socket path to listen on [env: AGENTD_SOCKET]
-    #[arg(long)]
-    socket: Option<PathBuf>,
-    /// Config file [env: AGENTD_CONFIG]
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
 
 fn main() -> ExitCode {
     // Not dumpable: /proc/<agentd pid>/environ (and mem, maps, …) become unreadable to
