@@ -165,8 +165,9 @@ pub struct Places {
     pub config_home: PathBuf,
     pub runtime_dir: Option<PathBuf>,
     pub uid: u32,
-    /// Absolute path of the agentd binary the service will run.
-    pub agentd: PathBuf,
+    /// Absolute path of the agentd binary the service will run, when one is found
+    /// (only `install` needs it).
+    pub agentd: Option<PathBuf>,
 }
 
 impl Places {
@@ -185,7 +186,7 @@ impl Places {
             runtime_dir: var("XDG_RUNTIME_DIR"),
             // SAFETY: getuid cannot fail.
             uid: unsafe { libc::getuid() },
-            agentd: resolve_agentd()?,
+            agentd: resolve_agentd().ok(),
             home,
         })
     }
@@ -215,6 +216,22 @@ impl Places {
     }
     fn domain(&self) -> String {
         format!("gui/{}", self.uid)
+    }
+    fn agentd(&self) -> Result<&Path, AgentError> {
+        match &self.agentd {
+            Some(p) => Ok(p),
+            None => Err(resolve_agentd().err().unwrap_or_else(|| {
+                AgentError::not_found("cannot find the agentd binary; set AGENTD_BIN")
+            })),
+        }
+    }
+    /// Whether launchd has the agent loaded (`launchctl print` succeeds).
+    fn launchd_loaded(&self) -> bool {
+        Command::new("launchctl")
+            .arg("print")
+            .arg(format!("{}/{LAUNCHD_LABEL}", self.domain()))
+            .output()
+            .is_ok_and(|o| o.status.success())
     }
 }
 
@@ -362,10 +379,10 @@ async fn plan_stop_unmanaged(plan: &mut Vec<Action>, socket: &Path, managed: boo
     }
 }
 
-fn packaged_units_match(places: &Places) -> bool {
+fn packaged_units_match(agentd: &Path) -> bool {
     let dir = Path::new(PACKAGED_UNITS);
     let service = std::fs::read_to_string(dir.join("agentd.service")).unwrap_or_default();
-    service == render_service(&places.agentd)
+    service == render_service(agentd)
         && std::fs::read_to_string(dir.join("agentd.socket"))
             .ok()
             .as_deref()
@@ -379,6 +396,7 @@ pub async fn plan_install(
     force: bool,
 ) -> Result<Vec<Action>, AgentError> {
     let mut plan = Vec::new();
+    let agentd = places.agentd()?;
     check_env_file(&mut plan, &places.env_file())?;
     match manager {
         Manager::Systemd => {
@@ -400,7 +418,7 @@ pub async fn plan_install(
             let managed =
                 systemctl_state(&["is-active", "agentd.service"]).as_deref() == Some("active");
             plan_stop_unmanaged(&mut plan, &socket, managed).await;
-            if places.agentd.starts_with("/usr/bin") && packaged_units_match(places) {
+            if agentd.starts_with("/usr/bin") && packaged_units_match(agentd) {
                 plan.push(Action::Note {
                     text: format!("using the packaged units in {PACKAGED_UNITS}"),
                 });
@@ -414,11 +432,7 @@ pub async fn plan_install(
                     &mut plan,
                     vec![
                         (dir.join("agentd.socket"), SOCKET_UNIT.to_string(), 0o644),
-                        (
-                            dir.join("agentd.service"),
-                            render_service(&places.agentd),
-                            0o644,
-                        ),
+                        (dir.join("agentd.service"), render_service(agentd), 0o644),
                     ],
                     force,
                 )?;
@@ -453,8 +467,8 @@ pub async fn plan_install(
                     mode: 0o755,
                 });
             }
-            let content = render_plist(&places.agentd, &socket, &places.env_file(), &log_dir);
-            let loaded = matches!(existing(&plist), Existing::Ours(_));
+            let content = render_plist(agentd, &socket, &places.env_file(), &log_dir);
+            let loaded = places.launchd_loaded();
             plan_writes(&mut plan, vec![(plist.clone(), content, 0o644)], force)?;
             let domain = places.domain();
             if loaded {
@@ -526,11 +540,13 @@ pub fn plan_uninstall(
                 });
                 return Ok(plan);
             }
-            plan.push(Action::run(&[
-                "launchctl",
-                "bootout",
-                &format!("{}/{LAUNCHD_LABEL}", places.domain()),
-            ]));
+            if places.launchd_loaded() {
+                plan.push(Action::run(&[
+                    "launchctl",
+                    "bootout",
+                    &format!("{}/{LAUNCHD_LABEL}", places.domain()),
+                ]));
+            }
             plan.extend(removals);
         }
     }
@@ -695,12 +711,9 @@ pub async fn status(
             if plist.is_file() {
                 files.push(plist);
             }
-            let loaded = Command::new("launchctl")
-                .arg("print")
-                .arg(format!("{}/{LAUNCHD_LABEL}", places.domain()))
-                .output()
-                .ok()
-                .map(|o| o.status.success());
+            let has_launchctl = std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("launchctl").is_file()));
+            let loaded = has_launchctl.then(|| places.launchd_loaded());
             v["loaded"] = json!(loaded);
             managed = loaded == Some(true);
         }
