@@ -326,7 +326,7 @@ async fn check_service(target: &Target) -> Check {
         return ok("service", "not checked (HOME or agentd binary not found)");
     };
     let manager = Manager::native();
-    match crate::service::status(manager, &places, &target.socket).await {
+    match crate::service_status::status(manager, &places, &target.socket).await {
         Ok((v, _)) if v["installed"] == true => {
             let state = match manager {
                 Manager::Systemd => format!(

@@ -5,7 +5,7 @@
 //! `daemon` (socket discovery, auto-start, stop), `stream` (streamed turns and
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
-//! `service_cmd` (`service`, `completions`), `doctor` (setup checks).
+//! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks).
 
 mod cli;
 mod commands;
@@ -17,6 +17,7 @@ mod render;
 mod rpc;
 mod service;
 mod service_cmd;
+mod service_status;
 mod stream;
 
 use clap::error::ErrorKind as ClapErrorKind;

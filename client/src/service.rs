@@ -10,6 +10,7 @@
 //! marker is someone else's: it is never overwritten or removed without `--force`.
 
 use crate::daemon::{self, Target};
+use crate::service_status::systemctl_state;
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -23,7 +24,7 @@ pub const PLIST: &str = include_str!("../../packaging/launchd/dev.agentd.plist")
 const MARKER: &str = "agentd: managed by `agentctl service`";
 pub const LAUNCHD_LABEL: &str = "dev.agentd";
 /// Where the Debian package puts its user units.
-const PACKAGED_UNITS: &str = "/usr/lib/systemd/user";
+pub const PACKAGED_UNITS: &str = "/usr/lib/systemd/user";
 
 pub use crate::cli::ServiceManager as Manager;
 
@@ -35,7 +36,7 @@ impl Manager {
             Manager::Systemd
         }
     }
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Manager::Systemd => "systemd",
             Manager::Launchd => "launchd",
@@ -197,10 +198,10 @@ impl Places {
     pub fn env_file(&self) -> PathBuf {
         self.home.join(".config").join("agentd").join("env")
     }
-    fn unit_dir(&self) -> PathBuf {
+    pub fn unit_dir(&self) -> PathBuf {
         self.config_home.join("systemd").join("user")
     }
-    fn plist_path(&self) -> PathBuf {
+    pub fn plist_path(&self) -> PathBuf {
         self.home
             .join("Library/LaunchAgents")
             .join(format!("{LAUNCHD_LABEL}.plist"))
@@ -214,7 +215,7 @@ impl Places {
             .as_ref()
             .map(|d| d.join("agentd").join("agentd.sock"))
     }
-    fn domain(&self) -> String {
+    pub fn domain(&self) -> String {
         format!("gui/{}", self.uid)
     }
     fn agentd(&self) -> Result<&Path, AgentError> {
@@ -226,7 +227,7 @@ impl Places {
         }
     }
     /// Whether launchd has the agent loaded (`launchctl print` succeeds).
-    fn launchd_loaded(&self) -> bool {
+    pub fn launchd_loaded(&self) -> bool {
         Command::new("launchctl")
             .arg("print")
             .arg(format!("{}/{LAUNCHD_LABEL}", self.domain()))
@@ -649,135 +650,6 @@ pub fn report(manager: Manager, plan: &[Action], dry_run: bool) -> (Value, Strin
         "actions": plan.iter().map(Action::to_json).collect::<Vec<_>>(),
     });
     (v, text)
-}
-
-/// `systemctl --user <args>`'s first stdout line, or `None` when there is no answer
-/// (no systemctl, no user manager).
-fn systemctl_state(args: &[&str]) -> Option<String> {
-    let out = Command::new("systemctl")
-        .arg("--user")
-        .args(args)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let first = text.lines().next()?.trim().to_string();
-    let known = [
-        "active",
-        "inactive",
-        "failed",
-        "activating",
-        "deactivating",
-        "enabled",
-        "disabled",
-        "static",
-        "linked",
-        "masked",
-        "not-found",
-    ];
-    known.contains(&first.as_str()).then_some(first)
-}
-
-/// `service status`: installed files, the manager's view, and who answers on the
-/// socket clients use.
-pub async fn status(
-    manager: Manager,
-    places: &Places,
-    client_socket: &Path,
-) -> Result<(Value, String), AgentError> {
-    let mut v = json!({"manager": manager.as_str(), "socket": client_socket});
-    let mut files = Vec::new();
-    let managed;
-    match manager {
-        Manager::Systemd => {
-            for dir in [places.unit_dir(), PathBuf::from(PACKAGED_UNITS)] {
-                for name in ["agentd.socket", "agentd.service"] {
-                    let p = dir.join(name);
-                    if p.is_file() {
-                        files.push(p);
-                    }
-                }
-            }
-            let enabled = systemctl_state(&["is-enabled", "agentd.socket"]);
-            let socket_active = systemctl_state(&["is-active", "agentd.socket"]);
-            let service_active = systemctl_state(&["is-active", "agentd.service"]);
-            managed = service_active.as_deref() == Some("active");
-            v["enabled"] = json!(enabled);
-            v["socket_unit"] = json!(socket_active);
-            v["service_unit"] = json!(service_active);
-            v["service_socket"] = json!(places.systemd_socket());
-        }
-        Manager::Launchd => {
-            let plist = places.plist_path();
-            if plist.is_file() {
-                files.push(plist);
-            }
-            let has_launchctl = std::env::var_os("PATH")
-                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("launchctl").is_file()));
-            let loaded = has_launchctl.then(|| places.launchd_loaded());
-            v["loaded"] = json!(loaded);
-            managed = loaded == Some(true);
-        }
-    }
-    v["installed"] = json!(!files.is_empty());
-    v["files"] = json!(files);
-    let target = Target {
-        socket: client_socket.to_path_buf(),
-        home: None,
-    };
-    let hello = daemon::connect_existing(&target)
-        .await
-        .ok()
-        .map(|c| c.hello);
-    v["running"] = json!(hello.is_some());
-    v["pid"] = json!(hello.as_ref().and_then(|h| h.get("pid")).cloned());
-    v["managed"] = json!(managed);
-
-    let mut t = String::new();
-    let shown = |o: &Value| {
-        o.as_str().map_or(
-            "unknown (no answer from the manager)".into(),
-            str::to_string,
-        )
-    };
-    if files.is_empty() {
-        let _ = writeln!(t, "service:        not installed ({})", manager.as_str());
-    } else {
-        let _ = writeln!(t, "service:        installed ({})", manager.as_str());
-        for f in &files {
-            let _ = writeln!(t, "  {}", f.display());
-        }
-    }
-    match manager {
-        Manager::Systemd => {
-            let _ = writeln!(t, "enabled:        {}", shown(&v["enabled"]));
-            let _ = writeln!(t, "agentd.socket:  {}", shown(&v["socket_unit"]));
-            let _ = writeln!(t, "agentd.service: {}", shown(&v["service_unit"]));
-        }
-        Manager::Launchd => {
-            let loaded = match v["loaded"].as_bool() {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "unknown (launchctl not found)",
-            };
-            let _ = writeln!(t, "loaded:         {loaded}");
-        }
-    }
-    let running = match (&hello, managed) {
-        (Some(h), true) => format!("yes, pid {}, started by {}", h["pid"], manager.as_str()),
-        (Some(h), false) => format!("yes, pid {}, not started by the service manager", h["pid"]),
-        (None, _) => "no".to_string(),
-    };
-    let _ = writeln!(t, "running:        {running}");
-    let _ = writeln!(t, "clients use:    {}", client_socket.display());
-    if let Some(s) = places
-        .systemd_socket()
-        .filter(|_| manager == Manager::Systemd)
-    {
-        if s != client_socket {
-            let _ = writeln!(t, "note: the service listens on {}", s.display());
-        }
-    }
-    Ok((v, t))
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub async fn run(cmd: &ServiceCmd, target: &Target) -> Result<Outcome, AgentErro
         }
         ServiceCmd::Status(a) => {
             let (value, human) =
-                service::status(manager(a.manager), &places, &target.socket).await?;
+                crate::service_status::status(manager(a.manager), &places, &target.socket).await?;
             Ok(Outcome::Result { value, human })
         }
     }
