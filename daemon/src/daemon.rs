@@ -4,7 +4,7 @@
 //! Shutdown order matters: running turns are ended first (their `turn_ended` is
 //! durable before anything closes), then the listener stops accepting, connections
 //! finish in-flight calls and flush their responses, and finally the socket file is
-//! unlinked and the lock released.
+//! unlinked (unless a service manager passed it: `activation`) and the lock released.
 
 use crate::activation::{self, Activation};
 use crate::api::{self, Api};
