@@ -554,3 +554,56 @@ fn completions_are_generated_for_each_shell() {
     }
     u.agentctl(&["completions", "tcsh"]).assert_code(2);
 }
+
+/// A tool's shell command never sees the service manager's variables: they are read
+/// and removed before the daemon starts any thread.
+#[test]
+fn tool_subprocesses_do_not_inherit_the_activation_environment() {
+    let a = Activated::start("");
+    let ws = a.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let script = a.dir.path().join("env.json");
+    let body = json!({"rules": [{"steps": [
+        {"tool_calls": [{"name": "shell", "args": {"command": "env; echo ENV-END"}}]},
+        {"text": "done"}
+    ]}]});
+    std::fs::write(&script, body.to_string()).unwrap();
+    let mut c = a.connect();
+    let sid = c.call_ok(
+        "agentd/create",
+        json!({"workspace": ws, "model": format!("script:{}", script.display())}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.set_call_timeout(T);
+    c.call_ok("agentd/turn", json!({"session_id": sid, "input": "env"}));
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"].clone();
+    let results: Vec<String> = evs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| e["data"].to_string())
+        .collect();
+    assert_eq!(results.len(), 1, "{evs}");
+    assert!(
+        results[0].contains("ENV-END"),
+        "the command ran: {}",
+        results[0]
+    );
+    // The environment was printed: a variable passed the same way is there.
+    assert!(results[0].contains("AGENTD_LOG="), "{}", results[0]);
+    for var in [
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+        "NOTIFY_SOCKET",
+    ] {
+        assert!(
+            !results[0].contains(var),
+            "{var} leaked to a tool: {}",
+            results[0]
+        );
+    }
+}
