@@ -607,3 +607,137 @@ fn tool_subprocesses_do_not_inherit_the_activation_environment() {
         );
     }
 }
+
+#[test]
+fn service_status_and_uninstall_with_nothing_installed() {
+    let u = User::new();
+    let st = u.agentctl(&["service", "status", "--manager", "systemd", "--json"]);
+    st.assert_code(0);
+    let v = st.json();
+    assert_eq!(v["installed"], false, "{v}");
+    assert_eq!(v["running"], false, "{v}");
+    let sock = u.home().join("run/agentd/agentd.sock");
+    assert_eq!(v["socket"].as_str(), Some(sock.to_str().unwrap()), "{v}");
+    assert_eq!(v["service_socket"], v["socket"], "{v}");
+    let human = u.agentctl(&["service", "status", "--manager", "systemd"]);
+    assert!(human.stdout.contains("not installed"), "{}", human.stdout);
+    assert!(
+        human
+            .stdout
+            .contains(&format!("clients use:    {}", sock.display())),
+        "{}",
+        human.stdout
+    );
+    let un = u.agentctl(&["service", "uninstall", "--manager", "systemd"]);
+    un.assert_code(0);
+    assert!(
+        un.stdout.contains("no agentd units are installed"),
+        "{}",
+        un.stdout
+    );
+}
+
+/// A daemon already running without the service manager on the service's socket is
+/// part of the plan: `install` stops it cleanly before the manager takes the socket.
+#[test]
+fn service_install_plans_to_stop_an_unmanaged_daemon() {
+    let u = User::new();
+    let sock = u.home().join("run/agentd/agentd.sock");
+    let d = agentd_tests::Daemon::builder().build();
+    let mut child = d
+        .agentd_cmd()
+        .env("AGENTD_SOCKET", &sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let answered = wait_until(T, || {
+        RpcConn::connect(&sock)
+            .ok()
+            .and_then(|mut c| c.try_call("agentd/hello", json!({})).ok())
+            .is_some()
+    });
+    assert!(answered, "agentd did not answer on {}", sock.display());
+    let out = u.agentctl(&["service", "install", "--dry-run", "--manager", "systemd"]);
+    out.assert_code(0);
+    assert!(
+        out.stdout.contains(&format!(
+            "would stop the agentd (pid {pid}) that runs unmanaged on {}",
+            sock.display()
+        )),
+        "{}",
+        out.stdout
+    );
+    let st = u.agentctl(&["service", "status", "--manager", "systemd", "--json"]);
+    assert_eq!(st.json()["running"], true);
+    assert_eq!(st.json()["managed"], false);
+    assert_eq!(st.json()["pid"], pid);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A real (not dry) install run up to the service manager: on Linux there is no
+/// launchctl, so `--manager launchd` stops the unmanaged daemon, writes the plist
+/// exactly as the dry run showed, and then fails naming `launchctl` and listing what it
+/// had done.
+#[cfg(target_os = "linux")]
+#[test]
+fn service_install_executes_its_plan_in_order_and_reports_the_failing_step() {
+    let u = User::new();
+    let sock = u.home().join("run/agentd/agentd.sock");
+    let d = agentd_tests::Daemon::builder().build();
+    let mut child = d
+        .agentd_cmd()
+        .env("AGENTD_SOCKET", &sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(T, || RpcConn::connect(&sock)
+        .ok()
+        .and_then(|mut c| c.try_call("agentd/hello", json!({})).ok())
+        .is_some()));
+    let dry = u.agentctl(&[
+        "service",
+        "install",
+        "--dry-run",
+        "--manager",
+        "launchd",
+        "--json",
+    ]);
+    let planned = dry.json()["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == "write")
+        .unwrap()["content"]
+        .clone();
+
+    let out = u.agentctl(&["service", "install", "--manager", "launchd", "--json"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let err = &out.json()["error"];
+    assert!(
+        err["message"].as_str().unwrap().contains("launchctl"),
+        "{err}"
+    );
+    let done = err["details"]["done_before_failure"].to_string();
+    assert!(done.contains("stopped the agentd"), "{done}");
+    assert!(done.contains("wrote"), "{done}");
+    // The unmanaged daemon was stopped cleanly (exit 0) and removed its own socket.
+    let mut status = None;
+    assert!(wait_until(T, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }));
+    assert!(status.unwrap().success());
+    assert!(!sock.exists());
+    let plist = u.home().join("Library/LaunchAgents/dev.agentd.plist");
+    assert_eq!(
+        std::fs::read_to_string(&plist).unwrap(),
+        planned.as_str().unwrap()
+    );
+    // Run again: the plist is ours and unchanged now.
+    let again = u.agentctl(&["service", "install", "--dry-run", "--manager", "launchd"]);
+    assert!(again.stdout.contains("is up to date"), "{}", again.stdout);
+}
