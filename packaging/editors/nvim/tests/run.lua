@@ -1,0 +1,407 @@
+-- Headless tests of the agentd plugin against a real daemon (started by tests/run.sh).
+-- Every wait polls editor state with vim.wait and a deadline; nothing sleeps blindly.
+-- Exits 0 when every test passed, else 1 (cquit) after printing each failure.
+
+local uv = vim.uv or vim.loop
+
+vim.cmd("runtime plugin/agentd.lua")
+local agentd = require("agentd")
+local transcript = require("agentd.transcript")
+
+local examples = assert(os.getenv("AGENTD_NVIM_EXAMPLES"), "AGENTD_NVIM_EXAMPLES unset")
+local ws = uv.fs_realpath(vim.fn.getcwd())
+
+local function log(s)
+  io.stderr:write(s .. "\n")
+end
+
+-- Notifications are recorded so tests can assert the messages users see.
+local notes = {}
+vim.notify = function(msg, level)
+  notes[#notes + 1] = { msg = msg, level = level }
+  log("    notify: " .. msg)
+end
+
+local function lines(b)
+  return vim.api.nvim_buf_get_lines(b, 0, -1, false)
+end
+
+local function dump(b)
+  return table.concat(lines(b), "\n")
+end
+
+local function has_line(b, pat, plain)
+  for i, l in ipairs(lines(b)) do
+    if plain then
+      if l == pat then
+        return i
+      end
+    elseif l:find(pat) then
+      return i
+    end
+  end
+  return nil
+end
+
+local function wait_for(desc, pred, timeout, b)
+  local ok = vim.wait(timeout or 15000, pred, 20)
+  if not ok then
+    error(("timed out waiting for %s%s"):format(desc, b and ("\n--- buffer:\n" .. dump(b)) or ""), 2)
+  end
+end
+
+local function wait_line(b, pat, plain, timeout)
+  local found
+  wait_for("a line " .. (plain and "equal to " or "matching ") .. vim.inspect(pat), function()
+    found = has_line(b, pat, plain)
+    return found ~= nil
+  end, timeout, b)
+  return found
+end
+
+local function sh(args)
+  local out = vim.fn.system(args)
+  if vim.v.shell_error ~= 0 then
+    error(("command failed (%d): %s\n%s"):format(vim.v.shell_error, table.concat(args, " "), out), 2)
+  end
+  return vim.trim(out)
+end
+
+local function new_session(title, workspace)
+  return sh({ "agentctl", "new", "--title", title, "--workspace", workspace or ws })
+end
+
+local function append(sid, typ, data)
+  return sh({ "agentctl", "append", sid, "--type", typ, "--data", vim.json.encode(data) })
+end
+
+local function cmd(s)
+  vim.cmd(s)
+end
+
+local function cur_buf_name()
+  return vim.api.nvim_buf_get_name(0)
+end
+
+-- The seqs of a transcript's event header lines, in buffer order.
+local function seqs(b)
+  local out = {}
+  for _, l in ipairs(lines(b)) do
+    local s = l:match("^%[(%d+)%] ")
+    if s then
+      out[#out + 1] = tonumber(s)
+    end
+  end
+  return out
+end
+
+local function assert_contiguous(b, last)
+  local s = seqs(b)
+  if #s ~= last + 1 then
+    error(("expected seqs 0..%d once each, got %d headers: %s\n%s"):format(last, #s, vim.inspect(s), dump(b)), 2)
+  end
+  for i, v in ipairs(s) do
+    if v ~= i - 1 then
+      error(("seq %d at position %d (gap or duplicate): %s"):format(v, i, vim.inspect(s)), 2)
+    end
+  end
+end
+
+local function select_answer(choice)
+  local asked = {}
+  vim.ui.select = function(items, opts, on_choice)
+    asked[#asked + 1] = { items = items, prompt = opts.prompt }
+    vim.schedule(function()
+      on_choice(choice)
+    end)
+  end
+  return asked
+end
+
+local function noted(pat)
+  for _, n in ipairs(notes) do
+    if n.msg:find(pat) then
+      return true
+    end
+  end
+  return false
+end
+
+-- A fresh, non-agentd buffer in the only window, so commands start from a plain buffer.
+local function plain_buffer()
+  vim.cmd("enew")
+end
+
+local tests = {}
+local function test(name, fn)
+  tests[#tests + 1] = { name = name, fn = fn }
+end
+
+test("checkhealth reports the daemon", function()
+  cmd("checkhealth agentd")
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "protocol version 1", false)
+  assert(has_line(b, "agentctl: "), dump(b))
+  assert(has_line(b, "daemon agentd"), dump(b))
+  cmd("tabclose")
+end)
+
+test("list shows the workspace's sessions and <CR> opens one", function()
+  plain_buffer()
+  local a = new_session("alpha")
+  local bsid = new_session("beta")
+  local other = new_session("elsewhere", vim.fn.fnamemodify(ws, ":h") .. "/other")
+  cmd("AgentdList")
+  local b = vim.api.nvim_get_current_buf()
+  assert(cur_buf_name() == "agentd://sessions", cur_buf_name())
+  local la = wait_line(b, "^" .. vim.pesc(a) .. " .* alpha$")
+  assert(has_line(b, "^" .. vim.pesc(bsid) .. "%s+idle%s+1 events%s+beta$"), dump(b))
+  assert(not has_line(b, vim.pesc(other)), "a session of another workspace is listed:\n" .. dump(b))
+  vim.api.nvim_win_set_cursor(0, { la, 0 })
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<CR>", true, false, true), "x", false)
+  assert(cur_buf_name() == "agentd://session/" .. a, cur_buf_name())
+  local tb = vim.api.nvim_get_current_buf()
+  wait_line(tb, "^%[0%] session started  " .. vim.pesc(ws) .. "$")
+  assert(has_line(tb, "^agentd session " .. vim.pesc(a) .. '  "alpha"$'), dump(tb))
+end)
+
+test("open fills from the Log and follows live appends", function()
+  plain_buffer()
+  local sid = new_session("follow")
+  append(sid, "user_message", { text = "hello from outside" })
+  cmd("AgentdOpen " .. sid)
+  local b = vim.api.nvim_get_current_buf()
+  assert(cur_buf_name() == "agentd://session/" .. sid)
+  wait_line(b, "    hello from outside", true)
+  wait_line(b, "^state: live")
+  assert(not vim.bo[b].modifiable, "transcript must be read-only")
+  append(sid, "assistant_message", { text = "line one\nline two" })
+  wait_line(b, "    line two", true)
+  assert(has_line(b, "[2] assistant", true), dump(b))
+  append(sid, "user_message", { text = "third" })
+  wait_line(b, "    third", true)
+  assert_contiguous(b, 3)
+end)
+
+test("prompt in a plain buffer starts a session here and streams the answer", function()
+  plain_buffer()
+  agentd.setup({ model = "script:" .. examples .. "/hello.json", permission_mode = "auto" })
+  cmd("AgentdPrompt What is here?")
+  wait_for("a session buffer", function()
+    return cur_buf_name():find("^agentd://session/") ~= nil
+  end)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "turn ended  completed$", false, 30000)
+  assert(has_line(b, "    What is here?", true), dump(b))
+  assert(has_line(b, "tool call list_dir {\"path\":\".\"}", true), dump(b))
+  assert(has_line(b, "    Those are the files at the top of your workspace.", false), dump(b))
+  assert(not has_line(b, "streaming"), "the streaming area must be gone after the turn:\n" .. dump(b))
+  local sid = cur_buf_name():match("^agentd://session/(.*)$")
+  local show = vim.json.decode(sh({ "agentctl", "show", sid, "--json" }))
+  local ws_of = show.workspace or (show.result and show.result.workspace)
+  assert(ws_of == ws, "new session's workspace: " .. vim.inspect(show))
+  assert_contiguous(b, #seqs(b) - 1)
+end)
+
+test("a slow answer streams into the transcript and :AgentdInterrupt stops it", function()
+  agentd.setup({ model = "script:" .. examples .. "/slow.json" })
+  plain_buffer()
+  cmd("AgentdPrompt tell me a story")
+  wait_for("a session buffer", function()
+    return cur_buf_name():find("^agentd://session/") ~= nil
+  end)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "… assistant (streaming)", true)
+  wait_line(b, "^    Once upon")
+  cmd("AgentdInterrupt")
+  wait_line(b, "turn ended  interrupted", false)
+  assert(not has_line(b, "streaming"), dump(b))
+  assert(has_line(b, "assistant (partial)", false), dump(b))
+end)
+
+local forked_parent
+test("fork at the event under the cursor opens the child", function()
+  agentd.setup({ model = "script:" .. examples .. "/hello.json" })
+  plain_buffer()
+  local sid = new_session("to fork")
+  append(sid, "user_message", { text = "first question" })
+  append(sid, "assistant_message", { text = "first answer" })
+  append(sid, "user_message", { text = "second question" })
+  cmd("AgentdOpen " .. sid)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "    second question", true)
+  local l = wait_line(b, "    first answer", true) -- inside event 2's block
+  vim.api.nvim_win_set_cursor(0, { l, 0 })
+  cmd("AgentdFork")
+  wait_for("the child's buffer", function()
+    return cur_buf_name() ~= "agentd://session/" .. sid and cur_buf_name():find("^agentd://session/") ~= nil
+  end)
+  local child = cur_buf_name():match("^agentd://session/(.*)$")
+  local cb = vim.api.nvim_get_current_buf()
+  wait_line(cb, "forked from " .. vim.pesc(sid) .. " @2", false)
+  wait_line(cb, "    first answer", true)
+  assert(not has_line(cb, "second question"), "the child must stop at seq 2:\n" .. dump(cb))
+  assert(noted("forked " .. vim.pesc(sid) .. " at seq 2 into " .. vim.pesc(child)))
+  forked_parent = { parent = sid, child = child, buf = b }
+end)
+
+test("tree shows the fork and <CR> opens a node", function()
+  assert(forked_parent, "needs the fork test")
+  vim.api.nvim_win_set_buf(0, forked_parent.buf)
+  cmd("AgentdTree")
+  assert(cur_buf_name() == "agentd://tree/" .. forked_parent.parent, cur_buf_name())
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "^" .. vim.pesc(forked_parent.parent) .. ' "to fork"')
+  local l = wait_line(b, vim.pesc(forked_parent.child) .. " @2")
+  vim.api.nvim_win_set_cursor(0, { l, 0 })
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<CR>", true, false, true), "x", false)
+  assert(cur_buf_name() == "agentd://session/" .. forked_parent.child, cur_buf_name())
+end)
+
+test("compact records a compaction that shows up live", function()
+  plain_buffer()
+  local sid = new_session("to compact")
+  for i = 1, 6 do
+    append(sid, "user_message", { text = "question " .. i })
+    append(sid, "assistant_message", { text = "answer " .. i })
+  end
+  cmd("AgentdOpen " .. sid)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "    answer 6", true)
+  wait_line(b, "^state: live")
+  cmd("AgentdCompact 2")
+  wait_line(b, "^%[13%] compaction ")
+  assert(noted("^agentd: compacted " .. vim.pesc(sid)), vim.inspect(notes))
+end)
+
+test("ask mode: permission requests go through vim.ui.select", function()
+  agentd.setup({ model = "script:" .. examples .. "/write.json", permission_mode = "ask" })
+  local asked = select_answer("Allow")
+  plain_buffer()
+  cmd("AgentdPrompt write the notes")
+  wait_for("a session buffer", function()
+    return cur_buf_name():find("^agentd://session/") ~= nil
+  end)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "turn ended  completed$", false, 30000)
+  assert(#asked == 1, vim.inspect(asked))
+  assert(asked[1].prompt:find("wants to run write_file", 1, true), asked[1].prompt)
+  assert(vim.deep_equal(asked[1].items, { "Allow", "Deny" }))
+  assert(has_line(b, "^%[%d+%] permission allow %(call_1_0_0%)$"), dump(b))
+  assert(vim.fn.readfile(ws .. "/notes.txt")[1] == "written by the script provider")
+  os.remove(ws .. "/notes.txt")
+
+  asked = select_answer(nil) -- dismissed: deny
+  cmd("AgentdPrompt write the notes again")
+  wait_line(b, "permission deny", false, 30000)
+  wait_for("the second turn's end", function()
+    local n = 0
+    for _, l in ipairs(lines(b)) do
+      if l:find("turn ended  completed$") then
+        n = n + 1
+      end
+    end
+    return n == 2
+  end, 30000, b)
+  assert(#asked == 1, vim.inspect(asked))
+  assert(vim.fn.filereadable(ws .. "/notes.txt") == 0, "a denied write happened")
+  agentd.setup({ permission_mode = "auto" })
+end)
+
+test("daemon restart: clear message, reconnect, no gap and no duplicate", function()
+  agentd.setup({ reconnect_min_ms = 500, reconnect_max_ms = 1000 })
+  plain_buffer()
+  local sid = new_session("restart")
+  append(sid, "user_message", { text = "before" })
+  cmd("AgentdOpen " .. sid)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "    before", true)
+  wait_line(b, "^state: live")
+  sh({ "agentctl", "daemon", "stop" })
+  wait_for("the disconnect message", function()
+    return noted("lost the connection to the daemon")
+  end)
+  wait_line(b, "^state: disconnected, reconnecting")
+  -- agentctl starts a new daemon; the plugin's reconnect races it, either order must work.
+  append(sid, "user_message", { text = "while away 1" })
+  append(sid, "user_message", { text = "while away 2" })
+  wait_for("the reconnect message", function()
+    return noted("reconnected to ")
+  end)
+  wait_line(b, "    while away 2", true)
+  wait_line(b, "^state: live")
+  append(sid, "user_message", { text = "after" })
+  wait_line(b, "    after", true)
+  assert_contiguous(b, 4)
+
+  -- A second restart, with events appended by a turn this time.
+  sh({ "agentctl", "daemon", "stop" })
+  wait_line(b, "^state: disconnected")
+  append(sid, "assistant_message", { text = "during the second outage" })
+  wait_line(b, "    during the second outage", true)
+  wait_line(b, "^state: live")
+  append(sid, "user_message", { text = "last" })
+  wait_line(b, "    last", true)
+  assert_contiguous(b, 6)
+end)
+
+test("a huge session loads in pages without freezing the editor", function()
+  plain_buffer()
+  local sid = new_session("huge")
+  local N = 20000
+  local client = agentd.client()
+  local batch = {}
+  for i = 1, N do
+    batch[#batch + 1] = { type = "user_message", data = { text = ("message %d %s"):format(i, ("x"):rep(80)) } }
+    if #batch == 1000 then
+      local e = client:request_sync("agentd/append", { session_id = sid, events = batch }, 30000)
+      assert(not e, vim.inspect(e))
+      batch = {}
+    end
+  end
+  -- A timer measures how long the loop goes without running it (a frozen editor).
+  local max_gap, last_tick, partial = 0, uv.hrtime(), false
+  local timer = uv.new_timer()
+  local b
+  timer:start(10, 10, function()
+    local now = uv.hrtime()
+    max_gap = math.max(max_gap, (now - last_tick) / 1e6)
+    last_tick = now
+  end)
+  local started = uv.hrtime()
+  cmd("AgentdOpen " .. sid)
+  b = vim.api.nvim_get_current_buf()
+  wait_for("all events", function()
+    local n = vim.api.nvim_buf_line_count(b)
+    if n > 10 and n < 2 * N then
+      partial = true
+    end
+    return has_line(b, "^%[" .. N .. "%] user$") ~= nil
+  end, 120000, nil)
+  timer:stop()
+  timer:close()
+  log(("    %d events in %.0f ms, longest stall of the loop %.0f ms"):format(N, (uv.hrtime() - started) / 1e6, max_gap))
+  assert(partial, "the transcript never showed a partly loaded state")
+  assert(max_gap < 1500, ("the editor froze for %.0f ms"):format(max_gap))
+  assert_contiguous(b, N)
+  wait_line(b, "^state: live")
+end)
+
+local failed = 0
+for _, t in ipairs(tests) do
+  local t0 = uv.hrtime()
+  local ok, e = xpcall(t.fn, debug.traceback)
+  local ms = (uv.hrtime() - t0) / 1e6
+  if ok then
+    log(("ok   %s (%.0f ms)"):format(t.name, ms))
+  else
+    failed = failed + 1
+    log(("FAIL %s (%.0f ms)\n%s"):format(t.name, ms, e))
+  end
+end
+log(("%d tests, %d failed (Neovim %s)"):format(#tests, failed, tostring(vim.version().major) .. "." .. tostring(vim.version().minor) .. "." .. tostring(vim.version().patch)))
+if failed > 0 then
+  vim.cmd("cquit 1")
+else
+  vim.cmd("qall!")
+end
