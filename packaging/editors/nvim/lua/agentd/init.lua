@@ -63,7 +63,8 @@ local function agentctl_socket_path(agentctl, cb)
       cb(nil, ("`%s socket-path` exited %d: %s"):format(agentctl, code, vim.trim(table.concat(errout))))
     end
   end
-  local handle, spawn_err = uv.spawn(agentctl, { args = { "socket-path" }, stdio = { nil, stdout, stderr } }, function(c)
+  local handle, spawn_err
+  handle, spawn_err = uv.spawn(agentctl, { args = { "socket-path" }, stdio = { nil, stdout, stderr } }, function(c)
     code = c
     handle:close()
     step()
