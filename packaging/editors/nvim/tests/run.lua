@@ -309,7 +309,9 @@ test("ask mode: permission requests go through vim.ui.select", function()
 end)
 
 test("daemon restart: clear message, reconnect, no gap and no duplicate", function()
-  agentd.setup({ reconnect_min_ms = 500, reconnect_max_ms = 1000 })
+  -- The first retry comes late enough that the appends below land while the plugin is
+  -- away, so the events reach it as the subscription's backlog.
+  agentd.setup({ reconnect_min_ms = 3000, reconnect_max_ms = 3000 })
   plain_buffer()
   local sid = new_session("restart")
   append(sid, "user_message", { text = "before" })
@@ -322,9 +324,14 @@ test("daemon restart: clear message, reconnect, no gap and no duplicate", functi
     return noted("lost the connection to the daemon")
   end)
   wait_line(b, "^state: disconnected, reconnecting")
-  -- agentctl starts a new daemon; the plugin's reconnect races it, either order must work.
+  -- agentctl starts a new daemon.
   append(sid, "user_message", { text = "while away 1" })
   append(sid, "user_message", { text = "while away 2" })
+  assert(
+    not agentd.client():is_connected(),
+    "the plugin reconnected before the appends finished; the backlog path was not exercised"
+  )
+  assert(not has_line(b, "while away"), dump(b))
   wait_for("the reconnect message", function()
     return noted("reconnected to ")
   end)
@@ -334,7 +341,9 @@ test("daemon restart: clear message, reconnect, no gap and no duplicate", functi
   wait_line(b, "    after", true)
   assert_contiguous(b, 4)
 
-  -- A second restart, with events appended by a turn this time.
+  -- A second restart with a quick retry: the reconnect may now come before, between or
+  -- after the appends, and every order must end with each event shown once.
+  agentd.setup({ reconnect_min_ms = 100, reconnect_max_ms = 400 })
   sh({ "agentctl", "daemon", "stop" })
   wait_line(b, "^state: disconnected")
   append(sid, "assistant_message", { text = "during the second outage" })
@@ -343,6 +352,16 @@ test("daemon restart: clear message, reconnect, no gap and no duplicate", functi
   append(sid, "user_message", { text = "last" })
   wait_line(b, "    last", true)
   assert_contiguous(b, 6)
+end)
+
+test("opening a session that does not exist says so", function()
+  plain_buffer()
+  cmd("AgentdOpen 20200101T000000-000000")
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "^state: error: not_found")
+  assert(noted("loading events for 20200101T000000%-000000 failed %(not_found%)"), vim.inspect(notes))
+  vim.cmd("bwipeout " .. b)
+  assert(transcript.by_sid["20200101T000000-000000"] == nil, "a wiped transcript stays registered")
 end)
 
 test("a huge session loads in pages without freezing the editor", function()
