@@ -258,6 +258,22 @@ test("tree shows the fork and <CR> opens a node", function()
   assert(cur_buf_name() == "agentd://session/" .. forked_parent.child, cur_buf_name())
 end)
 
+test("tree outside a transcript draws the directory's sessions", function()
+  assert(forked_parent, "needs the fork test")
+  plain_buffer()
+  cmd("AgentdTree")
+  assert(cur_buf_name() == "agentd://tree", cur_buf_name())
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "^" .. vim.pesc(forked_parent.parent) .. ' "to fork"')
+  assert(has_line(b, vim.pesc(forked_parent.child) .. " @2"), dump(b))
+end)
+
+test(":AgentdOpen completes session ids", function()
+  assert(forked_parent, "needs the fork test")
+  local got = vim.fn.getcompletion("AgentdOpen " .. forked_parent.parent:sub(1, -3), "cmdline")
+  assert(vim.tbl_contains(got, forked_parent.parent), vim.inspect(got))
+end)
+
 test("compact records a compaction that shows up live", function()
   plain_buffer()
   local sid = new_session("to compact")
@@ -395,7 +411,14 @@ test("a huge session loads in pages without freezing the editor", function()
     if n > 10 and n < 2 * N then
       partial = true
     end
-    return has_line(b, "^%[" .. N .. "%] user$") ~= nil
+    -- Only the tail is read: scanning the whole buffer each poll would be the stall.
+    local tail = vim.api.nvim_buf_get_lines(b, math.max(0, n - 3), n, false)
+    for _, l in ipairs(tail) do
+      if l == "[" .. N .. "] user" then
+        return true
+      end
+    end
+    return false
   end, 120000, nil)
   timer:stop()
   timer:close()
