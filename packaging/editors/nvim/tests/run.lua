@@ -375,6 +375,28 @@ test("daemon restart: clear message, reconnect, no gap and no duplicate", functi
   assert_contiguous(b, 6)
 end)
 
+test("a configured socket: open while the daemon is down, fill once it starts", function()
+  local sid = new_session("down at open")
+  append(sid, "user_message", { text = "recorded before" })
+  agentd.setup({ socket = assert(os.getenv("AGENTD_SOCKET")), reconnect_min_ms = 100, reconnect_max_ms = 300 })
+  agentd.client():close()
+  sh({ "agentctl", "daemon", "stop" })
+  plain_buffer()
+  cmd("AgentdOpen " .. sid)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "^state: disconnected, reconnecting")
+  -- With a configured socket the plugin never starts a daemon itself: the buffer stays
+  -- empty until one is started here.
+  assert(not has_line(b, "recorded before"), dump(b))
+  sh({ "agentctl", "daemon", "start" })
+  wait_line(b, "    recorded before", true)
+  wait_line(b, "^state: live")
+  append(sid, "user_message", { text = "live again" })
+  wait_line(b, "    live again", true)
+  assert_contiguous(b, 2)
+  agentd.config.socket = nil
+end)
+
 test("opening a session that does not exist says so", function()
   plain_buffer()
   cmd("AgentdOpen 20200101T000000-000000")

@@ -109,15 +109,19 @@ local function make_client()
       return transcript.any_open()
     end,
     on_state = function(state, info)
-      if state == "disconnected" then
-        notify("lost the connection to the daemon (" .. tostring(info) .. "); reconnecting", vim.log.levels.WARN)
+      if state == "disconnected" or state == "closed" then
+        if state == "disconnected" then
+          notify("lost the connection to the daemon (" .. tostring(info) .. "); reconnecting", vim.log.levels.WARN)
+        end
         transcript.each(function(t)
           t:on_disconnected()
         end)
-      elseif state == "reconnected" then
-        notify("reconnected to " .. tostring(info))
+      else
+        if state == "reconnected" then
+          notify("reconnected to " .. tostring(info))
+        end
         transcript.each(function(t)
-          t:on_reconnected()
+          t:on_connected()
         end)
       end
     end,

@@ -23,7 +23,7 @@ end
 
 --- opts:
 ---   resolve_socket(cb)  finds the socket path; cb(path) or cb(nil, message)
----   on_state(state, message)  "connected" | "disconnected" | "reconnected"
+---   on_state(state, message)  "connected" | "disconnected" | "reconnected" | "closed"
 ---   reconnect_min_ms, reconnect_max_ms  backoff bounds
 ---   wants_reconnect()  true while a reconnect is worth doing (someone follows a session)
 function Client.new(opts)
@@ -143,7 +143,7 @@ function Client:_connect_failed(why)
   self:_schedule_reconnect(why)
 end
 
-function Client:_lost(why)
+function Client:_lost(why, state)
   if self.state ~= "connected" then
     return
   end
@@ -162,7 +162,7 @@ function Client:_lost(why)
       cb(err("daemon_unavailable", "connection to agentd lost: " .. why))
     end
   end)
-  self:_emit_state("disconnected", why)
+  self:_emit_state(state or "disconnected", why)
   self:_schedule_reconnect(why)
 end
 
@@ -329,7 +329,7 @@ function Client:close()
   local wants = self.opts.wants_reconnect
   self.opts.wants_reconnect = nil
   if self.state == "connected" then
-    self:_lost("closed by the editor")
+    self:_lost("closed by the editor", "closed")
   end
   self.opts.wants_reconnect = wants
 end

@@ -128,7 +128,9 @@ function M.open(ctx, sid)
     sid = sid,
     last_seq = -1,
     live = false,
-    loading = false,
+    loading = false, -- an agentd/events page is in flight
+    subscribing = false, -- an agentd/subscribe is in flight
+    needs_load = true, -- paging has not reached the end of the Log yet
     sub = nil,
     waiters = {},
     blocks = {}, -- { {line = 0-based first line, seq = n}, ... } ascending
@@ -193,7 +195,12 @@ function Transcript:load()
       end
       if e then
         self.loading = false
-        self:fail("loading events", e)
+        if M.is_unavailable(e) then
+          -- Paging resumes from last_seq once the connection is back.
+          self:set_state("disconnected, reconnecting")
+        else
+          self:fail("loading events", e)
+        end
         return
       end
       self:render_durable(r.events or {})
@@ -202,6 +209,7 @@ function Transcript:load()
         page()
       else
         self.loading = false
+        self.needs_load = false
         self:subscribe()
       end
     end)
@@ -226,17 +234,19 @@ function Transcript:subscribe()
     end
   end
   self.live = false
+  self.subscribing = true
   self:set_state("subscribing")
   local params = { session_id = self.sid, permissions = true }
   if self.last_seq >= 0 then
     params.after_seq = self.last_seq
   end
   self.ctx.client:request("agentd/subscribe", params, function(e, sub)
+    self.subscribing = false
     if M.by_sid[self.sid] ~= self then
       return
     end
     if e then
-      if type(e.data) == "table" and e.data.kind == "daemon_unavailable" then
+      if M.is_unavailable(e) then
         -- The reconnect will subscribe again.
         self:set_state("disconnected, reconnecting")
         return
@@ -394,10 +404,12 @@ function Transcript:on_disconnected()
   self:set_state("disconnected, reconnecting")
 end
 
-function Transcript:on_reconnected()
-  if self.loading then
-    -- The page in flight failed with the connection; start paging again from last_seq.
-    self.loading = false
+--- After a (re)connect: picks up where the transcript stopped, unless a call is in flight.
+function Transcript:on_connected()
+  if self.live or self.loading or self.subscribing then
+    return
+  end
+  if self.needs_load then
     self:load()
   else
     self:subscribe()
@@ -415,6 +427,10 @@ function Transcript:close()
     end
     self.sub = nil
   end
+end
+
+function M.is_unavailable(e)
+  return type(e) == "table" and type(e.data) == "table" and e.data.kind == "daemon_unavailable"
 end
 
 --- Routes an `agentd/event` notification to its transcript.
