@@ -291,8 +291,16 @@ test("compact records a compaction that shows up live", function()
   wait_line(b, "    answer 6", true)
   wait_line(b, "^state: live")
   cmd("AgentdCompact 2")
-  wait_line(b, "^%[13%] compaction ")
-  assert(noted("^agentd: compacted " .. vim.pesc(sid)), vim.inspect(notes))
+  wait_line(b, "^%[13%] compaction deterministic_v1  seq 0%.%.10$")
+  assert(has_line(b, "^    Compacted 11 events"), dump(b))
+  assert(noted("^agentd: compacted " .. vim.pesc(sid) .. ": seq 0%.%.10 %(11 events%)$"), vim.inspect(notes))
+
+  -- Nothing left to compact: the daemon's reason is shown, and nothing is recorded.
+  cmd("AgentdCompact 2")
+  wait_for("the reason", function()
+    return noted("^agentd: nothing compacted: ")
+  end)
+  assert(not has_line(b, "^%[14%]"), dump(b))
 end)
 
 test("ask mode: permission requests go through vim.ui.select", function()

@@ -382,7 +382,12 @@ function M.compact(tail)
   call("agentd/compact", params, function(r)
     if r.recorded then
       local range = type(r.range) == "table" and r.range or {}
-      notify(("compacted %s (%s events)"):format(t.sid, tostring(r.would_compact_events or range.to_seq or "")))
+      notify(("compacted %s: seq %s..%s (%s events)"):format(
+        t.sid,
+        tostring(range.from_seq),
+        tostring(range.to_seq),
+        tostring(r.would_compact_events)
+      ))
     else
       notify("nothing compacted: " .. tostring(r.reason or "not compactable"))
     end

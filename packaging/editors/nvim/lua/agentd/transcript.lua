@@ -105,7 +105,10 @@ function M.render_event(ev, opts)
     out[1] = head .. "turn ended  " .. str(d.status) .. e
   elseif t == "history_compaction" then
     local r = type(d.range) == "table" and d.range or {}
-    out[1] = ("%scompaction %s  %s..%s"):format(head, str(d.strategy), str(r.from_seq or r[1]), str(r.to_seq or r[2]))
+    out[1] = ("%scompaction %s  seq %s..%s"):format(head, str(d.strategy), str(r.from_seq), str(r.to_seq))
+    if type(d.summary) == "string" then
+      indent(buf.split_lines(d.summary), out, opts.max_output_lines)
+    end
   elseif t == "branch_summary" then
     out[1] = head .. "branch summary"
     indent(buf.split_lines(str(d.summary)), out, opts.max_output_lines)
