@@ -293,7 +293,10 @@ test("compact records a compaction that shows up live", function()
   cmd("AgentdCompact 2")
   wait_line(b, "^%[13%] compaction deterministic_v1  seq 0%.%.10$")
   assert(has_line(b, "^    Compacted 11 events"), dump(b))
-  assert(noted("^agentd: compacted " .. vim.pesc(sid) .. ": seq 0%.%.10 %(11 events%)$"), vim.inspect(notes))
+  -- The event may arrive before the call's answer: wait for the message too.
+  wait_for("the compaction message", function()
+    return noted("^agentd: compacted " .. vim.pesc(sid) .. ": seq 0%.%.10 %(11 events%)$")
+  end)
 
   -- Nothing left to compact: the daemon's reason is shown, and nothing is recorded.
   cmd("AgentdCompact 2")
@@ -340,7 +343,7 @@ end)
 test("daemon restart: clear message, reconnect, no gap and no duplicate", function()
   -- The first retry comes late enough that the appends below land while the plugin is
   -- away, so the events reach it as the subscription's backlog.
-  agentd.setup({ reconnect_min_ms = 3000, reconnect_max_ms = 3000 })
+  agentd.setup({ reconnect_min_ms = 1000, reconnect_max_ms = 1000 })
   plain_buffer()
   local sid = new_session("restart")
   append(sid, "user_message", { text = "before" })
