@@ -218,6 +218,10 @@ test("a slow answer streams into the transcript and :AgentdInterrupt stops it", 
   local b = vim.api.nvim_get_current_buf()
   wait_line(b, "… assistant (streaming)", true)
   wait_line(b, "^    Once upon")
+  cmd("AgentdPrompt a second prompt while the first runs")
+  wait_for("the busy message", function()
+    return noted("a turn is already running in ")
+  end)
   cmd("AgentdInterrupt")
   wait_line(b, "turn ended  interrupted", false)
   assert(not has_line(b, "streaming"), dump(b))
@@ -416,6 +420,47 @@ test("opening a session that does not exist says so", function()
   assert(noted("loading events for 20200101T000000%-000000 failed %(not_found%)"), vim.inspect(notes))
   vim.cmd("bwipeout " .. b)
   assert(transcript.by_sid["20200101T000000-000000"] == nil, "a wiped transcript stays registered")
+end)
+
+test("a subscriber that falls behind (lagged) catches up without gap or duplicate", function()
+  plain_buffer()
+  local sid = new_session("lagging")
+  cmd("AgentdOpen " .. sid)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "^state: live")
+  local t = transcript.by_sid[sid]
+  local N = 10000
+  local done = vim.fn.tempname()
+  local here = debug.getinfo(1, "S").source:sub(2):match("(.*)/")
+  local plugin = vim.fn.fnamemodify(here, ":h")
+  local handle = uv.spawn(vim.v.progpath, {
+    args = { "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", "set rtp^=" .. plugin, "-c", "luafile " .. here .. "/append_bulk.lua" },
+    env = {
+      "AGENTD_SOCKET=" .. os.getenv("AGENTD_SOCKET"),
+      "AGENTD_BULK_SID=" .. sid,
+      "AGENTD_BULK_N=" .. N,
+      "AGENTD_BULK_DONE=" .. done,
+      "HOME=" .. os.getenv("HOME"),
+      "PATH=" .. os.getenv("PATH"),
+    },
+  }, function() end)
+  assert(handle, "cannot start the appender")
+  -- Freeze this editor (nothing reads the socket) until the appender got its answer: the
+  -- daemon then has all N events to deliver to a subscriber that is not reading.
+  local deadline = uv.hrtime() + 60e9
+  while not uv.fs_stat(done) do
+    assert(uv.hrtime() < deadline, "the appender never finished")
+    uv.sleep(10)
+  end
+  wait_for("the last bulk event", function()
+    return t.last_seq == N
+  end, 60000)
+  wait_line(b, "    bulk " .. N, true)
+  assert_contiguous(b, N)
+  log(("    lagged notices: %d"):format(t.lagged or 0))
+  assert((t.lagged or 0) >= 1, "the daemon never reported the subscriber as lagged")
+  wait_line(b, "^state: live")
+  os.remove(done)
 end)
 
 test("a huge session loads in pages without freezing the editor", function()

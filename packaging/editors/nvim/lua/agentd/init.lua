@@ -296,17 +296,43 @@ function M.tree()
   return b
 end
 
+-- The daemon frees a session just after its `turn_ended` is durable, so a prompt sent
+-- the moment the transcript shows the end may still get `busy` for an instant; it is
+-- retried briefly. A turn the transcript shows as running is reported at once.
+local BUSY_RETRIES = 20
+local BUSY_RETRY_MS = 50
+
 local function start_turn(t, text)
   t:when_live(function()
     local cfg = M.config
-    call("agentd/turn", {
+    local params = {
       session_id = t.sid,
       input = text,
       wait = false,
       model = cfg.model,
       provider = cfg.provider,
       permission_mode = cfg.permission_mode,
-    })
+    }
+    local function try(attempt)
+      M.client():request("agentd/turn", params, function(e)
+        if not e then
+          return
+        end
+        local kind = type(e.data) == "table" and e.data.kind or nil
+        if kind == "busy" and t.status == "idle" and attempt < BUSY_RETRIES then
+          vim.defer_fn(function()
+            try(attempt + 1)
+          end, BUSY_RETRY_MS)
+          return
+        end
+        if kind == "busy" then
+          notify("a turn is already running in " .. t.sid .. "; :AgentdInterrupt stops it", vim.log.levels.ERROR)
+        else
+          notify("agentd/turn failed: " .. error_text(e), vim.log.levels.ERROR)
+        end
+      end)
+    end
+    try(0)
   end)
 end
 

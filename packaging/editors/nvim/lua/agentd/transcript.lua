@@ -353,6 +353,7 @@ function Transcript:on_event(ev)
     return
   end
   if ev.type == "lagged" then
+    self.lagged = (self.lagged or 0) + 1
     -- The daemon dropped this subscription; pick up from the last rendered seq.
     self:subscribe()
     return
