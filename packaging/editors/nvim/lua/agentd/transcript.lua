@@ -238,16 +238,24 @@ function Transcript:subscribe()
   end
   self.live = false
   self.subscribing = true
+  -- Only the latest subscribe call counts; an older one that still succeeds is dropped,
+  -- so no event (and no text delta) arrives twice.
+  self.sub_gen = (self.sub_gen or 0) + 1
+  local gen = self.sub_gen
   self:set_state("subscribing")
   local params = { session_id = self.sid, permissions = true }
   if self.last_seq >= 0 then
     params.after_seq = self.last_seq
   end
   self.ctx.client:request("agentd/subscribe", params, function(e, sub)
-    self.subscribing = false
-    if M.by_sid[self.sid] ~= self then
+    local stale = gen ~= self.sub_gen or M.by_sid[self.sid] ~= self
+    if stale then
+      if not e then
+        self.ctx.client:request("agentd/unsubscribe", { sub }, nil)
+      end
       return
     end
+    self.subscribing = false
     if e then
       if M.is_unavailable(e) then
         -- The reconnect will subscribe again.
