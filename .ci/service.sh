@@ -5,7 +5,7 @@
 #
 #  1. tools: Debian's `systemd` (systemd-socket-activate, systemd-analyze) and cargo-deb
 #     are installed when missing (cargo-deb compiles from crates.io: a few minutes, once
-#     per machine);
+#     per machine; `--fast` compression keeps packing to seconds of CPU);
 #  2. `cargo xtask dist` renders man pages, completions and the packaged user units;
 #  3. the packaged units pass `systemd-analyze verify`; the launchd plist, as the
 #     template and as `agentctl service install --manager launchd` writes it, parses
@@ -93,7 +93,7 @@ PY
 
 step "cargo deb + dpkg -i"
 rm -f target/debian/agentd_*.deb
-cargo deb -p agentctl --no-build --quiet >/dev/null
+cargo deb -p agentctl --no-build --fast --quiet >/dev/null 2>&1
 deb=$(ls target/debian/agentd_*.deb)
 dpkg-deb --contents "$deb" > "$tmp/contents"
 for f in usr/bin/agentd usr/bin/agentctl usr/share/man/man1/agentd.1 usr/share/man/man1/agentctl.1 \
