@@ -93,7 +93,7 @@ PY
 
 step "cargo deb + dpkg -i"
 rm -f target/debian/agentd_*.deb
-cargo deb -p agentctl --no-build --fast --quiet >/dev/null 2>&1
+cargo deb -p agentctl --no-build --fast --quiet > "$tmp/deb.log" 2>&1 || fail "cargo deb failed: $(cat "$tmp/deb.log")"
 deb=$(ls target/debian/agentd_*.deb)
 dpkg-deb --contents "$deb" > "$tmp/contents"
 for f in usr/bin/agentd usr/bin/agentctl usr/share/man/man1/agentd.1 usr/share/man/man1/agentctl.1 \
