@@ -5,8 +5,10 @@
 //! sent back to the same model (the API rejects thinking without it).
 
 use super::dialect::{parse_args, render_tools};
-use super::wire::{self, render_input, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire, WireFormat};
 use super::sse::SseEvent;
+use super::wire::{
+    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire, WireFormat,
+};
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -276,4 +278,3 @@ impl WireFormat for Anthropic {
         Decoder::new(provider, model)
     }
 }
-

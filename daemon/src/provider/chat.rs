@@ -6,8 +6,11 @@
 //! send `[DONE]`; a stream that reported a `finish_reason` before closing is complete.
 
 use super::dialect::{parse_args, render_tools};
-use super::wire::{self, render_input, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire, WireFormat};
 use super::sse::SseEvent;
+use super::wire::{
+    self, bearer, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire,
+    WireFormat,
+};
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -222,4 +225,3 @@ impl WireFormat for Chat {
         Decoder::new(provider, model)
     }
 }
-

@@ -98,9 +98,7 @@ impl HttpProvider {
         let max_retries = cfg.max_retries();
         let mut retries = 0u32;
         loop {
-            let result = driver
-                .attempt(&call, F::decoder(&cfg.name, &model))
-                .await;
+            let result = driver.attempt(&call, F::decoder(&cfg.name, &model)).await;
             let failed = match result {
                 Ok(resp) => return Ok(resp),
                 Err(a) => a,

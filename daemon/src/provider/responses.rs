@@ -7,8 +7,11 @@
 //! for servers that skip `done` events and for the partial text of a cut stream.
 
 use super::dialect::{parse_args, render_tools};
-use super::wire::{self, render_input, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire, WireFormat};
 use super::sse::SseEvent;
+use super::wire::{
+    self, bearer, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire,
+    WireFormat,
+};
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -270,4 +273,3 @@ impl WireFormat for Responses {
         Decoder::new(provider, model)
     }
 }
-

@@ -156,4 +156,3 @@ pub(crate) fn u64_at(v: &Value, path: &[&str]) -> u64 {
     }
     cur.as_u64().unwrap_or(0)
 }
-
