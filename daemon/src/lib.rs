@@ -6,9 +6,11 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod filesystem;
 pub mod history;
 pub mod import;
 pub mod ops;
+pub mod peer;
 pub mod provider;
 pub mod registry;
 pub mod server;

@@ -9,10 +9,9 @@
 //! Architecture invariant: no input from a client can end the daemon or another
 //! connection; every bad line gets an error response and the connection stays usable.
 
-use agentd_proto::ErrorKind;
 use bytes::BytesMut;
 use jsonrpsee::core::id_providers::RandomIntegerIdProvider;
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Id, Request};
+use jsonrpsee::types::{ErrorObject, Id, Request};
 use jsonrpsee::{
     BoundedSubscriptions, ConnectionId, Extensions, MethodCallback, MethodResponse, MethodSink,
     Methods, SubscriptionState,
@@ -95,14 +94,20 @@ impl ConnSink {
     }
 }
 
-/// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.
-pub fn error_object(err: &agentd_proto::AgentError) -> ErrorObjectOwned {
-    let code = match err.kind {
-        ErrorKind::InvalidArgs => -32602,
-        _ => agentd_proto::error::APP_ERROR_CODE,
-    };
-    ErrorObject::owned(code, err.message.clone(), Some(err.rpc_data()))
+impl crate::peer::Peer for ConnSink {
+    fn request<'a>(
+        &'a self,
+        method: &'a str,
+        params: Value,
+    ) -> futures::future::BoxFuture<'a, Option<Value>> {
+        Box::pin(ConnSink::request(self, method, params))
+    }
+    fn is_closed(&self) -> bool {
+        ConnSink::is_closed(self)
+    }
 }
+
+pub use crate::api::error_object;
 
 fn raw(v: &Value) -> Box<RawValue> {
     // A serde_json::Value always serializes.
@@ -470,6 +475,7 @@ async fn run_request(
     let mut ext = Extensions::new();
     ext.insert(conn_id);
     ext.insert(conn_sink.clone());
+    ext.insert::<crate::peer::PeerHandle>(std::sync::Arc::new(conn_sink.clone()));
     let rp = dispatch(req, methods, sink, subs, conn_id, ext).await;
     if is_notification {
         return None;
