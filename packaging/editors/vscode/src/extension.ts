@@ -122,7 +122,7 @@ class TranscriptPanel {
       const change = this.tracker.onEvent(ev);
       if (change) void showChange(change.path, change.before, this.sessionId);
       this.scheduleFlush();
-    });
+    }, { permissions: true });
   }
 
   private scheduleFlush(): void {
@@ -253,6 +253,17 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
     if (s === "connected") log(`connected to ${c.socketPath}`);
   };
   c.on("state", setStatus);
+  // One message per outage, one when it is over.
+  let outage = false;
+  c.on("state", (s: ClientState, detail?: string) => {
+    if (s === "disconnected" && !outage) {
+      outage = true;
+      void vscode.window.showWarningMessage(`agentd: ${detail ?? "disconnected"}; reconnecting…`);
+    } else if (s === "connected" && outage) {
+      outage = false;
+      void vscode.window.showInformationMessage("agentd: reconnected; open transcripts resume where they stopped");
+    }
+  });
   c.on("error", (e: Error) => log(`error: ${e.message}`));
   setStatus(c.state);
 
