@@ -8,7 +8,8 @@ import type { AgentEvent } from "./client";
 export interface Change {
   uri: string;
   path: string;
-  /** The content when the session last recorded the file; `undefined` if unknown. */
+  /** The content when the session last recorded the file (or it last changed);
+   *  `undefined` if unknown, then there is nothing to diff against. */
   before: string | undefined;
 }
 
@@ -24,14 +25,21 @@ export class ArtifactTracker {
     return path.isAbsolute(uri) ? uri : path.join(this.workspace, uri);
   }
 
-  private snapshot(file: string): void {
+  private read(file: string): string | undefined {
     try {
       const st = fs.statSync(file);
-      if (!st.isFile() || st.size > MAX_BASELINE_BYTES) return;
-      this.baselines.set(file, fs.readFileSync(file, "utf8"));
+      if (!st.isFile() || st.size > MAX_BASELINE_BYTES) return undefined;
+      return fs.readFileSync(file, "utf8");
     } catch {
       // Deleted or unreadable: no baseline.
+      return undefined;
     }
+  }
+
+  private snapshot(file: string): void {
+    const now = this.read(file);
+    if (now === undefined) this.baselines.delete(file);
+    else this.baselines.set(file, now);
   }
 
   /** Feeds an event; returns a change to show for `artifact_changed`. */
@@ -47,8 +55,13 @@ export class ArtifactTracker {
       const uri = String(ev.data.uri ?? "");
       const p = typeof ev.data.path === "string" ? ev.data.path : this.resolve(uri);
       const before = this.baselines.get(p);
+      const now = this.read(p);
+      // The watch can report the session's own write (even before its tool result
+      // arrives); a file whose content did not move from the baseline has nothing to show.
+      if (before !== undefined && now === before) return undefined;
       // The next change diffs against this one.
-      this.snapshot(p);
+      if (now === undefined) this.baselines.delete(p);
+      else this.baselines.set(p, now);
       return { uri, path: p, before };
     }
     return undefined;

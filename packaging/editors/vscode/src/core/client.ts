@@ -89,6 +89,12 @@ export class Follow {
   /** Delivers an event once: durable events at or below `lastSeq` are duplicates. */
   deliver(ev: AgentEvent): void {
     if (this.closed) return;
+    if (ev.type === "lagged") {
+      // The daemon dropped this subscription because we fell behind: subscribe again
+      // after the last seq delivered, which replays what was missed.
+      this.client.resubscribe(this);
+      return;
+    }
     if (typeof ev.seq === "number") {
       if (this.lastSeq !== undefined && ev.seq <= this.lastSeq) return;
       this.lastSeq = ev.seq;
@@ -115,6 +121,7 @@ export class AgentdClient extends EventEmitter {
   private attempt = 0;
   private timer: NodeJS.Timeout | undefined;
   private connecting: Promise<void> | undefined;
+  private subscribing = 0;
 
   constructor(private readonly opts: ClientOptions) {
     super();
@@ -189,7 +196,9 @@ export class AgentdClient extends EventEmitter {
       const f = this.bySub.get(key);
       if (f) {
         f.deliver(p.result);
-      } else {
+      } else if (this.subscribing > 0) {
+        // Only while a subscribe call is out; anything else is for a subscription
+        // already closed here.
         const q = this.early.get(key) ?? [];
         q.push(p.result);
         this.early.set(key, q);
@@ -299,13 +308,33 @@ export class AgentdClient extends EventEmitter {
     const params: Record<string, unknown> = { session_id: f.sessionId };
     if (f.lastSeq !== undefined) params.after_seq = f.lastSeq;
     if (f.permissions) params.permissions = true;
-    const sub = await c.sendRequest<string | number>("agentd/subscribe", params);
+    this.subscribing++;
+    let sub: string | number;
+    try {
+      sub = await c.sendRequest<string | number>("agentd/subscribe", params);
+    } finally {
+      this.subscribing--;
+    }
     const key = String(sub);
     f.subscription = sub;
     this.bySub.set(key, f);
     const q = this.early.get(key);
     this.early.delete(key);
+    if (this.subscribing === 0) this.early.clear();
     for (const ev of q ?? []) f.deliver(ev);
+  }
+
+  /** Replaces a follow's subscription with a new one after its `lastSeq`. */
+  resubscribe(f: Follow): void {
+    const old = f.subscription;
+    if (old !== undefined) {
+      this.bySub.delete(String(old));
+      // Usually gone already (the daemon ends a lagged subscription); make sure.
+      this.conn?.sendRequest("agentd/unsubscribe", [old]).catch(() => undefined);
+    }
+    f.subscription = undefined;
+    this.emit("error", new Error(`subscription to ${f.sessionId} lagged; resuming after seq ${f.lastSeq ?? "start"}`));
+    this.subscribe(f).catch((e) => this.emit("error", new Error(`resubscribe to ${f.sessionId} failed: ${String(e)}`)));
   }
 
   async unfollow(f: Follow): Promise<void> {

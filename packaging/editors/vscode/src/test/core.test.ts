@@ -185,7 +185,13 @@ describe("agentd core against a real daemon", () => {
     const file = path.join(d.workspace, "notes.txt");
     fs.rmSync(file, { force: true });
     const ended = waiter<AgentEvent>((e) => e.type === "turn_ended", T, "turn_ended");
-    const changed = waiter<unknown>((x) => x !== undefined, T, "artifact_changed");
+    // The watch may also report the tool's own write, before any baseline exists; the
+    // change to wait for is the user's edit, diffed against what the tool wrote.
+    const changed = waiter<unknown>(
+      (x) => (x as { before?: string } | undefined)?.before !== undefined,
+      T,
+      "artifact_changed with a baseline",
+    );
     await c.follow(sid, 0, (ev) => {
       ended.feed(ev);
       changed.feed(tracker.onEvent(ev));
@@ -244,6 +250,33 @@ describe("agentd core against a real daemon", () => {
     assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6, 7]);
     c.close();
     other.close();
+  });
+
+  test("a lagged notice resubscribes after the last delivered seq", async () => {
+    const c = d.client();
+    const sid = await create(d, c);
+    const seqs: number[] = [];
+    let upTo = waiter<number>((s) => s === 3, T, "seq 3");
+    const f = await c.follow(sid, 0, (ev) => {
+      if (ev.seq !== undefined) {
+        seqs.push(ev.seq);
+        upTo.feed(ev.seq);
+      }
+    });
+    await c.request("agentd/append", {
+      session_id: sid,
+      events: ["a", "b", "c"].map((text) => ({ type: "user_message", data: { text } })),
+    });
+    await upTo.done;
+    // As if seqs 2 and 3 had been lost when the daemon dropped the subscription.
+    f.lastSeq = 1;
+    const first = f.subscription;
+    upTo = waiter<number>((s) => s === 3, T, "seq 3 again");
+    f.deliver({ session_id: sid, type: "lagged", data: { missed: 2 } });
+    await upTo.done;
+    assert.deepEqual(seqs, [1, 2, 3, 2, 3]);
+    assert.notEqual(f.subscription, first);
+    c.close();
   });
 
   test("permission questions name the tool and its target", () => {
