@@ -24,7 +24,7 @@ echo "== vscode: compile"
 rm -rf out
 npx --no-install tsc -p .
 echo "== vscode: tests against a real daemon"
-AGENTD_BIN_DIR="$repo/target/debug" node --test out/test/
+AGENTD_BIN_DIR="$repo/target/debug" node --test out/test/*.test.js
 echo "== vscode: package"
 rm -f agentd-vscode.vsix
 npx --no-install vsce package --allow-missing-repository --out agentd-vscode.vsix

@@ -74,6 +74,8 @@ export class Follow {
   /** The last durable seq delivered to the listener (`undefined`: none yet). */
   lastSeq: number | undefined;
   subscription: string | number | undefined;
+  /** The connection this follow's subscription was made on (or is being made on). */
+  subscribedOn: unknown;
   closed = false;
 
   constructor(
@@ -297,14 +299,24 @@ export class AgentdClient extends EventEmitter {
   ): Promise<Follow> {
     const f = new Follow(this, sessionId, afterSeq, opts.permissions ?? false, listener);
     this.follows.add(f);
-    if (this.state === "connected") await this.subscribe(f);
-    else await this.start();
+    try {
+      // Connecting subscribes every follow, this one included.
+      if (this.state !== "connected") await this.start();
+      // A connect already past its resubscribe loop did not see this follow.
+      await this.subscribe(f);
+    } catch (e) {
+      this.follows.delete(f);
+      throw e;
+    }
     return f;
   }
 
   private async subscribe(f: Follow): Promise<void> {
     const c = this.conn;
-    if (!c || f.closed) return;
+    // One subscription per follow and connection, even if a reconnect's loop and a new
+    // follow race for it.
+    if (!c || f.closed || f.subscribedOn === c) return;
+    f.subscribedOn = c;
     const params: Record<string, unknown> = { session_id: f.sessionId };
     if (f.lastSeq !== undefined) params.after_seq = f.lastSeq;
     if (f.permissions) params.permissions = true;
@@ -312,6 +324,9 @@ export class AgentdClient extends EventEmitter {
     let sub: string | number;
     try {
       sub = await c.sendRequest<string | number>("agentd/subscribe", params);
+    } catch (e) {
+      f.subscribedOn = undefined;
+      throw e;
     } finally {
       this.subscribing--;
     }
@@ -333,6 +348,7 @@ export class AgentdClient extends EventEmitter {
       this.conn?.sendRequest("agentd/unsubscribe", [old]).catch(() => undefined);
     }
     f.subscription = undefined;
+    f.subscribedOn = undefined;
     this.emit("error", new Error(`subscription to ${f.sessionId} lagged; resuming after seq ${f.lastSeq ?? "start"}`));
     this.subscribe(f).catch((e) => this.emit("error", new Error(`resubscribe to ${f.sessionId} failed: ${String(e)}`)));
   }

@@ -83,10 +83,15 @@ export class SessionTree {
     this.roots = tree.roots.map(conv);
     this.byId = byId;
     for (const id of byId.keys()) {
-      if (!this.watching.has(id)) {
+      if (this.watching.has(id)) continue;
+      try {
         // Live only (no after_seq): status changes, not history.
         const f = await this.client.follow(id, undefined, (ev) => this.onEvent(id, ev));
         this.watching.set(id, f);
+      } catch (e) {
+        // E.g. the connection's subscription cap: the tree still shows the session, with
+        // the status of this reload.
+        this.client.emit("error", new Error(`cannot follow ${id} for live status: ${String(e)}`));
       }
     }
     this.fire(undefined);
