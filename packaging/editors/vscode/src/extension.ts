@@ -268,7 +268,9 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   setStatus(c.state);
 
   const ws = workspaceDir();
-  const tree = new SessionTree(c, ws ?? "/");
+  // Without a folder there is no workspace to list: the view stays empty.
+  const tree = new SessionTree(c, ws ?? "");
+  const reload = () => (ws ? tree.reload() : Promise.resolve());
   const provider = new SessionsProvider(tree);
   ctx.subscriptions.push(vscode.window.registerTreeDataProvider("agentd.sessions", provider));
   ctx.subscriptions.push(
@@ -276,7 +278,7 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
       provideTextDocumentContent: (uri) => baselines.get(uri.query) ?? "",
     }),
   );
-  c.on("reconnected", () => void tree.reload().catch((e) => log(`refresh failed: ${String(e)}`)));
+  c.on("reconnected", () => void reload().catch((e) => log(`refresh failed: ${String(e)}`)));
 
   const reg = (name: string, fn: (...args: any[]) => Promise<unknown>) =>
     ctx.subscriptions.push(
@@ -290,7 +292,7 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
     );
 
   reg("agentd.showOutput", async () => output.show(true));
-  reg("agentd.refresh", () => tree.reload());
+  reg("agentd.refresh", reload);
   reg("agentd.newSession", async () => {
     if (!ws) throw new Error("open a folder first: sessions belong to a workspace");
     const title = await vscode.window.showInputBox({ prompt: "Title of the new session (optional)" });
@@ -371,7 +373,7 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
 
   try {
     await c.start();
-    await tree.reload();
+    await reload();
   } catch (e) {
     await reportError("cannot reach the daemon (retrying in the background)", e);
   }

@@ -52,8 +52,17 @@ export class SessionTree {
     return this.byId.get(sessionId);
   }
 
-  /** Reloads tree and statuses, and follows sessions not followed yet. */
-  async reload(): Promise<void> {
+  private reloading: Promise<void> = Promise.resolve();
+
+  /** Reloads tree and statuses, and follows sessions not followed yet. Reloads run one
+   *  after another, so two of them never follow a session twice. */
+  reload(): Promise<void> {
+    const next = this.reloading.catch(() => undefined).then(() => this.reloadNow());
+    this.reloading = next;
+    return next;
+  }
+
+  private async reloadNow(): Promise<void> {
     const tree = await this.client.request<{ roots: TreeNodeWire[] }>("agentd/tree", {
       workspace: this.workspace,
     });
