@@ -7,6 +7,7 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod filesystem;
+pub mod framing;
 pub mod history;
 pub mod import;
 pub mod ops;
