@@ -49,8 +49,10 @@ pub async fn run(opts: Options) -> Result<(), String> {
     activation.ready(&format!("{} sessions", registry.sessions_total()));
     let shutdown_requested = CancellationToken::new();
     let stop_serving = CancellationToken::new();
+    let turns = crate::turn::TurnManager::new(registry.clone());
     let methods = api::methods(Api {
         registry: registry.clone(),
+        turns: turns.clone(),
         shutdown_requested: shutdown_requested.clone(),
     });
     let server = tokio::spawn(
@@ -64,13 +66,12 @@ pub async fn run(opts: Options) -> Result<(), String> {
         .run(),
     );
     if managed_by.is_some() && registry.config.idle_exit_s > 0 {
-        let r = registry.clone();
+        let (r, t) = (registry.clone(), turns.clone());
         tokio::spawn(activation::idle_exit(
             std::time::Duration::from_secs(registry.config.idle_exit_s),
             move || {
-                use std::sync::atomic::Ordering::Relaxed;
-                r.connections.load(Relaxed) == 0
-                    && r.turns_running.load(Relaxed) == 0
+                r.connections.load(std::sync::atomic::Ordering::Relaxed) == 0
+                    && t.running_count() == 0
                     && r.loaded_count() == 0
             },
             shutdown_requested.clone(),
@@ -79,7 +80,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
     wait_for_stop(&shutdown_requested).await;
     tracing::info!("shutting down");
     activation.stopping("ending running turns");
-    crate::turn::interrupt_all(&registry, "daemon_shutdown").await;
+    turns.interrupt_all("daemon_shutdown").await;
     stop_serving.cancel();
     let _ = server.await;
     // Nobody can connect any more: the socket file goes now, before the last commits.
