@@ -6,6 +6,7 @@
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command).
 
+mod acp;
 mod cli;
 mod commands;
 mod daemon;

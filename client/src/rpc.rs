@@ -76,6 +76,11 @@ impl Conn {
         })
     }
 
+    /// True once the daemon closed the connection (the reader ended).
+    pub fn is_closed(&self) -> bool {
+        self.reader.is_finished()
+    }
+
     /// Takes the stream of notifications and server requests. Only one consumer exists;
     /// a second call returns `None`.
     pub fn take_incoming(&self) -> Option<mpsc::UnboundedReceiver<Incoming>> {
