@@ -13,6 +13,8 @@
 //! Waiting is always on a condition with a deadline (connect + `agentd/hello`, a matching
 //! notification), polled with a short backoff — never a fixed sleep.
 
+pub mod acp;
+
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};

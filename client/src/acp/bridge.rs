@@ -124,7 +124,9 @@ fn parse<T: for<'de> Deserialize<'de>>(params: Value, what: &str) -> Result<T, R
 fn abs_dir(cwd: &str) -> Result<PathBuf, RpcErr> {
     let p = PathBuf::from(cwd);
     if !p.is_absolute() {
-        return Err(RpcErr::params(format!("cwd must be an absolute path: {cwd}")));
+        return Err(RpcErr::params(format!(
+            "cwd must be an absolute path: {cwd}"
+        )));
     }
     Ok(p)
 }
@@ -371,7 +373,9 @@ impl Bridge {
 
     async fn native(&self, m: &str, params: Value) -> Result<Value, RpcErr> {
         if !params.is_object() {
-            return Err(RpcErr::params("params must be an object (the native params)"));
+            return Err(RpcErr::params(
+                "params must be an object (the native params)",
+            ));
         }
         Ok(self.call(m, params).await?)
     }
@@ -393,9 +397,12 @@ impl Bridge {
     }
 
     async fn interrupt(&self, sid: &str, reason: &str) {
-        if let Some(r) = self.running.lock().ok().and_then(|r| {
-            r.get(sid).map(|x| x.cancelled.clone())
-        }) {
+        if let Some(r) = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|r| r.get(sid).map(|x| x.cancelled.clone()))
+        {
             r.set();
         }
         if let Err(e) = self
@@ -429,7 +436,9 @@ impl Bridge {
             .ok_or_else(|| {
                 RpcErr::new(
                     -32002,
-                    format!("session {sid} is not open here: use session/load or session/resume first"),
+                    format!(
+                        "session {sid} is not open here: use session/load or session/resume first"
+                    ),
                 )
             })
     }
@@ -551,10 +560,16 @@ impl Bridge {
 
     /// `session/load` (with the whole conversation replayed first) and `session/resume`.
     async fn open_session(&self, params: Value, replay: bool) -> Result<Reply, RpcErr> {
-        let what = if replay { "session/load" } else { "session/resume" };
+        let what = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
         let p: OpenSession = parse(params, &format!("{what} params"))?;
         if replay && p.mcp_servers.is_none() {
-            return Err(RpcErr::params("invalid session/load params: missing field `mcpServers`"));
+            return Err(RpcErr::params(
+                "invalid session/load params: missing field `mcpServers`",
+            ));
         }
         abs_dir(&p.cwd)?;
         if !p.additional_directories.unwrap_or_default().is_empty() {
@@ -564,9 +579,7 @@ impl Bridge {
         }
         crate::params::check_sid(&p.session_id).map_err(RpcErr::from)?;
         let sid = p.session_id.clone();
-        let show = self
-            .call(method::SHOW, json!({"session_id": sid}))
-            .await?;
+        let show = self.call(method::SHOW, json!({"session_id": sid})).await?;
         let ws = PathBuf::from(show["workspace"].as_str().unwrap_or(&p.cwd));
         let first = self
             .call(method::EVENTS, json!({"session_id": sid, "limit": 1}))
@@ -578,11 +591,16 @@ impl Bridge {
             self.replay(&sid, &ws).await?;
         }
         let o = {
-            let mut m = self.open.lock().map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+            let mut m = self
+                .open
+                .lock()
+                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
             let prev = m.get(&sid).cloned();
             let o = Open {
                 workspace: ws,
-                mode: prev.as_ref().map_or_else(|| self.args.mode.clone(), |x| x.mode.clone()),
+                mode: prev
+                    .as_ref()
+                    .map_or_else(|| self.args.mode.clone(), |x| x.mode.clone()),
                 own_model,
                 model: prev.as_ref().and_then(|x| x.model.clone()),
                 always_allow: prev.map(|x| x.always_allow).unwrap_or_default(),
@@ -656,7 +674,10 @@ impl Bridge {
     async fn close(&self, params: Value) -> Result<Value, RpcErr> {
         let p: SessionRef = parse(params, "session/close params")?;
         self.session_state(&p.session_id)?;
-        let running = self.running.lock().is_ok_and(|r| r.contains_key(&p.session_id));
+        let running = self
+            .running
+            .lock()
+            .is_ok_and(|r| r.contains_key(&p.session_id));
         if running {
             self.interrupt(&p.session_id, "acp_close").await;
         }
@@ -698,7 +719,10 @@ impl Bridge {
             return Err(RpcErr::params(format!("unknown model value `{v}`")));
         }
         let o = {
-            let mut m = self.open.lock().map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+            let mut m = self
+                .open
+                .lock()
+                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
             let Some(o) = m.get_mut(&p.session_id) else {
                 return Err(RpcErr::new(-32002, "session closed"));
             };
@@ -729,11 +753,22 @@ impl Bridge {
         }
         let cancelled = Arc::new(Cancel::default());
         {
-            let mut r = self.running.lock().map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+            let mut r = self
+                .running
+                .lock()
+                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
             if r.contains_key(&sid) {
-                return Err(RpcErr::new(-32603, "a prompt is already running in this session"));
+                return Err(RpcErr::new(
+                    -32603,
+                    "a prompt is already running in this session",
+                ));
             }
-            r.insert(sid.clone(), Running { cancelled: cancelled.clone() });
+            r.insert(
+                sid.clone(),
+                Running {
+                    cancelled: cancelled.clone(),
+                },
+            );
         }
         let res = self.run_turn(&sid, &o, &input, &cancelled).await;
         if let Ok(mut r) = self.running.lock() {
@@ -752,9 +787,11 @@ impl Bridge {
         // The shared connection makes sure a daemon runs; the turn gets its own, so its
         // event stream and permission requests are this prompt's alone.
         self.conn().await?;
-        let conn = Arc::new(Conn::connect(&self.target.socket).await.map_err(|e| {
-            RpcErr::from(crate::rpc::connection_lost(&e.to_string()))
-        })?);
+        let conn = Arc::new(
+            Conn::connect(&self.target.socket)
+                .await
+                .map_err(|e| RpcErr::from(crate::rpc::connection_lost(&e.to_string())))?,
+        );
         let mut incoming = conn
             .take_incoming()
             .ok_or_else(|| RpcErr::new(-32603, "event stream already taken"))?;
@@ -770,9 +807,12 @@ impl Bridge {
         let result = loop {
             tokio::select! {
                 r = &mut call => break r,
-                msg = incoming.recv() => match msg {
-                    Some(m) => self.on_incoming(sid, o, &conn, &mut live, m, cancelled).await,
-                    None => {} // the call fails with connection_lost
+                msg = incoming.recv() => {
+                    let Some(m) = msg else {
+                        // The reader ended: the call fails with connection_lost.
+                        break (&mut call).await;
+                    };
+                    self.on_incoming(sid, o, &conn, &mut live, m, cancelled).await;
                 }
             }
         };
@@ -785,14 +825,19 @@ impl Bridge {
                     format!("agentd went away during the prompt ({})", e.message),
                 )));
             }
-            Err(e) if e.kind == ErrorKind::Interrupted => return Ok(json!({"stopReason": "cancelled"})),
+            Err(e) if e.kind == ErrorKind::Interrupted => {
+                return Ok(json!({"stopReason": "cancelled"}))
+            }
             Err(e) => return Err(e.into()),
         };
         // Trailing events (the last deltas, turn_ended) may follow the response.
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
             while !live.ended {
                 match incoming.recv().await {
-                    Some(m) => self.on_incoming(sid, o, &conn, &mut live, m, cancelled).await,
+                    Some(m) => {
+                        self.on_incoming(sid, o, &conn, &mut live, m, cancelled)
+                            .await
+                    }
                     None => break,
                 }
             }
@@ -815,7 +860,9 @@ impl Bridge {
                         "turn {status}: {}",
                         e["message"].as_str().unwrap_or("no detail")
                     ),
-                    data: Some(json!({"kind": e["kind"], "turn_id": result["turn_id"], "status": status})),
+                    data: Some(
+                        json!({"kind": e["kind"], "turn_id": result["turn_id"], "status": status}),
+                    ),
                 });
             }
         };
@@ -833,7 +880,9 @@ impl Bridge {
     ) {
         match msg {
             Incoming::Notification { method: m, params } if m == EVENT_NOTIFICATION => {
-                let Some(ev) = params.get("result") else { return };
+                let Some(ev) = params.get("result") else {
+                    return;
+                };
                 if ev["type"] == "lagged" {
                     // Pick up from the last durable event; deltas lost meanwhile are
                     // made up by the durable texts (see map::Live).
@@ -848,11 +897,18 @@ impl Bridge {
                 if !was_started && live.turn_id.is_some() && cancelled.is_set() {
                     // A cancel that raced the turn's start.
                     let _ = self
-                        .call(method::INTERRUPT, json!({"session_id": sid, "reason": "acp_cancel"}))
+                        .call(
+                            method::INTERRUPT,
+                            json!({"session_id": sid, "reason": "acp_cancel"}),
+                        )
                         .await;
                 }
             }
-            Incoming::Request { id, method: m, params } if m == method::PERMISSION => {
+            Incoming::Request {
+                id,
+                method: m,
+                params,
+            } if m == method::PERMISSION => {
                 // The request can overtake its tool_call event: announce the call first.
                 let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
                 if let Some(u) = live.announce(
@@ -868,7 +924,9 @@ impl Bridge {
                 let _ = conn.respond(id, json!({"decision": decision})).await;
             }
             Incoming::Request { id, .. } => {
-                let _ = conn.respond_error(id, -32601, "not served by agentctl acp").await;
+                let _ = conn
+                    .respond_error(id, -32601, "not served by agentctl acp")
+                    .await;
             }
             _ => {}
         }
@@ -953,8 +1011,12 @@ impl Bridge {
                 format!("```\n{}```\n", render::tree_result(&r))
             }
             _ => {
-                let r = self.call(method::CHECKPOINT, json!({"session_id": sid})).await?;
-                r["view"].as_str().map_or_else(|| pretty(&r), str::to_string)
+                let r = self
+                    .call(method::CHECKPOINT, json!({"session_id": sid}))
+                    .await?;
+                r["view"]
+                    .as_str()
+                    .map_or_else(|| pretty(&r), str::to_string)
             }
         };
         self.out.notify(

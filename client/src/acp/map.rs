@@ -88,7 +88,10 @@ pub fn tool_call_fields(
     m.insert("kind".into(), json!(tool_kind(name)));
     m.insert("rawInput".into(), args.clone());
     if let Some(p) = s(args, "path") {
-        m.insert("locations".into(), json!([{"path": abs_path(workspace, p)}]));
+        m.insert(
+            "locations".into(),
+            json!([{"path": abs_path(workspace, p)}]),
+        );
         let diff = match name {
             "write_file" => Some(json!({
                 "type": "diff", "path": abs_path(workspace, p),
@@ -212,7 +215,9 @@ pub fn replay(event: &Value, workspace: &Path) -> Vec<Value> {
         "tool_call" => tool_call_update(workspace, data, None),
         "tool_result" => tool_result_update(data),
         "provider_usage" => usage_update(data),
-        "session_info" => s(data, "title").map(|t| json!({"sessionUpdate": "session_info_update", "title": t})),
+        "session_info" => {
+            s(data, "title").map(|t| json!({"sessionUpdate": "session_info_update", "title": t}))
+        }
         _ => None,
     };
     one.into_iter().collect()
@@ -239,11 +244,8 @@ fn delta(data: &Value) -> &str {
 
 /// What remains of `full` once `streamed` (a prefix of it, normally) was sent.
 fn remainder<'a>(full: &'a str, streamed: &str) -> &'a str {
-    full.strip_prefix(streamed).unwrap_or(if streamed.is_empty() {
-        full
-    } else {
-        ""
-    })
+    full.strip_prefix(streamed)
+        .unwrap_or(if streamed.is_empty() { full } else { "" })
 }
 
 impl Live {
@@ -346,7 +348,9 @@ mod tests {
         let ws = Path::new("/w");
         assert_eq!(
             replay(&ev(1, "user_message", json!({"text": "hi"})), ws),
-            vec![json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"hi"}})]
+            vec![
+                json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"hi"}})
+            ]
         );
         let call = replay(
             &ev(
@@ -362,7 +366,11 @@ mod tests {
         assert_eq!(call[0]["content"][0]["type"], "diff");
         assert_eq!(call[0]["content"][0]["newText"], "x");
         let res = replay(
-            &ev(3, "tool_result", json!({"call_id":"c1","ok":false,"error":{"kind":"permission_denied","message":"no"}})),
+            &ev(
+                3,
+                "tool_result",
+                json!({"call_id":"c1","ok":false,"error":{"kind":"permission_denied","message":"no"}}),
+            ),
             ws,
         );
         assert_eq!(res[0]["status"], "failed");
@@ -371,13 +379,24 @@ mod tests {
             "permission_denied: no"
         );
         let u = replay(
-            &ev(4, "provider_usage", json!({"provider":"p","model":"m","usage":{"input_tokens":10,"output_tokens":5},"context_window":100})),
+            &ev(
+                4,
+                "provider_usage",
+                json!({"provider":"p","model":"m","usage":{"input_tokens":10,"output_tokens":5},"context_window":100}),
+            ),
             ws,
         );
-        assert_eq!(u[0], json!({"sessionUpdate":"usage_update","used":15,"size":100}));
+        assert_eq!(
+            u[0],
+            json!({"sessionUpdate":"usage_update","used":15,"size":100})
+        );
         assert!(replay(&ev(5, "turn_ended", json!({})), ws).is_empty());
         let r = replay(
-            &ev(6, "reasoning", json!({"item":{"summary":[{"type":"summary_text","text":"hm"}]}})),
+            &ev(
+                6,
+                "reasoning",
+                json!({"item":{"summary":[{"type":"summary_text","text":"hm"}]}}),
+            ),
             ws,
         );
         assert_eq!(r[0]["sessionUpdate"], "agent_thought_chunk");
@@ -388,7 +407,8 @@ mod tests {
         let ws = Path::new("/w");
         let mut l = Live::default();
         assert_eq!(
-            l.on_event(&json!({"type":"text_delta","data":{"text":"Hel"}}), ws)[0]["content"]["text"],
+            l.on_event(&json!({"type":"text_delta","data":{"text":"Hel"}}), ws)[0]["content"]
+                ["text"],
             "Hel"
         );
         let rest = l.on_event(&ev(3, "assistant_message", json!({"text":"Hello"})), ws);
