@@ -37,7 +37,8 @@ pub fn bin_dir() -> PathBuf {
         .parent()
         .expect("test binary has a parent")
         .to_path_buf();
-    if dir.ends_with("deps") {
+    // Tests run from `<profile>/deps`, examples from `<profile>/examples`.
+    if dir.ends_with("deps") || dir.ends_with("examples") {
         dir.pop();
     }
     dir
