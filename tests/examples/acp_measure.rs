@@ -142,7 +142,11 @@ impl Lcg {
         let mut s = String::with_capacity(len + 16);
         while s.len() < len {
             s.push_str(WORDS[(self.next() % 12) as usize]);
-            s.push(if self.next() % 9 == 0 { '\n' } else { ' ' });
+            s.push(if self.next().is_multiple_of(9) {
+                '\n'
+            } else {
+                ' '
+            });
         }
         s.truncate(len);
         s
