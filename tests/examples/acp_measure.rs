@@ -92,11 +92,20 @@ fn first_token(prompts: usize) {
         let req = json!({"jsonrpc": "2.0", "id": format!("t{i}"), "method": "agentd/turn",
             "params": {"session_id": sid, "input": format!("native {i}"), "model": model}});
         sub.send_raw(format!("{req}\n").as_bytes()).unwrap();
-        sub.wait_for(|m| m["params"]["result"]["type"] == "text_delta", WAIT)
-            .expect("a first delta");
+        sub.wait_for(
+            |m| {
+                assert!(m.get("error").is_none(), "agentd/turn failed: {m}");
+                m["params"]["result"]["type"] == "text_delta"
+            },
+            WAIT,
+        )
+        .expect("a first delta");
         let t1 = Instant::now();
-        sub.wait_for(|m| m["params"]["result"]["type"] == "turn_ended", WAIT)
-            .expect("turn_ended");
+        // The turn's response (not turn_ended) frees the session for the next one.
+        let r = sub
+            .wait_for(|m| m["id"] == format!("t{i}").as_str(), WAIT)
+            .expect("the turn's response");
+        assert!(r.get("result").is_some(), "agentd/turn failed: {r}");
         if i >= 3 {
             native.push(t1 - t0);
         }
