@@ -619,8 +619,11 @@ impl Bridge {
             if let Some(a) = after {
                 q["after_seq"] = json!(a);
             }
-            let page = self.call(method::EVENTS, q).await?;
-            let events = page["events"].as_array().cloned().unwrap_or_default();
+            let mut page = self.call(method::EVENTS, q).await?;
+            let events = match page.get_mut("events") {
+                Some(Value::Array(a)) => std::mem::take(a),
+                _ => Vec::new(),
+            };
             for ev in &events {
                 for u in map::replay(ev, ws) {
                     self.out
