@@ -62,6 +62,9 @@ pub enum Command {
     Append(AppendArgs),
     /// Create a session in a workspace and run one turn, streaming the answer.
     Run(RunArgs),
+    /// Serve the Agent Client Protocol (ACP v1) on stdio, for editors that launch agents
+    /// (Zed, JetBrains, Neovim plugins); every ACP session is an agentd session.
+    Acp(crate::acp::AcpArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.

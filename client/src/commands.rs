@@ -30,6 +30,10 @@ fn result(value: Value, human: String) -> Outcome {
 /// Runs the command line and returns the process exit code.
 pub async fn run(mut cli: Cli) -> i32 {
     let json_mode = cli.json;
+    if let Command::Acp(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::acp::run(target, a).await;
+    }
     if let Command::Append(a) = &mut cli.command {
         if a.data == "-" {
             let mut s = String::new();

@@ -7,6 +7,7 @@
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
 //! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks).
 
+mod acp;
 mod cli;
 mod commands;
 mod daemon;

@@ -236,7 +236,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Turn(_)
         | Command::Service(_)
         | Command::Completions(_)
-        | Command::Doctor => return Ok(None),
+        | Command::Doctor
+        | Command::Acp(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))
 }

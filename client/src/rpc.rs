@@ -76,6 +76,11 @@ impl Conn {
         })
     }
 
+    /// True once the daemon closed the connection (the reader ended).
+    pub fn is_closed(&self) -> bool {
+        self.reader.is_finished()
+    }
+
     /// Takes the stream of notifications and server requests. Only one consumer exists;
     /// a second call returns `None`.
     pub fn take_incoming(&self) -> Option<mpsc::UnboundedReceiver<Incoming>> {
@@ -177,7 +182,7 @@ pub enum Routed {
 
 /// Classifies one line from the daemon (pure, so it is unit-tested).
 pub fn route(line: &str) -> Routed {
-    let Ok(v) = serde_json::from_str::<Value>(line) else {
+    let Ok(mut v) = serde_json::from_str::<Value>(line) else {
         return Routed::Ignored;
     };
     let method = v.get("method").and_then(Value::as_str).map(str::to_string);
@@ -195,10 +200,10 @@ pub fn route(line: &str) -> Routed {
             let Some(id) = id.as_u64() else {
                 return Routed::Ignored;
             };
-            let result = match (v.get("result"), v.get("error")) {
-                (_, Some(err)) => Err(error_from_object(err)),
-                (Some(r), None) => Ok(r.clone()),
-                (None, None) => Ok(Value::Null),
+            // Take the result rather than clone it: a page of events can be megabytes.
+            let result = match v.get("error") {
+                Some(err) => Err(error_from_object(err)),
+                None => Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
             };
             Routed::Response { id, result }
         }

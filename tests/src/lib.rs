@@ -13,6 +13,8 @@
 //! Waiting is always on a condition with a deadline (connect + `agentd/hello`, a matching
 //! notification), polled with a short backoff — never a fixed sleep.
 
+pub mod acp;
+
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -35,7 +37,8 @@ pub fn bin_dir() -> PathBuf {
         .parent()
         .expect("test binary has a parent")
         .to_path_buf();
-    if dir.ends_with("deps") {
+    // Tests run from `<profile>/deps`, examples from `<profile>/examples`.
+    if dir.ends_with("deps") || dir.ends_with("examples") {
         dir.pop();
     }
     dir

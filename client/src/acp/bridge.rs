@@ -1,0 +1,1107 @@
+//! The ACP methods, each mapped onto the native API (DESIGN §6, §11).
+//!
+//! State kept here is only what ACP has and agentd does not: the sessions this client
+//! opened (with their mode, chosen model and "always allow" tools), the running prompts
+//! (to cancel them), and the client's pending answers to `session/request_permission`.
+//! Everything durable lives in the daemon's Logs.
+
+use super::map::{self, Live};
+use super::{AcpArgs, Out};
+use crate::daemon::{self, Target};
+use crate::render;
+use crate::rpc::{Conn, Incoming};
+use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
+use agentd_proto::{AgentError, ErrorKind};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+pub const PROTOCOL_VERSION: u64 = 1;
+const MODES: [(&str, &str, &str); 3] = [
+    ("ask", "Ask", "Mutating tools ask before they run"),
+    ("auto", "Auto", "Every tool runs without asking"),
+    (
+        "read_only",
+        "Read only",
+        "Mutating tools are refused; reading and searching run",
+    ),
+];
+const COMMANDS: [(&str, &str, Option<&str>); 4] = [
+    (
+        "compact",
+        "Compact older history into a deterministic checkpoint",
+        Some("events to keep verbatim (default 40)"),
+    ),
+    (
+        "fork",
+        "Fork this session into a new one (optionally up to a seq)",
+        Some("seq to fork at (default: the end)"),
+    ),
+    ("tree", "Show this session's fork tree", None),
+    (
+        "checkpoint",
+        "Show the session's state checkpoint (what replay injects)",
+        None,
+    ),
+];
+/// After the turn's response, how long to wait for its trailing events.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Events per `agentd/events` page during `session/load`.
+const LOAD_PAGE: usize = 20_000;
+
+/// A JSON-RPC error for the client.
+#[derive(Debug, Clone)]
+pub struct RpcErr {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcErr {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcErr {
+        RpcErr {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    fn params(message: impl Into<String>) -> RpcErr {
+        RpcErr::new(-32602, message)
+    }
+
+    pub fn to_value(&self) -> Value {
+        let mut v = json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.data {
+            v["data"] = d.clone();
+        }
+        v
+    }
+}
+
+impl From<AgentError> for RpcErr {
+    fn from(e: AgentError) -> RpcErr {
+        let code = match e.kind {
+            ErrorKind::InvalidArgs => -32602,
+            ErrorKind::NotFound => -32002,
+            _ => -32603,
+        };
+        let message = match e.kind {
+            ErrorKind::DaemonUnavailable => format!(
+                "{} (the next request reconnects, starting agentd if needed)",
+                e.message
+            ),
+            _ => e.message.clone(),
+        };
+        RpcErr {
+            code,
+            message,
+            data: Some(json!({"kind": e.kind.as_str(), "details": e.details})),
+        }
+    }
+}
+
+pub fn check_mode(mode: &str) -> Result<(), RpcErr> {
+    if MODES.iter().any(|m| m.0 == mode) {
+        Ok(())
+    } else {
+        Err(RpcErr::params(format!(
+            "unknown mode `{mode}`: use ask, auto or read_only"
+        )))
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(params: Value, what: &str) -> Result<T, RpcErr> {
+    let params = if params.is_null() { json!({}) } else { params };
+    serde_json::from_value(params).map_err(|e| RpcErr::params(format!("invalid {what}: {e}")))
+}
+
+fn abs_dir(cwd: &str) -> Result<PathBuf, RpcErr> {
+    let p = PathBuf::from(cwd);
+    if !p.is_absolute() {
+        return Err(RpcErr::params(format!(
+            "cwd must be an absolute path: {cwd}"
+        )));
+    }
+    Ok(p)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewSession {
+    cwd: String,
+    mcp_servers: Vec<Value>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+    #[serde(default)]
+    additional_directories: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OpenSession {
+    session_id: String,
+    cwd: String,
+    #[serde(default)]
+    mcp_servers: Option<Vec<Value>>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+    #[serde(default)]
+    additional_directories: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionRef {
+    session_id: String,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Prompt {
+    session_id: String,
+    prompt: Vec<Value>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListReq {
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SetMode {
+    session_id: String,
+    mode_id: String,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SetConfig {
+    session_id: String,
+    config_id: String,
+    value: Value,
+    #[serde(default, rename = "type")]
+    _kind: Option<String>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<Value>,
+}
+
+/// What this client has open.
+#[derive(Debug, Clone)]
+struct Open {
+    workspace: PathBuf,
+    mode: String,
+    /// The session's own model (its `session_started`), if it names one.
+    own_model: Option<String>,
+    /// The model picked in the editor; `None` = the session's own.
+    model: Option<String>,
+    always_allow: HashSet<String>,
+}
+
+struct Running {
+    cancelled: Arc<Cancel>,
+}
+
+/// A prompt's cancellation: a flag, and a wake-up for whoever waits on the client.
+#[derive(Default)]
+pub struct Cancel {
+    flag: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Cancel {
+    fn set(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    async fn wait(&self) {
+        loop {
+            let n = self.notify.notified();
+            if self.is_set() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+type Reply = (Value, Vec<(String, Value)>);
+
+pub struct Bridge {
+    target: Target,
+    args: AcpArgs,
+    pub out: Out,
+    initialized: AtomicBool,
+    daemon: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    open: Mutex<HashMap<String, Open>>,
+    running: Mutex<HashMap<String, Running>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
+    next_id: AtomicU64,
+}
+
+impl Bridge {
+    pub fn new(target: Target, args: AcpArgs, out: Out) -> Bridge {
+        Bridge {
+            target,
+            args,
+            out,
+            initialized: AtomicBool::new(false),
+            daemon: tokio::sync::Mutex::new(None),
+            open: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.initialized.load(Ordering::SeqCst)
+    }
+
+    // ---- daemon connection -------------------------------------------------------
+
+    /// The shared daemon connection, (re)connecting (and starting agentd) when it is gone.
+    async fn conn(&self) -> Result<Arc<Conn>, AgentError> {
+        let mut g = self.daemon.lock().await;
+        if let Some(c) = g.as_ref() {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        *g = None;
+        let c = Arc::new(daemon::connect_or_start(&self.target).await?.conn);
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn call(&self, m: &str, params: Value) -> Result<Value, AgentError> {
+        let c = self.conn().await?;
+        let r = c.call(m, params).await;
+        if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
+            *self.daemon.lock().await = None;
+        }
+        r
+    }
+
+    // ---- client requests (agent → client) -------------------------------------
+
+    /// Sends a request to the client and waits for its whole response object.
+    async fn ask_client(&self, m: &str, params: Value) -> Option<Value> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().ok()?.insert(id, tx);
+        self.out
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": m, "params": params}));
+        rx.await.ok()
+    }
+
+    pub fn client_answered(&self, id: &Value, msg: Value) {
+        let Some(id) = id.as_u64() else { return };
+        let tx = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if let Some(tx) = tx {
+            let _ = tx.send(msg);
+        }
+    }
+
+    // ---- lifecycle -----------------------------------------------------------------
+
+    pub fn initialize(&self, params: Value) -> Result<Value, RpcErr> {
+        let v = params
+            .get("protocolVersion")
+            .ok_or_else(|| RpcErr::params("initialize needs protocolVersion"))?;
+        if v.as_u64().is_none() || v.as_u64().is_some_and(|n| n > u64::from(u16::MAX)) {
+            return Err(RpcErr::params(
+                "protocolVersion must be an integer (the MAJOR version)",
+            ));
+        }
+        self.initialized.store(true, Ordering::SeqCst);
+        Ok(json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": false, "sse": false},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+            },
+            "agentInfo": {"name": "agentd", "title": "agentd", "version": env!("CARGO_PKG_VERSION")},
+            "authMethods": [],
+        }))
+    }
+
+    pub async fn dispatch(&self, m: &str, params: Value) -> Result<Reply, RpcErr> {
+        let plain = |v: Value| (v, vec![]);
+        match m {
+            "authenticate" => Ok(plain(json!({}))),
+            "session/new" => self.new_session(params).await,
+            "session/load" => self.open_session(params, true).await,
+            "session/resume" => self.open_session(params, false).await,
+            "session/list" => self.list(params).await.map(plain),
+            "session/close" => self.close(params).await.map(plain),
+            "session/prompt" => self.prompt(params).await.map(plain),
+            "session/set_mode" => self.set_mode(params),
+            "session/set_config_option" => self.set_config(params),
+            "_agentd/compact" => self.native(method::COMPACT, params).await.map(plain),
+            "_agentd/fork" => self.native(method::FORK, params).await.map(plain),
+            "_agentd/tree" => self.native(method::TREE, params).await.map(plain),
+            "_agentd/checkpoint" => self.native(method::CHECKPOINT, params).await.map(plain),
+            _ => Err(RpcErr::new(-32601, format!("method not found: {m}"))),
+        }
+    }
+
+    async fn native(&self, m: &str, params: Value) -> Result<Value, RpcErr> {
+        if !params.is_object() {
+            return Err(RpcErr::params(
+                "params must be an object (the native params)",
+            ));
+        }
+        Ok(self.call(m, params).await?)
+    }
+
+    /// Interrupts every running prompt: the client closed stdin.
+    pub async fn client_gone(&self) {
+        let sids: Vec<String> = self
+            .running
+            .lock()
+            .map(|r| r.keys().cloned().collect())
+            .unwrap_or_default();
+        for sid in sids {
+            self.interrupt(&sid, "acp_client_closed").await;
+        }
+        // Nobody will answer permission requests any more.
+        if let Ok(mut p) = self.pending.lock() {
+            p.clear();
+        }
+    }
+
+    async fn interrupt(&self, sid: &str, reason: &str) {
+        if let Some(r) = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|r| r.get(sid).map(|x| x.cancelled.clone()))
+        {
+            r.set();
+        }
+        if let Err(e) = self
+            .call(
+                method::INTERRUPT,
+                json!({"session_id": sid, "reason": reason}),
+            )
+            .await
+        {
+            eprintln!("agentctl acp: interrupting {sid}: {}", e.message);
+        }
+    }
+
+    pub async fn cancel(&self, params: &Value) {
+        let Some(sid) = params.get("sessionId").and_then(Value::as_str) else {
+            return;
+        };
+        let known = self.running.lock().is_ok_and(|r| r.contains_key(sid));
+        if known {
+            self.interrupt(sid, "acp_cancel").await;
+        }
+    }
+
+    // ---- sessions --------------------------------------------------------------------
+
+    fn session_state(&self, sid: &str) -> Result<Open, RpcErr> {
+        self.open
+            .lock()
+            .ok()
+            .and_then(|o| o.get(sid).cloned())
+            .ok_or_else(|| {
+                RpcErr::new(
+                    -32002,
+                    format!(
+                        "session {sid} is not open here: use session/load or session/resume first"
+                    ),
+                )
+            })
+    }
+
+    fn modes(&self, o: &Open) -> Value {
+        json!({
+            "currentModeId": o.mode,
+            "availableModes": MODES.iter().map(|(id, name, d)| json!({"id": id, "name": name, "description": d})).collect::<Vec<_>>(),
+        })
+    }
+
+    fn model_values(&self, o: &Open) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for m in o.own_model.iter().chain(self.args.models.iter()) {
+            if !v.contains(m) {
+                v.push(m.clone());
+            }
+        }
+        if v.is_empty() {
+            v.push("default".into());
+        }
+        v
+    }
+
+    fn config_options(&self, o: &Open) -> Value {
+        let values = self.model_values(o);
+        let current = o
+            .model
+            .clone()
+            .or_else(|| o.own_model.clone())
+            .unwrap_or_else(|| values[0].clone());
+        json!([{
+            "id": "model",
+            "name": "Model",
+            "description": "Model for the next prompts (provider:model or a configured model name)",
+            "category": "model",
+            "type": "select",
+            "currentValue": current,
+            "options": values.iter().map(|v| json!({
+                "value": v,
+                "name": if v == "default" { "Daemon default".to_string() } else { v.clone() },
+            })).collect::<Vec<_>>(),
+        }])
+    }
+
+    fn commands_update(sid: &str) -> (String, Value) {
+        let cmds: Vec<Value> = COMMANDS
+            .iter()
+            .map(|(name, d, hint)| {
+                let mut c = json!({"name": name, "description": d});
+                if let Some(h) = hint {
+                    c["input"] = json!({"hint": h});
+                }
+                c
+            })
+            .collect();
+        (
+            "session/update".into(),
+            json!({"sessionId": sid, "update": {"sessionUpdate": "available_commands_update", "availableCommands": cmds}}),
+        )
+    }
+
+    fn session_meta(mcp: &[Value]) -> Option<Value> {
+        if mcp.is_empty() {
+            return None;
+        }
+        let names: Vec<Value> = mcp
+            .iter()
+            .map(|s| s.get("name").cloned().unwrap_or(Value::Null))
+            .collect();
+        let warning = format!(
+            "agentd does not connect to MCP servers; {} server(s) were not connected: the session uses agentd's own tools only",
+            names.len()
+        );
+        eprintln!("agentctl acp: {warning}");
+        Some(json!({"agentd": {"warnings": [warning], "ignoredMcpServers": names}}))
+    }
+
+    fn opened(&self, sid: &str, o: &Open, meta: Option<Value>, id: bool) -> Reply {
+        let mut r = json!({"modes": self.modes(o), "configOptions": self.config_options(o)});
+        if id {
+            r["sessionId"] = json!(sid);
+        }
+        if let Some(m) = meta {
+            r["_meta"] = m;
+        }
+        (r, vec![Self::commands_update(sid)])
+    }
+
+    async fn new_session(&self, params: Value) -> Result<Reply, RpcErr> {
+        let p: NewSession = parse(params, "session/new params")?;
+        let ws = abs_dir(&p.cwd)?;
+        if !p.additional_directories.unwrap_or_default().is_empty() {
+            return Err(RpcErr::params(
+                "additionalDirectories is not supported: a session has one workspace",
+            ));
+        }
+        let mut create = json!({"workspace": ws});
+        if let Some(m) = self.args.models.first() {
+            create["model"] = json!(m);
+        }
+        if let Some(pv) = &self.args.provider {
+            create["provider"] = json!(pv);
+        }
+        let r = self.call(method::CREATE, create).await?;
+        let sid = r["session_id"].as_str().unwrap_or_default().to_string();
+        let o = Open {
+            workspace: ws,
+            mode: self.args.mode.clone(),
+            own_model: self.args.models.first().cloned(),
+            model: None,
+            always_allow: HashSet::new(),
+        };
+        if let Ok(mut m) = self.open.lock() {
+            m.insert(sid.clone(), o.clone());
+        }
+        Ok(self.opened(&sid, &o, Self::session_meta(&p.mcp_servers), true))
+    }
+
+    /// `session/load` (with the whole conversation replayed first) and `session/resume`.
+    async fn open_session(&self, params: Value, replay: bool) -> Result<Reply, RpcErr> {
+        let what = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
+        let p: OpenSession = parse(params, &format!("{what} params"))?;
+        if replay && p.mcp_servers.is_none() {
+            return Err(RpcErr::params(
+                "invalid session/load params: missing field `mcpServers`",
+            ));
+        }
+        abs_dir(&p.cwd)?;
+        if !p.additional_directories.unwrap_or_default().is_empty() {
+            return Err(RpcErr::params(
+                "additionalDirectories is not supported: a session has one workspace",
+            ));
+        }
+        crate::params::check_sid(&p.session_id).map_err(RpcErr::from)?;
+        let sid = p.session_id.clone();
+        let show = self.call(method::SHOW, json!({"session_id": sid})).await?;
+        let ws = PathBuf::from(show["workspace"].as_str().unwrap_or(&p.cwd));
+        let first = self
+            .call(method::EVENTS, json!({"session_id": sid, "limit": 1}))
+            .await?;
+        let own_model = first["events"][0]["data"]["model"]
+            .as_str()
+            .map(str::to_string);
+        if replay {
+            self.replay(&sid, &ws).await?;
+        }
+        let o = {
+            let mut m = self
+                .open
+                .lock()
+                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+            let prev = m.get(&sid).cloned();
+            let o = Open {
+                workspace: ws,
+                mode: prev
+                    .as_ref()
+                    .map_or_else(|| self.args.mode.clone(), |x| x.mode.clone()),
+                own_model,
+                model: prev.as_ref().and_then(|x| x.model.clone()),
+                always_allow: prev.map(|x| x.always_allow).unwrap_or_default(),
+            };
+            m.insert(sid.clone(), o.clone());
+            o
+        };
+        let meta = Self::session_meta(p.mcp_servers.as_deref().unwrap_or(&[]));
+        Ok(self.opened(&sid, &o, meta, false))
+    }
+
+    async fn replay(&self, sid: &str, ws: &Path) -> Result<(), RpcErr> {
+        let mut after: Option<u64> = None;
+        loop {
+            let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
+            if let Some(a) = after {
+                q["after_seq"] = json!(a);
+            }
+            let mut page = self.call(method::EVENTS, q).await?;
+            let events = match page.get_mut("events") {
+                Some(Value::Array(a)) => std::mem::take(a),
+                _ => Vec::new(),
+            };
+            for ev in &events {
+                for u in map::replay(ev, ws) {
+                    self.out
+                        .notify("session/update", json!({"sessionId": sid, "update": u}));
+                }
+            }
+            match page.get("next_after_seq").and_then(Value::as_u64) {
+                Some(n) if !events.is_empty() => after = Some(n),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    async fn list(&self, params: Value) -> Result<Value, RpcErr> {
+        let p: ListReq = parse(params, "session/list params")?;
+        let mut q = json!({"limit": self.args.page_size.max(1)});
+        if let Some(c) = &p.cwd {
+            q["workspace"] = json!(abs_dir(c)?);
+        }
+        if let Some(c) = &p.cursor {
+            q["cursor"] = json!(c);
+        }
+        let r = self.call(method::LIST, q).await?;
+        let sessions: Vec<Value> = r["sessions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        let mut o = json!({"sessionId": s["session_id"], "cwd": s["workspace"]});
+                        if let Some(t) = s["title"].as_str().filter(|t| !t.is_empty()) {
+                            o["title"] = json!(t);
+                        }
+                        if let Some(t) = s["updated_at"].as_str() {
+                            o["updatedAt"] = json!(t);
+                        }
+                        o
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut out = json!({"sessions": sessions});
+        if let Some(c) = r.get("next_cursor").filter(|c| !c.is_null()) {
+            out["nextCursor"] = match c {
+                Value::String(_) => c.clone(),
+                other => json!(other.to_string()),
+            };
+        }
+        Ok(out)
+    }
+
+    async fn close(&self, params: Value) -> Result<Value, RpcErr> {
+        let p: SessionRef = parse(params, "session/close params")?;
+        self.session_state(&p.session_id)?;
+        let running = self
+            .running
+            .lock()
+            .is_ok_and(|r| r.contains_key(&p.session_id));
+        if running {
+            self.interrupt(&p.session_id, "acp_close").await;
+        }
+        if let Ok(mut m) = self.open.lock() {
+            m.remove(&p.session_id);
+        }
+        Ok(json!({}))
+    }
+
+    fn set_mode(&self, params: Value) -> Result<Reply, RpcErr> {
+        let p: SetMode = parse(params, "session/set_mode params")?;
+        check_mode(&p.mode_id)?;
+        self.session_state(&p.session_id)?;
+        if let Ok(mut m) = self.open.lock() {
+            if let Some(o) = m.get_mut(&p.session_id) {
+                o.mode = p.mode_id.clone();
+            }
+        }
+        let note = (
+            "session/update".to_string(),
+            json!({"sessionId": p.session_id, "update": {"sessionUpdate": "current_mode_update", "currentModeId": p.mode_id}}),
+        );
+        Ok((json!({}), vec![note]))
+    }
+
+    fn set_config(&self, params: Value) -> Result<Reply, RpcErr> {
+        let p: SetConfig = parse(params, "session/set_config_option params")?;
+        let o = self.session_state(&p.session_id)?;
+        if p.config_id != "model" {
+            return Err(RpcErr::params(format!(
+                "unknown config option `{}`: agentd offers `model`",
+                p.config_id
+            )));
+        }
+        let Some(v) = p.value.as_str() else {
+            return Err(RpcErr::params("model must be one of the option values"));
+        };
+        if !self.model_values(&o).iter().any(|m| m == v) {
+            return Err(RpcErr::params(format!("unknown model value `{v}`")));
+        }
+        let o = {
+            let mut m = self
+                .open
+                .lock()
+                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+            let Some(o) = m.get_mut(&p.session_id) else {
+                return Err(RpcErr::new(-32002, "session closed"));
+            };
+            o.model = (v != "default").then(|| v.to_string());
+            o.clone()
+        };
+        let opts = self.config_options(&o);
+        let note = (
+            "session/update".to_string(),
+            json!({"sessionId": p.session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}),
+        );
+        Ok((json!({"configOptions": opts}), vec![note]))
+    }
+
+    // ---- prompts ---------------------------------------------------------------------
+
+    async fn prompt(&self, params: Value) -> Result<Value, RpcErr> {
+        let p: Prompt = parse(params, "session/prompt params")?;
+        let sid = p.session_id.clone();
+        let o = self.session_state(&sid)?;
+        let input = prompt_text(&p.prompt)?;
+        if let Some(cmd) = input.strip_prefix('/') {
+            let name = cmd.split_whitespace().next().unwrap_or("");
+            if COMMANDS.iter().any(|c| c.0 == name) {
+                let arg = cmd[name.len()..].trim().to_string();
+                return self.command(&sid, name, &arg).await;
+            }
+        }
+        let cancelled = Arc::new(Cancel::default());
+        {
+            let mut r = self
+                .running
+                .lock()
+                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+            if r.contains_key(&sid) {
+                return Err(RpcErr::new(
+                    -32603,
+                    "a prompt is already running in this session",
+                ));
+            }
+            r.insert(
+                sid.clone(),
+                Running {
+                    cancelled: cancelled.clone(),
+                },
+            );
+        }
+        let res = self.run_turn(&sid, &o, &input, &cancelled).await;
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&sid);
+        }
+        res
+    }
+
+    async fn run_turn(
+        &self,
+        sid: &str,
+        o: &Open,
+        input: &str,
+        cancelled: &Arc<Cancel>,
+    ) -> Result<Value, RpcErr> {
+        // The shared connection makes sure a daemon runs; the turn gets its own, so its
+        // event stream and permission requests are this prompt's alone.
+        self.conn().await?;
+        let conn = Arc::new(
+            Conn::connect(&self.target.socket)
+                .await
+                .map_err(|e| RpcErr::from(crate::rpc::connection_lost(&e.to_string())))?,
+        );
+        let mut incoming = conn
+            .take_incoming()
+            .ok_or_else(|| RpcErr::new(-32603, "event stream already taken"))?;
+        let ask = o.mode == "ask";
+        conn.subscribe(sid, None, ask).await?;
+        let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode});
+        if let Some(m) = &o.model {
+            params["model"] = json!(m);
+        }
+        let mut live = Live::default();
+        let call = conn.call(method::TURN, params);
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                msg = incoming.recv() => {
+                    let Some(m) = msg else {
+                        // The reader ended: the call fails with connection_lost.
+                        break (&mut call).await;
+                    };
+                    self.on_incoming(sid, o, &conn, &mut live, m, cancelled).await;
+                }
+            }
+        };
+        let result = match result {
+            Ok(r) => r,
+            Err(e) if e.kind == ErrorKind::DaemonUnavailable => {
+                *self.daemon.lock().await = None;
+                return Err(RpcErr::from(AgentError::new(
+                    ErrorKind::DaemonUnavailable,
+                    format!("agentd went away during the prompt ({})", e.message),
+                )));
+            }
+            Err(e) if e.kind == ErrorKind::Interrupted => {
+                return Ok(json!({"stopReason": "cancelled"}))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // Trailing events (the last deltas, turn_ended) may follow the response.
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while !live.ended {
+                match incoming.recv().await {
+                    Some(m) => {
+                        self.on_incoming(sid, o, &conn, &mut live, m, cancelled)
+                            .await
+                    }
+                    None => break,
+                }
+            }
+        })
+        .await;
+        let status = result["status"].as_str().unwrap_or("");
+        let stop = match status {
+            "completed" if result["reason"] == "max_iterations" => "max_turn_requests",
+            "completed" => {
+                // The turn's own reason lives on turn_ended; the response carries status.
+                "end_turn"
+            }
+            "interrupted" => "cancelled",
+            _ if cancelled.is_set() => "cancelled",
+            _ => {
+                let e = result.get("error").cloned().unwrap_or(Value::Null);
+                return Err(RpcErr {
+                    code: -32603,
+                    message: format!(
+                        "turn {status}: {}",
+                        e["message"].as_str().unwrap_or("no detail")
+                    ),
+                    data: Some(
+                        json!({"kind": e["kind"], "turn_id": result["turn_id"], "status": status}),
+                    ),
+                });
+            }
+        };
+        Ok(json!({"stopReason": stop}))
+    }
+
+    async fn on_incoming(
+        &self,
+        sid: &str,
+        o: &Open,
+        conn: &Arc<Conn>,
+        live: &mut Live,
+        msg: Incoming,
+        cancelled: &Arc<Cancel>,
+    ) {
+        match msg {
+            Incoming::Notification { method: m, params } if m == EVENT_NOTIFICATION => {
+                let Some(ev) = params.get("result") else {
+                    return;
+                };
+                if ev["type"] == "lagged" {
+                    // Pick up from the last durable event; deltas lost meanwhile are
+                    // made up by the durable texts (see map::Live).
+                    let _ = conn.subscribe(sid, live.last_seq, o.mode == "ask").await;
+                    return;
+                }
+                let was_started = live.turn_id.is_some();
+                for u in live.on_event(ev, &o.workspace) {
+                    self.out
+                        .notify("session/update", json!({"sessionId": sid, "update": u}));
+                }
+                if !was_started && live.turn_id.is_some() && cancelled.is_set() {
+                    // A cancel that raced the turn's start.
+                    let _ = self
+                        .call(
+                            method::INTERRUPT,
+                            json!({"session_id": sid, "reason": "acp_cancel"}),
+                        )
+                        .await;
+                }
+            }
+            Incoming::Request {
+                id,
+                method: m,
+                params,
+            } if m == method::PERMISSION => {
+                // The request can overtake its tool_call event: announce the call first.
+                let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
+                if let Some(u) = live.announce(
+                    &o.workspace,
+                    params["call_id"].as_str().unwrap_or(""),
+                    params["tool"].as_str().unwrap_or(""),
+                    &args,
+                ) {
+                    self.out
+                        .notify("session/update", json!({"sessionId": sid, "update": u}));
+                }
+                let decision = self.permission(sid, &o.workspace, &params, cancelled).await;
+                let _ = conn.respond(id, json!({"decision": decision})).await;
+            }
+            Incoming::Request { id, .. } => {
+                let _ = conn
+                    .respond_error(id, -32601, "not served by agentctl acp")
+                    .await;
+            }
+            _ => {}
+        }
+    }
+
+    /// Relays one `agentd/permission` request as `session/request_permission`.
+    async fn permission(&self, sid: &str, ws: &Path, p: &Value, cancel: &Cancel) -> &'static str {
+        let tool = p["tool"].as_str().unwrap_or("tool").to_string();
+        let always = self
+            .open
+            .lock()
+            .is_ok_and(|m| m.get(sid).is_some_and(|o| o.always_allow.contains(&tool)));
+        if always {
+            return "allow";
+        }
+        let call_id = p["call_id"].as_str().unwrap_or("");
+        let args = p.get("args").cloned().unwrap_or_else(|| json!({}));
+        let old = map::current_text(ws, &tool, &args);
+        let tool_call = Value::Object(map::tool_call_fields(ws, call_id, &tool, &args, old));
+        let req = json!({
+            "sessionId": sid,
+            "toolCall": tool_call,
+            "options": [
+                {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
+                {"optionId": "allow-always", "name": format!("Always allow {tool}"), "kind": "allow_always"},
+                {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
+            ],
+        });
+        let ans = tokio::select! {
+            a = self.ask_client("session/request_permission", req) => a,
+            _ = cancel.wait() => None,
+        };
+        let Some(ans) = ans else {
+            return "deny";
+        };
+        let outcome = &ans["result"]["outcome"];
+        match (outcome["outcome"].as_str(), outcome["optionId"].as_str()) {
+            (Some("selected"), Some("allow-once")) => "allow",
+            (Some("selected"), Some("allow-always")) => {
+                if let Ok(mut m) = self.open.lock() {
+                    if let Some(o) = m.get_mut(sid) {
+                        o.always_allow.insert(tool);
+                    }
+                }
+                "allow"
+            }
+            _ => "deny",
+        }
+    }
+
+    /// A slash command typed as the prompt.
+    async fn command(&self, sid: &str, name: &str, arg: &str) -> Result<Value, RpcErr> {
+        let text = match name {
+            "compact" => {
+                let mut q = json!({"session_id": sid});
+                if !arg.is_empty() {
+                    let n: u64 = arg
+                        .parse()
+                        .map_err(|_| RpcErr::params("/compact takes a number of events to keep"))?;
+                    q["tail_events"] = json!(n);
+                }
+                let r = self.call(method::COMPACT, q).await?;
+                format!("Compacted.\n\n```json\n{}\n```\n", pretty(&r))
+            }
+            "fork" => {
+                let mut q = json!({"session_id": sid});
+                if !arg.is_empty() {
+                    let n: u64 = arg
+                        .parse()
+                        .map_err(|_| RpcErr::params("/fork takes a seq to fork at"))?;
+                    q["to_seq"] = json!(n);
+                }
+                let r = self.call(method::FORK, q).await?;
+                let child = r["child_session_id"]
+                    .as_str()
+                    .or_else(|| r["session_id"].as_str())
+                    .unwrap_or("?");
+                format!("Forked into session `{child}` (open it with session/load).\n")
+            }
+            "tree" => {
+                let r = self.call(method::TREE, json!({"session_id": sid})).await?;
+                format!("```\n{}```\n", render::tree_result(&r))
+            }
+            _ => {
+                let r = self
+                    .call(method::CHECKPOINT, json!({"session_id": sid}))
+                    .await?;
+                r["view"]
+                    .as_str()
+                    .map_or_else(|| pretty(&r), str::to_string)
+            }
+        };
+        self.out.notify(
+            "session/update",
+            json!({"sessionId": sid, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}),
+        );
+        Ok(json!({"stopReason": "end_turn"}))
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// The turn input a prompt's content blocks make: text as is, resource links as links,
+/// embedded text resources inline with their URI. Images and audio are not advertised.
+pub fn prompt_text(blocks: &[Value]) -> Result<String, RpcErr> {
+    let mut out = String::new();
+    for b in blocks {
+        let piece = match b["type"].as_str().unwrap_or("") {
+            "text" => b["text"]
+                .as_str()
+                .ok_or_else(|| RpcErr::params("text block without text"))?
+                .to_string(),
+            "resource_link" => {
+                let uri = b["uri"]
+                    .as_str()
+                    .ok_or_else(|| RpcErr::params("resource_link without uri"))?;
+                let name = b["name"].as_str().unwrap_or(uri);
+                format!("[@{name}]({uri})")
+            }
+            "resource" => {
+                let r = &b["resource"];
+                let uri = r["uri"].as_str().unwrap_or("");
+                match r["text"].as_str() {
+                    Some(t) => format!("<context uri=\"{uri}\">\n{t}\n</context>"),
+                    None => {
+                        return Err(RpcErr::params(
+                            "binary embedded resources are not supported; send text",
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(RpcErr::params(format!(
+                    "`{other}` content is not supported (promptCapabilities says so)"
+                )))
+            }
+        };
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&piece);
+    }
+    if out.trim().is_empty() {
+        return Err(RpcErr::params("the prompt is empty"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_blocks_become_turn_input() {
+        let t = prompt_text(&[
+            json!({"type": "text", "text": "look"}),
+            json!({"type": "resource_link", "uri": "file:///a.rs", "name": "a.rs"}),
+            json!({"type": "resource", "resource": {"uri": "file:///b.rs", "text": "fn b() {}"}}),
+        ])
+        .unwrap();
+        assert_eq!(
+            t,
+            "look\n[@a.rs](file:///a.rs)\n<context uri=\"file:///b.rs\">\nfn b() {}\n</context>"
+        );
+        assert_eq!(
+            prompt_text(&[json!({"type": "image", "data": "", "mimeType": "image/png"})])
+                .unwrap_err()
+                .code,
+            -32602
+        );
+        assert_eq!(prompt_text(&[]).unwrap_err().code, -32602);
+    }
+}

@@ -1,0 +1,217 @@
+//! `agentctl acp`: an Agent Client Protocol v1 agent on stdio (DESIGN §11).
+//!
+//! Editors spawn it and speak ACP (JSON-RPC 2.0, one message per line). Every ACP session
+//! is an agentd session: the bridge keeps no history of its own, so a session started
+//! here is visible to `agentctl` and other clients at once and outlives the editor.
+//!
+//! Transport: stdin is read line by line by one loop. `initialize` is answered inline, so
+//! requests pipelined right behind it are already accepted; every other request runs in
+//! its own task, so `session/cancel` and permission answers are read while a prompt
+//! streams. All output goes through one writer task that owns stdout; nothing else
+//! writes there (diagnostics go to stderr). The schema types are written out by hand
+//! from ACP's JSON schema (see `bridge`), and the Rust tests and the node client test
+//! check every frame against that schema.
+
+mod bridge;
+pub mod map;
+
+use crate::daemon::Target;
+use bridge::{Bridge, RpcErr};
+use clap::Args;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// Largest incoming line; a longer one is discarded with an error and the bridge goes on.
+const MAX_LINE: usize = 64 * 1024 * 1024;
+/// After stdin closes, how long running turns have to record their interruption.
+const EXIT_GRACE: Duration = Duration::from_secs(20);
+
+/// Options of `agentctl acp`.
+#[derive(Debug, Clone, Args)]
+pub struct AcpArgs {
+    /// Model for new sessions (e.g. `gpt-5`, `script:/abs/path.json`). Repeat it to offer
+    /// several in the editor's model picker; the first is the default. Without it the
+    /// daemon's configured default applies.
+    #[arg(long = "model", value_name = "MODEL")]
+    pub models: Vec<String>,
+    /// Provider for new sessions (a name from config.toml).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Initial mode of every session: `ask` (mutating tools ask the editor), `auto` or
+    /// `read_only`. The editor can switch it per session.
+    #[arg(long, value_name = "MODE", default_value = "ask")]
+    pub mode: String,
+    /// Sessions per `session/list` page.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub page_size: usize,
+}
+
+/// Messages to the client, already serialized (one line each, without the newline).
+#[derive(Clone)]
+pub struct Out(mpsc::UnboundedSender<String>);
+
+impl Out {
+    pub fn send(&self, msg: &Value) {
+        if let Ok(line) = serde_json::to_string(msg) {
+            let _ = self.0.send(line);
+        }
+    }
+
+    pub fn notify(&self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    fn respond(&self, id: Value, r: Result<Value, RpcErr>) {
+        match r {
+            Ok(result) => self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result})),
+            Err(e) => self.send(&json!({"jsonrpc": "2.0", "id": id, "error": e.to_value()})),
+        }
+    }
+}
+
+async fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
+    let mut stdout = tokio::io::stdout();
+    let mut buf = Vec::with_capacity(64 * 1024);
+    while let Some(line) = rx.recv().await {
+        buf.clear();
+        buf.extend_from_slice(line.as_bytes());
+        buf.push(b'\n');
+        // Coalesce what is already queued (a load replay) into one write.
+        while buf.len() < 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(l) => {
+                    buf.extend_from_slice(l.as_bytes());
+                    buf.push(b'\n');
+                }
+                Err(_) => break,
+            }
+        }
+        if stdout.write_all(&buf).await.is_err() || stdout.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Runs the bridge until stdin closes; returns the exit code.
+pub async fn run(target: Target, args: &AcpArgs) -> i32 {
+    if let Err(e) = bridge::check_mode(&args.mode) {
+        eprintln!("agentctl acp: {}", e.message);
+        return 2;
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_loop(rx));
+    let bridge = Arc::new(Bridge::new(target, args.clone(), Out(tx)));
+    let mut tasks = JoinSet::new();
+    let mut stdin = BufReader::with_capacity(256 * 1024, tokio::io::stdin());
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut stdin)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.len() > MAX_LINE && line.last() != Some(&b'\n') {
+            // Discard the rest of the oversized line.
+            let mut sink = Vec::new();
+            let _ = stdin.read_until(b'\n', &mut sink).await;
+            bridge.out.send(&json!({"jsonrpc": "2.0", "id": null,
+                "error": {"code": -32600, "message": format!("message over {MAX_LINE} bytes")}}));
+            continue;
+        }
+        handle_line(&bridge, &line, &mut tasks);
+        while tasks.try_join_next().is_some() {}
+    }
+    // The client is gone: running turns are interrupted durably before we exit.
+    bridge.client_gone().await;
+    let _ = tokio::time::timeout(EXIT_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    drop(bridge);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    0
+}
+
+fn handle_line(bridge: &Arc<Bridge>, line: &[u8], tasks: &mut JoinSet<()>) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim();
+    if text.is_empty() {
+        return;
+    }
+    let msg: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            bridge.out.send(&json!({"jsonrpc": "2.0", "id": null,
+                "error": {"code": -32700, "message": format!("parse error: {e}")}}));
+            return;
+        }
+    };
+    let Some(obj) = msg.as_object() else {
+        let why = if msg.is_array() {
+            "batches are not part of ACP"
+        } else {
+            "a message must be a JSON object"
+        };
+        bridge.out.send(&json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32600, "message": why}}));
+        return;
+    };
+    let id = obj.get("id").cloned();
+    let params = obj.get("params").cloned().unwrap_or(Value::Null);
+    match (obj.get("method"), id) {
+        (Some(Value::String(method)), Some(id)) => {
+            let method = method.clone();
+            if method == "initialize" {
+                let r = bridge.initialize(params);
+                bridge.out.respond(id, r);
+                return;
+            }
+            if !bridge.is_initialized() {
+                bridge.out.respond(
+                    id,
+                    Err(RpcErr::new(
+                        -32600,
+                        format!("`{method}` before `initialize`: send initialize first"),
+                    )),
+                );
+                return;
+            }
+            let b = bridge.clone();
+            tasks.spawn(async move {
+                let r = b.dispatch(&method, params).await;
+                let after = match &r {
+                    Ok((_, after)) => after.clone(),
+                    Err(_) => vec![],
+                };
+                b.out.respond(id, r.map(|(v, _)| v));
+                for (method, params) in after {
+                    b.out.notify(&method, params);
+                }
+            });
+        }
+        (Some(Value::String(method)), None) => {
+            if method == "session/cancel" && bridge.is_initialized() {
+                let b = bridge.clone();
+                tasks.spawn(async move { b.cancel(&params).await });
+            }
+            // Other notifications (`$/cancel_request`, unknown ones) need no answer.
+        }
+        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+            bridge.client_answered(&id, msg.clone());
+        }
+        (_, id) => {
+            bridge.out.respond(
+                id.unwrap_or(Value::Null),
+                Err(RpcErr::new(-32600, "not a JSON-RPC request")),
+            );
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Measures `agentctl acp` against the real daemon (DESIGN §11):
+//!
+//! 1. Bridge overhead on the first token: p50 of `session/prompt` → first
+//!    `agent_message_chunk` over the bridge, minus p50 of `agentd/turn` → first
+//!    `text_delta` on a subscribed native connection, both with the zero-latency `script`
+//!    provider on the same session. Target: ≤ 2 ms.
+//! 2. `session/load` of a 100,000-event session (turns of user and assistant messages,
+//!    tool calls with 1–8 KiB outputs, usage records; written into the home before the
+//!    daemon starts): time from the request to the last `session/update`, and to the
+//!    response. Measured warm (the daemon already holds the Log) and cold (first touch
+//!    after start). Target: ≤ 1 s.
+//!
+//! Durability is `none` (setup writes are not what is measured). Binaries come from the
+//! same profile as this example:
+//!
+//! ```sh
+//! cargo build --release -p agentd -p agentctl
+//! cargo run --release -p agentd-tests --example acp_measure
+//! ```
+//!
+//! Env: `MEASURE_PROMPTS` (default 50), `MEASURE_EVENTS` (default 100000).
+
+use agentd_tests::acp::Acp;
+use agentd_tests::{bin, Daemon};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn first_token(prompts: usize) {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let script = d.root().join("fast.json");
+    std::fs::write(
+        &script,
+        json!({"rules": [{"steps": [{"text": "Hello from the script provider.", "chunk_chars": 8}]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let model = format!("script:{}", script.display());
+    let mut a = Acp::spawn(&d, &["--model", &model, "--mode", "auto"]);
+    a.initialize();
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+
+    let mut via_acp = Vec::new();
+    for i in 0..prompts + 3 {
+        let t0 = Instant::now();
+        let id = a.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": format!("hi {i}")}]}),
+        );
+        let (t1, _) = a
+            .wait_for(WAIT, |v| {
+                v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+            })
+            .expect("a first chunk");
+        a.response(id, WAIT);
+        if i >= 3 {
+            via_acp.push(t1 - t0);
+        }
+    }
+
+    // The same turns on the native API: subscribe, call agentd/turn, first text_delta.
+    let mut sub = d.connect();
+    sub.call_ok("agentd/subscribe", json!({"session_id": sid}));
+    let mut native = Vec::new();
+    for i in 0..prompts + 3 {
+        let t0 = Instant::now();
+        let req = json!({"jsonrpc": "2.0", "id": format!("t{i}"), "method": "agentd/turn",
+            "params": {"session_id": sid, "input": format!("native {i}"), "model": model}});
+        sub.send_raw(format!("{req}\n").as_bytes()).unwrap();
+        sub.wait_for(
+            |m| {
+                assert!(m.get("error").is_none(), "agentd/turn failed: {m}");
+                m["params"]["result"]["type"] == "text_delta"
+            },
+            WAIT,
+        )
+        .expect("a first delta");
+        let t1 = Instant::now();
+        // The turn's response (not turn_ended) frees the session for the next one.
+        let r = sub
+            .wait_for(|m| m["id"] == format!("t{i}").as_str(), WAIT)
+            .expect("the turn's response");
+        assert!(r.get("result").is_some(), "agentd/turn failed: {r}");
+        if i >= 3 {
+            native.push(t1 - t0);
+        }
+    }
+    let (acp, nat) = (p50(via_acp), p50(native));
+    let overhead = acp.saturating_sub(nat);
+    println!(
+        "first agent_message_chunk p50: {:.3} ms via agentctl acp, {:.3} ms native (agentd/turn → text_delta); bridge overhead {:.3} ms (target ≤ 2 ms) {}",
+        ms(acp),
+        ms(nat),
+        ms(overhead),
+        if ms(overhead) <= 2.0 { "OK" } else { "OVER" }
+    );
+}
+
+/// A deterministic text generator.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    fn text(&mut self, len: usize) -> String {
+        const WORDS: [&str; 12] = [
+            "let",
+            "self",
+            "match",
+            "Ok(())",
+            "fn",
+            "return",
+            "tokio",
+            "crate::x",
+            "//",
+            "42",
+            "error:",
+            "path/a.rs",
+        ];
+        let mut s = String::with_capacity(len + 16);
+        while s.len() < len {
+            s.push_str(WORDS[(self.next() % 12) as usize]);
+            s.push(if self.next().is_multiple_of(9) {
+                '\n'
+            } else {
+                ' '
+            });
+        }
+        s.truncate(len);
+        s
+    }
+}
+
+/// Writes a Log of `n` events for `sid` in `home`.
+fn write_log(home: &Path, sid: &str, workspace: &Path, n: u64) {
+    let dir = home.join("sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut out = BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(dir.join(format!("{sid}.ndjson"))).unwrap(),
+    );
+    let mut rng = Lcg(7);
+    let mut seq = 0u64;
+    let mut put = |kind: &str, data: Value, seq: &mut u64| {
+        if *seq >= n {
+            return;
+        }
+        let v = json!({"id": format!("{:016x}", seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            "session_id": sid, "seq": *seq,
+            "ts": format!("2026-11-01T00:00:00.{:06}Z", *seq % 1_000_000),
+            "type": kind, "data": data});
+        out.write_all(format!("{v}\n").as_bytes()).unwrap();
+        *seq += 1;
+    };
+    put(
+        "session_started",
+        json!({"workspace": workspace, "agentd_version": "measure", "log_format": 1, "title": "100k"}),
+        &mut seq,
+    );
+    let mut turn = 0u64;
+    while seq + 12 < n {
+        turn += 1;
+        let tid = format!("t{turn}");
+        put("turn_started", json!({"turn_id": tid}), &mut seq);
+        put("user_message", json!({"text": rng.text(200)}), &mut seq);
+        for k in 0..(turn % 3) {
+            put(
+                "provider_usage",
+                json!({"provider": "p", "model": "m", "usage": {"input_tokens": 1000, "output_tokens": 200}, "context_window": 200000}),
+                &mut seq,
+            );
+            let call_id = format!("call_{turn}_{k}");
+            put(
+                "tool_call",
+                json!({"call_id": call_id, "name": "read_file", "args": {"path": format!("src/m{k}.rs")}}),
+                &mut seq,
+            );
+            let len = 1024 + (rng.next() % 7168) as usize;
+            put(
+                "tool_result",
+                json!({"call_id": call_id, "ok": true, "output": rng.text(len)}),
+                &mut seq,
+            );
+        }
+        put(
+            "assistant_message",
+            json!({"text": rng.text(300)}),
+            &mut seq,
+        );
+        put(
+            "turn_ended",
+            json!({"turn_id": tid, "status": "completed"}),
+            &mut seq,
+        );
+    }
+    while seq < n {
+        put(
+            "assistant_message",
+            json!({"text": rng.text(100)}),
+            &mut seq,
+        );
+    }
+    out.flush().unwrap();
+    out.get_ref().sync_all().unwrap();
+}
+
+/// One `session/load` through a fresh bridge; the client side only splits lines (a
+/// notification starts with `{"jsonrpc":"2.0","method"`), so its own cost stays small.
+fn load_once(d: &Daemon, sid: &str) -> (Duration, Duration, usize) {
+    let mut cmd: Command = d.agentctl_cmd();
+    cmd.arg("acp").stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn agentctl acp");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
+    )
+    .unwrap();
+    out.read_line(&mut line).unwrap();
+    let load = json!({"jsonrpc": "2.0", "id": 2, "method": "session/load",
+        "params": {"sessionId": sid, "cwd": d.workspace(), "mcpServers": []}});
+    let t0 = Instant::now();
+    writeln!(stdin, "{load}").unwrap();
+    let mut updates = 0usize;
+    let mut last = t0;
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "bridge closed stdout"
+        );
+        if line.starts_with(r#"{"jsonrpc":"2.0","method":"session/update""#) {
+            updates += 1;
+            last = Instant::now();
+        } else if line.starts_with(r#"{"jsonrpc":"2.0","id":2"#) {
+            assert!(line.contains("\"result\""), "load failed: {line}");
+            break;
+        }
+    }
+    let done = t0.elapsed();
+    drop(stdin);
+    let _ = child.wait();
+    (last - t0, done, updates)
+}
+
+fn big_load(events: u64) {
+    let mut d = Daemon::builder().env("AGENTD_DURABILITY", "none").build();
+    let sid = "measure-100k";
+    write_log(d.home(), sid, d.workspace(), events);
+    d.spawn();
+    d.wait_ready(Duration::from_secs(30)).expect("daemon ready");
+    let (cold_last, cold_done, n) = load_once(&d, sid);
+    let mut warm = Vec::new();
+    for _ in 0..3 {
+        warm.push(load_once(&d, sid));
+    }
+    warm.sort_by_key(|w| w.1);
+    let (last, done, _) = warm[1];
+    println!(
+        "session/load of {events} events ({n} session/update): warm {:.0} ms to last update, {:.0} ms to response (median of 3); cold {:.0} / {:.0} ms (target ≤ 1000 ms) {}",
+        ms(last),
+        ms(done),
+        ms(cold_last),
+        ms(cold_done),
+        if ms(last) <= 1000.0 { "OK" } else { "OVER" }
+    );
+}
+
+fn main() {
+    println!("binaries: {}", bin("agentctl").parent().unwrap().display());
+    first_token(env_usize("MEASURE_PROMPTS", 50));
+    big_load(env_usize("MEASURE_EVENTS", 100_000) as u64);
+}

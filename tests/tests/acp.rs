@@ -1,0 +1,591 @@
+//! Black-box tests of `agentctl acp` (DESIGN §11): the real bridge over pipes, a real
+//! daemon on a Unix socket, the offline `script` provider. Every wait is on a frame or an
+//! event with a deadline.
+
+use agentd_tests::acp::{update, update_kinds, Acp};
+use agentd_tests::{is_type, Daemon};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+        .canonicalize()
+        .expect("example script")
+}
+
+fn model(name: &str) -> String {
+    format!("script:{}", example(name).display())
+}
+
+fn daemon() -> Daemon {
+    Daemon::builder().env("AGENTD_DURABILITY", "none").start()
+}
+
+fn new_session(a: &mut Acp, d: &Daemon) -> String {
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    r["sessionId"].as_str().unwrap().to_string()
+}
+
+fn prompt(a: &mut Acp, sid: &str, text: &str) -> u64 {
+    a.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+    )
+}
+
+fn log_events(d: &Daemon, sid: &str) -> Vec<Value> {
+    d.connect()
+        .call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn of_type<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    evs.iter().filter(|e| is_type(e, kind)).collect()
+}
+
+fn error_code(r: &Value) -> i64 {
+    r["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {r}"))
+}
+
+#[test]
+fn bad_input_gets_the_schema_errors_and_the_bridge_keeps_running() {
+    let d = daemon();
+    let mut a = Acp::spawn(&d, &[]);
+    // Before initialize.
+    let id = a.request(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32600);
+    a.send_raw(b"{not json\n");
+    let (_, e) = a.wait_for(WAIT, |v| v["id"].is_null()).unwrap();
+    assert_eq!(error_code(&e), -32700);
+    a.send_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}]\n");
+    let (_, e) = a.wait_for(WAIT, |v| v["id"].is_null()).unwrap();
+    assert_eq!(error_code(&e), -32600);
+    // Bad initialize params, then a good one.
+    let id = a.request("initialize", json!({"protocolVersion": "one"}));
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+    let init = a.initialize();
+    assert_eq!(init["protocolVersion"], 1);
+    assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        init["agentCapabilities"]["sessionCapabilities"],
+        json!({"list": {}, "resume": {}, "close": {}})
+    );
+    assert!(init["agentInfo"]["version"].is_string());
+    // Unknown methods, extension ones included.
+    for m in ["session/fly", "_agentd/nope"] {
+        let id = a.request(m, json!({}));
+        assert_eq!(error_code(&a.response(id, WAIT).0), -32601, "{m}");
+    }
+    // Bad params.
+    for p in [
+        json!({"cwd": "relative/dir", "mcpServers": []}),
+        json!({"cwd": d.workspace()}),
+        json!([]),
+    ] {
+        let id = a.request("session/new", p.clone());
+        assert_eq!(error_code(&a.response(id, WAIT).0), -32602, "{p}");
+    }
+    let id = a.request(
+        "session/prompt",
+        json!({"sessionId": "never-opened", "prompt": [{"type": "text", "text": "x"}]}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32002);
+    let id = a.request(
+        "session/load",
+        json!({"sessionId": "nope", "cwd": d.workspace(), "mcpServers": []}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32002);
+    // MCP servers are accepted with a clear warning, not silently dropped.
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": [{"name": "fs", "command": "/bin/true", "args": [], "env": []}]}),
+        WAIT,
+    );
+    let warning = r["_meta"]["agentd"]["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("MCP"), "{warning}");
+    // Still serving.
+    let (r, _) = a.call("session/list", json!({}), WAIT);
+    assert!(r["sessions"].is_array());
+}
+
+#[test]
+fn prompt_streams_tool_calls_and_asks_permission() {
+    let d = daemon();
+    let mut a = Acp::spawn(&d, &["--model", &model("write.json")]);
+    a.initialize();
+    let (r, notes) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(r["modes"]["currentModeId"], "ask");
+    assert!(notes.is_empty());
+    let cmds = a
+        .wait_for(WAIT, |v| {
+            update(v).is_some_and(|u| u["sessionUpdate"] == "available_commands_update")
+        })
+        .unwrap()
+        .1;
+    let names: Vec<&str> = cmds["params"]["update"]["availableCommands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["compact", "fork", "tree", "checkpoint"]);
+
+    // 1: allowed once.
+    let id = prompt(&mut a, &sid, "write it");
+    let (_, req) = a
+        .wait_for(WAIT, |v| v["method"] == "session/request_permission")
+        .expect("a permission request");
+    let tc = &req["params"]["toolCall"];
+    assert_eq!(req["params"]["sessionId"], sid.as_str());
+    assert_eq!(tc["kind"], "edit");
+    let path = d.workspace().join("notes.txt");
+    assert_eq!(tc["locations"][0]["path"], path.to_str().unwrap());
+    let kinds: Vec<&str> = req["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
+    a.respond(
+        &req["id"],
+        json!({"outcome": {"outcome": "selected", "optionId": "allow-once"}}),
+    );
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let kinds = update_kinds(&notes);
+    let first_tool = kinds.iter().position(|k| k == "tool_call").unwrap();
+    assert!(kinds[..first_tool].contains(&"agent_message_chunk".to_string()));
+    let call = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(call["status"], "pending");
+    assert_eq!(call["content"][0]["type"], "diff");
+    assert_eq!(
+        call["content"][0]["newText"],
+        "written by the script provider\n"
+    );
+    assert_eq!(call["rawInput"]["path"], "notes.txt");
+    let done = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap();
+    assert_eq!(done["toolCallId"], call["toolCallId"]);
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["rawOutput"]["ok"], true);
+    assert!(path.exists());
+    let text: String = notes
+        .iter()
+        .filter_map(update)
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .map(|u| u["content"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        text,
+        "Writing notes.txt.Done writing (or was refused; see the tool result)."
+    );
+
+    // 2: rejected → denied durably, the tool call fails.
+    std::fs::remove_file(&path).unwrap();
+    let id = prompt(&mut a, &sid, "write again");
+    let (_, req) = a
+        .wait_for(WAIT, |v| v["method"] == "session/request_permission")
+        .unwrap();
+    a.respond(
+        &req["id"],
+        json!({"outcome": {"outcome": "selected", "optionId": "reject-once"}}),
+    );
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let failed = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap();
+    assert_eq!(failed["status"], "failed");
+    assert!(!path.exists());
+
+    // 3: allow always → asked once, then not again in this session.
+    let id = prompt(&mut a, &sid, "third");
+    let (_, req) = a
+        .wait_for(WAIT, |v| v["method"] == "session/request_permission")
+        .unwrap();
+    a.respond(
+        &req["id"],
+        json!({"outcome": {"outcome": "selected", "optionId": "allow-always"}}),
+    );
+    assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+    let id = prompt(&mut a, &sid, "fourth");
+    let (r, _) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(!a
+        .frames
+        .iter()
+        .filter(|(_, v)| v["method"] == "session/request_permission")
+        .any(|(_, v)| v["id"].as_u64() > req["id"].as_u64()));
+
+    let evs = log_events(&d, &sid);
+    let decisions: Vec<(&str, &str)> = of_type(&evs, "permission_decision")
+        .iter()
+        .map(|e| {
+            (
+                e["data"]["decision"].as_str().unwrap(),
+                e["data"]["mode"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("allow", "ask"),
+            ("deny", "ask"),
+            ("allow", "ask"),
+            ("allow", "ask")
+        ]
+    );
+
+    // Modes: read_only refuses without asking; set_mode answers and announces.
+    let (_, notes) = a.call(
+        "session/set_mode",
+        json!({"sessionId": sid, "modeId": "read_only"}),
+        WAIT,
+    );
+    assert!(notes.is_empty());
+    let mode = a
+        .wait_for(WAIT, |v| {
+            update(v).is_some_and(|u| u["sessionUpdate"] == "current_mode_update")
+        })
+        .unwrap()
+        .1;
+    assert_eq!(mode["params"]["update"]["currentModeId"], "read_only");
+    let id = prompt(&mut a, &sid, "fifth");
+    a.response(id, WAIT);
+    let evs = log_events(&d, &sid);
+    let last = *of_type(&evs, "permission_decision").last().unwrap();
+    assert_eq!(last["data"]["reason"], "read_only");
+    let id = a.request(
+        "session/set_mode",
+        json!({"sessionId": sid, "modeId": "yolo"}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+    // Model: a config option.
+    let (r, _) = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "model", "value": model("write.json")}),
+        WAIT,
+    );
+    assert_eq!(
+        r["configOptions"][0]["currentValue"],
+        model("write.json").as_str()
+    );
+    let id = a.request(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "model", "value": "no-such-model"}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+}
+
+#[test]
+fn cancel_mid_stream_interrupts_durably() {
+    let d = daemon();
+    let mut a = Acp::spawn(&d, &["--model", &model("slow.json")]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let id = prompt(&mut a, &sid, "tell me a story");
+    a.wait_for(WAIT, |v| {
+        update(v).is_some_and(|u| u["sessionUpdate"] == "agent_message_chunk")
+    })
+    .expect("a first chunk");
+    a.notify("session/cancel", json!({"sessionId": sid}));
+    let (r, _) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    let evs = log_events(&d, &sid);
+    let ended = of_type(&evs, "turn_ended");
+    assert_eq!(ended.last().unwrap()["data"]["status"], "interrupted");
+    // The session takes the next prompt.
+    let (r, _) = a.call("session/list", json!({"cwd": d.workspace()}), WAIT);
+    assert_eq!(r["sessions"][0]["sessionId"], sid.as_str());
+}
+
+/// What the Log replays as, by the rules of DESIGN §11 (independent of the bridge).
+fn expected_replay(evs: &[Value]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in evs {
+        let d = &e["data"];
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        match e["type"].as_str().unwrap() {
+            "user_message" => out.push(("user_message_chunk".into(), s(&d["text"]))),
+            "assistant_message" if !s(&d["text"]).is_empty() => {
+                out.push(("agent_message_chunk".into(), s(&d["text"])))
+            }
+            "reasoning" => out.push((
+                "agent_thought_chunk".into(),
+                s(&d["item"]["summary"][0]["text"]),
+            )),
+            "tool_call" => out.push(("tool_call".into(), s(&d["call_id"]))),
+            "tool_result" => {
+                let status = if d["ok"] == true {
+                    "completed"
+                } else {
+                    "failed"
+                };
+                out.push((
+                    "tool_call_update".into(),
+                    format!("{}:{status}", s(&d["call_id"])),
+                ))
+            }
+            "provider_usage" if d.get("context_window").is_some() => {
+                out.push(("usage_update".into(), d["context_window"].to_string()))
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn seen_replay(notes: &[Value]) -> Vec<(String, String)> {
+    notes
+        .iter()
+        .filter_map(update)
+        .map(|u| {
+            let k = u["sessionUpdate"].as_str().unwrap().to_string();
+            let v = match k.as_str() {
+                "tool_call" => u["toolCallId"].as_str().unwrap().to_string(),
+                "tool_call_update" => format!(
+                    "{}:{}",
+                    u["toolCallId"].as_str().unwrap(),
+                    u["status"].as_str().unwrap()
+                ),
+                "usage_update" => u["size"].to_string(),
+                _ => u["content"]["text"].as_str().unwrap().to_string(),
+            };
+            (k, v)
+        })
+        .collect()
+}
+
+#[test]
+fn load_replays_the_log_event_by_event_and_resume_does_not() {
+    let d = daemon();
+    let sid = {
+        let mut a = Acp::spawn(&d, &["--model", &model("hello.json"), "--mode", "auto"]);
+        a.initialize();
+        let sid = new_session(&mut a, &d);
+        for text in ["what is here?", "and again"] {
+            let id = prompt(&mut a, &sid, text);
+            assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+        }
+        sid
+    };
+    // A fresh bridge (another editor, or the same one restarted).
+    let mut a = Acp::spawn(&d, &[]);
+    a.initialize();
+    let (r, notes) = a.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    assert_eq!(r["modes"]["currentModeId"], "ask");
+    let evs = log_events(&d, &sid);
+    let expected = expected_replay(&evs);
+    assert!(expected.len() > 10, "{expected:?}");
+    assert_eq!(seen_replay(&notes), expected);
+    let call = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(call["kind"], "read");
+    assert_eq!(call["title"], "List .");
+    // The model the session was created with is the current one.
+    assert_eq!(
+        r["configOptions"][0]["currentValue"],
+        model("hello.json").as_str()
+    );
+    // Resume: no replay before the answer, and the session takes prompts.
+    let mut b = Acp::spawn(&d, &["--mode", "auto"]);
+    b.initialize();
+    let (_, notes) = b.call(
+        "session/resume",
+        json!({"sessionId": sid, "cwd": d.workspace()}),
+        WAIT,
+    );
+    assert!(notes.is_empty(), "{notes:?}");
+    let id = prompt(&mut b, &sid, "once more");
+    let (r, notes) = b.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    assert!(update_kinds(&notes).contains(&"tool_call".to_string()));
+    // Close: the session is no longer open in this bridge, and it stays in the daemon.
+    let (r, _) = b.call("session/close", json!({"sessionId": sid}), WAIT);
+    assert_eq!(r, json!({}));
+    let id = prompt(&mut b, &sid, "after close");
+    assert_eq!(error_code(&b.response(id, WAIT).0), -32002);
+    let id = b.request("session/close", json!({"sessionId": sid}));
+    assert_eq!(error_code(&b.response(id, WAIT).0), -32002);
+    assert!(!log_events(&d, &sid).is_empty());
+}
+
+#[test]
+fn list_pages_with_cursors_and_filters_by_cwd() {
+    let d = daemon();
+    let mut c = d.connect();
+    let other = d.root().join("elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let r = c.call_ok(
+            "agentd/create",
+            json!({"workspace": d.workspace(), "title": format!("s{i}")}),
+        );
+        mine.push(r["session_id"].as_str().unwrap().to_string());
+    }
+    c.call_ok("agentd/create", json!({"workspace": other}));
+    let mut a = Acp::spawn(&d, &["--page-size", "2"]);
+    a.initialize();
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut p = json!({"cwd": d.workspace()});
+        if let Some(c) = &cursor {
+            p["cursor"] = json!(c);
+        }
+        let (r, _) = a.call("session/list", p, WAIT);
+        pages += 1;
+        for s in r["sessions"].as_array().unwrap() {
+            assert_eq!(s["cwd"], d.workspace().to_str().unwrap());
+            assert!(s["title"].as_str().unwrap().starts_with('s'));
+            assert!(s["updatedAt"].is_string());
+            seen.push(s["sessionId"].as_str().unwrap().to_string());
+        }
+        match r.get("nextCursor").and_then(Value::as_str) {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+        assert!(pages < 10, "paging does not end");
+    }
+    assert_eq!(pages, 3);
+    seen.sort();
+    mine.sort();
+    assert_eq!(seen, mine);
+    let (r, _) = a.call("session/list", json!({}), WAIT);
+    assert_eq!(r["sessions"].as_array().unwrap().len(), 2);
+    let (r, _) = a.call(
+        "session/list",
+        json!({"cwd": d.root().join("nobody-here")}),
+        WAIT,
+    );
+    assert_eq!(r["sessions"], json!([]));
+}
+
+#[test]
+fn closing_stdin_mid_turn_interrupts_it_durably() {
+    let d = daemon();
+    let mut a = Acp::spawn(&d, &["--model", &model("slow.json")]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    prompt(&mut a, &sid, "a story");
+    a.wait_for(WAIT, |v| {
+        update(v).is_some_and(|u| u["sessionUpdate"] == "agent_message_chunk")
+    })
+    .expect("a first chunk");
+    a.close_stdin();
+    let status = a.wait_exit(WAIT).expect("the bridge exits");
+    assert!(status.success(), "{status:?}");
+    let evs = log_events(&d, &sid);
+    let ended = of_type(&evs, "turn_ended");
+    assert_eq!(ended.len(), 1, "{evs:?}");
+    assert_eq!(ended[0]["data"]["status"], "interrupted");
+}
+
+#[test]
+fn daemon_gone_mid_prompt_is_an_error_and_the_next_request_reconnects() {
+    let mut d = daemon();
+    let mut a = Acp::spawn(&d, &["--model", &model("slow.json")]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let id = prompt(&mut a, &sid, "a story");
+    a.wait_for(WAIT, |v| {
+        update(v).is_some_and(|u| u["sessionUpdate"] == "agent_message_chunk")
+    })
+    .expect("a first chunk");
+    d.kill9();
+    let (r, _) = a.response(id, WAIT);
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(msg.contains("agentd went away"), "{msg}");
+    // The next request starts a daemon again (auto-start) and finds the session.
+    let (r, _) = a.call("session/list", json!({"cwd": d.workspace()}), WAIT);
+    assert_eq!(r["sessions"][0]["sessionId"], sid.as_str());
+    let evs = log_events(&d, &sid);
+    assert!(of_type(&evs, "user_message").len() == 1);
+}
+
+#[test]
+fn slash_commands_and_extension_methods_reach_the_native_api() {
+    let d = daemon();
+    let mut a = Acp::spawn(&d, &["--model", &model("hello.json"), "--mode", "auto"]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let id = prompt(&mut a, &sid, "what is here?");
+    a.response(id, WAIT);
+    let id = prompt(&mut a, &sid, "/fork");
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let text = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .unwrap()["content"]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.starts_with("Forked into session"), "{text}");
+    let id = prompt(&mut a, &sid, "/tree");
+    let (_, notes) = a.response(id, WAIT);
+    let tree = update(&notes[0]).unwrap()["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(tree.contains(&sid), "{tree}");
+    let (r, _) = a.call("_agentd/tree", json!({"session_id": sid}), WAIT);
+    assert_eq!(r["tree"]["session_id"], sid.as_str());
+    let (r, _) = a.call(
+        "_agentd/compact",
+        json!({"session_id": sid, "dry_run": true, "tail_events": 2}),
+        WAIT,
+    );
+    assert!(r.is_object());
+    let (r, _) = a.call(
+        "_agentd/fork",
+        json!({"session_id": sid, "dry_run": true}),
+        WAIT,
+    );
+    assert!(r.is_object());
+    let id = a.request("_agentd/fork", json!({"session_id": 7}));
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+}
