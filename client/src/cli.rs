@@ -64,7 +64,7 @@ pub enum Command {
     Run(RunArgs),
     /// Serve the Agent Client Protocol (ACP v1) on stdio, for editors that launch agents
     /// (Zed, JetBrains, Neovim plugins); every ACP session is an agentd session.
-    Acp(crate::acp::AcpArgs),
+    Acp(AcpArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.
@@ -428,4 +428,24 @@ pub struct ImportArgs {
     /// Workspace of the new session [default: the one recorded in the file].
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+}
+
+/// Options of `agentctl acp`.
+#[derive(Debug, Clone, Args)]
+pub struct AcpArgs {
+    /// Model for new sessions (e.g. `gpt-5`, `script:/abs/path.json`). Repeat it to offer
+    /// several in the editor's model picker; the first is the default. Without it the
+    /// daemon's configured default applies.
+    #[arg(long = "model", value_name = "MODEL")]
+    pub models: Vec<String>,
+    /// Provider for new sessions (a name from config.toml).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Initial mode of every session: `ask` (mutating tools ask the editor), `auto` or
+    /// `read_only`. The editor can switch it per session.
+    #[arg(long, value_name = "MODE", default_value = "ask")]
+    pub mode: String,
+    /// Sessions per `session/list` page.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub page_size: usize,
 }

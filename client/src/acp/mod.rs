@@ -17,7 +17,6 @@ pub mod map;
 
 use crate::daemon::Target;
 use bridge::{Bridge, RpcErr};
-use clap::Args;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,25 +29,7 @@ const MAX_LINE: usize = 64 * 1024 * 1024;
 /// After stdin closes, how long running turns have to record their interruption.
 const EXIT_GRACE: Duration = Duration::from_secs(20);
 
-/// Options of `agentctl acp`.
-#[derive(Debug, Clone, Args)]
-pub struct AcpArgs {
-    /// Model for new sessions (e.g. `gpt-5`, `script:/abs/path.json`). Repeat it to offer
-    /// several in the editor's model picker; the first is the default. Without it the
-    /// daemon's configured default applies.
-    #[arg(long = "model", value_name = "MODEL")]
-    pub models: Vec<String>,
-    /// Provider for new sessions (a name from config.toml).
-    #[arg(long)]
-    pub provider: Option<String>,
-    /// Initial mode of every session: `ask` (mutating tools ask the editor), `auto` or
-    /// `read_only`. The editor can switch it per session.
-    #[arg(long, value_name = "MODE", default_value = "ask")]
-    pub mode: String,
-    /// Sessions per `session/list` page.
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    pub page_size: usize,
-}
+pub use crate::cli::AcpArgs;
 
 /// Messages to the client, already serialized (one line each, without the newline).
 #[derive(Clone)]
