@@ -268,9 +268,13 @@ mod tests {
         let mut events = log();
         // The user also edited a.txt between the turns.
         events[9] = snap(9, "T2", "before", &["u.txt", "a.txt"]);
-        let p = plan_revert(&events, 4).unwrap();
-        assert_eq!(p.target.tree, "T1");
+        let p = plan_revert(&events, 2).unwrap();
+        assert_eq!(p.target.tree, "T0");
         assert_eq!(p.changed_by_others, vec!["a.txt"]);
+        // Back to the end of turn 1: the target already holds the user's edit.
+        let p = plan_revert(&events, 4).unwrap();
+        assert_eq!(p.target.tree, "T2");
+        assert!(p.changed_by_others.is_empty());
     }
 
     #[test]
