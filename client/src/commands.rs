@@ -350,6 +350,8 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
         },
         Command::Compact(_) => render_compact(v),
         Command::Fork(_) => render_fork(v),
+        Command::Diff(_) => render::diff_result(v),
+        Command::Revert(_) => render::revert_result(v),
         Command::Tree(_) => render::tree_result(v),
         Command::Import(_) => match v.get("session_id").and_then(Value::as_str) {
             Some(sid) => {

@@ -297,6 +297,12 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
     if let (Some(title), Some(first)) = (title, plan.events.first_mut()) {
         first.data["title"] = json!(title);
     }
+    let (home, snap_cfg) = (registry.home.root(), &registry.config.snapshots);
+    let files =
+        crate::undo::prepare_fork(home, snap_cfg, &parent, &p, plan.to_seq, &child_id).await?;
+    if let (Some(ws), Some(first)) = (files.workspace(), plan.events.first_mut()) {
+        first.data["workspace"] = json!(ws);
+    }
     let result = |recorded: bool| {
         json!({
             "ok": true,
@@ -313,8 +319,11 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
         })
     };
     if p.dry_run {
-        return Ok(result(false));
+        let mut r = result(false);
+        r["files"] = files.summary();
+        return Ok(r);
     }
+    crate::undo::materialize(&files).await?;
     let src_res = registry.home.resources_dir(&p.session_id)?;
     let dst_res = registry.home.resources_dir(&child_id)?;
     let resources = plan.resources.clone();
@@ -346,7 +355,9 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
     .await
     .map_err(|e| AgentError::internal(format!("fork task: {e}")))??;
     registry.index_log(&child_id)?;
-    Ok(result(true))
+    let mut r = result(true);
+    r["files"] = crate::undo::finish_fork(&files, &registry.get(&child_id).await?).await?;
+    Ok(r)
 }
 
 /// Copies content-addressed resources into the child's directory: each through a

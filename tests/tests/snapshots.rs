@@ -364,3 +364,229 @@ fn a_corrupt_shadow_repository_is_rebuilt_with_an_event_saying_so() {
         "log.txt\nuser.txt\n"
     );
 }
+
+/// A session of two turns in a workspace holding `a.txt = orig`: turn "one" writes
+/// a.txt = agent1 and creates n.txt; turn "two" writes a.txt = agent2. Returns the
+/// session id and the two turns' results.
+fn two_turns(d: &Daemon, c: &mut RpcConn) -> (String, Value, Value) {
+    std::fs::write(d.workspace().join("a.txt"), "orig\n").unwrap();
+    let p = d.root().join("two.json");
+    let body = json!({"rules": [
+        {"match": "one", "steps": [
+            {"tool_calls": [write_call("a.txt", "agent1\n"), shell_call("echo new > n.txt")]},
+            {"text": "one done"}]},
+        {"match": "two", "steps": [
+            {"tool_calls": [write_call("a.txt", "agent2\n")]},
+            {"text": "two done"}]}
+    ]});
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    let sid = create(c, d.workspace(), &format!("script:{}", p.display()));
+    let t1 = turn(c, &sid, "one");
+    let t2 = turn(c, &sid, "two");
+    (sid, t1, t2)
+}
+
+fn read(d: &Daemon, name: &str) -> Option<String> {
+    std::fs::read_to_string(d.workspace().join(name)).ok()
+}
+
+#[test]
+fn diff_shows_the_session_changes_per_file_and_per_turn() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let (sid, _t1, t2) = two_turns(&d, &mut c);
+    // A file the user made is not the session's change.
+    std::fs::write(d.workspace().join("user.txt"), "mine\n").unwrap();
+    let all = c.call_ok("agentd/diff", json!({"session_id": sid}));
+    let files: Vec<(&str, &str)> = all["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        files,
+        vec![("a.txt", "modified"), ("n.txt", "added")],
+        "{all}"
+    );
+    let text = all["diff"].as_str().unwrap();
+    assert!(text.contains("-orig\n+agent2\n"), "{text}");
+
+    let turn_id = t2["turn_id"].as_str().unwrap();
+    let out = d.agentctl(["diff", &sid, "--turn", turn_id]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("-agent1\n+agent2\n"), "{}", out.stdout);
+    assert!(!out.stdout.contains("n.txt"), "{}", out.stdout);
+
+    let bad = d.agentctl(["--json", "diff", &sid, "--turn", "nope"]);
+    bad.assert_code(2);
+    assert_eq!(bad.json()["error"]["kind"], "not_found");
+    let r = c.call("agentd/diff", json!({"session_id": sid, "to_seq": 9999}));
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+}
+
+#[test]
+fn revert_refuses_to_overwrite_user_edits_unless_forced() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let (sid, t1, _t2) = two_turns(&d, &mut c);
+    let end1 = t1["last_seq"].as_u64().unwrap();
+    std::fs::write(d.workspace().join("a.txt"), "user edit\n").unwrap();
+
+    let out = d.agentctl(["--json", "revert", &sid, "--to-seq", &end1.to_string()]);
+    out.assert_code(5);
+    let err = &out.json()["error"];
+    assert_eq!(err["kind"], "conflict", "{err}");
+    assert_eq!(err["details"]["files"], json!(["a.txt"]));
+    assert_eq!(
+        read(&d, "a.txt").as_deref(),
+        Some("user edit\n"),
+        "nothing changed"
+    );
+
+    let dry = c.call_ok(
+        "agentd/revert",
+        json!({"session_id": sid, "to_seq": end1, "dry_run": true, "force": true}),
+    );
+    assert_eq!(dry["files"], json!(["a.txt"]));
+    assert_eq!(dry["conflicts"], json!(["a.txt"]));
+    assert_eq!(read(&d, "a.txt").as_deref(), Some("user edit\n"));
+
+    let out = d.agentctl(["revert", &sid, "--to-seq", &end1.to_string(), "--force"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("restored 1 file(s)"), "{}", out.stdout);
+    assert_eq!(read(&d, "a.txt").as_deref(), Some("agent1\n"));
+    let evs = events(&mut c, &sid);
+    let rev = evs
+        .iter()
+        .rfind(|e| is_type(e, "workspace_revert"))
+        .unwrap();
+    assert_eq!(rev["data"]["forced"], true);
+    // The user's edit was snapshotted first, so it can be brought back.
+    let pre = &evs[evs.len() - 2];
+    assert_eq!(pre["data"]["reason"], "before_revert");
+    assert_eq!(files(pre), vec!["a.txt"]);
+}
+
+#[test]
+fn a_revert_can_itself_be_reverted() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let (sid, t1, _t2) = two_turns(&d, &mut c);
+    let start = t1["first_seq"].as_u64().unwrap();
+    let r = c.call_ok("agentd/revert", json!({"session_id": sid, "to_seq": start}));
+    assert_eq!(r["reverted"], true, "{r}");
+    assert_eq!(r["files"], json!(["a.txt", "n.txt"]));
+    assert_eq!(read(&d, "a.txt").as_deref(), Some("orig\n"));
+    assert_eq!(
+        read(&d, "n.txt"),
+        None,
+        "a file the session created is removed"
+    );
+    let rev_seq = r["seq"].as_u64().unwrap();
+
+    let again = c.call_ok(
+        "agentd/revert",
+        json!({"session_id": sid, "to_seq": rev_seq - 1}),
+    );
+    assert_eq!(again["files"], json!(["a.txt", "n.txt"]), "{again}");
+    assert_eq!(read(&d, "a.txt").as_deref(), Some("agent2\n"));
+    assert_eq!(read(&d, "n.txt").as_deref(), Some("new\n"));
+    // Nothing left to do: a second identical revert is a no-op.
+    let noop = c.call_ok(
+        "agentd/revert",
+        json!({"session_id": sid, "to_seq": rev_seq - 1}),
+    );
+    assert_eq!(noop["reverted"], false, "{noop}");
+    let r = c.call(
+        "agentd/revert",
+        json!({"session_id": sid, "to_seq": 10_000}),
+    );
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+}
+
+#[test]
+fn fork_restore_puts_the_files_back_to_the_fork_point() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let (sid, t1, _t2) = two_turns(&d, &mut c);
+    let end1 = t1["last_seq"].as_u64().unwrap();
+    let parent_lines = agentd_tests::read_log_lines(&d.log_path(&sid)).len();
+
+    std::fs::write(d.workspace().join("a.txt"), "user edit\n").unwrap();
+    let refused = c.call(
+        "agentd/fork",
+        json!({"session_id": sid, "to_seq": end1, "files": "restore"}),
+    );
+    assert_eq!(refused["error"]["data"]["kind"], "conflict", "{refused}");
+    let listed = c.call_ok("agentd/list", json!({}));
+    assert_eq!(
+        listed["sessions"].as_array().unwrap().len(),
+        1,
+        "no child on a refusal"
+    );
+    std::fs::write(d.workspace().join("a.txt"), "agent2\n").unwrap();
+
+    let out = d.agentctl([
+        "--json",
+        "fork",
+        &sid,
+        "--to-seq",
+        &end1.to_string(),
+        "--files",
+        "restore",
+    ]);
+    out.assert_code(0);
+    let child = out.json()["child_session_id"].as_str().unwrap().to_string();
+    assert_eq!(read(&d, "a.txt").as_deref(), Some("agent1\n"));
+    assert_eq!(read(&d, "n.txt").as_deref(), Some("new\n"));
+    let cev = events(&mut c, &child);
+    let last = cev.last().unwrap();
+    assert!(is_type(last, "workspace_revert"), "{last}");
+    assert_eq!(last["data"]["reason"], "fork_restore");
+    assert_eq!(
+        agentd_tests::read_log_lines(&d.log_path(&sid)).len(),
+        parent_lines,
+        "the parent Log is never modified"
+    );
+}
+
+#[test]
+fn fork_worktree_materializes_the_files_at_the_fork_point() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let (sid, t1, _t2) = two_turns(&d, &mut c);
+    let end1 = t1["last_seq"].as_u64().unwrap();
+    let dir = d.root().join("wt");
+    let r = c.call_ok(
+        "agentd/fork",
+        json!({"session_id": sid, "to_seq": end1, "files": "worktree",
+            "worktree": dir.display().to_string()}),
+    );
+    let child = r["child_session_id"].as_str().unwrap();
+    assert_eq!(r["files"]["workspace"], dir.display().to_string());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("a.txt")).unwrap(),
+        "agent1\n"
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("n.txt")).unwrap(), "new\n");
+    assert_eq!(
+        read(&d, "a.txt").as_deref(),
+        Some("agent2\n"),
+        "parent files kept"
+    );
+    let show = c.call_ok("agentd/show", json!({"session_id": child}));
+    assert_eq!(show["workspace"], dir.display().to_string());
+    // The child's diff reads the parent's snapshots through the shared objects.
+    let diff = c.call_ok("agentd/diff", json!({"session_id": child}));
+    assert!(
+        diff["diff"].as_str().unwrap().contains("-orig\n+agent1\n"),
+        "{diff}"
+    );
+    // An existing directory is refused.
+    let again = c.call(
+        "agentd/fork",
+        json!({"session_id": sid, "files": "worktree", "worktree": dir.display().to_string()}),
+    );
+    assert_eq!(again["error"]["data"]["kind"], "invalid_args", "{again}");
+}
