@@ -463,6 +463,24 @@ fn render_fork(v: &Value) -> String {
     if v.get("summarize").and_then(Value::as_bool) == Some(true) {
         out.push_str("with a branch summary\n");
     }
+    match v.pointer("/files/mode").and_then(Value::as_str) {
+        Some("restore") => {
+            let count = v
+                .pointer("/files/files")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let _ = writeln!(
+                out,
+                "files: restore ({count} file(s) back to seq {})",
+                n(v, "to_seq")
+            );
+        }
+        Some("worktree") => {
+            let ws = v.pointer("/files/workspace").and_then(Value::as_str);
+            let _ = writeln!(out, "files: worktree at {}", ws.unwrap_or("?"));
+        }
+        _ => {}
+    }
     if dry {
         out.push_str("dry run: nothing written\n");
     }
