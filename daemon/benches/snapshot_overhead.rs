@@ -76,17 +76,6 @@ impl Drop for Daemon {
     }
 }
 
-struct Daemon {
-    child: Child,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(dir: &Path, config: &str) -> (Daemon, Conn) {
     std::fs::create_dir_all(dir).expect("daemon dir");
     let socket = dir.join("run").join("agentd.sock");

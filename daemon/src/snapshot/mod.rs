@@ -334,10 +334,11 @@ impl Shadow {
             ..Snapshot::default()
         };
         if let Some(prev) = previous.filter(|p| *p != tree) {
-            if self.has_tree_locked(prev).await {
-                snap.files_changed = self.changed_locked(prev, &tree).await?;
-            } else {
-                snap.previous_missing = true;
+            // One spawn in the common case: the existence check only runs on failure.
+            match self.changed_locked(prev, &tree).await {
+                Ok(files) => snap.files_changed = files,
+                Err(_) if !self.has_tree_locked(prev).await => snap.previous_missing = true,
+                Err(e) => return Err(e),
             }
         }
         Ok(snap)
