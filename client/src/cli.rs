@@ -83,6 +83,10 @@ pub enum Command {
     Tree(TreeArgs),
     /// Import a session from another harness's log file as a new agentd session.
     Import(ImportArgs),
+    /// Show what the session changed in its workspace, as a unified diff per file.
+    Diff(DiffArgs),
+    /// Put the files the session changed after a seq back as they were there.
+    Revert(RevertArgs),
     /// Run agentd as a login service (systemd user units, launchd agent).
     #[command(subcommand)]
     Service(ServiceCmd),
@@ -138,6 +142,57 @@ pub struct CompletionsArgs {
     /// Shell to complete for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Only what this turn changed (its turn_id, as `log` shows on turn_started).
+    #[arg(long, value_name = "T", conflicts_with_all = ["from_seq", "to_seq"])]
+    pub turn: Option<String>,
+    /// Start after this seq [default: the session's first snapshot].
+    #[arg(long, value_name = "N")]
+    pub from_seq: Option<u64>,
+    /// End at this seq [default: the last].
+    #[arg(long, value_name = "N")]
+    pub to_seq: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RevertArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Restore the files as they were at this seq.
+    #[arg(long, value_name = "N")]
+    pub to_seq: u64,
+    /// Show the files it would restore, and any conflicts, without changing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also overwrite files changed outside the session since its snapshots (refused
+    /// with `conflict`, exit 5, otherwise).
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ForkFilesArg {
+    /// Leave the workspace files as they are.
+    Keep,
+    /// Revert the files the parent changed after the fork point (like `revert`).
+    Restore,
+    /// Check the files at the fork point out into a new directory for the child.
+    Worktree,
+}
+
+impl ForkFilesArg {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForkFilesArg::Keep => "keep",
+            ForkFilesArg::Restore => "restore",
+            ForkFilesArg::Worktree => "worktree",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -384,6 +439,15 @@ pub struct ForkArgs {
     /// Title of the child.
     #[arg(long, value_name = "T")]
     pub title: Option<String>,
+    /// What happens to the workspace files [daemon default: keep].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub files: Option<ForkFilesArg>,
+    /// With --files restore: overwrite files changed outside the session.
+    #[arg(long)]
+    pub force: bool,
+    /// With --files worktree: the new directory [default: <home>/worktrees/<child id>].
+    #[arg(long, value_name = "DIR")]
+    pub worktree: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

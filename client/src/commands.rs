@@ -357,6 +357,8 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
         },
         Command::Compact(_) => render_compact(v),
         Command::Fork(_) => render_fork(v),
+        Command::Diff(_) => render::diff_result(v),
+        Command::Revert(_) => render::revert_result(v),
         Command::Tree(_) => render::tree_result(v),
         Command::Import(_) => match v.get("session_id").and_then(Value::as_str) {
             Some(sid) => {
@@ -467,6 +469,24 @@ fn render_fork(v: &Value) -> String {
     );
     if v.get("summarize").and_then(Value::as_bool) == Some(true) {
         out.push_str("with a branch summary\n");
+    }
+    match v.pointer("/files/mode").and_then(Value::as_str) {
+        Some("restore") => {
+            let count = v
+                .pointer("/files/files")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let _ = writeln!(
+                out,
+                "files: restore ({count} file(s) back to seq {})",
+                n(v, "to_seq")
+            );
+        }
+        Some("worktree") => {
+            let ws = v.pointer("/files/workspace").and_then(Value::as_str);
+            let _ = writeln!(out, "files: worktree at {}", ws.unwrap_or("?"));
+        }
+        _ => {}
     }
     if dry {
         out.push_str("dry run: nothing written\n");

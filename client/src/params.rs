@@ -201,9 +201,33 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                     ("dry_run", flag(a.dry_run)),
                     ("child_session_id", opt(a.child_session_id.clone())),
                     ("title", opt(a.title.clone())),
+                    ("files", opt(a.files.map(|f| f.as_str()))),
+                    ("force", a.force.then_some(Value::Bool(true))),
+                    (
+                        "worktree",
+                        a.worktree.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
+                    ),
                 ]),
             )
         }
+        Command::Diff(a) => (
+            method::DIFF,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("turn_id", opt(a.turn.clone())),
+                ("from_seq", opt(a.from_seq)),
+                ("to_seq", opt(a.to_seq)),
+            ]),
+        ),
+        Command::Revert(a) => (
+            method::REVERT,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("to_seq", Some(a.to_seq.into())),
+                ("dry_run", flag(a.dry_run)),
+                ("force", flag(a.force)),
+            ]),
+        ),
         Command::Tree(a) => {
             let target = match &a.session_id {
                 Some(s) => ("session_id", sid(s)?),

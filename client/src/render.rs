@@ -315,6 +315,70 @@ pub fn tree_result(result: &Value) -> String {
     }
 }
 
+/// `agentctl diff`: the unified diff, then a per-file summary line each.
+pub fn diff_result(v: &Value) -> String {
+    let files = v.get("files").and_then(Value::as_array);
+    let Some(files) = files.filter(|f| !f.is_empty()) else {
+        return "no changes by the session in this range\n".into();
+    };
+    let mut out = v
+        .get("diff")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    for f in files {
+        let path = f.get("path").and_then(Value::as_str).unwrap_or("?");
+        let status = f.get("status").and_then(Value::as_str).unwrap_or("?");
+        let num = |k: &str| f.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{status:<9} +{:<5} -{:<5} {path}",
+            num("additions"),
+            num("deletions")
+        );
+    }
+    if v.get("truncated").and_then(Value::as_bool) == Some(true) {
+        out.push_str("(diff text cut; --json lists every file)\n");
+    }
+    if let Some(gaps) = v.get("failed_snapshots") {
+        let _ = writeln!(
+            out,
+            "warning: snapshots failed at seqs {gaps}; changes there may be missing"
+        );
+    }
+    out
+}
+
+/// `agentctl revert`: what was (or would be) restored.
+pub fn revert_result(v: &Value) -> String {
+    let files: Vec<&str> = v
+        .get("files")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let to = v.get("to_seq").and_then(Value::as_u64).unwrap_or(0);
+    let dry = v.get("dry_run").and_then(Value::as_bool) == Some(true);
+    let mut out = String::new();
+    if files.is_empty() {
+        let _ = writeln!(out, "nothing to revert: the files already match seq {to}");
+        return out;
+    }
+    let verb = if dry { "would restore" } else { "restored" };
+    let _ = writeln!(out, "{verb} {} file(s) to seq {to}:", files.len());
+    for f in &files {
+        let _ = writeln!(out, "  {f}");
+    }
+    if v.get("incomplete").and_then(Value::as_bool) == Some(true) {
+        out.push_str(
+            "warning: some snapshots after that seq failed; their changes are not reverted\n",
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

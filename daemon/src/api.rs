@@ -185,6 +185,20 @@ pub fn methods(api: Api) -> Methods {
     method(&mut m, method::FORK, |api, p: ForkParams, _| async move {
         to_value(crate::ops::fork(&api.registry, p).await?)
     });
+    method(&mut m, method::DIFF, |api, p: DiffParams, _| async move {
+        let r = &api.registry;
+        let h = r.get(&p.session_id).await?;
+        crate::undo::diff(r.home.root(), &r.config.snapshots, &h, p).await
+    });
+    method(
+        &mut m,
+        method::REVERT,
+        |api, p: RevertParams, _| async move {
+            let r = &api.registry;
+            let h = r.get(&p.session_id).await?;
+            crate::undo::revert(r.home.root(), &r.config.snapshots, &h, p).await
+        },
+    );
     method(&mut m, method::TREE, |api, p: TreeParams, _| async move {
         to_value(crate::ops::tree(&api.registry, p)?)
     });
@@ -239,6 +253,8 @@ fn capabilities() -> Vec<String> {
         "turn",
         "interrupt",
         "import",
+        "diff",
+        "revert",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -48,6 +48,31 @@ impl Default for CompactionConfig {
     }
 }
 
+/// `[snapshots]`: workspace snapshots in a shadow git repository (DESIGN §13).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SnapshotConfig {
+    /// Record `workspace_snapshot` events around mutating tool calls.
+    pub enabled: bool,
+    /// A file larger than this is left out of a snapshot (and listed as skipped).
+    pub max_file_bytes: u64,
+    /// New or changed bytes one snapshot may add; files past it are skipped.
+    pub max_snapshot_bytes: u64,
+    /// Seconds one git command may run before it is killed.
+    pub timeout_s: u64,
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        SnapshotConfig {
+            enabled: true,
+            max_file_bytes: 8 * 1024 * 1024,
+            max_snapshot_bytes: 128 * 1024 * 1024,
+            timeout_s: 30,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct Config {
@@ -63,6 +88,7 @@ pub struct Config {
     /// bound its own socket: nothing would start it again.
     pub idle_exit_s: u64,
     pub compaction: CompactionConfig,
+    pub snapshots: SnapshotConfig,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
@@ -78,6 +104,7 @@ impl Default for Config {
             permission_timeout_s: 60,
             idle_exit_s: 0,
             compaction: CompactionConfig::default(),
+            snapshots: SnapshotConfig::default(),
             rest: toml::Table::new(),
         }
     }

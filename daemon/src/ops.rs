@@ -121,6 +121,9 @@ pub struct ForkOutcome {
     pub replay_event_count: usize,
     pub summarize: bool,
     pub would_record_branch_summary: bool,
+    /// What happened to the workspace files (`files: keep|restore|worktree`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<Value>,
 }
 
 /// The result of `agentd/tree`: one session's tree, or every root of a workspace.
@@ -427,6 +430,12 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
     if let (Some(title), Some(first)) = (title, plan.events.first_mut()) {
         first.data["title"] = json!(title);
     }
+    let (home, snap_cfg) = (registry.home.root(), &registry.config.snapshots);
+    let files =
+        crate::undo::prepare_fork(home, snap_cfg, &parent, &p, plan.to_seq, &child_id).await?;
+    if let (Some(ws), Some(first)) = (files.workspace(), plan.events.first_mut()) {
+        first.data["workspace"] = json!(ws);
+    }
     let result = |recorded: bool| ForkOutcome {
         ok: true,
         recorded,
@@ -439,10 +448,14 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
         replay_event_count: plan.replay_event_count,
         summarize: p.summarize,
         would_record_branch_summary: plan.would_record_branch_summary,
+        files: None,
     };
     if p.dry_run {
-        return Ok(result(false));
+        let mut r = result(false);
+        r.files = Some(files.summary());
+        return Ok(r);
     }
+    crate::undo::materialize(&files).await?;
     let src_res = registry.home.resources_dir(&p.session_id)?;
     let dst_res = registry.home.resources_dir(&child_id)?;
     let resources = plan.resources.clone();
@@ -474,7 +487,9 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
     .await
     .map_err(|e| AgentError::internal(format!("fork task: {e}")))??;
     registry.index_log(&child_id)?;
-    Ok(result(true))
+    let mut r = result(true);
+    r.files = Some(crate::undo::finish_fork(&files, &registry.get(&child_id).await?).await?);
+    Ok(r)
 }
 
 /// Copies content-addressed resources into the child's directory: each through a

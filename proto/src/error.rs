@@ -15,6 +15,8 @@ pub enum ErrorKind {
     AlreadyExists,
     Busy,
     SeqConflict,
+    /// A revert would overwrite files someone else changed (DESIGN §13).
+    Conflict,
     EphemeralNotLoggable,
     CorruptLog,
     LogWriteFailed,
@@ -40,6 +42,7 @@ impl ErrorKind {
             ErrorKind::AlreadyExists => "already_exists",
             ErrorKind::Busy => "busy",
             ErrorKind::SeqConflict => "seq_conflict",
+            ErrorKind::Conflict => "conflict",
             ErrorKind::EphemeralNotLoggable => "ephemeral_not_loggable",
             ErrorKind::CorruptLog => "corrupt_log",
             ErrorKind::LogWriteFailed => "log_write_failed",
@@ -68,7 +71,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgs | ErrorKind::NotFound => 2,
             ErrorKind::PermissionDenied | ErrorKind::OutsideWorkspace => 3,
             ErrorKind::DaemonUnavailable => 4,
-            ErrorKind::Busy | ErrorKind::SeqConflict => 5,
+            ErrorKind::Busy | ErrorKind::SeqConflict | ErrorKind::Conflict => 5,
             ErrorKind::Interrupted => 130,
             _ => 1,
         }

@@ -99,6 +99,8 @@ event_types! {
     SubagentEvent => "subagent_event", ephemeral: false, required: [];
     WorkflowEvent => "workflow_event", ephemeral: false, required: [];
     SkillActivation => "skill_activation", ephemeral: false, required: [];
+    WorkspaceSnapshot => "workspace_snapshot", ephemeral: false, required: ["tree", "files_changed", "reason"];
+    WorkspaceRevert => "workspace_revert", ephemeral: false, required: ["to_seq", "tree", "files_changed"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];
@@ -154,6 +156,22 @@ pub fn validate_draft(draft: &EventDraft) -> Result<EventType, String> {
                         .into(),
                 ),
             }
+        }
+        EventType::WorkspaceSnapshot | EventType::WorkspaceRevert => {
+            if !matches!(obj.get("tree"), Some(Value::String(_) | Value::Null)) {
+                return Err(format!(
+                    "{}: data.tree must be a string or null",
+                    draft.kind
+                ));
+            }
+            let paths = obj.get("files_changed").and_then(Value::as_array);
+            if !paths.is_some_and(|a| a.iter().all(Value::is_string)) {
+                return Err(format!(
+                    "{}: data.files_changed must be an array of strings",
+                    draft.kind
+                ));
+            }
+            want_str("reason")?;
         }
         EventType::MemoryUpdate => match obj.get("kind").and_then(Value::as_str) {
             Some("plan" | "decision" | "fact") => {}

@@ -31,6 +31,8 @@ pub mod method {
     pub const TREE: &str = "agentd/tree";
     pub const IMPORT: &str = "agentd/import";
     pub const PERMISSION: &str = "agentd/permission";
+    pub const DIFF: &str = "agentd/diff";
+    pub const REVERT: &str = "agentd/revert";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -291,6 +293,54 @@ pub struct ForkParams {
     pub child_session_id: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
+    /// The workspace files of the fork (DESIGN §13); `keep` when absent.
+    #[serde(default)]
+    pub files: ForkFiles,
+    /// With `files: restore`: overwrite files someone else changed.
+    #[serde(default)]
+    pub force: bool,
+    /// With `files: worktree`: the new directory (absolute, must not exist); default
+    /// `<home>/worktrees/<child id>`.
+    #[serde(default)]
+    pub worktree: Option<String>,
+}
+
+/// What `agentd/fork` does with the workspace files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForkFiles {
+    /// Leave them as they are (the default).
+    #[default]
+    Keep,
+    /// Revert the files the parent changed after the fork point (same rules as revert).
+    Restore,
+    /// Materialize the files at the fork point in a new directory, the child's workspace.
+    Worktree,
+}
+
+/// `agentd/diff`: what the session changed, per file, from its snapshots.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiffParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub from_seq: Option<u64>,
+    #[serde(default)]
+    pub to_seq: Option<u64>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+
+/// `agentd/revert`: the files the session changed after `to_seq`, back to their state there.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevertParams {
+    pub session_id: String,
+    pub to_seq: u64,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default)]
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -15,6 +15,7 @@
 //!   text and `memory_update` validation (§7.3).
 //! - [`fork`]: the child Log of a fork and its branch summary (§8).
 //! - [`tree`]: the fork tree over the lineage index (§9).
+//! - [`snapshots`]: the workspace timeline: the tree at a seq, the session's own changes.
 //! - [`digest`]: excerpts, touched files, open tasks shared by compaction and fork.
 //! - [`render`]: the fixed text formats replay injects for compactions and branch summaries.
 //!
@@ -31,6 +32,7 @@ pub mod memory;
 pub mod reconcile;
 pub mod render;
 pub mod replay;
+pub mod snapshots;
 pub mod tree;
 pub mod view;
 

@@ -78,6 +78,7 @@ struct Runner<'a> {
     /// Correction applied to the replay's token estimate (see the module doc).
     ratio: f64,
     last_seq: u64,
+    snapshots: crate::undo::TurnSnapshots,
 }
 
 /// Runs a whole turn; returns its result and the call ids an interrupt closed.
@@ -128,8 +129,14 @@ pub(super) async fn run(
         }
     };
     let _ = started.send(Ok((res.first_seq, res.last_seq)));
+    let snapshots = crate::undo::TurnSnapshots::new(
+        turns.registry.home.root(),
+        &workspace,
+        &turns.registry.config.snapshots,
+    );
     let mut r = Runner {
         turns,
+        snapshots,
         h,
         sid,
         spec,
@@ -481,11 +488,20 @@ impl Runner<'_> {
                 self.memory_apply(call_id, args).await?;
                 continue;
             }
+            if let Some(d) = self.snapshots.before(self.h, &name, &call_id).await {
+                self.append(vec![d]).await?;
+            }
             let outcome = tools::run(&name, &args, &self.tools).await;
             let data = outcome.into_result_data(&call_id);
             self.watch_artifacts(&data);
-            self.append(vec![EventDraft::new(EventType::ToolResult, data)])
-                .await?;
+            // The snapshot goes first, so the files "at" the result's seq include the call.
+            // An interrupted call is left to the next turn's `before` snapshot.
+            let mut drafts = Vec::new();
+            if !self.cancel.is_cancelled() {
+                drafts.extend(self.snapshots.after(&name, &args, &call_id).await);
+            }
+            drafts.push(EventDraft::new(EventType::ToolResult, data));
+            self.append(drafts).await?;
         }
         Ok(!self.cancel.is_cancelled())
     }

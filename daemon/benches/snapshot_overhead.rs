@@ -1,0 +1,268 @@
+//! Time a workspace snapshot adds to a tool iteration (DESIGN §13), on a workspace of
+//! 10,000 files (100 directories × 100 files), against a baseline measured in the same
+//! run: two daemons, one with `[snapshots] enabled = false`, each with its own identical
+//! workspace, their turns interleaved so both see the same machine load.
+//!
+//! An iteration is the gap between consecutive `tool_result` timestamps of one turn
+//! (daemon clock, µs); durability is `none`, so fsync is excluded. Two tools:
+//! `write_file` (the snapshot after it rescans only its target) and `shell` (the snapshot
+//! after it rescans the whole workspace). The `before` snapshot of each turn's first
+//! mutating call is not inside any gap; its own duration (`duration_ms` of the event) is
+//! reported separately. Each daemon first runs one unmeasured turn (the first snapshot
+//! of a workspace hashes every file).
+//!
+//! Run: `cargo bench -p agentd --bench snapshot_overhead` (`BENCH_TURNS`, default 5;
+//! `BENCH_ITERS`, default 20; `BENCH_FILES`, default 10000).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Conn {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+    id: u64,
+}
+
+impl Conn {
+    fn connect(path: &Path) -> std::io::Result<Conn> {
+        let s = UnixStream::connect(path)?;
+        Ok(Conn {
+            w: s.try_clone()?,
+            r: BufReader::new(s),
+            id: 0,
+        })
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.id += 1;
+        let msg = json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
+        self.w
+            .write_all(format!("{msg}\n").as_bytes())
+            .expect("write request");
+        loop {
+            let mut line = String::new();
+            let n = self.r.read_line(&mut line).expect("read response");
+            assert!(n > 0, "daemon closed the connection");
+            let v: Value = serde_json::from_str(&line).expect("response JSON");
+            if v.get("id") == Some(&json!(self.id)) {
+                match v.get("result") {
+                    Some(r) => return r.clone(),
+                    None => panic!("{method} failed: {v}"),
+                }
+            }
+        }
+    }
+}
+
+struct Daemon {
+    child: Child,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path, config: &str) -> (Daemon, Conn) {
+    std::fs::create_dir_all(dir).expect("daemon dir");
+    let socket = dir.join("run").join("agentd.sock");
+    let cfg = dir.join("config.toml");
+    std::fs::write(&cfg, config).expect("config");
+    let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .env("AGENTD_HOME", dir.join("home"))
+        .env("AGENTD_SOCKET", &socket)
+        .env("AGENTD_CONFIG", &cfg)
+        .env("AGENTD_DURABILITY", "none")
+        .env("AGENTD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn agentd");
+    let d = Daemon { child };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut c) = Conn::connect(&socket) {
+            c.call("agentd/hello", json!({}));
+            return (d, c);
+        }
+        assert!(Instant::now() < deadline, "agentd did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn workspace(dir: &Path, files: usize) {
+    for i in 0..files {
+        let sub = dir.join(format!("d{:03}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&sub).expect("workspace dir");
+        }
+        std::fs::write(sub.join(format!("f{i}.txt")), format!("file {i}\n")).expect("file");
+    }
+    std::fs::create_dir_all(dir.join("bench")).expect("bench dir");
+}
+
+fn ts_micros(ts: &str) -> i128 {
+    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
+        .expect("event ts");
+    t.unix_timestamp_nanos() / 1000
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// One side of the comparison: a daemon, its session, and the gaps measured so far.
+struct Side {
+    _daemon: Daemon,
+    c: Conn,
+    sid: String,
+    gaps: Vec<f64>,
+    before_ms: Vec<f64>,
+}
+
+impl Side {
+    fn new(root: &Path, name: &str, config: &str, files: usize, model: &str) -> Side {
+        let dir = root.join(name);
+        let ws = dir.join("ws");
+        workspace(&ws, files);
+        let (daemon, mut c) = start(&dir, config);
+        let sid = c.call("agentd/create", json!({"workspace": ws, "model": model}))["session_id"]
+            .as_str()
+            .expect("session id")
+            .to_string();
+        Side {
+            _daemon: daemon,
+            c,
+            sid,
+            gaps: Vec::new(),
+            before_ms: Vec::new(),
+        }
+    }
+
+    /// Runs one turn; records its iteration gaps unless `warmup`.
+    fn turn(&mut self, input: &str, iters: usize, warmup: bool) {
+        let before = self.c.call("agentd/show", json!({"session_id": self.sid}))["last_seq"]
+            .as_u64()
+            .expect("last_seq");
+        let r = self.c.call(
+            "agentd/turn",
+            json!({"session_id": self.sid, "input": input, "max_iterations": iters + 1}),
+        );
+        assert_eq!(r["status"], "completed", "{r}");
+        let evs = self.c.call(
+            "agentd/events",
+            json!({"session_id": self.sid, "after_seq": before,
+                "types": ["tool_result", "workspace_snapshot"]}),
+        );
+        let evs = evs["events"].as_array().expect("events").clone();
+        for e in &evs {
+            if e["type"] == "workspace_snapshot" {
+                assert!(e["data"]["tree"].is_string(), "snapshot failed: {e}");
+            }
+        }
+        if warmup {
+            return;
+        }
+        let stamps: Vec<i128> = evs
+            .iter()
+            .filter(|e| e["type"] == "tool_result")
+            .map(|e| ts_micros(e["ts"].as_str().expect("ts")))
+            .collect();
+        assert_eq!(stamps.len(), iters, "one tool_result per iteration");
+        self.gaps
+            .extend(stamps.windows(2).map(|w| (w[1] - w[0]) as f64 / 1000.0));
+        self.before_ms.extend(
+            evs.iter()
+                .filter(|e| e["data"]["reason"] == "before")
+                .filter_map(|e| e["data"]["duration_ms"].as_f64()),
+        );
+    }
+}
+
+fn p50(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(v, 0.5)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let turns = env_usize("BENCH_TURNS", 5);
+    let iters = env_usize("BENCH_ITERS", 20);
+    let files = env_usize("BENCH_FILES", 10_000);
+    let root = tempfile::tempdir().expect("tempdir");
+    let script = root.path().join("bench.json");
+    let write_steps: Vec<Value> = (0..iters)
+        .map(|i| {
+            json!({"tool_calls": [{"name": "write_file",
+            "args": {"path": format!("bench/w{i}.txt"), "content": format!("step {i}\n")}}]})
+        })
+        .chain([json!({"text": "done"})])
+        .collect();
+    let shell_steps: Vec<Value> = (0..iters)
+        .map(|i| {
+            json!({"tool_calls": [{"name": "shell",
+            "args": {"command": format!("echo $$ {i} > bench/s{i}.txt")}}]})
+        })
+        .chain([json!({"text": "done"})])
+        .collect();
+    let body = json!({"rules": [
+        {"match": "write", "steps": write_steps},
+        {"match": "shell", "steps": shell_steps},
+    ]});
+    std::fs::write(&script, serde_json::to_vec(&body).expect("script")).expect("write script");
+    let model = format!("script:{}", script.display());
+    println!(
+        "snapshot_overhead: {files}-file workspace, {turns} turns × {iters} tool iterations per tool, durability none"
+    );
+    println!(
+        "{:>10}  {:>14}  {:>14}  {:>10}  {:>16}  {:>8}",
+        "tool", "baseline p50", "snapshots p50", "added", "before snap p50", "samples"
+    );
+    for tool in ["write", "shell"] {
+        let mut off = Side::new(
+            root.path(),
+            &format!("{tool}-off"),
+            "[snapshots]\nenabled = false\n",
+            files,
+            &model,
+        );
+        let mut on = Side::new(root.path(), &format!("{tool}-on"), "", files, &model);
+        off.turn(tool, iters, true);
+        on.turn(tool, iters, true);
+        for k in 0..turns {
+            let input = format!("{tool} turn {k}");
+            off.turn(&input, iters, false);
+            on.turn(&input, iters, false);
+        }
+        let (base, snap) = (p50(&mut off.gaps), p50(&mut on.gaps));
+        println!(
+            "{:>10}  {:>11.3} ms  {:>11.3} ms  {:>7.3} ms  {:>13.1} ms  {:>8}   (target: added <= 20 ms)",
+            tool,
+            base,
+            snap,
+            snap - base,
+            p50(&mut on.before_ms),
+            on.gaps.len()
+        );
+    }
+}
