@@ -17,6 +17,7 @@
 //! `memory_apply` is a known tool name but is validated and recorded by the session
 //! (it writes `memory_update` events); [`run`] answers it with `unsupported`.
 
+pub mod confine;
 pub mod files;
 pub mod search;
 pub mod shell;
