@@ -84,6 +84,9 @@ pub fn methods(api: Api) -> Methods {
             turns_running: r.turns_running.load(std::sync::atomic::Ordering::Relaxed),
             connections: r.connections.load(std::sync::atomic::Ordering::Relaxed),
             durability: r.config.durability.as_str().into(),
+            leftover_tmp_removed: r
+                .leftover_tmp_removed
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
     });
     method(&mut m, method::SHUTDOWN, |api, _p: Empty, _| async move {

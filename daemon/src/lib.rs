@@ -14,6 +14,7 @@ pub mod registry;
 pub mod server;
 pub mod session;
 pub mod store;
+pub mod sweep;
 pub mod text;
 pub mod tools;
 pub mod turn;

@@ -69,6 +69,8 @@ pub struct Registry {
     pub started: Instant,
     pub connections: Arc<AtomicU64>,
     pub turns_running: AtomicU64,
+    /// Leftover temp files removed by the start-up sweep (`crate::sweep`).
+    pub leftover_tmp_removed: AtomicU64,
     sessions: DashMap<String, SessionHandle>,
     index: RwLock<HashMap<String, SessionMeta>>,
     generation: AtomicU64,
@@ -91,6 +93,7 @@ impl Registry {
             started: Instant::now(),
             connections: Arc::new(AtomicU64::new(0)),
             turns_running: AtomicU64::new(0),
+            leftover_tmp_removed: AtomicU64::new(0),
             sessions: DashMap::new(),
             index: RwLock::new(index),
             generation: AtomicU64::new(1),
