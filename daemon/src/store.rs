@@ -64,8 +64,21 @@ impl Home {
     }
 }
 
+/// A failed write, kind by errno (`disk_full`, `io_error`, `permission_denied`, else
+/// `log_write_failed`): see `AgentError::storage`.
 pub fn write_failed(what: &str, e: &io::Error) -> AgentError {
-    AgentError::new(ErrorKind::LogWriteFailed, format!("{what}: {e}"))
+    AgentError::storage(what, e)
+}
+
+/// A failed read of a Log: `io_error` for `EIO` (and the other storage kinds by errno),
+/// `corrupt_log` for anything unclassified.
+fn read_failed(what: &str, e: &io::Error, sid: &str) -> AgentError {
+    let mut err = AgentError::storage(what, e);
+    if err.kind == ErrorKind::LogWriteFailed {
+        err.kind = ErrorKind::CorruptLog;
+    }
+    err.details["session_id"] = json!(sid);
+    err
 }
 
 /// What a load found besides the events.
@@ -99,12 +112,7 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
                     .with_details(json!({"session_id": sid})),
             )
         }
-        Err(e) => {
-            return Err(
-                AgentError::new(ErrorKind::CorruptLog, format!("open log: {e}"))
-                    .with_details(json!({"session_id": sid})),
-            )
-        }
+        Err(e) => return Err(read_failed("open log", &e, sid)),
     };
     // Read and parse in blocks: peak memory is one block plus the events, not the
     // whole file plus the events.
@@ -121,7 +129,7 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
         let n = (&mut file)
             .take(BLOCK as u64)
             .read_to_end(&mut buf)
-            .map_err(|e| AgentError::new(ErrorKind::CorruptLog, format!("read log: {e}")))?;
+            .map_err(|e| read_failed("read log", &e, sid))?;
         let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
         if complete > 0 {
             parse_lines(&buf[..complete], &mut cursor, &mut report, &mut events);
