@@ -238,7 +238,15 @@ fn soak() {
                 round += 1;
                 let sid = &sessions[(s * 7 + round) % sessions.len()];
                 let mut c = sh.connect();
-                let after = (round as u64 * 13) % 50;
+                // From a point that exists: somewhere in the first 50 events or the end.
+                let Some(shown) = sh.call(&mut c, "agentd/show", json!({"session_id": sid})) else {
+                    continue;
+                };
+                let last = shown
+                    .pointer("/result/last_seq")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let after = ((round as u64 * 13) % 50).min(last);
                 let Some(r) = sh.call(
                     &mut c,
                     "agentd/subscribe",
@@ -257,6 +265,9 @@ fn soak() {
                     let Some(ev) = m.pointer("/params/result") else {
                         continue;
                     };
+                    if ev["type"] == "lagged" {
+                        break;
+                    }
                     let Some(seq) = ev.get("seq").and_then(Value::as_u64) else {
                         continue; // ephemeral or `lagged`
                     };
@@ -414,7 +425,7 @@ fn soak() {
             );
         }
     }
-    let peak = peak.load(Ordering::Relaxed);
+    let peak = peak.load(Ordering::Relaxed).max(final_rss);
     let min_loaded = min_loaded.load(Ordering::Relaxed);
     eprintln!(
         "soak {seconds} s, {clients} clients: {} appends / {} events acknowledged ({} cut by the kill, outcome unknown), \
