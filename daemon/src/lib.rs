@@ -6,6 +6,7 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod fault;
 pub mod history;
 pub mod import;
 pub mod ops;

@@ -308,6 +308,8 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
                     registry: registry.clone(),
                     state,
                     writer: Some(store::WriterThread::spawn(writer, &sid)),
+                    acked_bytes: None,
+                    writer_error: None,
                     rx,
                     handle: actor_handle,
                 };
@@ -430,12 +432,49 @@ fn load_blocking(
 struct Actor {
     registry: Arc<Registry>,
     state: SessionState,
+    /// `None` after the writer stopped (failed fdatasync) until `recover_writer`
+    /// verified the Log and built a new one.
     writer: Option<store::WriterThread>,
+    /// The Log's acknowledged length when the writer stopped.
+    acked_bytes: Option<u64>,
+    /// Why the writer stopped (answered to appends until it is rebuilt).
+    writer_error: Option<AgentError>,
     rx: mpsc::Receiver<Cmd>,
     handle: SessionHandle,
 }
 
 impl Actor {
+    /// After the writer stopped: verifies the Log against what was acknowledged (see
+    /// `store::recover_writer`) and builds a new writer. On failure appends keep being
+    /// refused (and the next one tries again); reads go on serving.
+    async fn recover_writer(&mut self) {
+        let Some(acked) = self.acked_bytes else {
+            return;
+        };
+        let home = self.registry.home.clone();
+        let sid = self.state.id.clone();
+        let last = self.state.events.last().cloned();
+        let res = tokio::task::spawn_blocking(move || {
+            store::recover_writer(&home, &sid, acked, last.as_ref())
+        })
+        .await
+        .unwrap_or_else(|e| Err(AgentError::internal(format!("recover task: {e}"))));
+        match res {
+            Ok(w) => {
+                tracing::warn!(session = %self.state.id, "Log verified after a failed write; appends resume");
+                self.writer = Some(store::WriterThread::spawn(w, &self.state.id));
+                self.acked_bytes = None;
+                self.writer_error = None;
+            }
+            Err(e) => {
+                tracing::error!(session = %self.state.id, error = %e, "Log not recovered; appends stay refused");
+                let mut err = e;
+                err.details["writer_stopped"] = json!(true);
+                self.writer_error = Some(err);
+            }
+        }
+    }
+
     /// Work owed on first load: record a torn-tail repair.
     async fn after_load(&mut self) {
         for (torn_bytes, qpath) in std::mem::take(&mut self.state.pending_repair) {
@@ -589,17 +628,29 @@ impl Actor {
             return;
         }
         let sync = self.registry.config.durability != Durability::None;
+        if self.writer.is_none() {
+            self.recover_writer().await;
+        }
         let res = match &self.writer {
             Some(w) => w.write(buf, sync).await,
-            None => Err(AgentError::new(
-                ErrorKind::LogWriteFailed,
-                "log writer unavailable",
-            )),
+            None => Err(self.writer_error.clone().unwrap_or_else(|| {
+                AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable")
+            })),
         };
         if let Err(e) = res {
             tracing::error!(session = %self.state.id, error = %e, "append failed");
             for p in pending {
                 p.reply.send(Err(e.clone()));
+            }
+            if e.details.get("writer_stopped") == Some(&json!(true)) {
+                // The writer refuses everything now; rebuild it from the Log as
+                // acknowledged before the next batch is accepted.
+                self.writer = None;
+                if let Some(b) = e.details.get("acked_bytes").and_then(Value::as_u64) {
+                    self.acked_bytes = Some(b);
+                }
+                self.writer_error = Some(e);
+                self.recover_writer().await;
             }
             return;
         }

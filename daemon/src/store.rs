@@ -126,6 +126,9 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
     let mut events = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
     loop {
+        if let Some(f) = crate::fault::check(crate::fault::Op::Read, &path) {
+            return Err(read_failed("read log", &f.error(), sid));
+        }
         let n = (&mut file)
             .take(BLOCK as u64)
             .read_to_end(&mut buf)
@@ -252,9 +255,18 @@ fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> (Vec<Event>, Vec<C
 }
 
 /// The append side of one Log. Owned by its session actor.
+///
+/// A failed `fdatasync` is never retried: after one, the kernel may have dropped the
+/// dirty pages and marked them clean, so a second call could succeed without the data
+/// being on disk (PostgreSQL's 2018 lesson). The batch fails and the writer *stops*:
+/// every later batch is refused until the session rebuilds a writer with
+/// [`recover_writer`], which checks the file against what was acknowledged.
+#[derive(Debug)]
 pub struct LogWriter {
     file: File,
+    path: PathBuf,
     len: u64,
+    stopped: bool,
 }
 
 impl LogWriter {
@@ -267,34 +279,150 @@ impl LogWriter {
             .metadata()
             .map_err(|e| write_failed("stat log", &e))?
             .len();
-        Ok(LogWriter { file, len })
+        Ok(LogWriter {
+            file,
+            path: path.to_path_buf(),
+            len,
+            stopped: false,
+        })
     }
 
     /// Writes `bytes` (whole lines) and syncs data when `sync`. On failure the file is
     /// cut back to its previous length so a half-written batch never becomes a torn or
-    /// glued line; nothing acknowledged before is touched.
+    /// glued line; nothing acknowledged before is touched. A failed sync (or a failed
+    /// cut) stops the writer: the error carries `details.writer_stopped` and
+    /// `details.acked_bytes` (the Log's length as acknowledged), and every later call
+    /// fails the same way without touching the file.
     pub fn write_batch(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
-        let res =
-            self.file.write_all(bytes).and_then(
-                |_| {
-                    if sync {
-                        self.file.sync_data()
-                    } else {
-                        Ok(())
-                    }
-                },
-            );
-        match res {
-            Ok(()) => {
-                self.len += bytes.len() as u64;
-                Ok(())
+        if self.stopped {
+            return Err(self.stopped_error(AgentError::new(
+                ErrorKind::IoError,
+                "the Log writer stopped after a failed write or fdatasync; the session verifies its Log before accepting appends again",
+            )));
+        }
+        let written = match crate::fault::check(crate::fault::Op::Write, &self.path) {
+            Some(crate::fault::Fault::Short) => self
+                .file
+                .write_all(&bytes[..bytes.len() / 2])
+                .and_then(|_| Err(crate::fault::Fault::Short.error())),
+            Some(f) => Err(f.error()),
+            None => self.file.write_all(bytes),
+        };
+        if let Err(e) = written {
+            if self.file.set_len(self.len).is_err() {
+                self.stopped = true;
+                return Err(self.stopped_error(write_failed("append to log", &e)));
             }
-            Err(e) => {
+            return Err(write_failed("append to log", &e));
+        }
+        if sync {
+            let synced = match crate::fault::check(crate::fault::Op::Fsync, &self.path) {
+                Some(f) => Err(f.error()),
+                None => self.file.sync_data(),
+            };
+            if let Err(e) = synced {
+                // Never retried, never acknowledged. Cut the batch off (best effort; the
+                // recovery checks the length anyway) and stop.
+                self.stopped = true;
                 let _ = self.file.set_len(self.len);
-                Err(write_failed("append to log", &e))
+                return Err(self.stopped_error(write_failed("fdatasync of the log", &e)));
             }
         }
+        self.len += bytes.len() as u64;
+        Ok(())
     }
+
+    fn stopped_error(&self, mut e: AgentError) -> AgentError {
+        e.details["writer_stopped"] = json!(true);
+        e.details["acked_bytes"] = json!(self.len);
+        e
+    }
+}
+
+/// Rebuilds the writer of a Log whose writer stopped (see [`LogWriter`]): the file must
+/// hold at least the `acked_bytes` acknowledged; bytes past them (a failed batch that
+/// reached the file anyway) were never acknowledged and are copied to
+/// `quarantine/<sid>.<ts>.unacked`, synced, then cut; the last acknowledged line must
+/// parse as the event the session last acknowledged (`last`); the file is synced. Only
+/// then is a new writer returned.
+pub fn recover_writer(
+    home: &Home,
+    sid: &str,
+    acked_bytes: u64,
+    last: Option<&Event>,
+) -> Result<LogWriter, AgentError> {
+    let path = home.log_path(sid)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| read_failed("reopen log", &e, sid))?;
+    let len = file
+        .metadata()
+        .map_err(|e| read_failed("stat log", &e, sid))?
+        .len();
+    if len < acked_bytes {
+        return Err(AgentError::new(
+            ErrorKind::CorruptLog,
+            format!("the Log is {len} bytes but {acked_bytes} were acknowledged"),
+        )
+        .with_details(json!({"session_id": sid, "bytes": len, "acked_bytes": acked_bytes})));
+    }
+    if len > acked_bytes {
+        let mut extra = Vec::new();
+        use std::io::Seek;
+        file.seek(io::SeekFrom::Start(acked_bytes))
+            .and_then(|_| file.read_to_end(&mut extra))
+            .map_err(|e| read_failed("read unacknowledged bytes", &e, sid))?;
+        let ts = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
+        let q = home.quarantine_dir().join(format!("{sid}.{ts}.unacked"));
+        write_synced(&q, &extra)
+            .map_err(|e| write_failed("quarantine unacknowledged bytes", &e))?;
+        sync_dir(&home.quarantine_dir()).map_err(|e| write_failed("sync quarantine", &e))?;
+        file.set_len(acked_bytes)
+            .map_err(|e| write_failed("cut unacknowledged bytes", &e))?;
+    }
+    // The tail as acknowledged: the last line before `acked_bytes`.
+    if let Some(last) = last {
+        use std::io::Seek;
+        let window = acked_bytes.min(1 << 20);
+        let mut tail = vec![0u8; window as usize];
+        let read = match crate::fault::check(crate::fault::Op::Read, &path) {
+            Some(f) => Err(f.error()),
+            None => file
+                .seek(io::SeekFrom::Start(acked_bytes - window))
+                .and_then(|_| file.read_exact(&mut tail)),
+        };
+        read.map_err(|e| read_failed("read log tail", &e, sid))?;
+        let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
+        let line = match memchr::memrchr(b'\n', body) {
+            Some(i) => &body[i + 1..],
+            None => body,
+        };
+        let ev: Option<Event> = serde_json::from_slice(line).ok();
+        if ev.as_ref().map(|e| (e.seq, e.id.as_str())) != Some((last.seq, last.id.as_str())) {
+            return Err(AgentError::new(
+                ErrorKind::CorruptLog,
+                "the Log's last line is not the last acknowledged event",
+            )
+            .with_details(json!({"session_id": sid, "expected_seq": last.seq})));
+        }
+    }
+    let synced = match crate::fault::check(crate::fault::Op::Fsync, &path) {
+        Some(f) => Err(f.error()),
+        None => file.sync_all(),
+    };
+    synced.map_err(|e| write_failed("sync recovered log", &e))?;
+    drop(file);
+    let w = LogWriter::open(&path)?;
+    if w.len != acked_bytes {
+        return Err(AgentError::new(
+            ErrorKind::CorruptLog,
+            "the Log changed while it was being recovered",
+        )
+        .with_details(json!({"session_id": sid})));
+    }
+    Ok(w)
 }
 
 /// A session's Log writer on a thread of its own. The actor hands it each group commit
