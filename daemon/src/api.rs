@@ -443,11 +443,28 @@ async fn subscribe(
             cursor = Some(last);
         }
     }
+    // Asked for events after a seq the session has not reached yet: the live events up
+    // to that seq are not "after" it and are skipped.
+    let skip_through = match (p.after_seq, last_at_subscribe) {
+        (Some(a), Some(last)) if a > last => Some(a),
+        (Some(a), None) => Some(a),
+        _ => None,
+    };
     loop {
         tokio::select! {
             _ = sink.closed() => break,
             msg = rx.recv() => match msg {
                 Ok(line) => {
+                    if let Some(t) = skip_through {
+                        #[derive(serde::Deserialize)]
+                        struct SeqOnly {
+                            seq: Option<u64>,
+                        }
+                        let seq = serde_json::from_str::<SeqOnly>(&line).ok().and_then(|s| s.seq);
+                        if seq.is_some_and(|s| s <= t) {
+                            continue;
+                        }
+                    }
                     let Ok(raw) = serde_json::value::RawValue::from_string(line.to_string()) else { continue };
                     // A subscriber that stops reading altogether is dropped after a
                     // while instead of holding its session loaded forever.
