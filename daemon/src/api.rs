@@ -192,6 +192,9 @@ pub fn methods(api: Api) -> Methods {
 
 /// Events per backlog page of `agentd/subscribe`.
 const BACKLOG_PAGE: usize = 1000;
+/// Bytes (serialized) per backlog page: what a subscriber that stops reading can hold
+/// in the daemon beyond its connection's write queue.
+const BACKLOG_PAGE_BYTES: usize = 256 * 1024;
 /// How long a subscriber may leave a notification unread before it is dropped.
 const SUBSCRIBER_STALL: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -422,20 +425,17 @@ async fn subscribe(
     // not copy the whole Log at once; live events meanwhile wait in the broadcast ring.
     if let (Some(mut cursor), Some(upto)) = (p.after_seq.map(Some), last_at_subscribe) {
         loop {
-            let page = match handle
-                .query(move |st| st.events_between(cursor, upto, BACKLOG_PAGE))
+            let (page, last) = match handle
+                .query(move |st| st.backlog_page(cursor, upto, BACKLOG_PAGE, BACKLOG_PAGE_BYTES))
                 .await
             {
                 Ok(page) => page,
                 Err(_) => return,
             };
-            let Some(last) = page.last().map(|e| e.seq) else {
+            let Some(last) = last else {
                 break;
             };
-            for ev in page {
-                let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
-                    continue;
-                };
+            for raw in page {
                 if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() {
                     return;
                 }

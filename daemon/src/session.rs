@@ -253,13 +253,36 @@ impl SessionState {
     }
 
     /// Up to `limit` events with `after < seq <= upto`.
-    pub fn events_between(&self, after: Option<u64>, upto: u64, limit: usize) -> Vec<Event> {
-        self.events_after(after)
+    /// A subscriber's backlog page: events after `after` up to `upto`, already
+    /// serialized, at most `limit` of them and at most about `max_bytes` (at least one).
+    /// Serialized lines are a fraction of the memory of cloned `Event` trees, and a page
+    /// waiting on a subscriber that does not read is bounded by bytes, not only count.
+    pub fn backlog_page(
+        &self,
+        after: Option<u64>,
+        upto: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> (Vec<Box<serde_json::value::RawValue>>, Option<u64>) {
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut last = None;
+        for e in self
+            .events_after(after)
             .iter()
             .take_while(|e| e.seq <= upto)
-            .take(limit)
-            .cloned()
-            .collect()
+        {
+            if out.len() >= limit || (bytes >= max_bytes && !out.is_empty()) {
+                break;
+            }
+            let Ok(raw) = serde_json::value::to_raw_value(e) else {
+                continue;
+            };
+            bytes += raw.get().len();
+            last = Some(e.seq);
+            out.push(raw);
+        }
+        (out, last)
     }
 }
 

@@ -3,8 +3,10 @@
 //! that never read a byte (so their backlog piles up in the daemon). A benchmark, not
 //! a timed test: it prints the figures.
 //!
-//! `cargo bench -p agentd --bench memory_return` (`MEM_EVENTS`, `MEM_CONNS`,
-//! `MEM_STALLED`, `MEM_SETTLE_S` change the load).
+//! `cargo build --release -p agentd && cargo run --release -p agentd --example
+//! memory_return` (the daemon binary is the `agentd` beside the example's directory, or
+//! `AGENTD_BIN`; `MEM_EVENTS`, `MEM_CONNS`, `MEM_STALLED`, `MEM_SETTLE_S` change the
+//! load).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -83,7 +85,19 @@ fn main() {
     raise_fd_limit(8192);
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/agentd.sock");
-    let mut child: Child = Command::new(env!("CARGO_BIN_EXE_agentd"))
+    let bin = std::env::var_os("AGENTD_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let exe = std::env::current_exe().unwrap();
+            // target/<profile>/examples/memory_return → target/<profile>/agentd
+            exe.parent().and_then(Path::parent).unwrap().join("agentd")
+        });
+    assert!(
+        bin.is_file(),
+        "no daemon binary at {} (build it first, or set AGENTD_BIN)",
+        bin.display()
+    );
+    let mut child: Child = Command::new(&bin)
         .env("AGENTD_HOME", dir.path().join("home"))
         .env("AGENTD_SOCKET", &socket)
         .env("AGENTD_CONFIG", dir.path().join("no-config.toml"))
