@@ -116,6 +116,11 @@ pub fn init_from_env() -> Result<(), String> {
     Ok(())
 }
 
+/// Whether any rule is set (the store then wraps Log files in its fault-injecting one).
+pub fn active() -> bool {
+    RULES.get().is_some_and(|r| !r.is_empty())
+}
+
 /// The fault to inject for this call of `op` on `path`, if a rule says so.
 pub fn check(op: Op, path: &Path) -> Option<Fault> {
     let rules = RULES.get()?;

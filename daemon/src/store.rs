@@ -254,22 +254,137 @@ fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> (Vec<Event>, Vec<C
     (events, corrupt)
 }
 
-/// The append side of one Log. Owned by its session actor.
+/// Where Logs live. The session actor loads and appends through this trait, so a
+/// second backend (a database) can stand beside [`FileStore`] without the actor,
+/// registry or API changing. Implementations are called from blocking threads (the
+/// blocking pool, a session's writer thread), never from a runtime worker.
+pub trait LogStore: Send + Sync + 'static {
+    /// Reads a Log, repairing a torn tail; the valid events in order plus what else
+    /// the read found (see [`load_log`]).
+    fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError>;
+    /// The append side of a Log that exists.
+    fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError>;
+    /// A new append side for a Log whose appender stopped after a failed sync, once the
+    /// Log was checked against what was acknowledged: `acked_bytes` as the stopped
+    /// appender reported them, `last` the last acknowledged event.
+    fn recover_appender(
+        &self,
+        sid: &str,
+        acked_bytes: u64,
+        last: Option<&Event>,
+    ) -> Result<Box<dyn LogAppender>, AgentError>;
+}
+
+/// The append side of one Log, owned by its session's writer thread.
+pub trait LogAppender: Send + 'static {
+    /// Appends whole lines and, when `sync`, makes them durable before returning. On
+    /// failure nothing of `bytes` remains: a later append never glues onto half a line.
+    fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError>;
+}
+
+/// Logs as NDJSON files under the home directory (DESIGN §3).
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    pub home: Home,
+}
+
+impl LogStore for FileStore {
+    fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
+        load_log(&self.home, sid)
+    }
+    fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError> {
+        open_appender(&self.home.log_path(sid)?)
+    }
+    fn recover_appender(
+        &self,
+        sid: &str,
+        acked_bytes: u64,
+        last: Option<&Event>,
+    ) -> Result<Box<dyn LogAppender>, AgentError> {
+        recover_writer(&self.home, sid, acked_bytes, last)
+    }
+}
+
+/// The appender of a Log file: the real file, or the fault-injecting one when
+/// `AGENTD_FAULTS` is set (`crate::fault`).
+fn open_appender(path: &Path) -> Result<Box<dyn LogAppender>, AgentError> {
+    let w = LogWriter::open(path)?;
+    if crate::fault::active() {
+        let len = w.len;
+        let file = FaultFile {
+            file: w.file,
+            path: path.to_path_buf(),
+        };
+        return Ok(Box::new(LogWriter::with_file(file, len)));
+    }
+    Ok(Box::new(w))
+}
+
+/// A Log file whose syscalls consult the `AGENTD_FAULTS` rules first.
+struct FaultFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl LogFile for FaultFile {
+    fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        use crate::fault::{check, Fault, Op};
+        match check(Op::Write, &self.path) {
+            Some(Fault::Short) => {
+                Write::write_all(&mut self.file, &bytes[..bytes.len() / 2])?;
+                Err(Fault::Short.error())
+            }
+            Some(f) => Err(f.error()),
+            None => Write::write_all(&mut self.file, bytes),
+        }
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        match crate::fault::check(crate::fault::Op::Fsync, &self.path) {
+            Some(f) => Err(f.error()),
+            None => self.file.sync_data(),
+        }
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+/// The system calls a Log append makes, in one place: a fault-injecting file can
+/// stand in for the real one to test every failure path of the writer.
+pub trait LogFile: Send + 'static {
+    /// Writes every byte (at the end: the file is opened for append).
+    fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file back to `len` after a failed append.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Write::write_all(self, bytes)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+}
+
+/// The append side of one Log file.
 ///
 /// A failed `fdatasync` is never retried: after one, the kernel may have dropped the
 /// dirty pages and marked them clean, so a second call could succeed without the data
 /// being on disk (PostgreSQL's 2018 lesson). The batch fails and the writer *stops*:
-/// every later batch is refused until the session rebuilds a writer with
-/// [`recover_writer`], which checks the file against what was acknowledged.
-#[derive(Debug)]
-pub struct LogWriter {
-    file: File,
-    path: PathBuf,
+/// every later batch is refused until the session gets a new appender from
+/// [`LogStore::recover_appender`], which checks the file against what was acknowledged.
+pub struct LogWriter<F: LogFile = File> {
+    file: F,
     len: u64,
     stopped: bool,
 }
 
-impl LogWriter {
+impl LogWriter<File> {
     pub fn open(path: &Path) -> Result<LogWriter, AgentError> {
         let file = OpenOptions::new()
             .append(true)
@@ -281,10 +396,20 @@ impl LogWriter {
             .len();
         Ok(LogWriter {
             file,
-            path: path.to_path_buf(),
             len,
             stopped: false,
         })
+    }
+}
+
+impl<F: LogFile> LogWriter<F> {
+    /// A writer over any [`LogFile`] whose current length is `len`.
+    pub fn with_file(file: F, len: u64) -> LogWriter<F> {
+        LogWriter {
+            file,
+            len,
+            stopped: false,
+        }
     }
 
     /// Writes `bytes` (whole lines) and syncs data when `sync`. On failure the file is
@@ -300,15 +425,7 @@ impl LogWriter {
                 "the Log writer stopped after a failed write or fdatasync; the session verifies its Log before accepting appends again",
             )));
         }
-        let written = match crate::fault::check(crate::fault::Op::Write, &self.path) {
-            Some(crate::fault::Fault::Short) => self
-                .file
-                .write_all(&bytes[..bytes.len() / 2])
-                .and_then(|_| Err(crate::fault::Fault::Short.error())),
-            Some(f) => Err(f.error()),
-            None => self.file.write_all(bytes),
-        };
-        if let Err(e) = written {
+        if let Err(e) = self.file.write_bytes(bytes) {
             if self.file.set_len(self.len).is_err() {
                 self.stopped = true;
                 return Err(self.stopped_error(write_failed("append to log", &e)));
@@ -316,11 +433,7 @@ impl LogWriter {
             return Err(write_failed("append to log", &e));
         }
         if sync {
-            let synced = match crate::fault::check(crate::fault::Op::Fsync, &self.path) {
-                Some(f) => Err(f.error()),
-                None => self.file.sync_data(),
-            };
-            if let Err(e) = synced {
+            if let Err(e) = self.file.sync_data() {
                 // Never retried, never acknowledged. Cut the batch off (best effort; the
                 // recovery checks the length anyway) and stop.
                 self.stopped = true;
@@ -350,7 +463,7 @@ pub fn recover_writer(
     sid: &str,
     acked_bytes: u64,
     last: Option<&Event>,
-) -> Result<LogWriter, AgentError> {
+) -> Result<Box<dyn LogAppender>, AgentError> {
     let path = home.log_path(sid)?;
     let mut file = OpenOptions::new()
         .read(true)
@@ -414,15 +527,23 @@ pub fn recover_writer(
     };
     synced.map_err(|e| write_failed("sync recovered log", &e))?;
     drop(file);
-    let w = LogWriter::open(&path)?;
-    if w.len != acked_bytes {
+    let len = std::fs::metadata(&path)
+        .map_err(|e| read_failed("stat log", &e, sid))?
+        .len();
+    if len != acked_bytes {
         return Err(AgentError::new(
             ErrorKind::CorruptLog,
             "the Log changed while it was being recovered",
         )
         .with_details(json!({"session_id": sid})));
     }
-    Ok(w)
+    open_appender(&path)
+}
+
+impl<F: LogFile> LogAppender for LogWriter<F> {
+    fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
+        self.write_batch(bytes, sync)
+    }
 }
 
 /// A session's Log writer on a thread of its own. The actor hands it each group commit
@@ -440,14 +561,14 @@ struct WriteJob {
 }
 
 impl WriterThread {
-    pub fn spawn(mut writer: LogWriter, sid: &str) -> WriterThread {
+    pub fn spawn(mut writer: Box<dyn LogAppender>, sid: &str) -> WriterThread {
         let (jobs, rx) = std::sync::mpsc::channel::<WriteJob>();
         let spawned = std::thread::Builder::new()
             .name(format!("log-{}", crate::text::utf8_prefix(sid, 11)))
             .stack_size(256 * 1024)
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
-                    let _ = job.done.send(writer.write_batch(&job.bytes, job.sync));
+                    let _ = job.done.send(writer.append(&job.bytes, job.sync));
                 }
             });
         if let Err(e) = spawned {

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 pub const NAMES: &[&str] = &[
     "log",
     "ndjson",
+    "framing",
     "import_pi",
     "import_pixir",
     "import_codex",
@@ -33,6 +34,7 @@ pub fn by_name(name: &str) -> Option<crate::engine::Target> {
     Some(match name {
         "log" => log,
         "ndjson" => ndjson,
+        "framing" => framing,
         "import_pi" => import_pi,
         "import_pixir" => import_pixir,
         "import_codex" => import_codex,
@@ -177,8 +179,13 @@ fn server() -> &'static Server {
             let _g = rt.enter();
             tokio::net::UnixListener::bind(&socket).unwrap()
         };
+        let turns = {
+            let _g = rt.enter();
+            agentd::turn::TurnManager::new(registry.clone())
+        };
         let methods = agentd::api::methods(agentd::api::Api {
             registry: registry.clone(),
+            turns,
             shutdown_requested: tokio_util::sync::CancellationToken::new(),
         });
         rt.spawn(
@@ -216,7 +223,42 @@ pub fn ndjson(data: &[u8]) -> u64 {
     let out = exchange(&s.socket, data);
     let mut codes = Vec::new();
     let mut n = 0usize;
-    for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+    let bodies: Vec<Vec<u8>> = if out.starts_with(b"Content-Length:") {
+        // Answers in the client's framing: header block, blank line, body.
+        let mut v = Vec::new();
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let end = rest
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .unwrap_or_else(|| {
+                    panic!(
+                        "unterminated header block in {:?}",
+                        String::from_utf8_lossy(rest)
+                    )
+                });
+            let head = String::from_utf8_lossy(&rest[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("bad response header {head:?}"));
+            let body = &rest[end + 4..];
+            assert!(
+                body.len() >= len,
+                "response body shorter than its Content-Length"
+            );
+            v.push(body[..len].to_vec());
+            rest = &body[len..];
+        }
+        v
+    } else {
+        out.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    for line in bodies.iter().map(Vec::as_slice) {
         n += 1;
         let v: Value = serde_json::from_slice(line).unwrap_or_else(|e| {
             panic!(
@@ -250,6 +292,71 @@ pub fn ndjson(data: &[u8]) -> u64 {
         String::from_utf8_lossy(&hello)
     );
     sig((n.min(8), codes))
+}
+
+// ---- Frame codec (NDJSON and Content-Length) ----------------------------------------
+
+/// Decodes `bytes` fed in chunks of `chunk` bytes: the messages and errors in order.
+fn decode_all(bytes: &[u8], chunk: usize) -> Vec<String> {
+    use agentd::framing::FrameCodec;
+    const MAX: usize = 4096;
+    let mut codec = FrameCodec::new(MAX);
+    let mut buf = bytes::BytesMut::new();
+    let mut out = Vec::new();
+    let mut fed = 0;
+    loop {
+        let eof = fed >= bytes.len();
+        match codec.next(&mut buf, eof) {
+            Ok(Some(m)) => {
+                assert!(
+                    m.len() <= MAX,
+                    "a {}-byte message passed the {MAX} cap",
+                    m.len()
+                );
+                out.push(format!("msg:{m}"));
+            }
+            Ok(None) if eof => break,
+            Ok(None) => {
+                let end = (fed + chunk).min(bytes.len());
+                buf.extend_from_slice(&bytes[fed..end]);
+                fed = end;
+            }
+            Err(e) => {
+                out.push(format!("err:{e:?}"));
+                if e.is_fatal() {
+                    break;
+                }
+            }
+        }
+        assert!(
+            out.len() <= bytes.len() + 2,
+            "decoder yields without consuming"
+        );
+    }
+    out
+}
+
+/// Bytes through the frame codec (NDJSON or `Content-Length`, detected from the first
+/// bytes): never a panic or a message over the cap, and the same messages and errors
+/// whether the bytes arrive at once or a few at a time.
+pub fn framing(data: &[u8]) -> u64 {
+    let Some((first, rest)) = data.split_first() else {
+        return 0;
+    };
+    let chunk = 1 + (*first as usize % 17);
+    let whole = decode_all(rest, rest.len().max(1));
+    let split = decode_all(rest, chunk);
+    assert_eq!(
+        whole, split,
+        "chunking changed the decoded messages (chunk {chunk})"
+    );
+    sig((
+        whole.len().min(8),
+        whole
+            .iter()
+            .map(|m| m.split(':').next().unwrap_or("").len())
+            .collect::<Vec<_>>(),
+    ))
 }
 
 // ---- Importers -----------------------------------------------------------------------
