@@ -103,6 +103,9 @@ pub fn methods(api: Api) -> Methods {
             turns_running: api.turns.running_count(),
             connections: r.connections.load(std::sync::atomic::Ordering::Relaxed),
             durability: r.config.durability.as_str().into(),
+            leftover_tmp_removed: r
+                .leftover_tmp_removed
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
     });
     method(&mut m, method::SHUTDOWN, |api, _p: Empty, _| async move {
@@ -235,6 +238,9 @@ pub fn methods(api: Api) -> Methods {
 
 /// Events per backlog page of `agentd/subscribe`.
 const BACKLOG_PAGE: usize = 1000;
+/// Bytes (serialized) per backlog page: what a subscriber that stops reading can hold
+/// in the daemon beyond its connection's write queue.
+const BACKLOG_PAGE_BYTES: usize = 256 * 1024;
 /// How long a subscriber may leave a notification unread before it is dropped.
 const SUBSCRIBER_STALL: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -441,20 +447,17 @@ async fn subscribe(
     // not copy the whole Log at once; live events meanwhile wait in the broadcast ring.
     if let (Some(mut cursor), Some(upto)) = (p.after_seq.map(Some), last_at_subscribe) {
         loop {
-            let page = match handle
-                .query(move |st| st.events_between(cursor, upto, BACKLOG_PAGE))
+            let (page, last) = match handle
+                .query(move |st| st.backlog_page(cursor, upto, BACKLOG_PAGE, BACKLOG_PAGE_BYTES))
                 .await
             {
                 Ok(page) => page,
                 Err(_) => return,
             };
-            let Some(last) = page.last().map(|e| e.seq) else {
+            let Some(last) = last else {
                 break;
             };
-            for ev in page {
-                let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
-                    continue;
-                };
+            for raw in page {
                 if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() {
                     return;
                 }
@@ -462,11 +465,28 @@ async fn subscribe(
             cursor = Some(last);
         }
     }
+    // Asked for events after a seq the session has not reached yet: the live events up
+    // to that seq are not "after" it and are skipped.
+    let skip_through = match (p.after_seq, last_at_subscribe) {
+        (Some(a), Some(last)) if a > last => Some(a),
+        (Some(a), None) => Some(a),
+        _ => None,
+    };
     loop {
         tokio::select! {
             _ = sink.closed() => break,
             msg = rx.recv() => match msg {
                 Ok(line) => {
+                    if let Some(t) = skip_through {
+                        #[derive(serde::Deserialize)]
+                        struct SeqOnly {
+                            seq: Option<u64>,
+                        }
+                        let seq = serde_json::from_str::<SeqOnly>(&line).ok().and_then(|s| s.seq);
+                        if seq.is_some_and(|s| s <= t) {
+                            continue;
+                        }
+                    }
                     let Ok(raw) = serde_json::value::RawValue::from_string(line.to_string()) else { continue };
                     // A subscriber that stops reading altogether is dropped after a
                     // while instead of holding its session loaded forever.

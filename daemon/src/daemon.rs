@@ -33,11 +33,16 @@ pub async fn run(opts: Options) -> Result<(), String> {
     unsafe { libc::umask(0o077) };
     let home = Home::open(&opts.home).map_err(|e| format!("home {}: {e}", opts.home.display()))?;
     let _lock = lock_home(&home)?;
+    // Temp files of creates cut short by a crash; only safe to remove under the lock.
+    let swept = crate::sweep::sweep_leftovers(&home);
     let mut activation = opts.activation;
     let (listener, managed_by) =
         activation::listener(&mut activation, &opts.socket, || bind_socket(&opts.socket))?;
     let started = std::time::Instant::now();
     let registry = Registry::open(home, config).map_err(|e| format!("index sessions: {e}"))?;
+    registry
+        .leftover_tmp_removed
+        .store(swept.removed, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         socket = %opts.socket.display(),
         home = %registry.home.root().display(),

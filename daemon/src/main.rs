@@ -57,6 +57,10 @@ fn main() -> ExitCode {
             .unwrap_or_else(agentd_proto::paths::default_config),
         activation,
     };
+    if let Err(msg) = agentd::fault::init_from_env() {
+        eprintln!("agentd: AGENTD_FAULTS: {msg}");
+        return ExitCode::from(2);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

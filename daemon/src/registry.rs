@@ -74,6 +74,8 @@ pub struct Registry {
     pub config: Config,
     pub started: Instant,
     pub connections: Arc<AtomicU64>,
+    /// Leftover temp files removed by the start-up sweep (`crate::sweep`).
+    pub leftover_tmp_removed: AtomicU64,
     sessions: DashMap<String, SessionHandle>,
     index: RwLock<HashMap<String, SessionMeta>>,
     generation: AtomicU64,
@@ -91,6 +93,7 @@ impl Registry {
             config,
             started: Instant::now(),
             connections: Arc::new(AtomicU64::new(0)),
+            leftover_tmp_removed: AtomicU64::new(0),
             sessions: DashMap::new(),
             index: RwLock::new(index),
             generation: AtomicU64::new(1),

@@ -351,13 +351,36 @@ impl SessionState {
     }
 
     /// Up to `limit` events with `after < seq <= upto`.
-    pub fn events_between(&self, after: Option<u64>, upto: u64, limit: usize) -> Vec<Event> {
-        self.events_after(after)
+    /// A subscriber's backlog page: events after `after` up to `upto`, already
+    /// serialized, at most `limit` of them and at most about `max_bytes` (at least one).
+    /// Serialized lines are a fraction of the memory of cloned `Event` trees, and a page
+    /// waiting on a subscriber that does not read is bounded by bytes, not only count.
+    pub fn backlog_page(
+        &self,
+        after: Option<u64>,
+        upto: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> (Vec<Box<serde_json::value::RawValue>>, Option<u64>) {
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut last = None;
+        for e in self
+            .events_after(after)
             .iter()
             .take_while(|e| e.seq <= upto)
-            .take(limit)
-            .cloned()
-            .collect()
+        {
+            if out.len() >= limit || (bytes >= max_bytes && !out.is_empty()) {
+                break;
+            }
+            let Ok(raw) = serde_json::value::to_raw_value(e) else {
+                continue;
+            };
+            bytes += raw.get().len();
+            last = Some(e.seq);
+            out.push(raw);
+        }
+        (out, last)
     }
 }
 
@@ -406,6 +429,8 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
                     env: env.clone(),
                     state,
                     writer: Some(store::WriterThread::spawn(writer, &sid)),
+                    acked_bytes: None,
+                    writer_error: None,
                     rx,
                     handle: actor_handle,
                 };
@@ -528,12 +553,48 @@ fn load_blocking(
 struct Actor {
     env: ActorEnv,
     state: SessionState,
+    /// `None` after the writer stopped (failed fdatasync) until `recover_writer`
+    /// verified the Log and built a new one.
     writer: Option<store::WriterThread>,
+    /// The Log's acknowledged length when the writer stopped.
+    acked_bytes: Option<u64>,
+    /// Why the writer stopped (answered to appends until it is rebuilt).
+    writer_error: Option<AgentError>,
     rx: mpsc::Receiver<Cmd>,
     handle: SessionHandle,
 }
 
 impl Actor {
+    /// After the writer stopped: verifies the Log against what was acknowledged (see
+    /// `store::recover_writer`) and builds a new writer. On failure appends keep being
+    /// refused (and the next one tries again); reads go on serving.
+    async fn recover_writer(&mut self) {
+        let Some(acked) = self.acked_bytes else {
+            return;
+        };
+        let store = self.env.store.clone();
+        let sid = self.state.id.clone();
+        let last = self.state.events.last().cloned();
+        let res =
+            tokio::task::spawn_blocking(move || store.recover_appender(&sid, acked, last.as_ref()))
+                .await
+                .unwrap_or_else(|e| Err(AgentError::internal(format!("recover task: {e}"))));
+        match res {
+            Ok(w) => {
+                tracing::warn!(session = %self.state.id, "Log verified after a failed write; appends resume");
+                self.writer = Some(store::WriterThread::spawn(w, &self.state.id));
+                self.acked_bytes = None;
+                self.writer_error = None;
+            }
+            Err(e) => {
+                tracing::error!(session = %self.state.id, error = %e, "Log not recovered; appends stay refused");
+                let mut err = e;
+                err.details["writer_stopped"] = json!(true);
+                self.writer_error = Some(err);
+            }
+        }
+    }
+
     /// Work owed on first load: record a torn-tail repair.
     async fn after_load(&mut self) {
         for (torn_bytes, qpath) in std::mem::take(&mut self.state.pending_repair) {
@@ -741,18 +802,36 @@ impl Actor {
             }
         });
         let sync = self.env.durability != Durability::None;
+        if self.writer.is_none() {
+            self.recover_writer().await;
+        }
         let res = match &self.writer {
             Some(w) => w.write_then(buf, sync, Some(answer)).await,
             None => {
-                let e = AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable");
+                let e = self.writer_error.clone().unwrap_or_else(|| {
+                    AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable")
+                });
                 answer(&Err(e.clone()));
                 Err(e)
             }
         };
-        if res.is_ok() {
-            for ev in staged {
-                self.state.push(ev);
+        match res {
+            Ok(()) => {
+                for ev in staged {
+                    self.state.push(ev);
+                }
             }
+            Err(e) if e.details.get("writer_stopped") == Some(&json!(true)) => {
+                // The writer refuses everything now; rebuild it from the Log as
+                // acknowledged before the next batch is accepted.
+                self.writer = None;
+                if let Some(b) = e.details.get("acked_bytes").and_then(Value::as_u64) {
+                    self.acked_bytes = Some(b);
+                }
+                self.writer_error = Some(e);
+                self.recover_writer().await;
+            }
+            Err(_) => {}
         }
     }
 

@@ -64,8 +64,21 @@ impl Home {
     }
 }
 
+/// A failed write, kind by errno (`disk_full`, `io_error`, `permission_denied`, else
+/// `log_write_failed`): see `AgentError::storage`.
 pub fn write_failed(what: &str, e: &io::Error) -> AgentError {
-    AgentError::new(ErrorKind::LogWriteFailed, format!("{what}: {e}"))
+    AgentError::storage(what, e)
+}
+
+/// A failed read of a Log: `io_error` for `EIO` (and the other storage kinds by errno),
+/// `corrupt_log` for anything unclassified.
+fn read_failed(what: &str, e: &io::Error, sid: &str) -> AgentError {
+    let mut err = AgentError::storage(what, e);
+    if err.kind == ErrorKind::LogWriteFailed {
+        err.kind = ErrorKind::CorruptLog;
+    }
+    err.details["session_id"] = json!(sid);
+    err
 }
 
 /// What a load found besides the events.
@@ -99,12 +112,7 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
                     .with_details(json!({"session_id": sid})),
             )
         }
-        Err(e) => {
-            return Err(
-                AgentError::new(ErrorKind::CorruptLog, format!("open log: {e}"))
-                    .with_details(json!({"session_id": sid})),
-            )
-        }
+        Err(e) => return Err(read_failed("open log", &e, sid)),
     };
     // Read and parse in blocks: peak memory is one block plus the events, not the
     // whole file plus the events.
@@ -118,10 +126,13 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
     let mut events = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
     loop {
+        if let Some(f) = crate::fault::check(crate::fault::Op::Read, &path) {
+            return Err(read_failed("read log", &f.error(), sid));
+        }
         let n = (&mut file)
             .take(BLOCK as u64)
             .read_to_end(&mut buf)
-            .map_err(|e| AgentError::new(ErrorKind::CorruptLog, format!("read log: {e}")))?;
+            .map_err(|e| read_failed("read log", &e, sid))?;
         let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
         if complete > 0 {
             parse_lines(&buf[..complete], &mut cursor, &mut report, &mut events);
@@ -253,6 +264,15 @@ pub trait LogStore: Send + Sync + 'static {
     fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError>;
     /// The append side of a Log that exists.
     fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError>;
+    /// A new append side for a Log whose appender stopped after a failed sync, once the
+    /// Log was checked against what was acknowledged: `acked_bytes` as the stopped
+    /// appender reported them, `last` the last acknowledged event.
+    fn recover_appender(
+        &self,
+        sid: &str,
+        acked_bytes: u64,
+        last: Option<&Event>,
+    ) -> Result<Box<dyn LogAppender>, AgentError>;
 }
 
 /// The append side of one Log, owned by its session's writer thread.
@@ -273,7 +293,59 @@ impl LogStore for FileStore {
         load_log(&self.home, sid)
     }
     fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError> {
-        Ok(Box::new(LogWriter::open(&self.home.log_path(sid)?)?))
+        open_appender(&self.home.log_path(sid)?)
+    }
+    fn recover_appender(
+        &self,
+        sid: &str,
+        acked_bytes: u64,
+        last: Option<&Event>,
+    ) -> Result<Box<dyn LogAppender>, AgentError> {
+        recover_writer(&self.home, sid, acked_bytes, last)
+    }
+}
+
+/// The appender of a Log file: the real file, or the fault-injecting one when
+/// `AGENTD_FAULTS` is set (`crate::fault`).
+fn open_appender(path: &Path) -> Result<Box<dyn LogAppender>, AgentError> {
+    let w = LogWriter::open(path)?;
+    if crate::fault::active() {
+        let len = w.len;
+        let file = FaultFile {
+            file: w.file,
+            path: path.to_path_buf(),
+        };
+        return Ok(Box::new(LogWriter::with_file(file, len)));
+    }
+    Ok(Box::new(w))
+}
+
+/// A Log file whose syscalls consult the `AGENTD_FAULTS` rules first.
+struct FaultFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl LogFile for FaultFile {
+    fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        use crate::fault::{check, Fault, Op};
+        match check(Op::Write, &self.path) {
+            Some(Fault::Short) => {
+                Write::write_all(&mut self.file, &bytes[..bytes.len() / 2])?;
+                Err(Fault::Short.error())
+            }
+            Some(f) => Err(f.error()),
+            None => Write::write_all(&mut self.file, bytes),
+        }
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        match crate::fault::check(crate::fault::Op::Fsync, &self.path) {
+            Some(f) => Err(f.error()),
+            None => self.file.sync_data(),
+        }
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
     }
 }
 
@@ -300,9 +372,16 @@ impl LogFile for File {
 }
 
 /// The append side of one Log file.
+///
+/// A failed `fdatasync` is never retried: after one, the kernel may have dropped the
+/// dirty pages and marked them clean, so a second call could succeed without the data
+/// being on disk (PostgreSQL's 2018 lesson). The batch fails and the writer *stops*:
+/// every later batch is refused until the session gets a new appender from
+/// [`LogStore::recover_appender`], which checks the file against what was acknowledged.
 pub struct LogWriter<F: LogFile = File> {
     file: F,
     len: u64,
+    stopped: bool,
 }
 
 impl LogWriter<File> {
@@ -315,38 +394,150 @@ impl LogWriter<File> {
             .metadata()
             .map_err(|e| write_failed("stat log", &e))?
             .len();
-        Ok(LogWriter { file, len })
+        Ok(LogWriter {
+            file,
+            len,
+            stopped: false,
+        })
     }
 }
 
 impl<F: LogFile> LogWriter<F> {
     /// A writer over any [`LogFile`] whose current length is `len`.
     pub fn with_file(file: F, len: u64) -> LogWriter<F> {
-        LogWriter { file, len }
+        LogWriter {
+            file,
+            len,
+            stopped: false,
+        }
     }
 
     /// Writes `bytes` (whole lines) and syncs data when `sync`. On failure the file is
     /// cut back to its previous length so a half-written batch never becomes a torn or
-    /// glued line; nothing acknowledged before is touched.
+    /// glued line; nothing acknowledged before is touched. A failed sync (or a failed
+    /// cut) stops the writer: the error carries `details.writer_stopped` and
+    /// `details.acked_bytes` (the Log's length as acknowledged), and every later call
+    /// fails the same way without touching the file.
     pub fn write_batch(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
-        let res = self.file.write_bytes(bytes).and_then(|_| {
-            if sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
+        if self.stopped {
+            return Err(self.stopped_error(AgentError::new(
+                ErrorKind::IoError,
+                "the Log writer stopped after a failed write or fdatasync; the session verifies its Log before accepting appends again",
+            )));
+        }
+        if let Err(e) = self.file.write_bytes(bytes) {
+            if self.file.set_len(self.len).is_err() {
+                self.stopped = true;
+                return Err(self.stopped_error(write_failed("append to log", &e)));
             }
-        });
-        match res {
-            Ok(()) => {
-                self.len += bytes.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
+            return Err(write_failed("append to log", &e));
+        }
+        if sync {
+            if let Err(e) = self.file.sync_data() {
+                // Never retried, never acknowledged. Cut the batch off (best effort; the
+                // recovery checks the length anyway) and stop.
+                self.stopped = true;
                 let _ = self.file.set_len(self.len);
-                Err(write_failed("append to log", &e))
+                return Err(self.stopped_error(write_failed("fdatasync of the log", &e)));
             }
         }
+        self.len += bytes.len() as u64;
+        Ok(())
     }
+
+    fn stopped_error(&self, mut e: AgentError) -> AgentError {
+        e.details["writer_stopped"] = json!(true);
+        e.details["acked_bytes"] = json!(self.len);
+        e
+    }
+}
+
+/// Rebuilds the writer of a Log whose writer stopped (see [`LogWriter`]): the file must
+/// hold at least the `acked_bytes` acknowledged; bytes past them (a failed batch that
+/// reached the file anyway) were never acknowledged and are copied to
+/// `quarantine/<sid>.<ts>.unacked`, synced, then cut; the last acknowledged line must
+/// parse as the event the session last acknowledged (`last`); the file is synced. Only
+/// then is a new writer returned.
+pub fn recover_writer(
+    home: &Home,
+    sid: &str,
+    acked_bytes: u64,
+    last: Option<&Event>,
+) -> Result<Box<dyn LogAppender>, AgentError> {
+    let path = home.log_path(sid)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| read_failed("reopen log", &e, sid))?;
+    let len = file
+        .metadata()
+        .map_err(|e| read_failed("stat log", &e, sid))?
+        .len();
+    if len < acked_bytes {
+        return Err(AgentError::new(
+            ErrorKind::CorruptLog,
+            format!("the Log is {len} bytes but {acked_bytes} were acknowledged"),
+        )
+        .with_details(json!({"session_id": sid, "bytes": len, "acked_bytes": acked_bytes})));
+    }
+    if len > acked_bytes {
+        let mut extra = Vec::new();
+        use std::io::Seek;
+        file.seek(io::SeekFrom::Start(acked_bytes))
+            .and_then(|_| file.read_to_end(&mut extra))
+            .map_err(|e| read_failed("read unacknowledged bytes", &e, sid))?;
+        let ts = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
+        let q = home.quarantine_dir().join(format!("{sid}.{ts}.unacked"));
+        write_synced(&q, &extra)
+            .map_err(|e| write_failed("quarantine unacknowledged bytes", &e))?;
+        sync_dir(&home.quarantine_dir()).map_err(|e| write_failed("sync quarantine", &e))?;
+        file.set_len(acked_bytes)
+            .map_err(|e| write_failed("cut unacknowledged bytes", &e))?;
+    }
+    // The tail as acknowledged: the last line before `acked_bytes`.
+    if let Some(last) = last {
+        use std::io::Seek;
+        let window = acked_bytes.min(1 << 20);
+        let mut tail = vec![0u8; window as usize];
+        let read = match crate::fault::check(crate::fault::Op::Read, &path) {
+            Some(f) => Err(f.error()),
+            None => file
+                .seek(io::SeekFrom::Start(acked_bytes - window))
+                .and_then(|_| file.read_exact(&mut tail)),
+        };
+        read.map_err(|e| read_failed("read log tail", &e, sid))?;
+        let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
+        let line = match memchr::memrchr(b'\n', body) {
+            Some(i) => &body[i + 1..],
+            None => body,
+        };
+        let ev: Option<Event> = serde_json::from_slice(line).ok();
+        if ev.as_ref().map(|e| (e.seq, e.id.as_str())) != Some((last.seq, last.id.as_str())) {
+            return Err(AgentError::new(
+                ErrorKind::CorruptLog,
+                "the Log's last line is not the last acknowledged event",
+            )
+            .with_details(json!({"session_id": sid, "expected_seq": last.seq})));
+        }
+    }
+    let synced = match crate::fault::check(crate::fault::Op::Fsync, &path) {
+        Some(f) => Err(f.error()),
+        None => file.sync_all(),
+    };
+    synced.map_err(|e| write_failed("sync recovered log", &e))?;
+    drop(file);
+    let len = std::fs::metadata(&path)
+        .map_err(|e| read_failed("stat log", &e, sid))?
+        .len();
+    if len != acked_bytes {
+        return Err(AgentError::new(
+            ErrorKind::CorruptLog,
+            "the Log changed while it was being recovered",
+        )
+        .with_details(json!({"session_id": sid})));
+    }
+    open_appender(&path)
 }
 
 impl<F: LogFile> LogAppender for LogWriter<F> {

@@ -20,6 +20,10 @@ pub enum ErrorKind {
     EphemeralNotLoggable,
     CorruptLog,
     LogWriteFailed,
+    /// The filesystem holding the home is full (`ENOSPC`) or over quota (`EDQUOT`).
+    DiskFull,
+    /// The device reported an I/O error (`EIO`); the data may not be on disk.
+    IoError,
     PermissionDenied,
     OutsideWorkspace,
     ProviderError,
@@ -46,6 +50,8 @@ impl ErrorKind {
             ErrorKind::EphemeralNotLoggable => "ephemeral_not_loggable",
             ErrorKind::CorruptLog => "corrupt_log",
             ErrorKind::LogWriteFailed => "log_write_failed",
+            ErrorKind::DiskFull => "disk_full",
+            ErrorKind::IoError => "io_error",
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::OutsideWorkspace => "outside_workspace",
             ErrorKind::ProviderError => "provider_error",
@@ -130,6 +136,44 @@ impl AgentError {
         Self::new(ErrorKind::Internal, message)
     }
 
+    /// A storage failure while doing `what` (`"append to log"`, `"create log"`), with a
+    /// kind chosen by the OS error: `ENOSPC`/`EDQUOT` → `disk_full`, `EIO` → `io_error`,
+    /// `EACCES`/`EPERM`/`EROFS` → `permission_denied`, anything else →
+    /// `log_write_failed`. Each carries `details.errno` and `details.next_actions`.
+    pub fn storage(what: &str, e: &std::io::Error) -> Self {
+        // Linux errno values (the daemon runs on Linux; proto does no I/O of its own).
+        const EPERM: i32 = 1;
+        const EIO: i32 = 5;
+        const EACCES: i32 = 13;
+        const ENOSPC: i32 = 28;
+        const EROFS: i32 = 30;
+        const EDQUOT: i32 = 122;
+        let errno = e.raw_os_error();
+        let (kind, actions): (ErrorKind, &[&str]) = match errno {
+            Some(ENOSPC) | Some(EDQUOT) => (
+                ErrorKind::DiskFull,
+                &[
+                    "free space on the filesystem holding the agentd home (df -h \"$(agentctl daemon status --json | jq -r .home)\" shows it), then retry: nothing of this call was acknowledged or kept",
+                ],
+            ),
+            Some(EIO) => (
+                ErrorKind::IoError,
+                &[
+                    "check the disk (dmesg, smartctl); the session reloads and verifies its Log before accepting writes again",
+                    "agentctl show <session_id> to see what is durable",
+                ],
+            ),
+            Some(EACCES) | Some(EPERM) | Some(EROFS) => (
+                ErrorKind::PermissionDenied,
+                &["check ownership and mode of the agentd home (it must be writable by the daemon's user) and that its filesystem is mounted read-write"],
+            ),
+            _ => (ErrorKind::LogWriteFailed, &["retry; if it persists, see agentd.log in the agentd home"]),
+        };
+        AgentError::new(kind, format!("{what}: {e}"))
+            .with_details(json!({"errno": errno, "operation": what}))
+            .with_next_actions(actions)
+    }
+
     /// The `data` member of a JSON-RPC error object.
     pub fn rpc_data(&self) -> Value {
         json!({"kind": self.kind, "details": self.details})
@@ -167,3 +211,30 @@ impl fmt::Display for AgentError {
 impl std::error::Error for AgentError {}
 
 pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_errors_are_classified_by_errno() {
+        for (errno, kind) in [
+            (28, ErrorKind::DiskFull),
+            (122, ErrorKind::DiskFull),
+            (5, ErrorKind::IoError),
+            (13, ErrorKind::PermissionDenied),
+            (30, ErrorKind::PermissionDenied),
+            (9, ErrorKind::LogWriteFailed),
+        ] {
+            let e = AgentError::storage("append to log", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(e.kind, kind, "errno {errno}");
+            assert_eq!(e.details["errno"], errno);
+            assert!(e.details["next_actions"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()));
+            assert_eq!(ErrorKind::parse(e.kind.as_str()), Some(kind));
+        }
+        let e = AgentError::storage("x", &std::io::Error::other("no errno"));
+        assert_eq!(e.kind, ErrorKind::LogWriteFailed);
+    }
+}

@@ -60,6 +60,9 @@ pub struct StatusResult {
     pub turns_running: u64,
     pub connections: u64,
     pub durability: String,
+    /// Leftover `.*.tmp` files (creates cut short by a crash) removed at start-up.
+    #[serde(default)]
+    pub leftover_tmp_removed: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,7 +8,7 @@
 use std::io::{BufWriter, Write};
 
 use agentd_proto::event::{format_ts, new_event_id, now_ts, validate_draft};
-use agentd_proto::{AgentError, ErrorKind, Event, EventDraft};
+use agentd_proto::{AgentError, Event, EventDraft};
 use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -84,7 +84,7 @@ impl<'w> Sink<'w> {
             data: draft.data,
         };
         serde_json::to_writer(&mut self.out, &event)
-            .map_err(|e| write_failed(std::io::Error::other(e)))?;
+            .map_err(|e| write_failed(std::io::Error::from(e)))?;
         self.out.write_all(b"\n").map_err(write_failed)?;
         self.last_ts = Some(ts);
         self.next_seq += 1;
@@ -160,10 +160,7 @@ impl<'w> Sink<'w> {
 }
 
 fn write_failed(e: std::io::Error) -> AgentError {
-    AgentError::new(
-        ErrorKind::LogWriteFailed,
-        format!("writing the imported Log failed: {e}"),
-    )
+    AgentError::storage("writing the imported Log", &e)
 }
 
 /// RFC 3339 (any offset, any precision) or Unix milliseconds → agentd's `ts` form.
@@ -182,6 +179,7 @@ pub fn normalize_ts(v: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentd_proto::ErrorKind;
     use serde_json::json;
 
     #[test]

@@ -5,16 +5,23 @@
 //! that file still holds. Writes go through a temp file in the same directory and a
 //! rename, so a crash never leaves a half-written file and a final-component symlink is
 //! replaced rather than followed.
+//!
+//! `read_file`, `write_file` and `edit_file` touch the file only through descriptors
+//! opened beneath the workspace (`confine`), never by absolute path, so a directory
+//! swapped for an outward symlink after `resolve` cannot redirect them.
 
+use super::confine;
 use super::workspace::{io_error, relative_uri, resolve, Resolve};
 use super::{user_umask, with_output, Artifact, ToolContext, ToolOutcome};
 use crate::text::sha256_hex;
-use agentd_proto::AgentError;
+use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
 use serde_json::json;
-use std::io::Write;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Files above this are refused by `read_file` and `edit_file` (use `shell` with
 /// `head`/`sed` for huge files) so one call cannot exhaust memory.
@@ -65,9 +72,54 @@ fn file_artifact(ctx: &ToolContext, path: &Path, bytes: &[u8]) -> Artifact {
     }
 }
 
-/// Reads a regular file (bounded), refusing directories with a hint.
-fn read_regular(path: &Path, given: &str) -> Result<Vec<u8>, AgentError> {
-    let meta = std::fs::metadata(path).map_err(|e| io_error(&e, "file", given))?;
+/// The workspace's descriptor and `path` (resolved) relative to it.
+fn anchor<'a>(
+    ctx: &ToolContext,
+    path: &'a Path,
+    given: &str,
+) -> Result<(OwnedFd, &'a Path), AgentError> {
+    let root = confine::open_root(&ctx.workspace).map_err(|e| io_error(&e, "workspace", given))?;
+    let rel = path
+        .strip_prefix(&ctx.workspace)
+        .map_err(|_| changed(given))?;
+    Ok((root, rel))
+}
+
+/// The error for a path whose directories changed between `resolve` and the open so
+/// that it now leads outside the workspace (or through a symlink the walk refuses).
+fn changed(given: &str) -> AgentError {
+    AgentError::new(
+        ErrorKind::OutsideWorkspace,
+        format!(
+            "path `{given}` changed while the tool ran and no longer resolves inside the workspace"
+        ),
+    )
+    .with_details(
+        json!({"path": given, "rule": "a symlink on the path leads outside the workspace"}),
+    )
+}
+
+fn open_error(e: &std::io::Error, what: &str, given: &str) -> AgentError {
+    if confine::is_escape(e) || e.raw_os_error() == Some(libc::ENOTDIR) {
+        changed(given)
+    } else {
+        io_error(e, what, given)
+    }
+}
+
+/// Reads a regular file (bounded) through a descriptor opened beneath the workspace,
+/// refusing directories with a hint.
+fn read_regular(ctx: &ToolContext, path: &Path, given: &str) -> Result<Vec<u8>, AgentError> {
+    let (root, rel) = anchor(ctx, path, given)?;
+    // O_NONBLOCK: opening a FIFO must not block the call (it is refused below).
+    let fd = confine::open_beneath(
+        &root,
+        rel,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )
+    .map_err(|e| open_error(&e, "file", given))?;
+    let mut file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|e| io_error(&e, "file", given))?;
     if meta.is_dir() {
         return Err(
             AgentError::invalid_args(format!("`{given}` is a directory; use list_dir"))
@@ -88,12 +140,18 @@ fn read_regular(path: &Path, given: &str) -> Result<Vec<u8>, AgentError> {
         ))
         .with_details(json!({"path": given, "bytes": meta.len()})));
     }
-    std::fs::read(path).map_err(|e| io_error(&e, "file", given))
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // Bounded even if the file grows between fstat and read.
+    (&mut file)
+        .take(MAX_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(&e, "file", given))?;
+    Ok(bytes)
 }
 
 pub fn read_file(args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
-    let bytes = read_regular(&path, &args.path)?;
+    let bytes = read_regular(ctx, &path, &args.path)?;
     let text = String::from_utf8_lossy(&bytes);
     let (output, raw_selected) = select_lines(&text, args.offset_line, args.limit_lines);
     let mut outcome = ToolOutcome::success(String::new());
@@ -220,14 +278,7 @@ fn walk(
 
 pub fn write_file(args: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
     let path = resolve(&ctx.workspace, &args.path, Resolve::ForWrite)?;
-    if path.is_dir() {
-        return Err(
-            AgentError::invalid_args(format!("`{}` is a directory", args.path))
-                .with_details(json!({"path": args.path})),
-        );
-    }
-    let existed = path.exists();
-    atomic_write(&path, args.content.as_bytes(), &args.path)?;
+    let existed = atomic_write(ctx, &path, args.content.as_bytes(), &args.path)?;
     let mut outcome = ToolOutcome::success(format!(
         "{} {} ({} bytes)",
         if existed { "overwrote" } else { "created" },
@@ -248,7 +299,7 @@ pub fn edit_file(args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
         );
     }
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
-    let bytes = read_regular(&path, &args.path)?;
+    let bytes = read_regular(ctx, &path, &args.path)?;
     let positions = find_all(&bytes, args.old.as_bytes());
     match positions.len() {
         0 => {
@@ -272,7 +323,7 @@ pub fn edit_file(args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
     new_bytes.extend_from_slice(&bytes[..at]);
     new_bytes.extend_from_slice(args.new.as_bytes());
     new_bytes.extend_from_slice(&bytes[at + args.old.len()..]);
-    atomic_write(&path, &new_bytes, &args.path)?;
+    atomic_write(ctx, &path, &new_bytes, &args.path)?;
     let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
     let mut outcome = ToolOutcome::success(format!(
         "edited {} at line {line} (1 replacement, {} bytes now)",
@@ -302,63 +353,60 @@ fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
 }
 
 /// Writes `bytes` to `path` through a synced temp file in the same directory, keeping
-/// the permissions of a file it replaces (a new file gets 0666 minus the user's umask). Creates missing parent directories (the
-/// caller resolved `path` inside the workspace, so they are too).
-fn atomic_write(path: &Path, bytes: &[u8], given: &str) -> Result<(), AgentError> {
-    let parent = path
-        .parent()
-        .ok_or_else(|| AgentError::invalid_args(format!("`{given}` has no parent directory")))?;
-    create_dirs(parent).map_err(|e| io_error(&e, "directory for", given))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp: PathBuf = parent.join(format!(".{name}.agentd-{:08x}.tmp", rand::random::<u32>()));
-    // A replaced file keeps its mode; a new one gets the user's (see `user_umask`).
-    let perms = std::fs::metadata(path)
-        .map(|m| m.permissions())
-        .unwrap_or_else(|_| std::fs::Permissions::from_mode(0o666 & !user_umask()));
+/// the permissions of a file it replaces (a new file gets 0666 minus the user's umask).
+/// Creates missing parent directories (0777 minus the user's umask). Everything happens
+/// relative to the parent's descriptor, opened beneath the workspace. Returns whether a
+/// file was replaced.
+fn atomic_write(
+    ctx: &ToolContext,
+    path: &Path,
+    bytes: &[u8],
+    given: &str,
+) -> Result<bool, AgentError> {
+    let (root, rel) = anchor(ctx, path, given)?;
+    let (Some(parent_rel), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(
+            AgentError::invalid_args(format!("`{given}` is the workspace itself"))
+                .with_details(json!({"path": given})),
+        );
+    };
+    let dir_mode = 0o777 & !user_umask();
+    let parent = confine::open_parent_for_write(&root, parent_rel, dir_mode)
+        .map_err(|e| open_error(&e, "directory for", given))?;
+    let existing = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))?;
+    if let Some(st) = &existing {
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(
+                AgentError::invalid_args(format!("`{given}` is a directory"))
+                    .with_details(json!({"path": given})),
+            );
+        }
+    }
+    // A replaced regular file keeps its mode; a new one (or a symlink being replaced)
+    // gets the user's (see `user_umask`).
+    let mode = match &existing {
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => st.st_mode & 0o7777,
+        _ => 0o666 & !user_umask(),
+    };
+    let tmp = OsString::from(format!(
+        ".{}.agentd-{:08x}.tmp",
+        name.to_string_lossy(),
+        rand::random::<u32>()
+    ));
     let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = confine::create_new(&parent, &tmp)?;
         f.write_all(bytes)?;
         // Set explicitly: the daemon's own umask (0077) masked the mode at creation.
-        f.set_permissions(perms)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(parent)?.sync_all()
+        confine::rename_in(&parent, &tmp, name)?;
+        confine::sync_dir(&parent)
     })();
     result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = confine::unlink_in(&parent, &tmp);
         io_error(&e, "write", given)
-    })
-}
-
-/// `create_dir_all` that gives each directory it creates mode 0777 minus the user's
-/// umask rather than the daemon's.
-fn create_dirs(dir: &Path) -> std::io::Result<()> {
-    let mut missing = Vec::new();
-    let mut cur = dir;
-    while std::fs::symlink_metadata(cur).is_err() {
-        missing.push(cur);
-        match cur.parent() {
-            Some(p) => cur = p,
-            None => break,
-        }
-    }
-    let mode = std::fs::Permissions::from_mode(0o777 & !user_umask());
-    for d in missing.into_iter().rev() {
-        match std::fs::create_dir(d) {
-            Ok(()) => std::fs::set_permissions(d, mode.clone())?,
-            // Created meanwhile by someone else: theirs to keep as it is.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-    }
-    // Fails as create_dir_all would if `dir` exists but is not a directory.
-    if !dir.is_dir() {
-        return std::fs::create_dir_all(dir);
-    }
-    Ok(())
+    })?;
+    Ok(existing.is_some())
 }
 
 #[cfg(test)]

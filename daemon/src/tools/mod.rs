@@ -17,6 +17,7 @@
 //! `memory_apply` is a known tool name but is validated and recorded by the session
 //! (it writes `memory_update` events); [`run`] answers it with `unsupported`.
 
+pub mod confine;
 pub mod files;
 pub mod search;
 pub mod shell;
@@ -394,8 +395,12 @@ pub fn store_resource(dir: &Path, bytes: &[u8]) -> Result<Value, AgentError> {
         "media_type": media_type,
     });
     let fail = |what: &str, e: std::io::Error| {
-        AgentError::internal(format!("storing resource {sha}: {what}: {e}"))
-            .with_details(json!({"dir": dir}))
+        let mut err = AgentError::storage(&format!("storing resource {sha}: {what}"), &e);
+        if err.kind == ErrorKind::LogWriteFailed {
+            err.kind = ErrorKind::Internal;
+        }
+        err.details["dir"] = json!(dir);
+        err
     };
     let target = dir.join(&sha);
     if target.exists() {

@@ -14,9 +14,10 @@
 //! `nope/../escape/x` with `escape` a symlink out of the workspace is
 //! `outside_workspace`.
 //!
-//! Limitation: a check-then-use race remains (a directory swapped for a symlink between
-//! `resolve` and the open). Writes rename a temp file onto the resolved path, which
-//! replaces rather than follows a final-component symlink, narrowing that window.
+//! This check alone leaves a check-then-use window (a directory swapped for a symlink
+//! between `resolve` and the open). The file tools close it by opening the resolved path
+//! relative to a workspace descriptor with the kernel refusing to leave it (`confine`).
+//! `list_dir` and `search` still walk by path after this check.
 
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::json;

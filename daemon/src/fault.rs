@@ -1,0 +1,172 @@
+//! Fault injection for the store's Log syscalls: a test seam, inert unless the daemon
+//! was started with `AGENTD_FAULTS`.
+//!
+//! `AGENTD_FAULTS` is a comma-separated list of rules `OP:FAULT:NTH[:TIMES][@MATCH]`:
+//! - `OP`: `write` (a batch's write to a Log), `fsync` (its `fdatasync`, and the sync of
+//!   a Log being recovered), `read` (a block read while loading a Log);
+//! - `FAULT`: `eio`, `enospc`, or `short` (for `write`: half the bytes are written, then
+//!   `ENOSPC`);
+//! - `NTH`: the 1-based count of matching calls at which the rule fires, `TIMES` how many
+//!   matching calls in a row fail from there (default 1);
+//! - `MATCH`: only calls on a path containing this text count (a session id).
+//!
+//! Example: `AGENTD_FAULTS=fsync:eio:3@20261123T000000-aaaaaa` fails the third
+//! `fdatasync` of that session's Log with `EIO`. The daemon refuses to start on a
+//! malformed rule.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Write,
+    Fsync,
+    Read,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Eio,
+    Enospc,
+    Short,
+}
+
+impl Fault {
+    pub fn error(self) -> std::io::Error {
+        std::io::Error::from_raw_os_error(match self {
+            Fault::Eio => libc::EIO,
+            Fault::Enospc | Fault::Short => libc::ENOSPC,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Rule {
+    op: Op,
+    fault: Fault,
+    nth: u64,
+    times: u64,
+    matches: Option<String>,
+    seen: AtomicU64,
+}
+
+fn parse_rule(s: &str) -> Result<Rule, String> {
+    let (spec, matches) = match s.split_once('@') {
+        Some((a, b)) => (a, Some(b.to_string())),
+        None => (s, None),
+    };
+    let parts: Vec<&str> = spec.split(':').collect();
+    if parts.len() < 3 || parts.len() > 4 {
+        return Err(format!(
+            "fault rule {s:?}: want OP:FAULT:NTH[:TIMES][@MATCH]"
+        ));
+    }
+    let op = match parts[0] {
+        "write" => Op::Write,
+        "fsync" => Op::Fsync,
+        "read" => Op::Read,
+        o => return Err(format!("fault rule {s:?}: unknown op {o:?}")),
+    };
+    let fault = match parts[1] {
+        "eio" => Fault::Eio,
+        "enospc" => Fault::Enospc,
+        "short" => Fault::Short,
+        f => return Err(format!("fault rule {s:?}: unknown fault {f:?}")),
+    };
+    let num = |t: &str| {
+        t.parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("fault rule {s:?}: {t:?} is not a positive count"))
+    };
+    Ok(Rule {
+        op,
+        fault,
+        nth: num(parts[2])?,
+        times: parts.get(3).map(|t| num(t)).transpose()?.unwrap_or(1),
+        matches,
+        seen: AtomicU64::new(0),
+    })
+}
+
+fn parse(spec: &str) -> Result<Vec<Rule>, String> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(parse_rule)
+        .collect()
+}
+
+static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
+
+/// Reads `AGENTD_FAULTS` once; `main` calls it at start so a bad spec stops the daemon.
+pub fn init_from_env() -> Result<(), String> {
+    let rules = match std::env::var("AGENTD_FAULTS") {
+        Ok(spec) => {
+            let rules = parse(&spec)?;
+            if !rules.is_empty() {
+                tracing::warn!(faults = %spec, "fault injection is on (AGENTD_FAULTS)");
+            }
+            rules
+        }
+        Err(_) => Vec::new(),
+    };
+    let _ = RULES.set(rules);
+    Ok(())
+}
+
+/// Whether any rule is set (the store then wraps Log files in its fault-injecting one).
+pub fn active() -> bool {
+    RULES.get().is_some_and(|r| !r.is_empty())
+}
+
+/// The fault to inject for this call of `op` on `path`, if a rule says so.
+pub fn check(op: Op, path: &Path) -> Option<Fault> {
+    let rules = RULES.get()?;
+    if rules.is_empty() {
+        return None;
+    }
+    let p = path.to_string_lossy();
+    // Every matching rule counts the call, so rules on the same op keep their own order.
+    let mut fired = None;
+    for r in rules {
+        if r.op != op || r.matches.as_deref().is_some_and(|m| !p.contains(m)) {
+            continue;
+        }
+        let n = r.seen.fetch_add(1, Ordering::Relaxed) + 1;
+        if fired.is_none() && n >= r.nth && n < r.nth + r.times {
+            fired = Some(r.fault);
+        }
+    }
+    fired
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_and_refuse_garbage() {
+        let r = parse("fsync:eio:3@abc, write:short:1:5").unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].op, r[0].fault, r[0].nth, r[0].times),
+            (Op::Fsync, Fault::Eio, 3, 1)
+        );
+        assert_eq!(r[0].matches.as_deref(), Some("abc"));
+        assert_eq!(
+            (r[1].op, r[1].fault, r[1].times),
+            (Op::Write, Fault::Short, 5)
+        );
+        for bad in [
+            "fsync:eio",
+            "sync:eio:1",
+            "read:boom:1",
+            "read:eio:0",
+            "read:eio:x",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Workspace confinement against a racing attacker (TOCTOU): a thread swaps a workspace
+//! directory with a symlink that leads outside, thousands of times, while `read_file`,
+//! `write_file` and `edit_file` run on paths through it. Whatever the interleaving, no
+//! tool may read, create or change a file outside the workspace.
+
+use agentd::tools::{self, ToolContext};
+use serde_json::json;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Atomically exchanges two directory entries (`renameat2(RENAME_EXCHANGE)`).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    let a = CString::new(a.as_os_str().as_bytes()).unwrap();
+    let b = CString::new(b.as_os_str().as_bytes()).unwrap();
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Flips at least this many times while the tools run.
+const MIN_FLIPS: u64 = 5_000;
+/// Tool calls of each kind, at least.
+const MIN_CALLS: u64 = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlink_swapped_during_tool_calls_never_escapes() {
+    // Both strategies on this kernel: `openat2(RESOLVE_BENEATH)`, then the
+    // `O_NOFOLLOW` component walk used where the kernel lacks it.
+    for walk in [false, true] {
+        tools::confine::force_component_walk(walk);
+        race().await;
+    }
+    tools::confine::force_component_walk(false);
+}
+
+async fn race() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let outside = std::fs::canonicalize(outside.path()).unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(work.join("d")).unwrap();
+    std::fs::write(work.join("d/secret.txt"), "inside\n").unwrap();
+    std::fs::write(work.join("d/edit.txt"), "old\n").unwrap();
+    std::fs::write(outside.join("secret.txt"), "OUTSIDE SECRET\n").unwrap();
+    std::fs::write(outside.join("edit.txt"), "old\n").unwrap();
+    // `alt` leads outside; swapping it with `d` makes `d/...` point outside.
+    symlink(&outside, work.join("alt")).unwrap();
+    let ctx = ToolContext::new(&work, root.path().join("resources")).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flips = Arc::new(AtomicU64::new(0));
+    let flipper = {
+        let (stop, flips) = (stop.clone(), flips.clone());
+        let (d, alt) = (ctx.workspace.join("d"), ctx.workspace.join("alt"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                exchange(&d, &alt).expect("renameat2(RENAME_EXCHANGE)");
+                flips.fetch_add(1, Ordering::Relaxed);
+            }
+            // Leave `d` as the real directory.
+            if std::fs::symlink_metadata(&d)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+            {
+                exchange(&d, &alt).unwrap();
+            }
+        })
+    };
+
+    let (mut calls, mut read_ok, mut write_ok, mut edit_ok) = (0u64, 0u64, 0u64, 0u64);
+    while calls < MIN_CALLS || flips.load(Ordering::Relaxed) < MIN_FLIPS {
+        calls += 1;
+        let r = tools::run("read_file", &json!({"path": "d/secret.txt"}), &ctx).await;
+        if r.ok {
+            read_ok += 1;
+            let text = r.output.unwrap();
+            assert_eq!(text, "inside\n", "read_file returned bytes from outside");
+        }
+        let content = format!("planted {calls}\n");
+        let w = tools::run(
+            "write_file",
+            &json!({"path": "d/planted.txt", "content": content}),
+            &ctx,
+        )
+        .await;
+        if w.ok {
+            write_ok += 1;
+        }
+        assert!(
+            !outside.join("planted.txt").exists(),
+            "write_file created a file outside the workspace (call {calls})"
+        );
+        let e = tools::run(
+            "edit_file",
+            &json!({"path": "d/edit.txt", "old": "old", "new": "new"}),
+            &ctx,
+        )
+        .await;
+        if e.ok {
+            edit_ok += 1;
+            // Put it back so the next edit has something to replace.
+            let back = tools::run(
+                "edit_file",
+                &json!({"path": "d/edit.txt", "old": "new", "new": "old"}),
+                &ctx,
+            )
+            .await;
+            let _ = back;
+        }
+        assert_eq!(
+            std::fs::read_to_string(outside.join("edit.txt")).unwrap(),
+            "old\n",
+            "edit_file changed a file outside the workspace (call {calls})"
+        );
+        // Any stray temp file outside means a write began there.
+        let stray: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "secret.txt" && n != "edit.txt")
+            .collect();
+        assert!(stray.is_empty(), "files appeared outside: {stray:?}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    flipper.join().unwrap();
+    let flips = flips.load(Ordering::Relaxed);
+    eprintln!(
+        "{}: {flips} flips, {calls} rounds: read ok {read_ok}, write ok {write_ok}, edit ok {edit_ok}",
+        tools::confine::strategy()
+    );
+    // The race was real: some calls went through while the directory was in place.
+    assert!(read_ok > 0 && write_ok > 0, "no call ever succeeded");
+}
