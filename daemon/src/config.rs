@@ -62,6 +62,10 @@ pub struct Config {
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
+    /// The file this was read from (whether or not it exists), for errors that tell the
+    /// user which file to edit.
+    #[serde(skip)]
+    pub path: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
             permission_timeout_s: 60,
             compaction: CompactionConfig::default(),
             rest: toml::Table::new(),
+            path: None,
         }
     }
 }
@@ -96,6 +101,7 @@ impl Config {
                 other => return Err(format!("AGENTD_DURABILITY: unknown mode {other:?}")),
             };
         }
+        cfg.path = Some(path.to_path_buf());
         Ok(cfg)
     }
 

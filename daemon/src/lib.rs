@@ -17,4 +17,5 @@ pub mod store;
 pub mod text;
 pub mod tools;
 pub mod turn;
+pub mod verbs;
 pub mod watch;

@@ -34,6 +34,7 @@ const MAX_BATCH_COMMANDS: usize = 1024;
 
 type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send>;
 type QueryFn = Box<dyn FnOnce(&mut SessionState) + Send>;
+type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
 
 enum Cmd {
     Append {
@@ -48,6 +49,10 @@ enum Cmd {
         reply: oneshot::Sender<Result<Option<AppendResult>, AgentError>>,
     },
     Query(QueryFn),
+    /// Runs a closure that moves the session's files away (delete); when it returns
+    /// true the actor drops its Log writer and stops taking commands, so nothing can be
+    /// written to the moved Log and the next call finds no session.
+    Retire(RetireFn),
 }
 
 /// A cheap, cloneable reference to a loaded session.
@@ -134,6 +139,25 @@ impl SessionHandle {
         self.send(cmd).await?;
         rx.await
             .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))
+    }
+
+    /// Runs `work` in the actor with no command in between. If it returns `Ok`, the
+    /// actor retires: it drops its Log writer (commands already queued behind this one
+    /// fail with `log_write_failed`), stops taking new ones and leaves the registry.
+    pub async fn retire<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&SessionState) -> Result<T, AgentError> + Send + 'static,
+    ) -> Result<T, AgentError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Cmd::Retire(Box::new(move |st| {
+            let res = work(st);
+            let ok = res.is_ok();
+            let _ = reply.send(res);
+            ok
+        }));
+        self.send(cmd).await?;
+        rx.await
+            .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))?
     }
 
     /// Broadcasts an ephemeral event (never written).
@@ -334,7 +358,7 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
             Cmd::Record { reply, .. } => {
                 let _ = reply.send(Err(err.clone()));
             }
-            Cmd::Query(_) => {}
+            Cmd::Query(_) | Cmd::Retire(_) => {}
         }
     }
 }
@@ -491,6 +515,12 @@ impl Actor {
             };
             match cmd {
                 Cmd::Query(f) => f(&mut self.state),
+                Cmd::Retire(f) => {
+                    if f(&self.state) {
+                        self.writer = None;
+                        self.rx.close();
+                    }
+                }
                 Cmd::Record { build, reply } => match build(&self.state) {
                     Ok(drafts) if drafts.is_empty() => {
                         let _ = reply.send(Ok(None));
