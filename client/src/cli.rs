@@ -76,6 +76,26 @@ pub enum Command {
     Tree(TreeArgs),
     /// Import a session from another harness's log file as a new agentd session.
     Import(ImportArgs),
+    /// Give a session a new title (recorded as session_info).
+    Rename(crate::verbs::RenameArgs),
+    /// Hide a session from `ls` and workspace trees; it stays loadable.
+    Archive(SidArg),
+    /// Show an archived session in `ls` and trees again.
+    Unarchive(SidArg),
+    /// Move a session to the trash under home (or remove it for good with --purge).
+    /// Refused while a turn runs; forks keep working.
+    Rm(crate::verbs::RmArgs),
+    /// Bring a session back from the trash.
+    Restore(SidArg),
+    /// Full-text search over messages, tool arguments and tool output, newest first.
+    Search(crate::verbs::SearchArgs),
+    /// Export a session as Markdown, self-contained HTML, or its raw Log (jsonl).
+    Export(crate::verbs::ExportArgs),
+    /// Token usage (and cost, with [prices] in the config) from provider_usage events.
+    Usage(crate::verbs::UsageArgs),
+    /// Write a commented config.toml.
+    #[command(subcommand)]
+    Config(crate::verbs::ConfigCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -123,7 +143,8 @@ pub struct LsArgs {
     /// At most this many sessions (per page with --all).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub limit: usize,
-    /// Fetch every page instead of stopping after --limit sessions.
+    /// Fetch every page instead of stopping after --limit sessions, archived sessions
+    /// included.
     #[arg(long)]
     pub all: bool,
 }

@@ -14,6 +14,7 @@ mod params;
 mod render;
 mod rpc;
 mod stream;
+mod verbs;
 
 use clap::error::ErrorKind as ClapErrorKind;
 use clap::Parser;
