@@ -1,17 +1,23 @@
 //! The native API (DESIGN §6): registers every `agentd/*` method in a jsonrpsee
 //! `RpcModule`. Handlers parse params into the `agentd_proto::rpc` types, call the
-//! registry or a session actor, and map `AgentError`s to error objects (§5).
+//! registry, a session actor, `ops` or the turn manager, serialize the typed outcome,
+//! and map `AgentError`s to error objects (§5).
+//!
+//! This module owns the whole method table: a new native method is one `method(...)`
+//! call in [`methods`] plus, when it does more than read the state, a function in `ops`
+//! (history operations) or on the [`TurnManager`] (turns).
 
 use crate::history::compaction::Trigger;
 use crate::history::reconcile::ReconcileReason;
+use crate::peer::PeerHandle;
 use crate::registry::{Registry, SessionMeta};
-use crate::server::error_object;
 use crate::session::SessionHandle;
 use crate::store;
+use crate::turn::TurnManager;
 use agentd_proto::event::{new_event_id, now_ts};
 use agentd_proto::rpc::*;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
-use jsonrpsee::types::Params;
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, Methods, PendingSubscriptionSink, RpcModule};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -19,6 +25,8 @@ use serde_json::{json, Value};
 use std::future::Future;
 use std::io::Write;
 use std::path::Path;
+
+pub use crate::filesystem::check_workspace;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +34,8 @@ use tokio_util::sync::CancellationToken;
 /// What every handler can reach.
 pub struct Api {
     pub registry: Arc<Registry>,
+    /// Running turns, the artifact watch and permission routing.
+    pub turns: Arc<TurnManager>,
     /// Cancelled by `agentd/shutdown` (and signals): main runs the shutdown sequence.
     pub shutdown_requested: CancellationToken,
 }
@@ -33,6 +43,15 @@ pub struct Api {
 pub fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
     let text = params.as_str().unwrap_or("{}");
     serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
+}
+
+/// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.
+pub fn error_object(err: &AgentError) -> ErrorObjectOwned {
+    let code = match err.kind {
+        ErrorKind::InvalidArgs => -32602,
+        _ => agentd_proto::error::APP_ERROR_CODE,
+    };
+    ErrorObject::owned(code, err.message.clone(), Some(err.rpc_data()))
 }
 
 fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
@@ -81,7 +100,7 @@ pub fn methods(api: Api) -> Methods {
             uptime_s: r.started.elapsed().as_secs(),
             sessions_total: r.sessions_total(),
             sessions_loaded: r.loaded_count(),
-            turns_running: r.turns_running.load(std::sync::atomic::Ordering::Relaxed),
+            turns_running: api.turns.running_count(),
             connections: r.connections.load(std::sync::atomic::Ordering::Relaxed),
             durability: r.config.durability.as_str().into(),
         })
@@ -134,7 +153,7 @@ pub fn methods(api: Api) -> Methods {
         method::CONTEXT,
         |api, p: ContextParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
-            crate::ops::context(&h, p.after_seq, p.dialect.unwrap_or_default()).await
+            to_value(crate::ops::context(&h, p.after_seq, p.dialect.unwrap_or_default()).await?)
         },
     );
     method(
@@ -142,7 +161,7 @@ pub fn methods(api: Api) -> Methods {
         method::RECONCILE,
         |api, p: ReconcileParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
-            crate::ops::reconcile(&h, ReconcileReason::Explicit, p.dry_run, false).await
+            to_value(crate::ops::reconcile(&h, ReconcileReason::Explicit, p.dry_run, false).await?)
         },
     );
     method(
@@ -150,7 +169,7 @@ pub fn methods(api: Api) -> Methods {
         method::CHECKPOINT,
         |api, p: CheckpointParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
-            crate::ops::checkpoint(&h, p.caps).await
+            to_value(crate::ops::checkpoint(&h, p.caps).await?)
         },
     );
     method(
@@ -160,21 +179,34 @@ pub fn methods(api: Api) -> Methods {
             let h = api.registry.get(&p.session_id).await?;
             let opts =
                 crate::ops::compact_options(p.tail_events, p.strategy.as_deref(), Trigger::Manual)?;
-            crate::turn::compact_with_strategy(&api.registry, &h, opts, p.dry_run).await
+            to_value(api.turns.compact(&h, opts, p.dry_run).await?)
         },
     );
     method(&mut m, method::FORK, |api, p: ForkParams, _| async move {
-        crate::ops::fork(&api.registry, p).await
+        to_value(crate::ops::fork(&api.registry, p).await?)
     });
     method(&mut m, method::TREE, |api, p: TreeParams, _| async move {
-        crate::ops::tree(&api.registry, p)
+        to_value(crate::ops::tree(&api.registry, p)?)
     });
     method(
         &mut m,
         method::IMPORT,
-        |api, p: ImportParams, _| async move { crate::ops::import(&api.registry, p).await },
+        |api, p: ImportParams, _| async move { to_value(crate::ops::import(&api.registry, p).await?) },
     );
-    crate::turn::register(&mut m);
+    method(&mut m, method::TURN, |api, p: TurnParams, _| async move {
+        to_value(api.turns.turn(p).await?)
+    });
+    method(
+        &mut m,
+        method::INTERRUPT,
+        |api, p: InterruptParams, _| async move {
+            to_value(
+                api.turns
+                    .interrupt(&p.session_id, p.reason.as_deref())
+                    .await?,
+            )
+        },
+    );
     let res = m.register_subscription(
         method::SUBSCRIBE,
         EVENT_NOTIFICATION,
@@ -270,31 +302,6 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
     })
 }
 
-/// A workspace must be an absolute path to an existing directory; the canonical path
-/// is what the Log records (symlinks resolved once, at creation).
-pub fn check_workspace(ws: &str) -> Result<String, AgentError> {
-    let path = Path::new(ws);
-    if !path.is_absolute() {
-        return Err(
-            AgentError::invalid_args("workspace must be an absolute path")
-                .with_details(json!({"field": "workspace"})),
-        );
-    }
-    let canon = path.canonicalize().map_err(|e| {
-        AgentError::invalid_args(format!("workspace {ws}: {e}"))
-            .with_details(json!({"field": "workspace"}))
-    })?;
-    if !canon.is_dir() {
-        return Err(AgentError::invalid_args(format!(
-            "workspace {ws} is not a directory"
-        )));
-    }
-    canon
-        .to_str()
-        .map(str::to_string)
-        .ok_or_else(|| AgentError::invalid_args("workspace path is not valid UTF-8"))
-}
-
 pub fn summary(meta: &SessionMeta) -> SessionSummary {
     SessionSummary {
         session_id: meta.session_id.clone(),
@@ -350,7 +357,7 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
     })
 }
 
-fn show(st: &mut crate::session::SessionState, log_path: String) -> ShowResult {
+fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     ShowResult {
         session_id: st.id.clone(),
         workspace: st.workspace().to_string(),
@@ -368,7 +375,7 @@ fn show(st: &mut crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
-fn events(st: &mut crate::session::SessionState, p: &EventsParams) -> EventsResult {
+fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
     let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
     let mut out = Vec::new();
     let mut next = None;
@@ -405,9 +412,8 @@ async fn subscribe(
         Err(e) => return pending.reject(error_object(&e)).await,
     };
     if p.permissions {
-        if let Some(conn) = ext.get::<crate::server::ConnSink>() {
-            api.registry
-                .add_permission_client(&p.session_id, conn.clone());
+        if let Some(peer) = ext.get::<PeerHandle>() {
+            api.turns.add_permission_peer(&p.session_id, peer.clone());
         }
     }
     let (last_at_subscribe, mut rx) = match handle.query(|st| st.subscribe()).await {

@@ -43,12 +43,14 @@ pub async fn run(opts: Options) -> Result<(), String> {
     );
     let shutdown_requested = CancellationToken::new();
     let stop_serving = CancellationToken::new();
+    let turns = crate::turn::TurnManager::new(registry.clone());
     let mut methods = api::methods(Api {
         registry: registry.clone(),
+        turns: turns.clone(),
         shutdown_requested: shutdown_requested.clone(),
     });
     methods
-        .merge(crate::verbs::methods(registry.clone()))
+        .merge(crate::verbs::methods(registry.clone(), turns.clone()))
         .map_err(|e| format!("register session verbs: {e}"))?;
     let server = tokio::spawn(
         Listener {
@@ -62,7 +64,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
     );
     wait_for_stop(&shutdown_requested).await;
     tracing::info!("shutting down");
-    crate::turn::interrupt_all(&registry, "daemon_shutdown").await;
+    turns.interrupt_all("daemon_shutdown").await;
     stop_serving.cancel();
     let _ = server.await;
     // Nobody can connect any more: the socket file goes now, before the last commits.

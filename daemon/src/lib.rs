@@ -6,9 +6,12 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod filesystem;
+pub mod framing;
 pub mod history;
 pub mod import;
 pub mod ops;
+pub mod peer;
 pub mod provider;
 pub mod registry;
 pub mod server;

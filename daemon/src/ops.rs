@@ -2,13 +2,17 @@
 //! one asks a session actor for what it needs, calls a pure projection from
 //! `history`, and has the actor record the result. Nothing here writes a Log directly
 //! except a new child Log (fork), which is created atomically before any actor owns it.
+//!
+//! Every operation returns a typed outcome; its serialization is the method's result
+//! on the wire (field order included), so callers such as the turn engine read fields,
+//! never JSON keys.
 
 use crate::history::checkpoint::{Checkpoint, CheckpointState};
 use crate::history::compaction::{self, CompactOptions, CompactStrategy, Trigger};
 use crate::history::fold::replay_as_of;
 use crate::history::fork;
 use crate::history::reconcile::{self, ReconcileReason};
-use crate::history::replay::{Replay, ReplayContext};
+use crate::history::replay::{Replay, ReplayContext, ReplayStats};
 use crate::history::tree::{self, LineageEntry};
 use crate::history::view::{view_v1, Caps};
 use crate::registry::{Registry, SessionMeta};
@@ -17,6 +21,7 @@ use crate::store;
 use agentd_proto::replay::Dialect;
 use agentd_proto::rpc::{ForkParams, TreeParams};
 use agentd_proto::{AgentError, EventDraft, EventType};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
@@ -47,13 +52,120 @@ pub fn replay_context(
     }
 }
 
+/// The result of `agentd/context`.
+#[derive(Debug, Serialize)]
+pub struct ContextOutcome {
+    pub dialect: Dialect,
+    pub items: Value,
+    pub stats: ReplayStats,
+}
+
+/// A call without a result, as `agentd/reconcile` and `agentd/show` list it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingCall {
+    pub call_id: String,
+    pub name: String,
+    pub seq: u64,
+}
+
+/// A closure `agentd/reconcile` recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordedClosure {
+    pub call_id: String,
+    pub tool: String,
+    pub seq: u64,
+}
+
+/// The result of `agentd/reconcile`.
+#[derive(Debug, Serialize)]
+pub struct ReconcileOutcome {
+    pub pending: Vec<PendingCall>,
+    pub recorded: Vec<RecordedClosure>,
+}
+
+/// The result of `agentd/checkpoint`.
+#[derive(Debug, Serialize)]
+pub struct CheckpointOutcome {
+    pub checkpoint: Checkpoint,
+    pub view: String,
+}
+
+/// The result of `agentd/compact`.
+#[derive(Debug, Serialize)]
+pub struct CompactOutcome {
+    pub ok: bool,
+    pub compactable: bool,
+    pub recorded: bool,
+    pub tail_events: usize,
+    pub would_compact_events: usize,
+    pub range: Option<compaction::SeqRange>,
+    /// `{type: "history_compaction", data}` when compactable, else `null`.
+    pub event: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The result of `agentd/fork`.
+#[derive(Debug, Serialize)]
+pub struct ForkOutcome {
+    pub ok: bool,
+    pub recorded: bool,
+    pub dry_run: bool,
+    pub parent_session_id: String,
+    pub child_session_id: String,
+    pub fork_root_session_id: String,
+    pub to_seq: u64,
+    pub event_count: usize,
+    pub replay_event_count: usize,
+    pub summarize: bool,
+    pub would_record_branch_summary: bool,
+}
+
+/// The result of `agentd/tree`: one session's tree, or every root of a workspace.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum TreeOutcome {
+    Session {
+        tree: tree::TreeNode,
+        drawing: String,
+    },
+    Workspace {
+        roots: Vec<tree::TreeNode>,
+        drawing: String,
+    },
+}
+
+/// The result of `agentd/import`: the converter's report plus where the Log is.
+#[derive(Debug, Serialize)]
+pub struct ImportOutcome {
+    #[serde(flatten)]
+    pub report: crate::import::ImportReport,
+    pub session_id: String,
+    pub log_path: String,
+    pub event_count: u64,
+}
+
+fn pending_calls(st: &SessionState) -> Vec<PendingCall> {
+    st.fold
+        .pending_calls()
+        .into_iter()
+        .map(|p| PendingCall {
+            call_id: p.call_id,
+            name: p.name,
+            seq: p.seq,
+        })
+        .collect()
+}
+
 /// `agentd/context`: the provider input as of now (from the folded state, O(events
 /// since the latest checkpoint)) or as of `after_seq` (folds that prefix).
 pub async fn context(
     h: &SessionHandle,
     after_seq: Option<u64>,
     dialect: Dialect,
-) -> Result<Value, AgentError> {
+) -> Result<ContextOutcome, AgentError> {
     let replay: Replay = h
         .query(move |st| {
             let ctx = replay_context(st, "auto", session_model(st));
@@ -64,7 +176,11 @@ pub async fn context(
         })
         .await?;
     let items = crate::provider::dialect::render(&replay.items, dialect);
-    Ok(json!({"dialect": dialect, "items": items, "stats": replay.stats}))
+    Ok(ContextOutcome {
+        dialect,
+        items,
+        stats: replay.stats,
+    })
 }
 
 /// `agentd/reconcile` and the reconcile step of turns and interrupts (§7.2). Records
@@ -75,16 +191,19 @@ pub async fn reconcile(
     reason: ReconcileReason,
     dry_run: bool,
     end_open_turn: bool,
-) -> Result<Value, AgentError> {
+) -> Result<ReconcileOutcome, AgentError> {
     if dry_run {
-        let pending = h.query(|st| st.pending_calls_json()).await?;
-        return Ok(json!({"pending": pending, "recorded": []}));
+        let pending = h.query(pending_calls).await?;
+        return Ok(ReconcileOutcome {
+            pending,
+            recorded: Vec::new(),
+        });
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let res = h
         .record(move |st| {
             let pending = st.fold.pending_calls();
-            let _ = tx.send(st.pending_calls_json());
+            let _ = tx.send(pending_calls(st));
             let mut drafts = reconcile::closures(&pending, reason);
             if end_open_turn && st.running_turn.is_none() {
                 if let Some(turn_id) = st.fold.open_turn() {
@@ -94,27 +213,35 @@ pub async fn reconcile(
             Ok(drafts)
         })
         .await?;
-    let pending = rx.await.unwrap_or_default();
-    let recorded: Vec<Value> = match res {
-        Some(r) => (r.first_seq..=r.last_seq)
-            .map(|s| json!({"seq": s}))
+    let pending: Vec<PendingCall> = rx.await.unwrap_or_default();
+    // The closures are the batch's first events, one per pending call, in order.
+    let recorded = match res {
+        Some(r) => pending
+            .iter()
+            .zip(r.first_seq..=r.last_seq)
+            .map(|(p, seq)| RecordedClosure {
+                call_id: p.call_id.clone(),
+                tool: p.name.clone(),
+                seq,
+            })
             .collect(),
         None => Vec::new(),
     };
-    let recorded = pending
-        .iter()
-        .zip(recorded.iter())
-        .map(|(p, r)| json!({"call_id": p["call_id"], "tool": p["name"], "seq": r["seq"]}))
-        .collect::<Vec<_>>();
-    Ok(json!({"pending": pending, "recorded": recorded}))
+    Ok(ReconcileOutcome { pending, recorded })
 }
 
 /// `agentd/checkpoint`: the checkpoint as of now and the exact text replay would inject.
-pub async fn checkpoint(h: &SessionHandle, caps: Option<Value>) -> Result<Value, AgentError> {
+pub async fn checkpoint(
+    h: &SessionHandle,
+    caps: Option<Value>,
+) -> Result<CheckpointOutcome, AgentError> {
     let caps = Caps::from_param(caps.as_ref())?;
     let cp = h.query(|st| st.checkpoint_now()).await?;
     let view = view_v1(&cp, &caps);
-    Ok(json!({"checkpoint": cp, "view": view}))
+    Ok(CheckpointOutcome {
+        checkpoint: cp,
+        view,
+    })
 }
 
 /// The checkpoint as of `to_seq`: continues from the previous compaction's embedded
@@ -142,7 +269,7 @@ fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
     }
     let ws = std::path::PathBuf::from(st.workspace());
     let res = st.resources_dir();
-    state.snapshot(&|uri: &str| crate::session::current_hash(&ws, &res, uri))
+    state.snapshot(&|uri: &str| crate::filesystem::current_hash(&ws, &res, uri))
 }
 
 /// Builds the compaction plan from the session state, with the checkpoint as of the
@@ -170,7 +297,7 @@ pub async fn compact(
     opts: CompactOptions,
     dry_run: bool,
     extra: Option<Value>,
-) -> Result<Value, AgentError> {
+) -> Result<CompactOutcome, AgentError> {
     if dry_run {
         let plan = h.query(move |st| plan_compaction(st, &opts)).await?;
         return Ok(compact_result(&plan, false, None));
@@ -210,23 +337,26 @@ pub async fn compact(
     ))
 }
 
-fn compact_result(plan: &compaction::CompactionPlan, recorded: bool, seq: Option<u64>) -> Value {
-    let mut v = json!({
-        "ok": true,
-        "compactable": plan.compactable,
-        "recorded": recorded,
-        "tail_events": plan.tail_events,
-        "would_compact_events": plan.would_compact_events,
-        "range": plan.range,
-        "event": if plan.compactable { json!({"type": "history_compaction", "data": plan.data}) } else { Value::Null },
-    });
-    if let Some(s) = seq {
-        v["compaction_seq"] = json!(s);
+fn compact_result(
+    plan: &compaction::CompactionPlan,
+    recorded: bool,
+    seq: Option<u64>,
+) -> CompactOutcome {
+    CompactOutcome {
+        ok: true,
+        compactable: plan.compactable,
+        recorded,
+        tail_events: plan.tail_events,
+        would_compact_events: plan.would_compact_events,
+        range: plan.range,
+        event: if plan.compactable {
+            json!({"type": "history_compaction", "data": plan.data})
+        } else {
+            Value::Null
+        },
+        compaction_seq: seq,
+        reason: plan.reason.clone(),
     }
-    if let Some(r) = &plan.reason {
-        v["reason"] = json!(r);
-    }
-    v
 }
 
 pub fn compact_options(
@@ -253,7 +383,7 @@ pub fn compact_options(
 
 /// `agentd/fork` (§8): plans the child from the parent's state, writes the child Log
 /// atomically, copies referenced resources, and indexes the child.
-pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, AgentError> {
+pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome, AgentError> {
     let parent = registry.get(&p.session_id).await?;
     let child_id = match &p.child_session_id {
         Some(id) => id.clone(),
@@ -297,20 +427,18 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<Value, Agen
     if let (Some(title), Some(first)) = (title, plan.events.first_mut()) {
         first.data["title"] = json!(title);
     }
-    let result = |recorded: bool| {
-        json!({
-            "ok": true,
-            "recorded": recorded,
-            "dry_run": p.dry_run,
-            "parent_session_id": p.session_id,
-            "child_session_id": child_id,
-            "fork_root_session_id": plan.fork_root_session_id,
-            "to_seq": plan.to_seq,
-            "event_count": plan.event_count,
-            "replay_event_count": plan.replay_event_count,
-            "summarize": p.summarize,
-            "would_record_branch_summary": plan.would_record_branch_summary,
-        })
+    let result = |recorded: bool| ForkOutcome {
+        ok: true,
+        recorded,
+        dry_run: p.dry_run,
+        parent_session_id: p.session_id.clone(),
+        child_session_id: child_id.clone(),
+        fork_root_session_id: plan.fork_root_session_id.clone(),
+        to_seq: plan.to_seq,
+        event_count: plan.event_count,
+        replay_event_count: plan.replay_event_count,
+        summarize: p.summarize,
+        would_record_branch_summary: plan.would_record_branch_summary,
     };
     if p.dry_run {
         return Ok(result(false));
@@ -398,7 +526,7 @@ fn lineage(meta: &SessionMeta) -> LineageEntry {
 }
 
 /// `agentd/tree` (§9), served from the lineage index only.
-pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
+pub fn tree(registry: &Registry, p: TreeParams) -> Result<TreeOutcome, AgentError> {
     let depth = p.max_depth.unwrap_or(DEFAULT_TREE_DEPTH);
     // Building, drawing and serializing a tree recurse once per level: a bound keeps a
     // deep fork chain from exhausting a worker's stack, and keeps the JSON nesting under
@@ -431,7 +559,10 @@ pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
                 AgentError::not_found("no such session").with_details(json!({"session_id": sid}))
             })?;
             let drawing = tree::draw(&node);
-            Ok(json!({"tree": node, "drawing": drawing}))
+            Ok(TreeOutcome::Session {
+                tree: node,
+                drawing,
+            })
         }
         (None, Some(ws)) => {
             let ws = std::path::Path::new(ws)
@@ -439,7 +570,7 @@ pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
                 .map_or_else(|_| ws.clone(), |c| c.display().to_string());
             let roots = tree::roots_for_workspace(&ws, &index, depth);
             let drawing: String = roots.iter().map(tree::draw).collect::<Vec<_>>().join("\n");
-            Ok(json!({"roots": roots, "drawing": drawing}))
+            Ok(TreeOutcome::Workspace { roots, drawing })
         }
         (None, None) => Err(AgentError::invalid_args("give session_id or workspace")),
     }
@@ -451,7 +582,7 @@ pub fn tree(registry: &Registry, p: TreeParams) -> Result<Value, AgentError> {
 pub async fn import(
     registry: &Arc<Registry>,
     p: agentd_proto::rpc::ImportParams,
-) -> Result<Value, AgentError> {
+) -> Result<ImportOutcome, AgentError> {
     let format: crate::import::Format = p.format.parse()?;
     let src = std::path::PathBuf::from(&p.path);
     if !src.is_absolute() {
@@ -459,7 +590,7 @@ pub async fn import(
             .with_details(json!({"field": "path"})));
     }
     let workspace = match &p.workspace {
-        Some(ws) => Some(crate::api::check_workspace(ws)?),
+        Some(ws) => Some(crate::filesystem::check_workspace(ws)?),
         None => None,
     };
     let sid = match p.session_id {
@@ -501,9 +632,10 @@ pub async fn import(
         .await
         .map_err(|e| AgentError::internal(format!("import task: {e}")))??;
     registry.index_log(&sid)?;
-    let mut v = serde_json::to_value(&report).map_err(|e| AgentError::internal(e.to_string()))?;
-    v["session_id"] = json!(sid);
-    v["log_path"] = json!(registry.home.log_path(&sid)?.display().to_string());
-    v["event_count"] = json!(report.imported);
-    Ok(v)
+    Ok(ImportOutcome {
+        log_path: registry.home.log_path(&sid)?.display().to_string(),
+        event_count: report.imported,
+        session_id: sid,
+        report,
+    })
 }

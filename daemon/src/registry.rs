@@ -2,14 +2,18 @@
 //! idle) and the lineage index of every session in the home (DESIGN §6 list, §9 tree).
 //!
 //! The index is built once at startup from each Log's first line (plus a newline count)
-//! and then kept current by the actors after every append, so `agentd/list` and
-//! `agentd/tree` never read whole Logs.
+//! and then kept current from the actors' reports ([`SessionObserver`]) after every
+//! append, so `agentd/list` and `agentd/tree` never read whole Logs.
+//!
+//! The registry knows sessions and nothing above them: running turns, the artifact
+//! watch and connections belong to the turn manager and the transport.
 
 use crate::config::Config;
-use crate::session::{self, SessionHandle, SessionState};
-use crate::store::{self, Home};
+use crate::session::{self, ActorEnv, SessionHandle, SessionObserver, SessionState};
+use crate::store::{self, FileStore, Home, LogStore};
 use agentd_proto::{AgentError, Event, EventType};
 use dashmap::DashMap;
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
 use std::collections::HashMap;
@@ -73,20 +77,16 @@ impl SessionMeta {
 
 pub struct Registry {
     pub home: Home,
+    /// Where the actors load and append Logs.
+    pub store: Arc<dyn LogStore>,
     pub config: Config,
     pub started: Instant,
     pub connections: Arc<AtomicU64>,
-    pub turns_running: AtomicU64,
     sessions: DashMap<String, SessionHandle>,
     index: RwLock<HashMap<String, SessionMeta>>,
     generation: AtomicU64,
-    /// Connections that subscribed with `permissions:true`, per session: where `ask`
-    /// mode sends `agentd/permission` requests.
-    permission_clients: DashMap<String, Vec<crate::server::ConnSink>>,
     /// Sessions loaded at least once by this daemon process.
     loaded_once: dashmap::DashSet<String>,
-    /// Running turns and the artifact watch (owned by `turn`).
-    pub turns: crate::turn::Turns,
 }
 
 impl Registry {
@@ -94,17 +94,15 @@ impl Registry {
     pub fn open(home: Home, config: Config) -> std::io::Result<Arc<Registry>> {
         let index = build_index(&home)?;
         Ok(Arc::new(Registry {
+            store: Arc::new(FileStore { home: home.clone() }),
             home,
             config,
             started: Instant::now(),
             connections: Arc::new(AtomicU64::new(0)),
-            turns_running: AtomicU64::new(0),
             sessions: DashMap::new(),
             index: RwLock::new(index),
             generation: AtomicU64::new(1),
-            permission_clients: DashMap::new(),
             loaded_once: dashmap::DashSet::new(),
-            turns: crate::turn::Turns::default(),
         }))
     }
 
@@ -131,7 +129,7 @@ impl Registry {
             let handle = entry
                 .or_insert_with(|| {
                     let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-                    session::spawn(self.clone(), sid, generation)
+                    session::spawn(self.actor_env(), sid, generation)
                 })
                 .clone();
             return Ok(handle);
@@ -140,6 +138,17 @@ impl Registry {
             agentd_proto::ErrorKind::Busy,
             "session is being unloaded; retry",
         ))
+    }
+
+    fn actor_env(self: &Arc<Self>) -> ActorEnv {
+        ActorEnv {
+            store: self.store.clone(),
+            home: self.home.clone(),
+            durability: self.config.durability,
+            batch_window: self.config.batch_window(),
+            idle_evict: std::time::Duration::from_secs(self.config.idle_evict_s),
+            observer: self.clone(),
+        }
     }
 
     /// Removes the map entry if it still belongs to the actor of `generation`.
@@ -156,7 +165,8 @@ impl Registry {
         self.sessions.contains_key(sid)
     }
 
-    /// Called by an actor after each durable batch.
+    /// Brings the index entry of `state` up to date (after a durable batch, or a change
+    /// of the running turn).
     pub fn note_appended(&self, state: &SessionState, last: Option<&Event>) {
         let Ok(mut index) = self.index.write() else {
             return;
@@ -236,22 +246,27 @@ impl Registry {
         self.loaded_once.insert(sid.to_string())
     }
 
-    pub fn add_permission_client(&self, sid: &str, conn: crate::server::ConnSink) {
-        let mut e = self.permission_clients.entry(sid.to_string()).or_default();
-        e.retain(|c| !c.is_closed());
-        e.push(conn);
-    }
-
-    /// A live connection that opted in to permission requests for `sid`, newest first.
-    pub fn permission_client(&self, sid: &str) -> Option<crate::server::ConnSink> {
-        let mut e = self.permission_clients.get_mut(sid)?;
-        e.retain(|c| !c.is_closed());
-        e.last().cloned()
-    }
-
     /// Every loaded actor, for shutdown.
     pub fn loaded_handles(&self) -> Vec<SessionHandle> {
         self.sessions.iter().map(|e| e.value().clone()).collect()
+    }
+}
+
+impl SessionObserver for Registry {
+    fn changed(&self, state: &SessionState, last: Option<&Event>) {
+        self.note_appended(state, last);
+    }
+    fn stopped(&self, sid: &str, generation: u64) {
+        self.forget_handle(sid, generation);
+    }
+    fn first_load(&self, sid: &str) -> bool {
+        self.mark_loaded(sid)
+    }
+    fn reopen(
+        self: Arc<Self>,
+        sid: String,
+    ) -> BoxFuture<'static, Result<SessionHandle, AgentError>> {
+        Box::pin(async move { self.get(&sid).await })
     }
 }
 

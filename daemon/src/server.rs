@@ -1,18 +1,18 @@
-//! The NDJSON JSON-RPC 2.0 transport over the Unix socket (DESIGN §3, §5).
+//! The JSON-RPC 2.0 transport over the Unix socket (DESIGN §3, §5, §13 "Framing").
 //!
 //! jsonrpsee's `Methods` registry dispatches; this module is the transport jsonrpsee
 //! does not ship for Unix sockets: one `Listener` that accepts, and per connection a
-//! reader (line framing with a size cap, routing of calls, notifications, batches and
-//! peer responses) and a writer task that owns the socket's write half. Calls run
+//! reader (NDJSON or `Content-Length` framing from [`crate::framing`], with a size
+//! cap; routing of calls, notifications, batches and peer responses) and a writer task that owns the socket's write half. Calls run
 //! concurrently, so an interrupt can arrive while a turn call is still running.
 //!
 //! Architecture invariant: no input from a client can end the daemon or another
 //! connection; every bad line gets an error response and the connection stays usable.
 
-use agentd_proto::ErrorKind;
+use crate::framing::{FrameCodec, FrameError, Framing};
 use bytes::BytesMut;
 use jsonrpsee::core::id_providers::RandomIntegerIdProvider;
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Id, Request};
+use jsonrpsee::types::{ErrorObject, Id, Request};
 use jsonrpsee::{
     BoundedSubscriptions, ConnectionId, Extensions, MethodCallback, MethodResponse, MethodSink,
     Methods, SubscriptionState,
@@ -26,7 +26,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
-use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 const WRITE_QUEUE: usize = 1024;
@@ -95,14 +94,20 @@ impl ConnSink {
     }
 }
 
-/// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.
-pub fn error_object(err: &agentd_proto::AgentError) -> ErrorObjectOwned {
-    let code = match err.kind {
-        ErrorKind::InvalidArgs => -32602,
-        _ => agentd_proto::error::APP_ERROR_CODE,
-    };
-    ErrorObject::owned(code, err.message.clone(), Some(err.rpc_data()))
+impl crate::peer::Peer for ConnSink {
+    fn request<'a>(
+        &'a self,
+        method: &'a str,
+        params: Value,
+    ) -> futures::future::BoxFuture<'a, Option<Value>> {
+        Box::pin(ConnSink::request(self, method, params))
+    }
+    fn is_closed(&self) -> bool {
+        ConnSink::is_closed(self)
+    }
 }
+
+pub use crate::api::error_object;
 
 fn raw(v: &Value) -> Box<RawValue> {
     // A serde_json::Value always serializes.
@@ -205,11 +210,14 @@ impl Connection {
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
         let writer_stop = stop_writer.clone();
+        // Set by the reader once the first bytes show the framing; nothing is written
+        // before that, since every message answers or follows something the peer sent.
+        let framing = Arc::new(std::sync::OnceLock::<Framing>::new());
+        let writer_framing = framing.clone();
         let writer = tokio::spawn(async move {
             let write = |msg: Box<RawValue>| {
-                let mut line = msg.get().as_bytes().to_vec();
-                line.push(b'\n');
-                line
+                let f = writer_framing.get().copied().unwrap_or(Framing::Lines);
+                crate::framing::encode(f, msg.get())
             };
             loop {
                 let msg = tokio::select! {
@@ -237,49 +245,60 @@ impl Connection {
             conn_id: self.id,
         };
         let subs = BoundedSubscriptions::new(MAX_SUBSCRIPTIONS_PER_CONN);
-        let mut codec = LinesCodec::new_with_max_length(self.max);
+        let mut codec = FrameCodec::new(self.max);
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let mut calls = JoinSet::new();
         let mut eof = false;
         loop {
-            // Decode every complete line already buffered before reading more, so a
-            // request queued behind a bad line is never stalled.
-            let decoded = if eof {
-                codec.decode_eof(&mut buf)
-            } else {
-                codec.decode(&mut buf)
-            };
+            // Decode every complete message already buffered before reading more, so a
+            // request queued behind a bad one is never stalled.
+            let decoded = codec.next(&mut buf, eof);
+            if let Some(f) = codec.framing() {
+                let _ = framing.set(f);
+            }
             match decoded {
-                Ok(Some(line)) => {
-                    self.route(line, &sink, &conn_sink, &subs, &mut calls).await;
+                Ok(Some(text)) => {
+                    self.route(text, &sink, &conn_sink, &subs, &mut calls).await;
                     continue;
                 }
                 Ok(None) if eof => break,
                 Ok(None) => {}
-                Err(LinesCodecError::MaxLineLengthExceeded) => {
-                    let msg = format!(
-                        "message exceeds max_message_bytes ({} bytes); the line was discarded",
-                        self.max
-                    );
-                    let _ = sink
-                        .send(raw(&error_response(
-                            Value::Null,
+                Err(e) => {
+                    let fatal = e.is_fatal();
+                    let (code, msg, kind) = match e {
+                        FrameError::TooLarge { fatal } => (
                             -32600,
-                            &msg,
+                            format!(
+                                "message exceeds max_message_bytes ({} bytes); {}",
+                                self.max,
+                                if fatal {
+                                    "closing the connection"
+                                } else {
+                                    "the line was discarded"
+                                }
+                            ),
                             Some("message_too_large"),
-                        )))
-                        .await;
-                    continue;
-                }
-                Err(LinesCodecError::Io(_)) => {
-                    let _ = sink
-                        .send(raw(&error_response(
-                            Value::Null,
+                        ),
+                        FrameError::NotUtf8 => (
                             -32700,
-                            "parse error: message is not valid UTF-8",
+                            "parse error: message is not valid UTF-8".to_string(),
                             None,
-                        )))
+                        ),
+                        FrameError::BadHeader(why) => (
+                            -32700,
+                            format!(
+                                "parse error: bad message header ({why}); closing the connection"
+                            ),
+                            None,
+                        ),
+                        FrameError::Io(_) => break,
+                    };
+                    let _ = sink
+                        .send(raw(&error_response(Value::Null, code, &msg, kind)))
                         .await;
+                    if fatal {
+                        break;
+                    }
                     continue;
                 }
             }
@@ -470,6 +489,7 @@ async fn run_request(
     let mut ext = Extensions::new();
     ext.insert(conn_id);
     ext.insert(conn_sink.clone());
+    ext.insert::<crate::peer::PeerHandle>(std::sync::Arc::new(conn_sink.clone()));
     let rp = dispatch(req, methods, sink, subs, conn_id, ext).await;
     if is_notification {
         return None;

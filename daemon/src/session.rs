@@ -8,21 +8,27 @@
 //! sync (group commit). Each actor syncs on a blocking-pool thread of its own, so
 //! different sessions sync in parallel.
 //!
+//! The actor never names its container: what the registry needs to know (a durable
+//! batch, a stopped actor, a first load) is reported through the [`SessionObserver`]
+//! handed to [`spawn`], and the Log is reached through a [`LogStore`].
+//!
 //! Architecture invariant: `seq` is stamped only here, and an event is broadcast to
-//! subscribers only after it is durable (per the configured durability).
+//! subscribers only after it is durable (per the configured durability). The state
+//! changes only by appends and the explicit commands of [`SessionHandle`]; queries read
+//! `&SessionState`.
 
 use crate::config::Durability;
 use crate::history::checkpoint::{Checkpoint, CheckpointState};
 use crate::history::fold::Fold;
 use crate::history::reconcile::{self, ReconcileReason};
-use crate::registry::Registry;
-use crate::store::{self, LogWriter};
+use crate::store::{self, Home, LogAppender, LogStore};
 use agentd_proto::event::{new_event_id, now_ts, validate_draft};
 use agentd_proto::rpc::{AppendResult, CorruptLine};
 use agentd_proto::{AgentError, ErrorKind, Event, EventDraft, EventType};
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -33,8 +39,38 @@ pub const BROADCAST_CAPACITY: usize = 4096;
 const MAX_BATCH_COMMANDS: usize = 1024;
 
 type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send>;
-type QueryFn = Box<dyn FnOnce(&mut SessionState) + Send>;
+type QueryFn = Box<dyn FnOnce(&SessionState) + Send>;
 type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
+
+/// What a session actor reports upward. The registry implements it; the actor holds it
+/// as a trait object, so this module never imports its container.
+pub trait SessionObserver: Send + Sync + 'static {
+    /// After a durable batch (`last` is its last event) or a change of the running
+    /// turn (`last` is `None`).
+    fn changed(&self, state: &SessionState, last: Option<&Event>);
+    /// The actor of `generation` stopped (evicted, or its load failed).
+    fn stopped(&self, sid: &str, generation: u64);
+    /// Whether this is the first load of `sid` by this daemon process (recorded).
+    fn first_load(&self, sid: &str) -> bool;
+    /// The session's current actor, loading it if needed: where a command goes when
+    /// the actor it was sent to was evicted meanwhile.
+    fn reopen(
+        self: Arc<Self>,
+        sid: String,
+    ) -> BoxFuture<'static, Result<SessionHandle, AgentError>>;
+}
+
+/// What an actor needs from the daemon, handed over at [`spawn`].
+#[derive(Clone)]
+pub struct ActorEnv {
+    pub store: Arc<dyn LogStore>,
+    /// For paths beside the Log (resources, quarantine).
+    pub home: Home,
+    pub durability: Durability,
+    pub batch_window: Duration,
+    pub idle_evict: Duration,
+    pub observer: Arc<dyn SessionObserver>,
+}
 
 enum Cmd {
     Append {
@@ -53,6 +89,11 @@ enum Cmd {
     /// true the actor drops its Log writer and stops taking commands, so nothing can be
     /// written to the moved Log and the next call finds no session.
     Retire(RetireFn),
+    /// Marks the turn running in this daemon (`None`: no turn).
+    SetRunningTurn {
+        turn_id: Option<String>,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// A cheap, cloneable reference to a loaded session.
@@ -64,7 +105,7 @@ pub struct SessionHandle {
     tx: mpsc::Sender<Cmd>,
     events: broadcast::Sender<Arc<str>>,
     /// To find the session's new actor when this one was evicted meanwhile.
-    registry: std::sync::Weak<Registry>,
+    observer: Weak<dyn SessionObserver>,
     /// Why the actor could not load its Log, for callers whose command it dropped.
     load_error: Arc<std::sync::OnceLock<AgentError>>,
 }
@@ -82,9 +123,9 @@ impl SessionHandle {
             Ok(()) => return Ok(()),
             Err(mpsc::error::SendError(cmd)) => cmd,
         };
-        let registry = self.registry.upgrade().ok_or_else(Self::closed)?;
+        let observer = self.observer.upgrade().ok_or_else(Self::closed)?;
         for _ in 0..3 {
-            let h = registry.get(&self.id).await?;
+            let h = observer.clone().reopen(self.id.to_string()).await?;
             match h.tx.send(cmd).await {
                 Ok(()) => return Ok(()),
                 Err(mpsc::error::SendError(back)) => cmd = back,
@@ -127,10 +168,11 @@ impl SessionHandle {
         rx.await.map_err(|_| Self::closed())?
     }
 
-    /// Runs `f` on the actor's state (no Log writes) and returns its result.
+    /// Runs `f` on the actor's state, read-only, after every command queued before it;
+    /// returns its result.
     pub async fn query<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut SessionState) -> T + Send + 'static,
+        f: impl FnOnce(&SessionState) -> T + Send + 'static,
     ) -> Result<T, AgentError> {
         let (reply, rx) = oneshot::channel();
         let cmd = Cmd::Query(Box::new(move |st| {
@@ -158,6 +200,15 @@ impl SessionHandle {
         self.send(cmd).await?;
         rx.await
             .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))?
+    }
+
+    /// Marks `turn_id` as the turn running in this daemon (`None` when it ended); the
+    /// session then reports `running` and is not evicted.
+    pub async fn set_running_turn(&self, turn_id: Option<String>) -> Result<(), AgentError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Cmd::SetRunningTurn { turn_id, reply }).await?;
+        rx.await
+            .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))
     }
 
     /// Broadcasts an ephemeral event (never written).
@@ -312,7 +363,7 @@ impl Reply {
 }
 
 /// Starts the actor for `sid`; it loads the Log before serving any command.
-pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHandle {
+pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
     let (tx, rx) = mpsc::channel(MAX_BATCH_COMMANDS);
     let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
     let handle = SessionHandle {
@@ -320,16 +371,16 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
         generation,
         tx,
         events: events.clone(),
-        registry: Arc::downgrade(&registry),
+        observer: Arc::downgrade(&env.observer),
         load_error: Arc::default(),
     };
     let actor_handle = handle.clone();
     tokio::spawn(async move {
         let sid = actor_handle.id.to_string();
-        match load(registry.clone(), &sid, events).await {
+        match load(env.clone(), &sid, events).await {
             Ok((state, writer)) => {
                 let mut actor = Actor {
-                    registry: registry.clone(),
+                    env: env.clone(),
                     state,
                     writer: Some(store::WriterThread::spawn(writer, &sid)),
                     rx,
@@ -340,7 +391,7 @@ pub fn spawn(registry: Arc<Registry>, sid: &str, generation: u64) -> SessionHand
             }
             Err(err) => {
                 let _ = actor_handle.load_error.set(err.clone());
-                registry.forget_handle(&sid, generation);
+                env.observer.stopped(&sid, generation);
                 fail_all(rx, err).await;
             }
         }
@@ -358,37 +409,37 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
             Cmd::Record { reply, .. } => {
                 let _ = reply.send(Err(err.clone()));
             }
-            Cmd::Query(_) | Cmd::Retire(_) => {}
+            Cmd::Query(_) | Cmd::Retire(_) | Cmd::SetRunningTurn { .. } => {}
         }
     }
 }
 
 async fn load(
-    registry: Arc<Registry>,
+    env: ActorEnv,
     sid: &str,
     events_tx: broadcast::Sender<Arc<str>>,
-) -> Result<(SessionState, LogWriter), AgentError> {
+) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
     let sid = sid.to_string();
     // Reading, parsing and folding a big Log is CPU work: keep it off the runtime's
     // worker threads.
-    tokio::task::spawn_blocking(move || load_blocking(&registry, &sid, events_tx))
+    tokio::task::spawn_blocking(move || load_blocking(&env, &sid, events_tx))
         .await
         .map_err(|e| AgentError::internal(format!("load task: {e}")))?
 }
 
 fn load_blocking(
-    registry: &Registry,
+    env: &ActorEnv,
     sid: &str,
     events_tx: broadcast::Sender<Arc<str>>,
-) -> Result<(SessionState, LogWriter), AgentError> {
+) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
     let started = std::time::Instant::now();
-    let (events, report) = store::load_log(&registry.home, sid)?;
-    let writer = LogWriter::open(&registry.home.log_path(sid)?)?;
+    let (events, report) = env.store.load(sid)?;
+    let writer = env.store.open_appender(sid)?;
     let parsed = started.elapsed();
     let bytes = report.bytes;
     let mut state = SessionState {
         id: sid.to_string(),
-        log_path: registry.home.log_path(sid)?,
+        log_path: env.home.log_path(sid)?,
         events: Vec::with_capacity(events.len() + 16),
         fold: Fold::new(),
         checkpoint: CheckpointState::new(),
@@ -415,7 +466,7 @@ fn load_blocking(
         .filter_map(|e| e.str_field("quarantine_path"))
         .collect();
     let mut unrecorded = Vec::new();
-    if let Ok(dir) = std::fs::read_dir(registry.home.quarantine_dir()) {
+    if let Ok(dir) = std::fs::read_dir(env.home.quarantine_dir()) {
         let prefix = format!("{sid}.");
         for entry in dir.flatten() {
             let name = entry.file_name();
@@ -452,7 +503,7 @@ fn load_blocking(
 }
 
 struct Actor {
-    registry: Arc<Registry>,
+    env: ActorEnv,
     state: SessionState,
     writer: Option<store::WriterThread>,
     rx: mpsc::Receiver<Cmd>,
@@ -479,7 +530,7 @@ impl Actor {
         // was cut by a daemon crash: close its orphan calls and end it, durably, before
         // anyone can start another (§7.2). A reload after idle eviction is not a
         // restart: a harness may be running its own turn through `agentd/append`.
-        let first_load = self.registry.mark_loaded(&self.state.id);
+        let first_load = self.env.observer.first_load(&self.state.id);
         if let Some(turn_id) = self.state.fold.open_turn().filter(|_| first_load) {
             let mut drafts = reconcile::closures(
                 &self.state.fold.pending_calls(),
@@ -497,7 +548,7 @@ impl Actor {
     }
 
     async fn run(&mut self) {
-        let idle = Duration::from_secs(self.registry.config.idle_evict_s.max(1));
+        let idle = self.env.idle_evict.max(Duration::from_secs(1));
         let mut deferred: Option<Cmd> = None;
         loop {
             let cmd = match deferred.take() {
@@ -514,12 +565,17 @@ impl Actor {
                 },
             };
             match cmd {
-                Cmd::Query(f) => f(&mut self.state),
+                Cmd::Query(f) => f(&self.state),
                 Cmd::Retire(f) => {
                     if f(&self.state) {
                         self.writer = None;
                         self.rx.close();
                     }
+                }
+                Cmd::SetRunningTurn { turn_id, reply } => {
+                    self.state.running_turn = turn_id;
+                    self.env.observer.changed(&self.state, None);
+                    let _ = reply.send(());
                 }
                 Cmd::Record { build, reply } => match build(&self.state) {
                     Ok(drafts) if drafts.is_empty() => {
@@ -544,8 +600,9 @@ impl Actor {
                 }
             }
         }
-        self.registry
-            .forget_handle(&self.state.id, self.handle.generation);
+        self.env
+            .observer
+            .stopped(&self.state.id, self.handle.generation);
     }
 
     /// Gathers appends already queued (and, in batch mode, those arriving within the
@@ -554,10 +611,8 @@ impl Actor {
         &mut self,
         batch: &mut Vec<(Vec<EventDraft>, Option<u64>, Reply)>,
     ) -> Option<Cmd> {
-        let deadline = match self.registry.config.durability {
-            Durability::Batch => {
-                Some(tokio::time::Instant::now() + self.registry.config.batch_window())
-            }
+        let deadline = match self.env.durability {
+            Durability::Batch => Some(tokio::time::Instant::now() + self.env.batch_window),
             _ => None,
         };
         while batch.len() < MAX_BATCH_COMMANDS {
@@ -618,7 +673,7 @@ impl Actor {
         if staged.is_empty() {
             return;
         }
-        let sync = self.registry.config.durability != Durability::None;
+        let sync = self.env.durability != Durability::None;
         let res = match &self.writer {
             Some(w) => w.write(buf, sync).await,
             None => Err(AgentError::new(
@@ -649,7 +704,7 @@ impl Actor {
         for ev in staged {
             self.state.push(ev);
         }
-        self.registry.note_appended(&self.state, last.as_ref());
+        self.env.observer.changed(&self.state, last.as_ref());
         if self.state.events_tx.receiver_count() > 0 {
             for line in lines {
                 let _ = self.state.events_tx.send(Arc::from(line));
@@ -724,30 +779,4 @@ impl Actor {
     }
 }
 
-/// The current sha256 behind an artifact uri, for fact validity (§7.3). Workspace files
-/// are read now; `resource:<sha256>` names content-addressed bytes in the session's
-/// resources directory, which never change, so the name is its hash while the file
-/// exists. `None` (unknown) when a file is missing, unreadable or outside the
-/// workspace, and for `command:` outputs, which cannot be re-observed: an unknown hash
-/// makes dependent facts SUSPECT, which is the safe side.
-pub fn current_hash(
-    workspace: &std::path::Path,
-    resources: &std::path::Path,
-    uri: &str,
-) -> Option<String> {
-    if let Some(sha) = uri.strip_prefix("resource:") {
-        let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
-        return (valid && resources.join(sha).is_file()).then(|| sha.to_ascii_lowercase());
-    }
-    if uri.starts_with("command:") {
-        return None;
-    }
-    let path = crate::tools::workspace::resolve(
-        workspace,
-        uri,
-        crate::tools::workspace::Resolve::Existing,
-    )
-    .ok()?;
-    let bytes = std::fs::read(path).ok()?;
-    Some(crate::text::sha256_hex(&bytes))
-}
+pub use crate::filesystem::current_hash;

@@ -243,13 +243,69 @@ fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> (Vec<Event>, Vec<C
     (events, corrupt)
 }
 
-/// The append side of one Log. Owned by its session actor.
-pub struct LogWriter {
-    file: File,
+/// Where Logs live. The session actor loads and appends through this trait, so a
+/// second backend (a database) can stand beside [`FileStore`] without the actor,
+/// registry or API changing. Implementations are called from blocking threads (the
+/// blocking pool, a session's writer thread), never from a runtime worker.
+pub trait LogStore: Send + Sync + 'static {
+    /// Reads a Log, repairing a torn tail; the valid events in order plus what else
+    /// the read found (see [`load_log`]).
+    fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError>;
+    /// The append side of a Log that exists.
+    fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError>;
+}
+
+/// The append side of one Log, owned by its session's writer thread.
+pub trait LogAppender: Send + 'static {
+    /// Appends whole lines and, when `sync`, makes them durable before returning. On
+    /// failure nothing of `bytes` remains: a later append never glues onto half a line.
+    fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError>;
+}
+
+/// Logs as NDJSON files under the home directory (DESIGN §3).
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    pub home: Home,
+}
+
+impl LogStore for FileStore {
+    fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
+        load_log(&self.home, sid)
+    }
+    fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError> {
+        Ok(Box::new(LogWriter::open(&self.home.log_path(sid)?)?))
+    }
+}
+
+/// The system calls a Log append makes, in one place: a fault-injecting file can
+/// stand in for the real one to test every failure path of the writer.
+pub trait LogFile: Send + 'static {
+    /// Writes every byte (at the end: the file is opened for append).
+    fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file back to `len` after a failed append.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Write::write_all(self, bytes)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+}
+
+/// The append side of one Log file.
+pub struct LogWriter<F: LogFile = File> {
+    file: F,
     len: u64,
 }
 
-impl LogWriter {
+impl LogWriter<File> {
     pub fn open(path: &Path) -> Result<LogWriter, AgentError> {
         let file = OpenOptions::new()
             .append(true)
@@ -261,21 +317,25 @@ impl LogWriter {
             .len();
         Ok(LogWriter { file, len })
     }
+}
+
+impl<F: LogFile> LogWriter<F> {
+    /// A writer over any [`LogFile`] whose current length is `len`.
+    pub fn with_file(file: F, len: u64) -> LogWriter<F> {
+        LogWriter { file, len }
+    }
 
     /// Writes `bytes` (whole lines) and syncs data when `sync`. On failure the file is
     /// cut back to its previous length so a half-written batch never becomes a torn or
     /// glued line; nothing acknowledged before is touched.
     pub fn write_batch(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
-        let res =
-            self.file.write_all(bytes).and_then(
-                |_| {
-                    if sync {
-                        self.file.sync_data()
-                    } else {
-                        Ok(())
-                    }
-                },
-            );
+        let res = self.file.write_bytes(bytes).and_then(|_| {
+            if sync {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
         match res {
             Ok(()) => {
                 self.len += bytes.len() as u64;
@@ -286,6 +346,12 @@ impl LogWriter {
                 Err(write_failed("append to log", &e))
             }
         }
+    }
+}
+
+impl<F: LogFile> LogAppender for LogWriter<F> {
+    fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
+        self.write_batch(bytes, sync)
     }
 }
 
@@ -304,14 +370,14 @@ struct WriteJob {
 }
 
 impl WriterThread {
-    pub fn spawn(mut writer: LogWriter, sid: &str) -> WriterThread {
+    pub fn spawn(mut writer: Box<dyn LogAppender>, sid: &str) -> WriterThread {
         let (jobs, rx) = std::sync::mpsc::channel::<WriteJob>();
         let spawned = std::thread::Builder::new()
             .name(format!("log-{}", crate::text::utf8_prefix(sid, 11)))
             .stack_size(256 * 1024)
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
-                    let _ = job.done.send(writer.write_batch(&job.bytes, job.sync));
+                    let _ = job.done.send(writer.append(&job.bytes, job.sync));
                 }
             });
         if let Err(e) = spawned {

@@ -1,6 +1,6 @@
 //! Provider replay (DESIGN §7.1): the item conversions, the pairing guard and the stats.
 //!
-//! [`Fold`](super::fold::Fold) converts each replayable event into its [`ReplayItem`] once,
+//! [`Fold`](crate::history::fold::Fold) converts each replayable event into its [`ReplayItem`] once,
 //! at push time; `build` then only filters and pairs them. Pairing guard: function calls
 //! of one assistant step are followed by their outputs. A replayed item that is neither
 //! (or the end of the input, or a new call after the step's outputs began) closes the
@@ -150,7 +150,7 @@ pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
     }
 }
 
-/// Builds provider input from a fold's pre-built items (see [`Fold::replay`](super::fold::Fold::replay)).
+/// Builds provider input from a fold's pre-built items (see [`Fold::replay`](crate::history::fold::Fold::replay)).
 pub(super) fn build(
     ctx: &ReplayContext,
     compaction: Option<&Entry>,

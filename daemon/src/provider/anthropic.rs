@@ -5,9 +5,11 @@
 //! sent back to the same model (the API rejects thinking without it).
 
 use super::dialect::{parse_args, render_tools};
-use super::http::{self, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire};
 use super::sse::SseEvent;
-use super::{OutputItem, ProviderResponse, StreamEvent, Usage};
+use super::wire::{
+    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire, WireFormat,
+};
+use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -29,7 +31,7 @@ pub(crate) fn build(
         "max_tokens".into(),
         json!(max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
     );
-    if let Value::Object(rendered) = http::render_input(items, Wire::Anthropic) {
+    if let Value::Object(rendered) = render_input(items, Wire::Anthropic) {
         for (k, v) in rendered {
             body.insert(k, v);
         }
@@ -95,7 +97,7 @@ fn index_of(v: &Value) -> u64 {
     v.get("index").and_then(Value::as_u64).unwrap_or(0)
 }
 
-impl http::Decoder for Decoder {
+impl wire::Decoder for Decoder {
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
         let v = parse_data(ev, &self.provider)?;
         let ty = v
@@ -252,5 +254,27 @@ impl http::Decoder for Decoder {
             model: self.model.clone(),
             stop_reason: self.stop_reason.clone(),
         })
+    }
+}
+
+/// The `anthropic` wire format, for the HTTP driver.
+pub(crate) struct Anthropic;
+
+impl WireFormat for Anthropic {
+    type Decoder = Decoder;
+    const WIRE: Wire = Wire::Anthropic;
+    fn build(
+        base: &str,
+        model: &str,
+        items: &[ReplayItem],
+        tools: &[ToolSpec],
+        max_output_tokens: Option<u32>,
+        _cfg: &ProviderConfig,
+        key: Option<&str>,
+    ) -> HttpCall {
+        build(base, model, items, tools, max_output_tokens, key)
+    }
+    fn decoder(provider: &str, model: &str) -> Decoder {
+        Decoder::new(provider, model)
     }
 }

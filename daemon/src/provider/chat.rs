@@ -6,9 +6,12 @@
 //! send `[DONE]`; a stream that reported a `finish_reason` before closing is complete.
 
 use super::dialect::{parse_args, render_tools};
-use super::http::{self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire};
 use super::sse::SseEvent;
-use super::{OutputItem, ProviderResponse, StreamEvent, Usage};
+use super::wire::{
+    self, bearer, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire,
+    WireFormat,
+};
+use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -23,7 +26,7 @@ pub(crate) fn build(
 ) -> HttpCall {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("messages".into(), http::render_input(items, Wire::Chat));
+    body.insert("messages".into(), render_input(items, Wire::Chat));
     if !tools.is_empty() {
         body.insert("tools".into(), render_tools(tools, Dialect::Chat));
     }
@@ -72,7 +75,7 @@ impl Decoder {
     }
 }
 
-impl http::Decoder for Decoder {
+impl wire::Decoder for Decoder {
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
         if ev.data.trim() == "[DONE]" {
             self.done = true;
@@ -198,5 +201,27 @@ impl http::Decoder for Decoder {
             model: self.model.clone(),
             stop_reason: self.finish_reason.clone(),
         })
+    }
+}
+
+/// The `chat` wire format, for the HTTP driver.
+pub(crate) struct Chat;
+
+impl WireFormat for Chat {
+    type Decoder = Decoder;
+    const WIRE: Wire = Wire::Chat;
+    fn build(
+        base: &str,
+        model: &str,
+        items: &[ReplayItem],
+        tools: &[ToolSpec],
+        max_output_tokens: Option<u32>,
+        _cfg: &ProviderConfig,
+        key: Option<&str>,
+    ) -> HttpCall {
+        build(base, model, items, tools, max_output_tokens, key)
+    }
+    fn decoder(provider: &str, model: &str) -> Decoder {
+        Decoder::new(provider, model)
     }
 }

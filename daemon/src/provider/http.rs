@@ -7,10 +7,11 @@
 //! the partial text instead. The API key is read from its env var per call and is only
 //! ever placed in a request header; error texts are scrubbed of it as a last guard.
 
-use super::sse::{SseEvent, SseParser};
+use super::sse::SseParser;
+use super::wire::{Attempt, Decoder, HttpCall, Step, Wire, WireFormat};
 use super::{
-    anthropic, chat, classify_provider_error, dialect, responses, ProviderConfig, ProviderFailure,
-    ProviderRequest, ProviderResponse, StreamEvent,
+    classify_provider_error, ProviderConfig, ProviderFailure, ProviderRequest, ProviderResponse,
+    StreamEvent,
 };
 use agentd_proto::replay::ReplayItem;
 use agentd_proto::{AgentError, ErrorKind};
@@ -29,81 +30,6 @@ const BACKOFF_BASE: Duration = Duration::from_millis(500);
 const BACKOFF_CAP: Duration = Duration::from_secs(8);
 /// Error bodies are read up to this size; providers' JSON errors are small.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wire {
-    Responses,
-    Chat,
-    Anthropic,
-}
-
-/// What a decoder wants after one SSE event.
-pub(crate) enum Step {
-    Continue,
-    Done,
-}
-
-/// A failed attempt: the error, and whether trying again may help.
-#[derive(Debug)]
-pub(crate) struct Attempt {
-    /// Boxed: attempts travel through every decoder call's `Result`.
-    pub error: Box<AgentError>,
-    pub retryable: bool,
-    pub retry_after: Option<Duration>,
-}
-
-impl Attempt {
-    pub fn fatal(error: AgentError) -> Self {
-        Attempt {
-            error: Box::new(error),
-            retryable: false,
-            retry_after: None,
-        }
-    }
-    pub fn retry(error: AgentError) -> Self {
-        Attempt {
-            error: Box::new(error),
-            retryable: true,
-            retry_after: None,
-        }
-    }
-    /// An error reported inside the stream (`error` events, `response.failed`).
-    pub fn from_stream_error(code: Option<&str>, message: &str, provider: &str) -> Self {
-        let kind = classify_provider_error(code, message);
-        let overloaded = matches!(
-            code,
-            Some("overloaded_error" | "server_error" | "api_error")
-        );
-        let error = AgentError::new(
-            kind,
-            format!(
-                "provider '{provider}' reported an error: {}",
-                crate::text::clip_chars(message, 500)
-            ),
-        )
-        .with_details(json!({"provider": provider, "code": code}));
-        Attempt {
-            error: Box::new(error),
-            retryable: kind == ErrorKind::RateLimited || overloaded,
-            retry_after: None,
-        }
-    }
-}
-
-/// One wire format's stream decoder.
-pub(crate) trait Decoder {
-    fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt>;
-    /// Called after `Step::Done`, or at end of stream with `at_eof` (the decoder decides
-    /// whether what it saw is a complete response).
-    fn finish(&mut self, at_eof: bool) -> Result<ProviderResponse, Attempt>;
-}
-
-/// A fully built HTTP request.
-pub(crate) struct HttpCall {
-    pub url: String,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Value,
-}
 
 #[derive(Debug, Clone)]
 pub struct HttpProvider {
@@ -127,9 +53,8 @@ impl HttpProvider {
         Ok(HttpProvider { config, client })
     }
 
-    pub(crate) async fn stream(
+    pub(crate) async fn stream<F: WireFormat>(
         &self,
-        wire: Wire,
         req: ProviderRequest,
         tx: mpsc::Sender<StreamEvent>,
         cancel: CancellationToken,
@@ -147,24 +72,18 @@ impl HttpProvider {
             ))));
         }
         let key = read_api_key(cfg).map_err(ProviderFailure::new)?;
-        let items = replayable_items(&req.items, &model, wire);
+        let items = replayable_items(&req.items, &model, F::WIRE);
         let max_out = req.max_output_tokens.or(cfg.max_output_tokens);
         let base = cfg.base_url();
-        let call = match wire {
-            Wire::Responses => responses::build(
-                &base,
-                &model,
-                &items,
-                &req.tools,
-                max_out,
-                cfg,
-                key.as_deref(),
-            ),
-            Wire::Chat => chat::build(&base, &model, &items, &req.tools, max_out, key.as_deref()),
-            Wire::Anthropic => {
-                anthropic::build(&base, &model, &items, &req.tools, max_out, key.as_deref())
-            }
-        };
+        let call = F::build(
+            &base,
+            &model,
+            &items,
+            &req.tools,
+            max_out,
+            cfg,
+            key.as_deref(),
+        );
         let mut driver = Driver {
             provider: self,
             tx: &tx,
@@ -179,23 +98,7 @@ impl HttpProvider {
         let max_retries = cfg.max_retries();
         let mut retries = 0u32;
         loop {
-            let result = match wire {
-                Wire::Responses => {
-                    driver
-                        .attempt(&call, responses::Decoder::new(&cfg.name, &model))
-                        .await
-                }
-                Wire::Chat => {
-                    driver
-                        .attempt(&call, chat::Decoder::new(&cfg.name, &model))
-                        .await
-                }
-                Wire::Anthropic => {
-                    driver
-                        .attempt(&call, anthropic::Decoder::new(&cfg.name, &model))
-                        .await
-                }
-            };
+            let result = driver.attempt(&call, F::decoder(&cfg.name, &model)).await;
             let failed = match result {
                 Ok(resp) => return Ok(resp),
                 Err(a) => a,
@@ -594,60 +497,6 @@ fn backoff(retry: u32) -> Duration {
     2u32.checked_pow(retry.saturating_sub(1))
         .map_or(BACKOFF_CAP, |m| BACKOFF_BASE.saturating_mul(m))
         .min(BACKOFF_CAP)
-}
-
-/// The rendered input for a wire, used by the request builders.
-pub(crate) fn render_input(items: &[ReplayItem], wire: Wire) -> Value {
-    let d = match wire {
-        Wire::Responses => agentd_proto::replay::Dialect::Responses,
-        Wire::Chat => agentd_proto::replay::Dialect::Chat,
-        Wire::Anthropic => agentd_proto::replay::Dialect::Anthropic,
-    };
-    dialect::render(items, d)
-}
-
-/// Parses one event's `data` as JSON; anything else means the server is not speaking
-/// the wire format we expect.
-pub(crate) fn parse_data(ev: &SseEvent, provider: &str) -> Result<Value, Attempt> {
-    serde_json::from_str(&ev.data).map_err(|_| {
-        Attempt::fatal(
-            AgentError::new(
-                ErrorKind::ProviderError,
-                format!(
-                    "provider '{provider}' sent event data that is not JSON: {}",
-                    crate::text::clip_chars(&ev.data, 120)
-                ),
-            )
-            .with_details(json!({"provider": provider})),
-        )
-    })
-}
-
-/// The stream ended without the wire format's completion event.
-pub(crate) fn cut_short(provider: &str, expected: &str) -> Attempt {
-    Attempt::retry(
-        AgentError::new(
-            ErrorKind::Network,
-            format!("provider '{provider}' closed the stream before {expected}"),
-        )
-        .with_details(json!({"provider": provider})),
-    )
-}
-
-pub(crate) fn bearer(key: Option<&str>) -> Vec<(&'static str, String)> {
-    key.map(|k| vec![("authorization", format!("Bearer {k}"))])
-        .unwrap_or_default()
-}
-
-pub(crate) fn u64_at(v: &Value, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for p in path {
-        match cur.get(p) {
-            Some(n) => cur = n,
-            None => return 0,
-        }
-    }
-    cur.as_u64().unwrap_or(0)
 }
 
 #[cfg(test)]

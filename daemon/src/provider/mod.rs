@@ -26,6 +26,7 @@ mod chat;
 mod http;
 mod responses;
 mod script;
+mod wire;
 
 pub use config::{ProviderConfig, ProviderKind, ProvidersConfig};
 
@@ -185,9 +186,9 @@ impl Provider {
         cancel: CancellationToken,
     ) -> Result<ProviderResponse, ProviderFailure> {
         match self {
-            Provider::OpenaiResponses(p) => p.stream(http::Wire::Responses, req, tx, cancel).await,
-            Provider::OpenaiChat(p) => p.stream(http::Wire::Chat, req, tx, cancel).await,
-            Provider::Anthropic(p) => p.stream(http::Wire::Anthropic, req, tx, cancel).await,
+            Provider::OpenaiResponses(p) => p.stream::<responses::Responses>(req, tx, cancel).await,
+            Provider::OpenaiChat(p) => p.stream::<chat::Chat>(req, tx, cancel).await,
+            Provider::Anthropic(p) => p.stream::<anthropic::Anthropic>(req, tx, cancel).await,
             Provider::Script(p) => p.stream(req, tx, cancel).await,
         }
     }

@@ -7,8 +7,11 @@
 //! for servers that skip `done` events and for the partial text of a cut stream.
 
 use super::dialect::{parse_args, render_tools};
-use super::http::{self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Step, Wire};
 use super::sse::SseEvent;
+use super::wire::{
+    self, bearer, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire,
+    WireFormat,
+};
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -25,7 +28,7 @@ pub(crate) fn build(
 ) -> HttpCall {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("input".into(), http::render_input(items, Wire::Responses));
+    body.insert("input".into(), render_input(items, Wire::Responses));
     if !tools.is_empty() {
         body.insert("tools".into(), render_tools(tools, Dialect::Responses));
     }
@@ -84,7 +87,7 @@ fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-impl http::Decoder for Decoder {
+impl wire::Decoder for Decoder {
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
         let v = parse_data(ev, &self.provider)?;
         let ty = v
@@ -246,5 +249,27 @@ fn slot_output(slot: Slot) -> Option<OutputItem> {
         // A text delta for an item we never saw announced is still the answer.
         None if !slot.text.is_empty() => Some(OutputItem::Message { text: slot.text }),
         _ => None,
+    }
+}
+
+/// The `responses` wire format, for the HTTP driver.
+pub(crate) struct Responses;
+
+impl WireFormat for Responses {
+    type Decoder = Decoder;
+    const WIRE: Wire = Wire::Responses;
+    fn build(
+        base: &str,
+        model: &str,
+        items: &[ReplayItem],
+        tools: &[ToolSpec],
+        max_output_tokens: Option<u32>,
+        cfg: &ProviderConfig,
+        key: Option<&str>,
+    ) -> HttpCall {
+        build(base, model, items, tools, max_output_tokens, cfg, key)
+    }
+    fn decoder(provider: &str, model: &str) -> Decoder {
+        Decoder::new(provider, model)
     }
 }

@@ -22,6 +22,7 @@
 
 use super::setup;
 use crate::history::compaction::{CompactOptions, CompactStrategy};
+use crate::ops::CompactOutcome;
 use crate::provider::{OutputItem, ProviderRequest};
 use crate::registry::Registry;
 use crate::session::SessionHandle;
@@ -56,7 +57,7 @@ pub async fn compact_with_strategy(
     h: &SessionHandle,
     opts: CompactOptions,
     dry_run: bool,
-) -> Result<Value, AgentError> {
+) -> Result<CompactOutcome, AgentError> {
     if opts.strategy != CompactStrategy::Model || dry_run {
         return crate::ops::compact(h, opts, dry_run, None).await;
     }

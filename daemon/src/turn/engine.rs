@@ -36,7 +36,7 @@
 
 use super::permission::{self, Ask};
 use super::setup::TurnSpec;
-use super::{RunningTurn, Started};
+use super::{RunningTurn, Started, TurnManager};
 use crate::history::compaction::{CompactOptions, CompactStrategy, Trigger};
 use crate::history::memory::{self, EvidenceLookup};
 use crate::history::reconcile::{self, ReconcileReason};
@@ -67,7 +67,7 @@ enum End {
 }
 
 struct Runner<'a> {
-    registry: &'a Arc<Registry>,
+    turns: &'a Arc<TurnManager>,
     h: &'a SessionHandle,
     sid: String,
     spec: TurnSpec,
@@ -82,7 +82,7 @@ struct Runner<'a> {
 
 /// Runs a whole turn; returns its result and the call ids an interrupt closed.
 pub(super) async fn run(
-    registry: &Arc<Registry>,
+    turns: &Arc<TurnManager>,
     h: &SessionHandle,
     spec: TurnSpec,
     input: String,
@@ -92,10 +92,9 @@ pub(super) async fn run(
     let sid = h.id.to_string();
     let begin = async {
         crate::ops::reconcile(h, ReconcileReason::BeforeStartTurn, false, true).await?;
-        let turn_id = running.turn_id.clone();
+        h.set_running_turn(Some(running.turn_id.clone())).await?;
         let (workspace, ratio, deps) = h
             .query(move |st| {
-                st.running_turn = Some(turn_id);
                 (
                     st.workspace().to_string(),
                     usage_ratio(st),
@@ -103,8 +102,7 @@ pub(super) async fn run(
                 )
             })
             .await?;
-        registry.set_running(&sid, true);
-        let tools = tool_context(registry, &sid, &workspace, &spec, &running.cancel)?;
+        let tools = tool_context(&turns.registry, &sid, &workspace, &spec, &running.cancel)?;
         let res = h
             .append(
                 vec![
@@ -118,7 +116,7 @@ pub(super) async fn run(
             )
             .await?;
         for uri in deps {
-            registry.turns.watch.watch(registry, &sid, &workspace, &uri);
+            turns.watch.watch(&turns.registry, &sid, &workspace, &uri);
         }
         Ok::<_, AgentError>((workspace, ratio, tools, res))
     };
@@ -131,7 +129,7 @@ pub(super) async fn run(
     };
     let _ = started.send(Ok((res.first_seq, res.last_seq)));
     let mut r = Runner {
-        registry,
+        turns,
         h,
         sid,
         spec,
@@ -266,8 +264,8 @@ impl Runner<'_> {
             trigger,
             strategy: CompactStrategy::Deterministic,
         };
-        let v = crate::ops::compact(self.h, opts, false, None).await?;
-        Ok(v["recorded"].as_bool() == Some(true))
+        let outcome = crate::ops::compact(self.h, opts, false, None).await?;
+        Ok(outcome.recorded)
     }
 
     /// One model step, with the pressure check before it and overflow recovery after it.
@@ -277,9 +275,9 @@ impl Runner<'_> {
     ) -> Result<Result<(ProviderResponse, u64), ProviderFailure>, AgentError> {
         let window = self.spec.context_window;
         let mut replay = self.replay().await?;
-        let limit = self.registry.config.compaction.threshold * window as f64;
+        let limit = self.turns.registry.config.compaction.threshold * window as f64;
         if self.corrected(&replay) as f64 > limit {
-            let tail = self.registry.config.compaction.tail_events;
+            let tail = self.turns.registry.config.compaction.tail_events;
             if self.compact(tail, Trigger::Pressure).await? {
                 self.last_seq = self
                     .last_seq
@@ -457,7 +455,7 @@ impl Runner<'_> {
             }
             let mode = self.spec.permission_mode;
             let ask = Ask {
-                registry: self.registry,
+                turns: self.turns,
                 session_id: &self.sid,
                 turn_id: &self.turn_id,
                 cancel: &self.cancel,
@@ -530,10 +528,9 @@ impl Runner<'_> {
         for a in arts {
             if a["kind"] == "file" {
                 if let Some(uri) = a["uri"].as_str() {
-                    self.registry
-                        .turns
+                    self.turns
                         .watch
-                        .watch(self.registry, &self.sid, &self.workspace, uri);
+                        .watch(&self.turns.registry, &self.sid, &self.workspace, uri);
                 }
             }
         }

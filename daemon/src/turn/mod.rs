@@ -3,9 +3,12 @@
 //!
 //! A turn runs in a task of its own, so that `wait:false` can return right after
 //! `turn_started` and so that a client disconnecting never cuts a turn in half. The
-//! session's running turn is kept in [`Turns`] (one per session: a second `agentd/turn`
-//! gets kind `busy`), with the cancellation token an interrupt fires and a watch channel
-//! on which the turn publishes its final result.
+//! session's running turn is kept in the [`TurnManager`] (one per session: a second
+//! `agentd/turn` gets kind `busy`), with the cancellation token an interrupt fires and a
+//! watch channel on which the turn publishes its final result. The manager also owns
+//! the artifact watch and routes `ask` permission requests to the client peers that
+//! subscribed for them ([`PeerHandle`]); it sits above the registry and never the
+//! other way round.
 //!
 //! Module map: `engine` (the loop: reconcile → `turn_started` → `user_message` → model
 //! steps and tools → `turn_ended`), `permission` (the `auto | ask | read_only` modes),
@@ -38,22 +41,22 @@ mod engine;
 mod permission;
 mod setup;
 
-pub use compact::compact_with_strategy;
 pub use permission::PermissionMode;
 
-use crate::api::{method, Api};
+use crate::history::compaction::CompactOptions;
 use crate::history::reconcile::{self, ReconcileReason};
+use crate::ops::CompactOutcome;
+use crate::peer::PeerHandle;
 use crate::registry::Registry;
 use crate::session::SessionHandle;
-use agentd_proto::rpc::{method as m, InterruptParams, InterruptResult, TurnParams, TurnResult};
+use agentd_proto::rpc::{InterruptResult, TurnParams, TurnResult};
 use agentd_proto::{AgentError, ErrorKind, EventDraft, EventType};
 use dashmap::DashMap;
 use futures::FutureExt;
-use jsonrpsee::RpcModule;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -67,18 +70,23 @@ pub const MAX_MAX_ITERATIONS: u32 = 1000;
 /// second of the cancel; this only bounds a wedged provider or a stuck Log write.
 const INTERRUPT_WAIT: Duration = Duration::from_secs(15);
 
-/// What the daemon knows of turns beyond the Logs: the running one per session and the
-/// artifact watcher. Lives in the [`Registry`].
-#[derive(Default)]
-pub struct Turns {
+/// What the daemon knows of turns beyond the Logs: the running one per session, the
+/// artifact watch and where permission requests go.
+pub struct TurnManager {
+    pub registry: Arc<Registry>,
     running: DashMap<String, Arc<RunningTurn>>,
-    /// Set by [`interrupt_all`] before it looks at the running turns; from then on a
-    /// new turn is refused with `daemon_unavailable` (see [`launch`] for the ordering).
+    /// Running turns, for `agentd/status`.
+    turns_running: AtomicU64,
+    /// Set by [`TurnManager::interrupt_all`] before it looks at the running turns; from
+    /// then on a new turn is refused with `daemon_unavailable` (see [`launch`]).
     shutting_down: AtomicBool,
     pub(crate) watch: crate::watch::ArtifactWatch,
+    /// Peers that subscribed with `permissions:true`, per session: where `ask` mode
+    /// sends `agentd/permission` requests.
+    permission_peers: DashMap<String, Vec<PeerHandle>>,
 }
 
-impl Turns {
+impl TurnManager {
     /// A turn of `sid` holds the session's turn slot (from before `turn_started`).
     pub fn is_running(&self, sid: &str) -> bool {
         self.running.contains_key(sid)
@@ -127,35 +135,62 @@ impl RunningTurn {
     }
 }
 
-/// Registers `agentd/turn` and `agentd/interrupt`.
-pub fn register(module: &mut RpcModule<Api>) {
-    method(module, m::TURN, |api, p: TurnParams, _| async move {
-        turn(&api.registry, p).await
-    });
-    method(
-        module,
-        m::INTERRUPT,
-        |api, p: InterruptParams, _| async move {
-            let r = interrupt(&api.registry, &p.session_id, p.reason.as_deref()).await?;
-            serde_json::to_value(r).map_err(|e| AgentError::internal(e.to_string()))
-        },
-    );
-}
+impl TurnManager {
+    pub fn new(registry: Arc<Registry>) -> Arc<TurnManager> {
+        Arc::new(TurnManager {
+            registry,
+            running: DashMap::new(),
+            turns_running: AtomicU64::new(0),
+            shutting_down: AtomicBool::new(false),
+            watch: crate::watch::ArtifactWatch::default(),
+            permission_peers: DashMap::new(),
+        })
+    }
 
-/// `agentd/turn`.
-pub async fn turn(registry: &Arc<Registry>, p: TurnParams) -> Result<Value, AgentError> {
-    let h = registry.get(&p.session_id).await?;
-    let spec = setup::resolve(registry, &h, &p).await?;
-    let input = p.input;
-    launch(
-        registry,
-        h,
-        p.wait.unwrap_or(true),
-        move |registry, h, running, started| async move {
-            engine::run(&registry, &h, spec, input, &running, started).await
-        },
-    )
-    .await
+    /// Turns running now.
+    pub fn running_count(&self) -> u64 {
+        self.turns_running.load(Ordering::Relaxed)
+    }
+
+    /// Routes `ask` permission requests of `sid` to `peer` (the newest peer wins).
+    pub fn add_permission_peer(&self, sid: &str, peer: PeerHandle) {
+        let mut e = self.permission_peers.entry(sid.to_string()).or_default();
+        e.retain(|c| !c.is_closed());
+        e.push(peer);
+    }
+
+    /// A live peer that opted in to permission requests for `sid`, newest first.
+    pub fn permission_peer(&self, sid: &str) -> Option<PeerHandle> {
+        let mut e = self.permission_peers.get_mut(sid)?;
+        e.retain(|c| !c.is_closed());
+        e.last().cloned()
+    }
+
+    /// `agentd/turn`.
+    pub async fn turn(self: &Arc<Self>, p: TurnParams) -> Result<TurnResult, AgentError> {
+        let h = self.registry.get(&p.session_id).await?;
+        let spec = setup::resolve(&self.registry, &h, &p).await?;
+        let input = p.input;
+        launch(
+            self,
+            h,
+            p.wait.unwrap_or(true),
+            move |turns, h, running, started| async move {
+                engine::run(&turns, &h, spec, input, &running, started).await
+            },
+        )
+        .await
+    }
+
+    /// `agentd/compact`: deterministic, or `strategy: model` with fallback.
+    pub async fn compact(
+        &self,
+        h: &SessionHandle,
+        opts: CompactOptions,
+        dry_run: bool,
+    ) -> Result<CompactOutcome, AgentError> {
+        compact::compact_with_strategy(&self.registry, h, opts, dry_run).await
+    }
 }
 
 type Started = oneshot::Sender<Result<(u64, u64), AgentError>>;
@@ -164,13 +199,13 @@ type EngineResult = Result<(TurnResult, Vec<String>), AgentError>;
 /// Claims the session's turn slot and runs `engine` in a task of its own (see the module
 /// doc); answers at once (`wait:false`) or with the final result.
 async fn launch<E, F>(
-    registry: &Arc<Registry>,
+    turns: &Arc<TurnManager>,
     h: SessionHandle,
     wait: bool,
     engine: E,
-) -> Result<Value, AgentError>
+) -> Result<TurnResult, AgentError>
 where
-    E: FnOnce(Arc<Registry>, SessionHandle, Arc<RunningTurn>, Started) -> F,
+    E: FnOnce(Arc<TurnManager>, SessionHandle, Arc<RunningTurn>, Started) -> F,
     F: Future<Output = EngineResult> + Send + 'static,
 {
     let sid = h.id.to_string();
@@ -185,7 +220,7 @@ where
     {
         // One turn per session: the map entry is the lock.
         use dashmap::mapref::entry::Entry;
-        match registry.turns.running.entry(sid.clone()) {
+        match turns.running.entry(sid.clone()) {
             Entry::Occupied(e) => {
                 return Err(AgentError::new(
                     ErrorKind::Busy,
@@ -203,9 +238,8 @@ where
     // reads the map, so either it sees this turn (and interrupts it) or this check sees
     // the flag. Checked before, a turn could slip in after shutdown's snapshot and be cut
     // off without its `turn_ended`.
-    if registry.turns.shutting_down.load(Ordering::SeqCst) {
-        registry
-            .turns
+    if turns.shutting_down.load(Ordering::SeqCst) {
+        turns
             .running
             .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
         return Err(AgentError::new(
@@ -214,20 +248,20 @@ where
         )
         .with_details(json!({"session_id": sid})));
     }
-    registry.turns_running.fetch_add(1, Ordering::Relaxed);
+    turns.turns_running.fetch_add(1, Ordering::Relaxed);
     let (started_tx, started_rx) = oneshot::channel();
-    let fut = engine(registry.clone(), h.clone(), running.clone(), started_tx);
-    let task = tokio::spawn(run_task(registry.clone(), h, fut, running.clone(), done_tx));
+    let fut = engine(turns.clone(), h.clone(), running.clone(), started_tx);
+    let task = tokio::spawn(run_task(turns.clone(), h, fut, running.clone(), done_tx));
     if !wait {
         return match started_rx.await {
-            Ok(Ok((first, last))) => Ok(json!(TurnResult {
+            Ok(Ok((first, last))) => Ok(TurnResult {
                 turn_id,
                 status: "running".into(),
                 output_text: String::new(),
                 first_seq: first,
                 last_seq: last,
                 error: None,
-            })),
+            }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(AgentError::internal("turn task ended before it started")),
         };
@@ -235,7 +269,7 @@ where
     let _ = task.await;
     let finished = running.done.borrow().clone();
     match finished {
-        Some(f) => serde_json::to_value(f.result).map_err(|e| AgentError::internal(e.to_string())),
+        Some(f) => Ok(f.result),
         None => Err(AgentError::internal("turn task ended without a result")),
     }
 }
@@ -245,7 +279,7 @@ where
 /// running entry, `running_turn` and the `turns_running` gauge are released below), nor
 /// leave a started turn open in the Log: [`record_panic`] ends it `failed`.
 async fn run_task(
-    registry: Arc<Registry>,
+    turns: Arc<TurnManager>,
     h: SessionHandle,
     engine: impl Future<Output = EngineResult>,
     running: Arc<RunningTurn>,
@@ -260,11 +294,11 @@ async fn run_task(
             record_panic(&h, &running.turn_id, &message).await
         }
     };
-    let _ = h.query(|st| st.running_turn = None).await;
-    registry.set_running(&sid, false);
-    registry.turns_running.fetch_sub(1, Ordering::Relaxed);
-    registry
-        .turns
+    if h.set_running_turn(None).await.is_err() {
+        turns.registry.set_running(&sid, false);
+    }
+    turns.turns_running.fetch_sub(1, Ordering::Relaxed);
+    turns
         .running
         .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
     let finished = match outcome {
@@ -352,60 +386,51 @@ async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> Engine
     ))
 }
 
-/// `agentd/interrupt`: ends the running turn (see the module doc), or reconciles an idle
-/// session with reason `interrupt_no_turn`.
-pub async fn interrupt(
-    registry: &Arc<Registry>,
-    sid: &str,
-    reason: Option<&str>,
-) -> Result<InterruptResult, AgentError> {
-    let h = registry.get(sid).await?;
-    let running = registry.turns.running.get(sid).map(|r| r.value().clone());
-    if let Some(r) = running {
-        r.interrupt(reason.unwrap_or(ReconcileReason::Interrupt.as_str()));
-        return match r.wait_done(INTERRUPT_WAIT).await {
-            Some(f) => Ok(InterruptResult {
-                interrupted: true,
-                reconciled: f.reconciled,
-            }),
-            None => Err(AgentError::new(
-                ErrorKind::Timeout,
-                "the turn did not stop within 15 s of the interrupt",
-            )
-            .with_details(json!({"session_id": sid, "turn_id": r.turn_id}))),
-        };
-    }
-    let v = crate::ops::reconcile(&h, ReconcileReason::InterruptNoTurn, false, true).await?;
-    let reconciled = v["recorded"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|r| r["call_id"].as_str().map(str::to_string))
-                .collect()
+impl TurnManager {
+    /// `agentd/interrupt`: ends the running turn (see the module doc), or reconciles an idle
+    /// session with reason `interrupt_no_turn`.
+    pub async fn interrupt(
+        &self,
+        sid: &str,
+        reason: Option<&str>,
+    ) -> Result<InterruptResult, AgentError> {
+        let h = self.registry.get(sid).await?;
+        let running = self.running.get(sid).map(|r| r.value().clone());
+        if let Some(r) = running {
+            r.interrupt(reason.unwrap_or(ReconcileReason::Interrupt.as_str()));
+            return match r.wait_done(INTERRUPT_WAIT).await {
+                Some(f) => Ok(InterruptResult {
+                    interrupted: true,
+                    reconciled: f.reconciled,
+                }),
+                None => Err(AgentError::new(
+                    ErrorKind::Timeout,
+                    "the turn did not stop within 15 s of the interrupt",
+                )
+                .with_details(json!({"session_id": sid, "turn_id": r.turn_id}))),
+            };
+        }
+        let v = crate::ops::reconcile(&h, ReconcileReason::InterruptNoTurn, false, true).await?;
+        let reconciled = v.recorded.into_iter().map(|r| r.call_id).collect();
+        Ok(InterruptResult {
+            interrupted: false,
+            reconciled,
         })
-        .unwrap_or_default();
-    Ok(InterruptResult {
-        interrupted: false,
-        reconciled,
-    })
-}
-
-/// Ends every running turn as interrupted, durably, before the daemon stops; turns
-/// asked for from now on are refused with `daemon_unavailable`.
-pub async fn interrupt_all(registry: &Registry, reason: &str) {
-    registry.turns.shutting_down.store(true, Ordering::SeqCst);
-    let running: Vec<Arc<RunningTurn>> = registry
-        .turns
-        .running
-        .iter()
-        .map(|e| e.value().clone())
-        .collect();
-    for r in &running {
-        r.interrupt(reason);
     }
-    for r in &running {
-        if r.wait_done(INTERRUPT_WAIT).await.is_none() {
-            tracing::warn!(turn = %r.turn_id, "turn did not record its end before shutdown");
+
+    /// Ends every running turn as interrupted, durably, before the daemon stops; turns
+    /// asked for from now on are refused with `daemon_unavailable`.
+    pub async fn interrupt_all(&self, reason: &str) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let running: Vec<Arc<RunningTurn>> =
+            self.running.iter().map(|e| e.value().clone()).collect();
+        for r in &running {
+            r.interrupt(reason);
+        }
+        for r in &running {
+            if r.wait_done(INTERRUPT_WAIT).await.is_none() {
+                tracing::warn!(turn = %r.turn_id, "turn did not record its end before shutdown");
+            }
         }
     }
 }
@@ -419,7 +444,7 @@ mod tests {
     use std::io::Write;
 
     /// A registry over a temp home holding one fresh session.
-    async fn session() -> (tempfile::TempDir, Arc<Registry>, SessionHandle) {
+    async fn session() -> (tempfile::TempDir, Arc<TurnManager>, SessionHandle) {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::open(&dir.path().join("home")).unwrap();
         let registry = Registry::open(home, Config::default()).unwrap();
@@ -437,7 +462,7 @@ mod tests {
         store::create_atomic(&path, |f| f.write_all(&line)).unwrap();
         registry.index_log(&sid).unwrap();
         let h = registry.get(&sid).await.unwrap();
-        (dir, registry, h)
+        (dir, TurnManager::new(registry), h)
     }
 
     /// An engine panic after the turn started and a call was recorded: the turn ends
@@ -445,9 +470,9 @@ mod tests {
     /// free for the next turn instead of `busy` forever.
     #[tokio::test]
     async fn an_engine_panic_ends_the_turn_and_frees_the_session() {
-        let (_dir, registry, h) = session().await;
+        let (_dir, turns, h) = session().await;
         let err = launch(
-            &registry,
+            &turns,
             h.clone(),
             true,
             |_, h, running, started| async move {
@@ -474,10 +499,10 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(err["status"], "failed");
-        assert_eq!(err["error"]["kind"], "internal");
-        assert!(registry.turns.running.is_empty());
-        assert_eq!(registry.turns_running.load(Ordering::Relaxed), 0);
+        assert_eq!(err.status, "failed");
+        assert_eq!(err.error.unwrap().kind, ErrorKind::Internal);
+        assert!(turns.running.is_empty());
+        assert_eq!(turns.running_count(), 0);
         let evs = h.query(|st| st.events.clone()).await.unwrap();
         let last = &evs[evs.len() - 1];
         assert_eq!(last.event_type(), EventType::TurnEnded);
@@ -494,7 +519,7 @@ mod tests {
         assert_eq!(h.query(|st| st.running_turn.clone()).await.unwrap(), None);
 
         // The session takes the next turn (a panic before anything was recorded).
-        let r = launch(&registry, h.clone(), true, |_, _, _, _| async move {
+        let r = launch(&turns, h.clone(), true, |_, _, _, _| async move {
             if evs.is_empty() {
                 return Err(AgentError::internal("unreachable"));
             }
@@ -502,8 +527,8 @@ mod tests {
         })
         .await
         .unwrap();
-        assert_eq!(r["status"], "failed");
-        assert!(registry.turns.running.is_empty());
+        assert_eq!(r.status, "failed");
+        assert!(turns.running.is_empty());
         let n = h.query(|st| st.events.len()).await.unwrap();
         assert_eq!(n, 6, "nothing recorded for a turn that never started");
     }
@@ -512,17 +537,17 @@ mod tests {
     /// starting where the shutdown no longer looks (it would end without `turn_ended`).
     #[tokio::test]
     async fn turns_are_refused_once_shutdown_interrupts() {
-        let (_dir, registry, h) = session().await;
-        interrupt_all(&registry, "daemon_shutdown").await;
-        let err = launch(&registry, h.clone(), true, |_, _, _, _| async move {
+        let (_dir, turns, h) = session().await;
+        turns.interrupt_all("daemon_shutdown").await;
+        let err = launch(&turns, h.clone(), true, |_, _, _, _| async move {
             Err(AgentError::internal("the engine must not run"))
         })
         .await
         .unwrap_err();
         assert_eq!(err.kind, ErrorKind::DaemonUnavailable);
         assert!(err.message.contains("shutting down"), "{}", err.message);
-        assert!(registry.turns.running.is_empty());
-        assert_eq!(registry.turns_running.load(Ordering::Relaxed), 0);
+        assert!(turns.running.is_empty());
+        assert_eq!(turns.running_count(), 0);
         assert_eq!(h.query(|st| st.events.len()).await.unwrap(), 1);
     }
 }

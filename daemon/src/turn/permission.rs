@@ -13,7 +13,7 @@
 //! decision, mode, reason}`; reasons: `read_only`, `client_allowed`, `client_denied`,
 //! `no_client`, `timeout`, `client_gone`, `bad_answer`.
 
-use crate::registry::Registry;
+use super::TurnManager;
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -94,7 +94,7 @@ pub fn answer_allows(response: &Value) -> Option<bool> {
 }
 
 pub struct Ask<'a> {
-    pub registry: &'a Registry,
+    pub turns: &'a TurnManager,
     pub session_id: &'a str,
     pub turn_id: &'a str,
     pub cancel: &'a CancellationToken,
@@ -118,7 +118,7 @@ pub async fn decide(
             reason: "read_only",
         })),
         PermissionMode::Ask => {
-            let Some(client) = ask.registry.permission_client(ask.session_id) else {
+            let Some(client) = ask.turns.permission_peer(ask.session_id) else {
                 return Ok(Some(Decision {
                     allow: false,
                     reason: "no_client",
@@ -131,7 +131,8 @@ pub async fn decide(
                 "tool": tool,
                 "args": args,
             });
-            let timeout = Duration::from_secs(ask.registry.config.permission_timeout_s.max(1));
+            let timeout =
+                Duration::from_secs(ask.turns.registry.config.permission_timeout_s.max(1));
             let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
             let decision = tokio::select! {
                 _ = ask.cancel.cancelled() => {

@@ -166,7 +166,11 @@ fn purge_trashed(log: &Path, dir: &Path) -> Result<(), AgentError> {
 }
 
 /// `agentd/delete`: to the trash, or (with `purge`) gone for good.
-pub async fn delete(registry: &Arc<Registry>, p: DeleteParams) -> Result<DeleteResult, AgentError> {
+pub async fn delete(
+    registry: &Arc<Registry>,
+    turns: &crate::turn::TurnManager,
+    p: DeleteParams,
+) -> Result<DeleteResult, AgentError> {
     let sid = p.session_id.clone();
     let log = registry.home.log_path(&sid)?;
     let session_dir = registry.home.session_dir(&sid)?;
@@ -202,7 +206,7 @@ pub async fn delete(registry: &Arc<Registry>, p: DeleteParams) -> Result<DeleteR
             .with_details(json!({"session_id": sid}))
             .with_next_actions(&[&format!("agentctl interrupt {sid}")])
     };
-    if registry.turns.is_running(&sid) {
+    if turns.is_running(&sid) {
         return Err(busy());
     }
     if trash_log.exists() {

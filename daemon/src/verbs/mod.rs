@@ -41,7 +41,13 @@ pub(crate) fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
     serde_json::to_value(v).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
 }
 
-fn method<P, F, Fut>(module: &mut RpcModule<Arc<Registry>>, name: &'static str, f: F)
+/// What the verbs reach: the sessions, and the running turns (delete refuses during one).
+pub struct Ctx {
+    pub registry: Arc<Registry>,
+    pub turns: Arc<crate::turn::TurnManager>,
+}
+
+fn method<P, F, Fut>(module: &mut RpcModule<Ctx>, name: &'static str, f: F)
 where
     P: DeserializeOwned + Send + 'static,
     F: Fn(Arc<Registry>, P) -> Fut + Clone + Send + Sync + 'static,
@@ -51,7 +57,9 @@ where
         let f = f.clone();
         async move {
             let p: P = parse(&params).map_err(|e| error_object(&e))?;
-            f(Arc::clone(&ctx), p).await.map_err(|e| error_object(&e))
+            f(Arc::clone(&ctx.registry), p)
+                .await
+                .map_err(|e| error_object(&e))
         }
     });
     if let Err(e) = res {
@@ -61,8 +69,8 @@ where
 }
 
 /// The verbs' methods, to merge into the native API.
-pub fn methods(registry: Arc<Registry>) -> Methods {
-    let mut module = RpcModule::new(registry);
+pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) -> Methods {
+    let mut module = RpcModule::new(Ctx { registry, turns });
     method(&mut module, m::RENAME, |r, p| async move {
         to_value(manage::rename(&r, p).await?)
     });
@@ -80,9 +88,14 @@ pub fn methods(registry: Arc<Registry>) -> Methods {
             to_value(manage::set_archived(&r, &p.session_id, false).await?)
         },
     );
-    method(&mut module, m::DELETE, |r, p| async move {
-        to_value(manage::delete(&r, p).await?)
+    let res = module.register_async_method(m::DELETE, |params, ctx, _ext| async move {
+        let p = parse(&params).map_err(|e| error_object(&e))?;
+        let r = manage::delete(&ctx.registry, &ctx.turns, p).await;
+        r.and_then(to_value).map_err(|e| error_object(&e))
     });
+    if let Err(e) = res {
+        panic!("register {}: {e}", m::DELETE);
+    }
     method(
         &mut module,
         m::RESTORE,
