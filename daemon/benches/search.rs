@@ -52,10 +52,10 @@ fn write_home(root: &Path, total_mb: u64) -> (u64, usize) {
                 seq % 60
             )
         };
-        let mut line = |out: &mut std::io::BufWriter<std::fs::File>,
-                        seq: u64,
-                        kind: &str,
-                        data: Value| {
+        let line = |out: &mut std::io::BufWriter<std::fs::File>,
+                    seq: u64,
+                    kind: &str,
+                    data: Value| {
             let ev = json!({"id": format!("{:016x}", seq), "session_id": sid, "seq": seq, "ts": ts(seq), "type": kind, "data": data});
             let mut b = serde_json::to_vec(&ev).unwrap();
             b.push(b'\n');
