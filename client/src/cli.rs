@@ -1,5 +1,9 @@
 //! The command line of `agentctl`: every command, flag and its help text. The `--help`
 //! output is the manual, so the doc comments here are written for users.
+//!
+//! Architecture Invariant: this file depends on clap (and clap_complete's `Shell`)
+//! only. The `xtask` crate compiles it too, to render the man pages and completion
+//! scripts that the packages install.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -96,6 +100,61 @@ pub enum Command {
     /// Write a commented config.toml.
     #[command(subcommand)]
     Config(crate::verbs::ConfigCmd),
+    /// Run agentd as a login service (systemd user units, launchd agent).
+    #[command(subcommand)]
+    Service(ServiceCmd),
+    /// Print a shell completion script on stdout.
+    Completions(CompletionsArgs),
+    /// Check socket, home, config, provider keys and service; print the fix for each
+    /// problem. Exits 0 only when everything is healthy. Never starts a daemon.
+    Doctor,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCmd {
+    /// Write the unit files (or plist) pointing at this agentd, enable and start the
+    /// socket. A daemon running without the service manager is stopped first; a unit
+    /// file not written by agentctl is never overwritten (without --force).
+    Install(ServiceArgs),
+    /// Stop and disable the service and remove the files `install` wrote. Keeps the
+    /// provider-key env file and the daemon home.
+    Uninstall(ServiceArgs),
+    /// Whether the service is installed, enabled and running, and which socket clients use.
+    Status(ManagerArg),
+}
+
+#[derive(Debug, Args)]
+pub struct ManagerArg {
+    /// Service manager [default: systemd on Linux, launchd on macOS].
+    #[arg(long, value_enum, value_name = "M")]
+    pub manager: Option<ServiceManager>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServiceManager {
+    /// systemd user units (Linux).
+    Systemd,
+    /// A launchd agent in the gui domain (macOS).
+    Launchd,
+}
+
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
+    /// Print every step (and every file's content) without changing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Overwrite or remove unit files that agentctl did not write.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub manager: ManagerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Subcommand)]

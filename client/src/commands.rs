@@ -200,6 +200,9 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             let text = render_result(&cli.command, &v, &cwd);
             Ok(result(v, text))
         }
+        Command::Service(cmd) => crate::service_cmd::run(cmd, &target).await,
+        Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
+        Command::Doctor => crate::doctor::run(&target, human).await,
         _ => Err(AgentError::internal("command without a handler")),
     }
 }

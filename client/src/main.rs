@@ -4,15 +4,20 @@
 //! JSON-RPC params, pure), `rpc` (NDJSON JSON-RPC client over the Unix socket),
 //! `daemon` (socket discovery, auto-start, stop), `stream` (streamed turns and
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
-//! exit codes), `commands` (runs one command).
+//! exit codes), `commands` (runs one command), `service` (login-service plans),
+//! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks).
 
 mod cli;
 mod commands;
 mod daemon;
+mod doctor;
 mod output;
 mod params;
 mod render;
 mod rpc;
+mod service;
+mod service_cmd;
+mod service_status;
 mod stream;
 mod verbs;
 

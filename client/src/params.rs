@@ -241,7 +241,10 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::SocketPath
         | Command::Log(_)
         | Command::Run(_)
-        | Command::Turn(_) => return Ok(None),
+        | Command::Turn(_)
+        | Command::Service(_)
+        | Command::Completions(_)
+        | Command::Doctor => return Ok(None),
     };
     Ok(Some(Request { method, params }))
 }

@@ -58,6 +58,10 @@ pub struct Config {
     pub idle_evict_s: u64,
     /// Seconds an `ask`-mode permission request waits for a client before denying.
     pub permission_timeout_s: u64,
+    /// Seconds of idleness (no clients, no running turns, nothing loaded) after which a
+    /// socket-activated daemon exits; 0 (the default) never exits. Ignored when agentd
+    /// bound its own socket: nothing would start it again.
+    pub idle_exit_s: u64,
     pub compaction: CompactionConfig,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
@@ -76,6 +80,7 @@ impl Default for Config {
             max_message_bytes: 16 * 1024 * 1024,
             idle_evict_s: 600,
             permission_timeout_s: 60,
+            idle_exit_s: 0,
             compaction: CompactionConfig::default(),
             rest: toml::Table::new(),
             path: None,

@@ -4,8 +4,9 @@
 //! Shutdown order matters: running turns are ended first (their `turn_ended` is
 //! durable before anything closes), then the listener stops accepting, connections
 //! finish in-flight calls and flush their responses, and finally the socket file is
-//! unlinked and the lock released.
+//! unlinked (unless a service manager passed it: `activation`) and the lock released.
 
+use crate::activation::{self, Activation};
 use crate::api::{self, Api};
 use crate::config::Config;
 use crate::registry::Registry;
@@ -22,6 +23,8 @@ pub struct Options {
     pub home: PathBuf,
     pub socket: PathBuf,
     pub config: PathBuf,
+    /// What a service manager handed over (inherited socket, notify socket).
+    pub activation: Activation,
 }
 
 pub async fn run(opts: Options) -> Result<(), String> {
@@ -30,7 +33,9 @@ pub async fn run(opts: Options) -> Result<(), String> {
     unsafe { libc::umask(0o077) };
     let home = Home::open(&opts.home).map_err(|e| format!("home {}: {e}", opts.home.display()))?;
     let _lock = lock_home(&home)?;
-    let listener = bind_socket(&opts.socket)?;
+    let mut activation = opts.activation;
+    let (listener, managed_by) =
+        activation::listener(&mut activation, &opts.socket, || bind_socket(&opts.socket))?;
     let started = std::time::Instant::now();
     let registry = Registry::open(home, config).map_err(|e| format!("index sessions: {e}"))?;
     tracing::info!(
@@ -41,6 +46,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
         ready_ms = started.elapsed().as_millis() as u64,
         "agentd ready"
     );
+    activation.ready(&format!("{} sessions", registry.sessions_total()));
     let shutdown_requested = CancellationToken::new();
     let stop_serving = CancellationToken::new();
     let turns = crate::turn::TurnManager::new(registry.clone());
@@ -62,13 +68,29 @@ pub async fn run(opts: Options) -> Result<(), String> {
         }
         .run(),
     );
+    if managed_by.is_some() && registry.config.idle_exit_s > 0 {
+        let (r, t) = (registry.clone(), turns.clone());
+        tokio::spawn(activation::idle_exit(
+            std::time::Duration::from_secs(registry.config.idle_exit_s),
+            move || {
+                r.connections.load(std::sync::atomic::Ordering::Relaxed) == 0
+                    && t.running_count() == 0
+                    && r.loaded_count() == 0
+            },
+            shutdown_requested.clone(),
+        ));
+    }
     wait_for_stop(&shutdown_requested).await;
     tracing::info!("shutting down");
+    activation.stopping("ending running turns");
     turns.interrupt_all("daemon_shutdown").await;
     stop_serving.cancel();
     let _ = server.await;
     // Nobody can connect any more: the socket file goes now, before the last commits.
-    let _ = fs::remove_file(&opts.socket);
+    // An inherited socket is the service manager's and stays.
+    if managed_by.is_none() {
+        let _ = fs::remove_file(&opts.socket);
+    }
     // Every command already queued to an actor (appends a client sent before the
     // shutdown) is committed before the runtime goes away: a query is served only after
     // everything queued ahead of it.

@@ -3,6 +3,7 @@
 //! Data flows one way: RPC → session actor → store. Projections (`history`) are pure
 //! functions over events; the actor calls them and records what they return.
 
+pub mod activation;
 pub mod api;
 pub mod config;
 pub mod daemon;

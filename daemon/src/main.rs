@@ -2,30 +2,14 @@
 
 use clap::Parser;
 
+mod cli;
+use cli::Args;
+
 // Loading a Log allocates a JSON tree per event; mimalloc makes that markedly cheaper
 // than the system allocator (cold load throughput, peak RSS).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "agentd",
-    version,
-    about = "The agentd daemon: owns durable coding-agent session Logs and serves JSON-RPC on a Unix socket."
-)]
-struct Args {
-    /// Home directory for Logs, resources and the lock [env: AGENTD_HOME]
-    #[arg(long)]
-    home: Option<PathBuf>,
-    /// Unix socket path to listen on [env: AGENTD_SOCKET]
-    #[arg(long)]
-    socket: Option<PathBuf>,
-    /// Config file [env: AGENTD_CONFIG]
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
 
 fn main() -> ExitCode {
     // Not dumpable: /proc/<agentd pid>/environ (and mem, maps, …) become unreadable to
@@ -48,6 +32,14 @@ fn main() -> ExitCode {
     };
     agentd::tools::set_user_umask(user_umask as u32);
     let args = Args::parse();
+    // Before any thread exists: it clears LISTEN_*/NOTIFY_SOCKET from the environment.
+    let activation = match agentd::activation::Activation::from_env() {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("agentd: {msg}");
+            return ExitCode::from(1);
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -63,6 +55,7 @@ fn main() -> ExitCode {
         config: args
             .config
             .unwrap_or_else(agentd_proto::paths::default_config),
+        activation,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -9,7 +9,7 @@
 //! watch and connections belong to the turn manager and the transport.
 
 use crate::config::Config;
-use crate::session::{self, ActorEnv, SessionHandle, SessionObserver, SessionState};
+use crate::session::{self, ActorEnv, AppendDelta, SessionHandle, SessionObserver, SessionState};
 use crate::store::{self, FileStore, Home, LogStore};
 use agentd_proto::{AgentError, Event, EventType};
 use dashmap::DashMap;
@@ -188,6 +188,37 @@ impl Registry {
         }
     }
 
+    /// Applies a durable batch's summary change; a session the index does not know yet
+    /// (a Log put in place by hand) is indexed from its file.
+    pub fn apply_delta(&self, sid: &str, delta: &AppendDelta) {
+        let known = match self.index.write() {
+            Ok(mut index) => match index.get_mut(sid) {
+                Some(meta) => {
+                    meta.event_count = delta.event_count;
+                    meta.updated_at.clone_from(&delta.updated_at);
+                    if let Some(t) = &delta.title {
+                        meta.title = Some(t.clone());
+                    }
+                    if let Some(ws) = &delta.workspace {
+                        meta.workspace.clone_from(ws);
+                    }
+                    meta.branch_summary |= delta.branch_summary;
+                    if let Some(labels) = &delta.labels {
+                        meta.archived = is_archived(labels);
+                    }
+                    true
+                }
+                None => false,
+            },
+            Err(_) => return,
+        };
+        if !known {
+            if let Err(e) = self.index_log(sid) {
+                tracing::warn!(session = sid, error = %e, "cannot index Log");
+            }
+        }
+    }
+
     pub fn set_running(&self, sid: &str, running: bool) {
         if let Ok(mut index) = self.index.write() {
             if let Some(m) = index.get_mut(sid) {
@@ -255,6 +286,9 @@ impl Registry {
 impl SessionObserver for Registry {
     fn changed(&self, state: &SessionState, last: Option<&Event>) {
         self.note_appended(state, last);
+    }
+    fn appended(&self, sid: &str, delta: &AppendDelta) {
+        self.apply_delta(sid, delta);
     }
     fn stopped(&self, sid: &str, generation: u64) {
         self.forget_handle(sid, generation);

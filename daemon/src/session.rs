@@ -45,9 +45,11 @@ type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
 /// What a session actor reports upward. The registry implements it; the actor holds it
 /// as a trait object, so this module never imports its container.
 pub trait SessionObserver: Send + Sync + 'static {
-    /// After a durable batch (`last` is its last event) or a change of the running
-    /// turn (`last` is `None`).
+    /// After a change of the running turn (and once after load): the whole state.
     fn changed(&self, state: &SessionState, last: Option<&Event>);
+    /// A batch is durable: what it changes in the session's summary. Called on the
+    /// session's writer thread, before any appender of the batch is answered.
+    fn appended(&self, sid: &str, delta: &AppendDelta);
     /// The actor of `generation` stopped (evicted, or its load failed).
     fn stopped(&self, sid: &str, generation: u64);
     /// Whether this is the first load of `sid` by this daemon process (recorded).
@@ -58,6 +60,56 @@ pub trait SessionObserver: Send + Sync + 'static {
         self: Arc<Self>,
         sid: String,
     ) -> BoxFuture<'static, Result<SessionHandle, AgentError>>;
+}
+
+/// What one durable batch changes in a session's summary (the lineage index).
+#[derive(Debug, Clone, Default)]
+pub struct AppendDelta {
+    /// Events in the session after the batch.
+    pub event_count: u64,
+    /// `ts` of the batch's last event.
+    pub updated_at: String,
+    /// Set when the batch names a title (`session_info`, a first event).
+    pub title: Option<String>,
+    /// Set when the batch names a workspace (a first event).
+    pub workspace: Option<String>,
+    /// The batch holds a `branch_summary`.
+    pub branch_summary: bool,
+    /// Labels of the batch's last `session_info` that carries any (`archived`).
+    pub labels: Option<Vec<String>>,
+}
+
+impl AppendDelta {
+    fn of(events: &[Event], event_count: u64) -> AppendDelta {
+        let mut d = AppendDelta {
+            event_count,
+            updated_at: events.last().map(|e| e.ts.clone()).unwrap_or_default(),
+            ..AppendDelta::default()
+        };
+        for ev in events {
+            match ev.event_type() {
+                EventType::SessionStarted | EventType::SessionFork => {
+                    if let Some(ws) = ev.str_field("workspace") {
+                        d.workspace = Some(ws.to_string());
+                    }
+                    if let Some(t) = ev.str_field("title") {
+                        d.title = Some(t.to_string());
+                    }
+                }
+                EventType::SessionInfo => {
+                    if let Some(t) = ev.str_field("title") {
+                        d.title = Some(t.to_string());
+                    }
+                    if let Some(l) = crate::history::fold::session_labels(ev) {
+                        d.labels = Some(l);
+                    }
+                }
+                EventType::BranchSummary => d.branch_summary = true,
+                _ => {}
+            }
+        }
+        d
+    }
 }
 
 /// What an actor needs from the daemon, handed over at [`spawn`].
@@ -642,22 +694,36 @@ impl Actor {
     /// Validates, stamps, writes and syncs a batch; acknowledges each command only
     /// after the batch is durable. A command that fails validation fails alone (all or
     /// nothing per command); a failed write fails every command of the batch.
+    ///
+    /// The writer thread answers: right after the `fdatasync` it updates the index,
+    /// publishes the lines and sends every reply, so an appender is woken straight
+    /// from the commit rather than through this task. The actor applies the batch to
+    /// its state when the write resolves, before it reads its next command, so any
+    /// command a client sends after its answer sees the batch.
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
         let mut staged: Vec<Event> = Vec::new();
-        let mut lines: Vec<String> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
+        // Nobody subscribes while a commit runs (subscribing is a command of this
+        // actor), so whether anyone listens is known now.
+        let publish = self.state.events_tx.receiver_count() > 0;
+        let mut lines: Vec<Arc<str>> = Vec::new();
         let mut next = self.state.next_seq;
         for (drafts, expect_seq, reply) in batch {
-            match self.stamp(&drafts, expect_seq, next) {
+            match self.stamp(drafts, expect_seq, next) {
                 Ok(events) => {
                     let first = staged.len();
                     for ev in &events {
                         // Serialized once: the same bytes go to the Log and to subscribers.
-                        let line = serde_json::to_string(ev).unwrap_or_default();
-                        buf.extend_from_slice(line.as_bytes());
+                        let start = buf.len();
+                        // A struct of Strings and a Value always serializes.
+                        let _ = serde_json::to_writer(&mut buf, ev);
+                        if publish {
+                            if let Ok(line) = std::str::from_utf8(&buf[start..]) {
+                                lines.push(Arc::from(line));
+                            }
+                        }
                         buf.push(b'\n');
-                        lines.push(line);
                     }
                     next += events.len() as u64;
                     pending.push(Pending {
@@ -673,22 +739,7 @@ impl Actor {
         if staged.is_empty() {
             return;
         }
-        let sync = self.env.durability != Durability::None;
-        let res = match &self.writer {
-            Some(w) => w.write(buf, sync).await,
-            None => Err(AgentError::new(
-                ErrorKind::LogWriteFailed,
-                "log writer unavailable",
-            )),
-        };
-        if let Err(e) = res {
-            tracing::error!(session = %self.state.id, error = %e, "append failed");
-            for p in pending {
-                p.reply.send(Err(e.clone()));
-            }
-            return;
-        }
-        let results: Vec<(Reply, AppendResult)> = pending
+        let replies: Vec<(Reply, AppendResult)> = pending
             .into_iter()
             .map(|p| {
                 let evs = &staged[p.first..p.first + p.count];
@@ -700,24 +751,49 @@ impl Actor {
                 (p.reply, res)
             })
             .collect();
-        let last = staged.last().cloned();
-        for ev in staged {
-            self.state.push(ev);
-        }
-        self.env.observer.changed(&self.state, last.as_ref());
-        if self.state.events_tx.receiver_count() > 0 {
-            for line in lines {
-                let _ = self.state.events_tx.send(Arc::from(line));
+        let delta = AppendDelta::of(
+            &staged,
+            self.state.events.len() as u64 + staged.len() as u64,
+        );
+        let observer = self.env.observer.clone();
+        let events_tx = self.state.events_tx.clone();
+        let sid = self.state.id.clone();
+        let answer: store::AfterWrite = Box::new(move |res: &Result<(), AgentError>| match res {
+            Ok(()) => {
+                observer.appended(&sid, &delta);
+                for line in lines {
+                    let _ = events_tx.send(line);
+                }
+                for (reply, r) in replies {
+                    reply.send(Ok(r));
+                }
             }
-        }
-        for (reply, res) in results {
-            reply.send(Ok(res));
+            Err(e) => {
+                tracing::error!(session = %sid, error = %e, "append failed");
+                for (reply, _) in replies {
+                    reply.send(Err(e.clone()));
+                }
+            }
+        });
+        let sync = self.env.durability != Durability::None;
+        let res = match &self.writer {
+            Some(w) => w.write_then(buf, sync, Some(answer)).await,
+            None => {
+                let e = AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable");
+                answer(&Err(e.clone()));
+                Err(e)
+            }
+        };
+        if res.is_ok() {
+            for ev in staged {
+                self.state.push(ev);
+            }
         }
     }
 
     fn stamp(
         &self,
-        drafts: &[EventDraft],
+        drafts: Vec<EventDraft>,
         expect_seq: Option<u64>,
         next: u64,
     ) -> Result<Vec<Event>, AgentError> {
@@ -734,7 +810,7 @@ impl Actor {
             }
         }
         let mut out = Vec::with_capacity(drafts.len());
-        for (i, d) in drafts.iter().enumerate() {
+        for (i, d) in drafts.into_iter().enumerate() {
             // A Log carrying a seq near u64::MAX (hand-edited, foreign) has no room left:
             // refuse rather than wrap around onto earlier seqs.
             let seq = next
@@ -744,7 +820,7 @@ impl Actor {
                     AgentError::new(ErrorKind::CorruptLog, "the Log's seq space is exhausted")
                         .with_details(json!({"next_seq": next}))
                 })?;
-            let ty = validate_draft(d).map_err(|m| {
+            let ty = validate_draft(&d).map_err(|m| {
                 AgentError::invalid_args(format!("events[{i}]: {m}"))
                     .with_details(json!({"index": i}))
             })?;
@@ -763,8 +839,8 @@ impl Actor {
                 session_id: self.state.id.clone(),
                 seq,
                 ts: now_ts(),
-                kind: d.kind.clone(),
-                data: d.data.clone(),
+                kind: d.kind,
+                data: d.data,
             });
         }
         Ok(out)

@@ -363,9 +363,14 @@ pub struct WriterThread {
     jobs: std::sync::mpsc::Sender<WriteJob>,
 }
 
+/// Runs on the writer thread right after a write, with its outcome: the session uses it
+/// to answer appenders and publish the batch without a trip back through the runtime.
+pub type AfterWrite = Box<dyn FnOnce(&Result<(), AgentError>) + Send>;
+
 struct WriteJob {
     bytes: Vec<u8>,
     sync: bool,
+    after: Option<AfterWrite>,
     done: tokio::sync::oneshot::Sender<Result<(), AgentError>>,
 }
 
@@ -377,7 +382,11 @@ impl WriterThread {
             .stack_size(256 * 1024)
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
-                    let _ = job.done.send(writer.append(&job.bytes, job.sync));
+                    let res = writer.append(&job.bytes, job.sync);
+                    if let Some(after) = job.after {
+                        after(&res);
+                    }
+                    let _ = job.done.send(res);
                 }
             });
         if let Err(e) = spawned {
@@ -388,10 +397,32 @@ impl WriterThread {
 
     /// Writes whole lines, synced when `sync`; resolves once they are on disk.
     pub async fn write(&self, bytes: Vec<u8>, sync: bool) -> Result<(), AgentError> {
+        self.write_then(bytes, sync, None).await
+    }
+
+    /// Like [`write`](Self::write), and runs `after` on the writer thread as soon as
+    /// the outcome is known (before this resolves); if the thread is gone, `after` runs
+    /// here with that error.
+    pub async fn write_then(
+        &self,
+        bytes: Vec<u8>,
+        sync: bool,
+        after: Option<AfterWrite>,
+    ) -> Result<(), AgentError> {
         let (done, rx) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(WriteJob { bytes, sync, done })
-            .map_err(|_| AgentError::new(ErrorKind::LogWriteFailed, "log writer thread is gone"))?;
+        let job = WriteJob {
+            bytes,
+            sync,
+            after,
+            done,
+        };
+        if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
+            let e = AgentError::new(ErrorKind::LogWriteFailed, "log writer thread is gone");
+            if let Some(after) = job.after {
+                after(&Err(e.clone()));
+            }
+            return Err(e);
+        }
         rx.await
             .map_err(|_| AgentError::new(ErrorKind::LogWriteFailed, "log writer thread is gone"))?
     }
@@ -649,6 +680,40 @@ mod tests {
         assert_eq!(head.last_title.as_deref(), Some("c"));
         assert!(head.has_branch_summary);
         assert_eq!(head.last_ts.as_deref(), Some("2026-01-01T00:00:04.000000Z"));
+    }
+
+    /// A file whose `fdatasync` fails: what the writer's `LogFile` seam allows.
+    struct FailingSync {
+        bytes: Vec<u8>,
+    }
+
+    impl LogFile for FailingSync {
+        fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+            self.bytes.extend_from_slice(bytes);
+            Ok(())
+        }
+        fn sync_data(&mut self) -> io::Result<()> {
+            Err(io::Error::other("injected fdatasync failure"))
+        }
+        fn set_len(&mut self, len: u64) -> io::Result<()> {
+            self.bytes.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_sync_fails_the_batch_and_cuts_it_back() {
+        let mut w = LogWriter::with_file(
+            FailingSync {
+                bytes: b"a\n".to_vec(),
+            },
+            2,
+        );
+        w.write_batch(b"b\n", false).unwrap();
+        let e = w.write_batch(b"c\n", true).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::LogWriteFailed);
+        assert!(e.message.contains("injected"), "{}", e.message);
+        assert_eq!(w.file.bytes, b"a\nb\n");
     }
 
     #[test]

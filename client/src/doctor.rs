@@ -1,0 +1,422 @@
+//! `agentctl doctor`: checks what a first run needs (socket path, home, config, the
+//! provider keys, the agentd binary, the login service) and prints the fix for each
+//! problem. It only reads: it never starts a daemon and never changes a file.
+//!
+//! Provider keys are reported by variable *name* only; their values are never read
+//! into the output (the env file is scanned for `NAME=` prefixes).
+
+use crate::commands::Outcome;
+use crate::daemon::{self, Target};
+use crate::output;
+use crate::service::{Manager, Places};
+use agentd_proto::{paths, AgentError, ErrorKind};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+/// Longest socket path the platform's `sun_path` holds (with its NUL).
+const SUN_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
+
+struct Check {
+    name: &'static str,
+    ok: bool,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn ok(name: &'static str, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        ok: true,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+fn bad(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        name,
+        ok: false,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// A private directory: ours, no group or other access.
+fn private_dir(name: &'static str, what: &str, dir: &Path, absent: &str) -> Check {
+    match std::fs::metadata(dir) {
+        Err(_) => ok(name, format!("{what} {} ({absent})", dir.display())),
+        Ok(m) if !m.is_dir() => bad(
+            name,
+            format!("{what} {} is not a directory", dir.display()),
+            format!("move {} away", dir.display()),
+        ),
+        Ok(m) if m.uid() != uid() => bad(
+            name,
+            format!(
+                "{what} {} is owned by uid {}, not {}",
+                dir.display(),
+                m.uid(),
+                uid()
+            ),
+            "use a directory of your own (--home / AGENTD_HOME, --socket / AGENTD_SOCKET)",
+        ),
+        Ok(m) if m.mode() & 0o077 != 0 => bad(
+            name,
+            format!(
+                "{what} {} has mode {:04o}; others can reach into it",
+                dir.display(),
+                m.mode() & 0o777
+            ),
+            format!("chmod 700 {}", dir.display()),
+        ),
+        Ok(_) => ok(name, format!("{what} {} (private)", dir.display())),
+    }
+}
+
+async fn check_socket(target: &Target) -> Vec<Check> {
+    let s = &target.socket;
+    let mut out = Vec::new();
+    let len = s.as_os_str().len();
+    if len > SUN_PATH_MAX {
+        out.push(bad(
+            "socket",
+            format!(
+                "{} is {len} bytes; a Unix socket path holds at most {SUN_PATH_MAX}",
+                s.display()
+            ),
+            "set AGENTD_SOCKET to a shorter path",
+        ));
+        return out;
+    }
+    if let Some(dir) = s.parent() {
+        out.push(private_dir(
+            "socket directory",
+            "socket directory",
+            dir,
+            "absent; made 0700 when the daemon starts",
+        ));
+    }
+    match std::fs::symlink_metadata(s) {
+        Err(_) => out.push(ok(
+            "socket",
+            format!(
+                "{}: no daemon yet; agentctl starts one on demand",
+                s.display()
+            ),
+        )),
+        Ok(m) if !m.file_type().is_socket() => out.push(bad(
+            "socket",
+            format!(
+                "{} exists and is not a socket; the daemon refuses to start",
+                s.display()
+            ),
+            format!("mv {} {}.bak", s.display(), s.display()),
+        )),
+        Ok(_) => match daemon::connect_existing(target).await {
+            Ok(c) => out.push(ok(
+                "socket",
+                format!(
+                    "{}: agentd {} answers (pid {})",
+                    s.display(),
+                    c.hello["version"].as_str().unwrap_or("?"),
+                    c.hello["pid"]
+                ),
+            )),
+            Err(e) if e.kind == ErrorKind::DaemonUnavailable => out.push(ok(
+                "socket",
+                format!(
+                    "{}: stale (nobody listens); the next daemon replaces it",
+                    s.display()
+                ),
+            )),
+            Err(e) => out.push(bad(
+                "socket",
+                format!("{}: {}", s.display(), e.message),
+                "agentctl daemon stop && agentctl daemon start",
+            )),
+        },
+    }
+    out
+}
+
+/// Provider key variables named by the config (plus the built-in providers'), and
+/// whether each is set for agentctl-started daemons (this environment) and for the
+/// service (its env file).
+fn check_keys(config: Option<&toml::Table>, env_file: &Path) -> Vec<Check> {
+    let mut names: BTreeSet<String> = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+        .map(String::from)
+        .into();
+    if let Some(providers) = config
+        .and_then(|c| c.get("providers"))
+        .and_then(|p| p.as_table())
+    {
+        for p in providers.values() {
+            if let Some(n) = p.get("api_key_env").and_then(|v| v.as_str()) {
+                names.insert(n.to_string());
+            }
+        }
+    }
+    let in_file: BTreeSet<String> = std::fs::read_to_string(env_file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim().trim_start_matches("export ");
+            let (name, _) = l.split_once('=')?;
+            (!name.starts_with('#')).then(|| name.trim().to_string())
+        })
+        .collect();
+    let mut present = Vec::new();
+    let mut absent = Vec::new();
+    for n in &names {
+        let env = std::env::var_os(n).is_some_and(|v| !v.is_empty());
+        let file = in_file.contains(n);
+        match (env, file) {
+            (false, false) => absent.push(n.clone()),
+            (true, false) => present.push(format!("{n} (environment)")),
+            (false, true) => present.push(format!("{n} (service env file)")),
+            (true, true) => present.push(format!("{n} (environment, service env file)")),
+        }
+    }
+    let mut out = Vec::new();
+    let mut d = if present.is_empty() {
+        "none set (keyless providers only: ollama, script)".to_string()
+    } else {
+        format!("set: {}", present.join(", "))
+    };
+    if !absent.is_empty() && !present.is_empty() {
+        let _ = write!(d, "; not set: {}", absent.join(", "));
+    }
+    // Only the default provider's key is required: without it `agentctl run` fails.
+    let default_key = config.and_then(|c| {
+        let p = c.get("default_provider")?.as_str()?;
+        let configured = c
+            .get("providers")
+            .and_then(|t| t.get(p))
+            .and_then(|t| t.get("api_key_env"))
+            .and_then(|v| v.as_str());
+        let builtin = match p {
+            "openai" => Some("OPENAI_API_KEY"),
+            "anthropic" => Some("ANTHROPIC_API_KEY"),
+            _ => None,
+        };
+        Some((p.to_string(), configured.or(builtin)?.to_string()))
+    });
+    match default_key {
+        Some((p, key)) if absent.contains(&key) => out.push(bad(
+            "provider keys",
+            format!("default_provider {p:?} needs {key}, which is not set; {d}"),
+            format!(
+                "export {key}=... before the daemon starts, or add {key}=... to {} for the service",
+                env_file.display()
+            ),
+        )),
+        _ => out.push(ok("provider keys", d)),
+    }
+    match std::fs::metadata(env_file) {
+        Ok(m) if m.mode() & 0o077 != 0 => out.push(bad(
+            "service env file",
+            format!(
+                "{} has mode {:04o}; it holds API keys",
+                env_file.display(),
+                m.mode() & 0o777
+            ),
+            format!("chmod 600 {}", env_file.display()),
+        )),
+        Ok(_) => out.push(ok(
+            "service env file",
+            format!("{} (0600)", env_file.display()),
+        )),
+        Err(_) => {}
+    }
+    out
+}
+
+fn check_config(path: &Path) -> (Check, Option<toml::Table>) {
+    let text = match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return (
+                ok("config", format!("{} absent: defaults", path.display())),
+                None,
+            )
+        }
+        Err(e) => {
+            return (
+                bad(
+                    "config",
+                    format!("{}: {e}", path.display()),
+                    format!("chmod 600 {}", path.display()),
+                ),
+                None,
+            )
+        }
+        Ok(t) => t,
+    };
+    let table: toml::Table = match toml::from_str(&text) {
+        Ok(t) => t,
+        Err(e) => {
+            let first = e.to_string().lines().next().unwrap_or_default().to_string();
+            return (
+                bad(
+                    "config",
+                    format!("{} does not parse: {first}", path.display()),
+                    format!(
+                        "fix the TOML in {} (the daemon refuses to start)",
+                        path.display()
+                    ),
+                ),
+                None,
+            );
+        }
+    };
+    if let Some(d) = table.get("durability") {
+        if !matches!(d.as_str(), Some("sync" | "batch" | "none")) {
+            return (
+                bad(
+                    "config",
+                    format!(
+                        "{}: durability = {d} is not sync, batch or none",
+                        path.display()
+                    ),
+                    format!("set durability = \"sync\" in {}", path.display()),
+                ),
+                Some(table),
+            );
+        }
+    }
+    (
+        ok("config", format!("{} parses", path.display())),
+        Some(table),
+    )
+}
+
+fn check_binary() -> Check {
+    let bin = daemon::agentd_binary();
+    let found = if bin.components().count() == 1 {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(&bin))
+                .find(|c| c.is_file())
+        })
+    } else {
+        Some(bin.clone()).filter(|b| b.is_file())
+    };
+    match found {
+        Some(p) => ok("agentd binary", p.display().to_string()),
+        None => bad(
+            "agentd binary",
+            format!(
+                "{} not found (next to agentctl, AGENTD_BIN, PATH)",
+                bin.display()
+            ),
+            "cargo install --locked --path daemon, or set AGENTD_BIN",
+        ),
+    }
+}
+
+async fn check_service(target: &Target) -> Check {
+    let Ok(places) = Places::from_env() else {
+        return ok("service", "not checked (HOME or agentd binary not found)");
+    };
+    let manager = Manager::native();
+    match crate::service_status::status(manager, &places, &target.socket).await {
+        Ok((v, _)) if v["installed"] == true => {
+            let state = match manager {
+                Manager::Systemd => format!(
+                    "systemd units installed; agentd.socket {}",
+                    v["socket_unit"].as_str().unwrap_or("unknown")
+                ),
+                Manager::Launchd => "launchd agent installed".to_string(),
+            };
+            if manager == Manager::Systemd
+                && v["socket_unit"].as_str().is_some_and(|s| s != "active")
+            {
+                return bad(
+                    "service",
+                    state,
+                    "systemctl --user enable --now agentd.socket",
+                );
+            }
+            ok("service", state)
+        }
+        Ok(_) => ok(
+            "service",
+            "not installed; agentctl starts the daemon on demand (`agentctl service install` for a login service)",
+        ),
+        Err(e) => ok("service", format!("not checked: {}", e.message)),
+    }
+}
+
+pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
+    let mut checks = check_socket(target).await;
+    let home = target.effective_home();
+    checks.push(private_dir(
+        "home",
+        "home",
+        &home,
+        "absent; made when the daemon starts",
+    ));
+    let (config_check, config) = check_config(&paths::default_config());
+    checks.push(config_check);
+    let env_file = Places::from_env()
+        .map(|p| p.env_file())
+        .unwrap_or_else(|_| {
+            std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_default()
+                .join(".config/agentd/env")
+        });
+    checks.extend(check_keys(config.as_ref(), &env_file));
+    checks.push(check_binary());
+    checks.push(check_service(target).await);
+
+    let problems = checks.iter().filter(|c| !c.ok).count();
+    let mut text = String::new();
+    for c in &checks {
+        let _ = writeln!(
+            text,
+            "{:<5} {}: {}",
+            if c.ok { "ok" } else { "FAIL" },
+            c.name,
+            c.detail
+        );
+        if let Some(f) = &c.fix {
+            let _ = writeln!(text, "      fix: {f}");
+        }
+    }
+    let list: Vec<Value> = checks
+        .iter()
+        .map(|c| json!({"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix}))
+        .collect();
+    if problems == 0 {
+        let _ = writeln!(text, "healthy");
+        return Ok(Outcome::Result {
+            value: json!({"healthy": true, "checks": list}),
+            human: text,
+        });
+    }
+    let _ = writeln!(
+        text,
+        "{problems} problem{}",
+        if problems == 1 { "" } else { "s" }
+    );
+    // The report goes to stdout in human mode; the error (exit 1) follows on stderr.
+    if human {
+        output::stdout(&text);
+    }
+    Err(AgentError::new(
+        ErrorKind::Internal,
+        format!(
+            "doctor found {problems} problem{}",
+            if problems == 1 { "" } else { "s" }
+        ),
+    )
+    .with_details(json!({"healthy": false, "checks": list})))
+}

@@ -1,0 +1,42 @@
+//! The command line of the `agentd` binary (not part of the library).
+//!
+//! Architecture Invariant: depends on clap only; the `xtask` crate compiles this file
+//! too, to render `agentd.1`.
+
+use clap::Parser;
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+agentd runs in the foreground until SIGTERM, SIGINT or `agentd/shutdown`; running turns
+end as interrupted, durably, before it exits. It binds its socket (directory 0700,
+socket 0600) and removes it on exit, unless a service manager passed one: a systemd
+socket unit (LISTEN_FDS) or a launchd `Sockets` entry named Listeners. An inherited
+socket is never removed. Under systemd it reports READY=1 and STOPPING=1 (Type=notify).
+With `idle_exit_s` set in the config, an activated agentd exits after that many idle
+seconds; the service manager starts it again on the next connection.
+
+Environment: AGENTD_HOME, AGENTD_SOCKET, AGENTD_CONFIG, AGENTD_LOG (tracing filter,
+default info), AGENTD_DURABILITY (sync|batch|none), and the provider key variables named
+in the config (OPENAI_API_KEY, ANTHROPIC_API_KEY by default).
+
+`agentctl service install` sets agentd up as a login service; `agentctl doctor` checks
+the setup.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "agentd",
+    version,
+    about = "The agentd daemon: owns durable coding-agent session Logs and serves JSON-RPC on a Unix socket.",
+    after_help = AFTER_HELP
+)]
+pub struct Args {
+    /// Home directory for Logs, resources and the lock [env: AGENTD_HOME]
+    #[arg(long)]
+    pub home: Option<PathBuf>,
+    /// Unix socket path to listen on [env: AGENTD_SOCKET]
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Config file [env: AGENTD_CONFIG]
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
