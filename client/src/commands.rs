@@ -65,7 +65,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
     let target = Target::resolve(cli.socket.clone(), cli.home.clone());
     let human = !cli.json;
     let cwd = cwd()?;
-    if let Command::Config(crate::verbs::ConfigCmd::Init { force, config }) = &cli.command {
+    if let Command::Config(crate::cli::ConfigCmd::Init { force, config }) = &cli.command {
         let (v, text) = crate::verbs::config_init(*force, config.as_deref())?;
         return Ok(result(v, text));
     }

@@ -2,125 +2,14 @@
 //! `rm`, `restore`, `search`, `export`, `usage`, and `config init`. Arguments, their
 //! mapping to native methods, and human rendering live here; `commands` dispatches.
 
-use crate::cli::Command;
+use crate::cli::{Command, ExportArgs, RmArgs, UsageBy};
 use crate::params::{abs_dir, check_sid, Request};
 use agentd_proto::rpc::method;
 use agentd_proto::AgentError;
-use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-
-#[derive(Debug, Args)]
-pub struct RenameArgs {
-    /// Session id.
-    pub session_id: String,
-    /// The new title (one line, at most 512 bytes).
-    pub title: String,
-}
-
-#[derive(Debug, Args)]
-pub struct RmArgs {
-    /// Session id.
-    pub session_id: String,
-    /// Remove the Log and resources for good instead of moving them to the trash
-    /// (also purges a session already in the trash). Asks first unless --yes.
-    #[arg(long)]
-    pub purge: bool,
-    /// Do not ask before purging.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct SearchArgs {
-    /// Text to find (literal, case-insensitive unless --case-sensitive).
-    pub query: String,
-    /// Treat QUERY as a regular expression.
-    #[arg(long)]
-    pub regex: bool,
-    /// Match case exactly.
-    #[arg(long)]
-    pub case_sensitive: bool,
-    /// Only sessions of this workspace.
-    #[arg(long, value_name = "DIR")]
-    pub workspace: Option<PathBuf>,
-    /// Only these event types (comma separated): user_message, assistant_message,
-    /// tool_call, tool_result.
-    #[arg(long, value_name = "a,b", value_delimiter = ',')]
-    pub types: Vec<String>,
-    /// At most this many hits.
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub limit: usize,
-    /// Continue after the `next_cursor` of a previous search.
-    #[arg(long, value_name = "C")]
-    pub cursor: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExportFormat {
-    /// A Markdown transcript.
-    Markdown,
-    /// One self-contained HTML file (no network assets), tool calls collapsible.
-    Html,
-    /// The Log's bytes as they are.
-    Jsonl,
-}
-
-impl ExportFormat {
-    fn as_str(self) -> &'static str {
-        match self {
-            ExportFormat::Markdown => "markdown",
-            ExportFormat::Html => "html",
-            ExportFormat::Jsonl => "jsonl",
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct ExportArgs {
-    /// Session id.
-    pub session_id: String,
-    #[arg(long, value_enum, default_value = "markdown")]
-    pub format: ExportFormat,
-    /// Write to this file (replaced atomically) instead of stdout.
-    #[arg(long, short = 'o', value_name = "FILE")]
-    pub output: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum UsageBy {
-    Model,
-    Session,
-    Day,
-}
-
-#[derive(Debug, Args)]
-pub struct UsageArgs {
-    /// Only this session [default: every session].
-    pub session_id: Option<String>,
-    /// Only usage recorded since this date (YYYY-MM-DD) or RFC 3339 time.
-    #[arg(long, value_name = "DATE")]
-    pub since: Option<String>,
-    /// Group rows by.
-    #[arg(long, value_enum, default_value = "model")]
-    pub by: UsageBy,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ConfigCmd {
-    /// Write a commented config.toml (at --config, AGENTD_CONFIG or
-    /// $XDG_CONFIG_HOME/agentd/config.toml); refuses to replace one unless --force.
-    Init {
-        /// Replace an existing file.
-        #[arg(long)]
-        force: bool,
-        /// Where to write it.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-    },
-}
+use std::path::Path;
 
 fn object(pairs: Vec<(&str, Option<Value>)>) -> Value {
     let mut m = Map::new();
