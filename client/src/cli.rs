@@ -87,6 +87,26 @@ pub enum Command {
     Diff(DiffArgs),
     /// Put the files the session changed after a seq back as they were there.
     Revert(RevertArgs),
+    /// Give a session a new title (recorded as session_info).
+    Rename(RenameArgs),
+    /// Hide a session from `ls` and workspace trees; it stays loadable.
+    Archive(SidArg),
+    /// Show an archived session in `ls` and trees again.
+    Unarchive(SidArg),
+    /// Move a session to the trash under home (or remove it for good with --purge).
+    /// Refused while a turn runs; forks keep working.
+    Rm(RmArgs),
+    /// Bring a session back from the trash.
+    Restore(SidArg),
+    /// Full-text search over messages, tool arguments and tool output, newest first.
+    Search(SearchArgs),
+    /// Export a session as Markdown, self-contained HTML, or its raw Log (jsonl).
+    Export(ExportArgs),
+    /// Token usage (and cost, with [prices] in the config) from provider_usage events.
+    Usage(UsageArgs),
+    /// Write a commented config.toml.
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Run agentd as a login service (systemd user units, launchd agent).
     #[command(subcommand)]
     Service(ServiceCmd),
@@ -240,7 +260,8 @@ pub struct LsArgs {
     /// At most this many sessions (per page with --all).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub limit: usize,
-    /// Fetch every page instead of stopping after --limit sessions.
+    /// Fetch every page instead of stopping after --limit sessions, archived sessions
+    /// included.
     #[arg(long)]
     pub all: bool,
 }
@@ -512,4 +533,116 @@ pub struct AcpArgs {
     /// Sessions per `session/list` page.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub page_size: usize,
+}
+
+// ---- Session verbs (DESIGN §13); run by `verbs.rs` ----
+
+#[derive(Debug, Args)]
+pub struct RenameArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The new title (one line, at most 512 bytes).
+    pub title: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Session id.
+    pub session_id: String,
+    /// Remove the Log and resources for good instead of moving them to the trash
+    /// (also purges a session already in the trash). Asks first unless --yes.
+    #[arg(long)]
+    pub purge: bool,
+    /// Do not ask before purging.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Text to find (literal, case-insensitive unless --case-sensitive).
+    pub query: String,
+    /// Treat QUERY as a regular expression.
+    #[arg(long)]
+    pub regex: bool,
+    /// Match case exactly.
+    #[arg(long)]
+    pub case_sensitive: bool,
+    /// Only sessions of this workspace.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Only these event types (comma separated): user_message, assistant_message,
+    /// tool_call, tool_result.
+    #[arg(long, value_name = "a,b", value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// At most this many hits.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+    /// Continue after the `next_cursor` of a previous search.
+    #[arg(long, value_name = "C")]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// A Markdown transcript.
+    Markdown,
+    /// One self-contained HTML file (no network assets), tool calls collapsible.
+    Html,
+    /// The Log's bytes as they are.
+    Jsonl,
+}
+
+impl ExportFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExportFormat::Markdown => "markdown",
+            ExportFormat::Html => "html",
+            ExportFormat::Jsonl => "jsonl",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Session id.
+    pub session_id: String,
+    #[arg(long, value_enum, default_value = "markdown")]
+    pub format: ExportFormat,
+    /// Write to this file (replaced atomically) instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UsageBy {
+    Model,
+    Session,
+    Day,
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// Only this session [default: every session].
+    pub session_id: Option<String>,
+    /// Only usage recorded since this date (YYYY-MM-DD) or RFC 3339 time.
+    #[arg(long, value_name = "DATE")]
+    pub since: Option<String>,
+    /// Group rows by.
+    #[arg(long, value_enum, default_value = "model")]
+    pub by: UsageBy,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Write a commented config.toml (at --config, AGENTD_CONFIG or
+    /// $XDG_CONFIG_HOME/agentd/config.toml); refuses to replace one unless --force.
+    Init {
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+        /// Where to write it.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
 }

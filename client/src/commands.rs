@@ -69,6 +69,10 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
     let target = Target::resolve(cli.socket.clone(), cli.home.clone());
     let human = !cli.json;
     let cwd = cwd()?;
+    if let Command::Config(crate::cli::ConfigCmd::Init { force, config }) = &cli.command {
+        let (v, text) = crate::verbs::config_init(*force, config.as_deref())?;
+        return Ok(result(v, text));
+    }
     // Everything that can be refused locally is refused before connecting.
     if let Some(req) = simple_request(&cli.command, &cwd)? {
         let c = daemon::connect_or_start(&target).await?;
@@ -154,6 +158,16 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
                 create["provider"] = json!(p);
             }
             let c: Connected = daemon::connect_or_start(&target).await?;
+            // Provider, model and key are checked before the session exists: a first
+            // run without a key leaves nothing behind.
+            let mut check = json!({});
+            if let Some(m) = &a.turn.model {
+                check["model"] = json!(m);
+            }
+            if let Some(p) = &a.turn.provider {
+                check["provider"] = json!(p);
+            }
+            c.conn.call(method::PREFLIGHT, check).await?;
             let created = c.conn.call(method::CREATE, create).await?;
             let sid = created
                 .get("session_id")
@@ -175,6 +189,20 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
                     e
                 })?;
             Ok(result(v, String::new()))
+        }
+        Command::Rm(a) => {
+            let p = crate::verbs::delete_params(a)?;
+            let c = daemon::connect_or_start(&target).await?;
+            let v = c.conn.call(method::DELETE, p).await?;
+            let text = render_result(&cli.command, &v, &cwd);
+            Ok(result(v, text))
+        }
+        Command::Export(a) => {
+            let p = crate::verbs::export_params(a, &cwd)?;
+            let c = daemon::connect_or_start(&target).await?;
+            let v = c.conn.call(method::EXPORT, p).await?;
+            let text = render_result(&cli.command, &v, &cwd);
+            Ok(result(v, text))
         }
         Command::Service(cmd) => crate::service_cmd::run(cmd, &target).await,
         Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
@@ -267,6 +295,9 @@ fn counts(v: Option<&Value>) -> String {
 pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
     let now = time::OffsetDateTime::now_utc();
     let _ = cwd;
+    if let Some(text) = crate::verbs::render(cmd, v) {
+        return text;
+    }
     match cmd {
         Command::New(_) => format!("{}\n", s(v, "session_id")),
         Command::Ls(a) => {

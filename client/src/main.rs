@@ -20,6 +20,7 @@ mod service;
 mod service_cmd;
 mod service_status;
 mod stream;
+mod verbs;
 
 use clap::error::ErrorKind as ClapErrorKind;
 use clap::Parser;

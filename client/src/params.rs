@@ -132,6 +132,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                     a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
                 ),
                 ("limit", Some(a.limit.into())),
+                ("include_archived", flag(a.all)),
             ]),
         ),
         Command::Show(a) => (
@@ -252,6 +253,13 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 ),
             ]),
         ),
+        Command::Rename(_)
+        | Command::Archive(_)
+        | Command::Unarchive(_)
+        | Command::Restore(_)
+        | Command::Search(_)
+        | Command::Usage(_) => return crate::verbs::request(cmd, cwd),
+        Command::Rm(_) | Command::Export(_) | Command::Config(_) => return Ok(None),
         Command::Daemon(_)
         | Command::Status
         | Command::SocketPath

@@ -335,6 +335,7 @@ pub fn summary(meta: &SessionMeta) -> SessionSummary {
         status: if meta.running { "running" } else { "idle" }.into(),
         parent_session_id: meta.parent_session_id.clone(),
         fork_root_session_id: meta.fork_root_session_id.clone(),
+        archived: meta.archived,
     }
 }
 
@@ -353,6 +354,7 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
     registry.with_index(|index| {
         let mut rows: Vec<&SessionMeta> = index
             .values()
+            .filter(|m| !m.deleted && (p.include_archived || !m.archived))
             .filter(|m| workspace.as_ref().is_none_or(|w| &m.workspace == w))
             .filter(|m| match cursor {
                 Some((ts, id)) => (m.created_at.as_str(), m.session_id.as_str()) < (ts, id),

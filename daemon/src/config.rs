@@ -92,6 +92,10 @@ pub struct Config {
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
+    /// The file this was read from (whether or not it exists), for errors that tell the
+    /// user which file to edit.
+    #[serde(skip)]
+    pub path: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -106,6 +110,7 @@ impl Default for Config {
             compaction: CompactionConfig::default(),
             snapshots: SnapshotConfig::default(),
             rest: toml::Table::new(),
+            path: None,
         }
     }
 }
@@ -128,6 +133,7 @@ impl Config {
                 other => return Err(format!("AGENTD_DURABILITY: unknown mode {other:?}")),
             };
         }
+        cfg.path = Some(path.to_path_buf());
         Ok(cfg)
     }
 

@@ -55,11 +55,14 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let shutdown_requested = CancellationToken::new();
     let stop_serving = CancellationToken::new();
     let turns = crate::turn::TurnManager::new(registry.clone());
-    let methods = api::methods(Api {
+    let mut methods = api::methods(Api {
         registry: registry.clone(),
         turns: turns.clone(),
         shutdown_requested: shutdown_requested.clone(),
     });
+    methods
+        .merge(crate::verbs::methods(registry.clone(), turns.clone()))
+        .map_err(|e| format!("register session verbs: {e}"))?;
     let server = tokio::spawn(
         Listener {
             listener,

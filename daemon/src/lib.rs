@@ -25,4 +25,5 @@ pub mod text;
 pub mod tools;
 pub mod turn;
 pub mod undo;
+pub mod verbs;
 pub mod watch;

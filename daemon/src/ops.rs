@@ -535,6 +535,8 @@ fn lineage(meta: &SessionMeta) -> LineageEntry {
         fork_root_session_id: meta.fork_root_session_id.clone(),
         forked_to_seq: meta.forked_to_seq,
         branch_summary: meta.branch_summary,
+        archived: meta.archived,
+        deleted: meta.deleted,
     }
 }
 
@@ -551,8 +553,20 @@ pub fn tree(registry: &Registry, p: TreeParams) -> Result<TreeOutcome, AgentErro
         ))
         .with_details(json!({"field": "max_depth", "max": MAX_TREE_DEPTH})));
     }
-    let index: HashMap<String, LineageEntry> =
+    let mut index: HashMap<String, LineageEntry> =
         registry.with_index(|i| i.iter().map(|(k, m)| (k.clone(), lineage(m))).collect());
+    if p.session_id.is_none() && !p.include_archived {
+        // Archived sessions leave workspace trees; their forks, if live, become roots.
+        index.retain(|_, e| !e.archived);
+    }
+    // A deleted session stays only as the parent of a session still shown.
+    let parents: std::collections::HashSet<String> = index
+        .values()
+        .filter(|e| !e.deleted)
+        .filter_map(|e| e.parent_session_id.clone())
+        .collect();
+    let asked = p.session_id.clone();
+    index.retain(|k, e| !e.deleted || parents.contains(k) || asked.as_deref() == Some(k));
     match (&p.session_id, &p.workspace) {
         (Some(sid), _) => {
             agentd_proto::session_id::validate(sid)?;

@@ -35,6 +35,12 @@ pub struct SessionMeta {
     pub forked_to_seq: Option<u64>,
     pub branch_summary: bool,
     pub running: bool,
+    /// The latest `session_info` labels include `archived`: hidden from `list` and
+    /// workspace trees unless asked for.
+    pub archived: bool,
+    /// The Log is in `<home>/trash/`: kept in the index only so that the lineage of
+    /// its forks can show it; never listed, never loaded.
+    pub deleted: bool,
 }
 
 impl SessionMeta {
@@ -52,6 +58,8 @@ impl SessionMeta {
             forked_to_seq: None,
             branch_summary: false,
             running: false,
+            archived: false,
+            deleted: false,
         };
         if let Some(ev) = first {
             meta.workspace = ev.str_field("workspace").unwrap_or_default().to_string();
@@ -176,6 +184,8 @@ impl Registry {
         meta.title = state.title().map(str::to_string);
         meta.workspace = state.workspace().to_string();
         meta.running = state.running_turn.is_some();
+        meta.archived = is_archived(state.fold.labels());
+        meta.deleted = false;
         if state.fold.event_counts().contains_key("branch_summary") {
             meta.branch_summary = true;
         }
@@ -196,6 +206,9 @@ impl Registry {
                         meta.workspace.clone_from(ws);
                     }
                     meta.branch_summary |= delta.branch_summary;
+                    if let Some(labels) = &delta.labels {
+                        meta.archived = is_archived(labels);
+                    }
                     true
                 }
                 None => false,
@@ -223,6 +236,11 @@ impl Registry {
         }
     }
 
+    /// Drops `sid` from the index (a purged session).
+    pub fn index_remove(&self, sid: &str) -> Option<SessionMeta> {
+        self.index.write().ok()?.remove(sid)
+    }
+
     pub fn index_get(&self, sid: &str) -> Option<SessionMeta> {
         self.index.read().ok()?.get(sid).cloned()
     }
@@ -236,7 +254,7 @@ impl Registry {
     }
 
     pub fn sessions_total(&self) -> u64 {
-        self.with_index(|i| i.len() as u64)
+        self.with_index(|i| i.values().filter(|m| !m.deleted).count() as u64)
     }
 
     /// Reads the head of a newly written Log into the index (create, fork, import).
@@ -244,6 +262,15 @@ impl Registry {
         let path = self.home.log_path(sid)?;
         let meta = meta_from_file(sid, &path)
             .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
+        self.index_insert(meta);
+        Ok(())
+    }
+
+    /// Reads the head of a Log now in the trash into the index, marked deleted.
+    pub fn index_trashed(&self, sid: &str, path: &std::path::Path) -> Result<(), AgentError> {
+        let mut meta = meta_from_file(sid, path)
+            .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
+        meta.deleted = true;
         self.index_insert(meta);
         Ok(())
     }
@@ -291,7 +318,20 @@ fn meta_from_file(sid: &str, path: &std::path::Path) -> std::io::Result<SessionM
         meta.title = Some(t);
     }
     meta.branch_summary = head.has_branch_summary;
+    meta.archived = is_archived(&head.last_labels);
     Ok(meta)
+}
+
+/// The label that marks an archived session (DESIGN §13 session verbs).
+pub const ARCHIVED_LABEL: &str = "archived";
+
+pub fn is_archived(labels: &[String]) -> bool {
+    labels.iter().any(|l| l == ARCHIVED_LABEL)
+}
+
+/// `<home>/trash/`: where deleted sessions' Logs and resources go.
+pub fn trash_dir(home: &Home) -> std::path::PathBuf {
+    home.root().join("trash")
 }
 
 fn build_index(home: &Home) -> std::io::Result<HashMap<String, SessionMeta>> {
@@ -334,8 +374,26 @@ fn build_index(home: &Home) -> std::io::Result<HashMap<String, SessionMeta>> {
             .flat_map(|h| h.join().unwrap_or_default())
             .collect()
     });
-    Ok(metas
+    let mut index: HashMap<String, SessionMeta> = metas
         .into_iter()
         .map(|m| (m.session_id.clone(), m))
-        .collect())
+        .collect();
+    // Deleted sessions stay known so that their forks' lineage can name them; a live
+    // Log of the same id (re-created after the delete) wins.
+    if let Ok(dir) = std::fs::read_dir(trash_dir(home)) {
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(sid) = name.to_str().and_then(|n| n.strip_suffix(".ndjson")) else {
+                continue;
+            };
+            if agentd_proto::session_id::validate(sid).is_err() || index.contains_key(sid) {
+                continue;
+            }
+            if let Ok(mut meta) = meta_from_file(sid, &entry.path()) {
+                meta.deleted = true;
+                index.insert(sid.to_string(), meta);
+            }
+        }
+    }
+    Ok(index)
 }

@@ -40,6 +40,7 @@ const MAX_BATCH_COMMANDS: usize = 1024;
 
 type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send>;
 type QueryFn = Box<dyn FnOnce(&SessionState) + Send>;
+type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
 
 /// What a session actor reports upward. The registry implements it; the actor holds it
 /// as a trait object, so this module never imports its container.
@@ -74,6 +75,8 @@ pub struct AppendDelta {
     pub workspace: Option<String>,
     /// The batch holds a `branch_summary`.
     pub branch_summary: bool,
+    /// Labels of the batch's last `session_info` that carries any (`archived`).
+    pub labels: Option<Vec<String>>,
 }
 
 impl AppendDelta {
@@ -96,6 +99,9 @@ impl AppendDelta {
                 EventType::SessionInfo => {
                     if let Some(t) = ev.str_field("title") {
                         d.title = Some(t.to_string());
+                    }
+                    if let Some(l) = crate::history::fold::session_labels(ev) {
+                        d.labels = Some(l);
                     }
                 }
                 EventType::BranchSummary => d.branch_summary = true,
@@ -131,6 +137,10 @@ enum Cmd {
         reply: oneshot::Sender<Result<Option<AppendResult>, AgentError>>,
     },
     Query(QueryFn),
+    /// Runs a closure that moves the session's files away (delete); when it returns
+    /// true the actor drops its Log writer and stops taking commands, so nothing can be
+    /// written to the moved Log and the next call finds no session.
+    Retire(RetireFn),
     /// Marks the turn running in this daemon (`None`: no turn).
     SetRunningTurn {
         turn_id: Option<String>,
@@ -223,6 +233,25 @@ impl SessionHandle {
         self.send(cmd).await?;
         rx.await
             .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))
+    }
+
+    /// Runs `work` in the actor with no command in between. If it returns `Ok`, the
+    /// actor retires: it drops its Log writer (commands already queued behind this one
+    /// fail with `log_write_failed`), stops taking new ones and leaves the registry.
+    pub async fn retire<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&SessionState) -> Result<T, AgentError> + Send + 'static,
+    ) -> Result<T, AgentError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Cmd::Retire(Box::new(move |st| {
+            let res = work(st);
+            let ok = res.is_ok();
+            let _ = reply.send(res);
+            ok
+        }));
+        self.send(cmd).await?;
+        rx.await
+            .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))?
     }
 
     /// Marks `turn_id` as the turn running in this daemon (`None` when it ended); the
@@ -457,7 +486,7 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
             Cmd::Record { reply, .. } => {
                 let _ = reply.send(Err(err.clone()));
             }
-            Cmd::Query(_) | Cmd::SetRunningTurn { .. } => {}
+            Cmd::Query(_) | Cmd::Retire(_) | Cmd::SetRunningTurn { .. } => {}
         }
     }
 }
@@ -650,6 +679,12 @@ impl Actor {
             };
             match cmd {
                 Cmd::Query(f) => f(&self.state),
+                Cmd::Retire(f) => {
+                    if f(&self.state) {
+                        self.writer = None;
+                        self.rx.close();
+                    }
+                }
                 Cmd::SetRunningTurn { turn_id, reply } => {
                     self.state.running_turn = turn_id;
                     self.env.observer.changed(&self.state, None);

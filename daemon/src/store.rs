@@ -697,6 +697,8 @@ pub struct LogHead {
     pub last_ts: Option<String>,
     /// Title of the last `session_info`, if any.
     pub last_title: Option<String>,
+    /// Labels of the last `session_info` that carries any (`archived`).
+    pub last_labels: Vec<String>,
     pub has_branch_summary: bool,
 }
 
@@ -714,6 +716,7 @@ pub fn read_head(path: &Path) -> io::Result<LogHead> {
         line_count: 0,
         last_ts: None,
         last_title: None,
+        last_labels: Vec::new(),
         has_branch_summary: false,
     };
     loop {
@@ -730,6 +733,9 @@ pub fn read_head(path: &Path) -> io::Result<LogHead> {
             if let Ok(ev) = serde_json::from_slice::<Event>(body) {
                 if ev.event_type() == EventType::SessionInfo {
                     head.last_title = ev.str_field("title").map(str::to_string);
+                    if let Some(labels) = crate::history::fold::session_labels(&ev) {
+                        head.last_labels = labels;
+                    }
                 }
             }
         }

@@ -33,6 +33,15 @@ pub mod method {
     pub const PERMISSION: &str = "agentd/permission";
     pub const DIFF: &str = "agentd/diff";
     pub const REVERT: &str = "agentd/revert";
+    pub const RENAME: &str = "agentd/rename";
+    pub const ARCHIVE: &str = "agentd/archive";
+    pub const UNARCHIVE: &str = "agentd/unarchive";
+    pub const DELETE: &str = "agentd/delete";
+    pub const RESTORE: &str = "agentd/restore";
+    pub const SEARCH: &str = "agentd/search";
+    pub const EXPORT: &str = "agentd/export";
+    pub const USAGE: &str = "agentd/usage";
+    pub const PREFLIGHT: &str = "agentd/preflight";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -94,6 +103,9 @@ pub struct ListParams {
     pub limit: Option<usize>,
     #[serde(default)]
     pub cursor: Option<String>,
+    /// Include archived sessions (hidden by default).
+    #[serde(default)]
+    pub include_archived: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +121,12 @@ pub struct SessionSummary {
     pub parent_session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork_root_session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub archived: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -355,6 +373,9 @@ pub struct TreeParams {
     pub workspace: Option<String>,
     #[serde(default)]
     pub max_depth: Option<usize>,
+    /// Workspace trees: include archived sessions (hidden by default).
+    #[serde(default)]
+    pub include_archived: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -366,4 +387,192 @@ pub struct ImportParams {
     pub workspace: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
+}
+
+// ---- Session verbs (DESIGN §13) ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameParams {
+    pub session_id: String,
+    pub title: String,
+}
+
+/// `agentd/rename`, `agentd/archive`, `agentd/unarchive`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionInfoResult {
+    pub session_id: String,
+    pub title: Option<String>,
+    pub labels: Vec<String>,
+    pub archived: bool,
+    /// Seq of the `session_info` event recorded; absent when nothing changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteParams {
+    pub session_id: String,
+    /// Remove the files for good instead of moving them to the trash (also purges a
+    /// session already in the trash).
+    #[serde(default)]
+    pub purge: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeleteResult {
+    pub session_id: String,
+    /// `trashed` or `purged`.
+    pub outcome: String,
+    /// Where the Log now is (trash), absent when purged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trash_path: Option<String>,
+    /// Direct forks of the session: they keep working (their Logs are self-contained)
+    /// and their lineage shows this session as deleted.
+    pub forks: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestoreResult {
+    pub session_id: String,
+    pub log_path: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    pub query: String,
+    /// Treat `query` as a regular expression (size-bounded) instead of literal text.
+    #[serde(default)]
+    pub regex: bool,
+    /// Match case exactly (default: ignore case).
+    #[serde(default)]
+    pub case_sensitive: bool,
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Event types to search among `user_message`, `assistant_message`, `tool_call`,
+    /// `tool_result` (default: all four).
+    #[serde(default)]
+    pub types: Option<Vec<String>>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// `SID@seq`.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub session_id: String,
+    pub seq: u64,
+    pub ts: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Where in the event the text matched: `text`, `args`, `output`, `error`.
+    pub field: String,
+    pub title: Option<String>,
+    /// Text around the first match, on one line.
+    pub snippet: String,
+    /// Byte range of the match inside `snippet`.
+    pub highlight: [usize; 2],
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchResult {
+    pub hits: Vec<SearchHit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    pub sessions_scanned: u64,
+    pub bytes_scanned: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportParams {
+    pub session_id: String,
+    /// `markdown`, `html` or `jsonl`.
+    pub format: String,
+    /// Absolute path the daemon writes the export to (temp file + rename); without it
+    /// the export comes back as `content`.
+    #[serde(default)]
+    pub output_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExportResult {
+    pub session_id: String,
+    pub format: String,
+    pub bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_path: Option<String>,
+    /// Damaged lines of the Log (corrupt JSON, torn tail), marked in the export.
+    pub damaged_lines: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageParams {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// RFC 3339 timestamp or `YYYY-MM-DD`: only usage recorded at or after it.
+    #[serde(default)]
+    pub since: Option<String>,
+    /// `model` (default), `session` or `day`.
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageTotals {
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub total_tokens: u64,
+    /// In the currency of the config's `[prices]`; absent when a model has no price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub key: String,
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UsageResult {
+    pub by: String,
+    pub rows: Vec<UsageRow>,
+    pub total: UsageTotals,
+    /// Models seen without a price in the config.
+    pub unpriced_models: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreflightParams {
+    #[serde(default)]
+    pub provider: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreflightResult {
+    pub provider: String,
+    pub kind: String,
+    /// The model a turn would use (empty for `script`, which reads a file).
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_path: Option<String>,
 }

@@ -38,6 +38,8 @@ pub struct Fold {
     open_turn: Option<String>,
     workspace: Option<String>,
     title: Option<String>,
+    /// `labels` of the latest `session_info` that carries them (e.g. `archived`).
+    labels: Vec<String>,
     latest_compaction: Option<Event>,
     compaction_item: Option<Entry>,
     checkpoint_to_seq: Option<u64>,
@@ -80,6 +82,9 @@ impl Fold {
             EventType::SessionInfo => {
                 if let Some(t) = ev.str_field("title") {
                     self.title = Some(t.to_string());
+                }
+                if let Some(labels) = session_labels(ev) {
+                    self.labels = labels;
                 }
             }
             EventType::ToolCall => {
@@ -176,6 +181,9 @@ impl Fold {
     pub fn title(&self) -> Option<&str> {
         self.title.as_deref()
     }
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
 
     /// Provider input (§7.1). Costs O(replayable events since the latest compaction).
     pub fn replay(&self, ctx: &ReplayContext) -> Replay {
@@ -209,6 +217,16 @@ pub fn replay_as_of(events: &[Event], after_seq: Option<u64>, ctx: &ReplayContex
         f.push(e);
     }
     f.replay(ctx)
+}
+
+/// The `labels` of a `session_info` event, when it carries a list of strings.
+pub fn session_labels(ev: &Event) -> Option<Vec<String>> {
+    let list = ev.data.get("labels")?.as_array()?;
+    Some(
+        list.iter()
+            .filter_map(|l| l.as_str().map(str::to_string))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

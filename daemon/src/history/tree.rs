@@ -25,6 +25,11 @@ pub struct LineageEntry {
     pub forked_to_seq: Option<u64>,
     /// The Log records a `branch_summary`.
     pub branch_summary: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub archived: bool,
+    /// The session is in the trash; it stays in the lineage so its forks can name it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deleted: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -45,6 +50,10 @@ pub struct TreeNode {
     pub forks: Vec<TreeNode>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub truncated: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub archived: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deleted: bool,
 }
 
 type Children<'a> = HashMap<&'a str, Vec<&'a LineageEntry>>;
@@ -74,6 +83,8 @@ fn leaf(e: &LineageEntry) -> TreeNode {
         branch_summary: e.branch_summary,
         forks: Vec::new(),
         truncated: false,
+        archived: e.archived,
+        deleted: e.deleted,
     }
 }
 
@@ -165,6 +176,12 @@ fn label(n: &TreeNode) -> String {
     if n.branch_summary {
         s.push_str(" [branch summary]");
     }
+    if n.archived {
+        s.push_str(" [archived]");
+    }
+    if n.deleted {
+        s.push_str(" [deleted]");
+    }
     if n.truncated {
         s.push_str(" [truncated]");
     }
@@ -186,7 +203,7 @@ fn draw_forks(n: &TreeNode, prefix: &str, out: &mut String) {
 }
 
 /// An ASCII drawing: one line per session with id, `@seq` fork point, title, event count,
-/// and `[branch summary]` / `[truncated]` markers.
+/// and `[branch summary]` / `[archived]` / `[deleted]` / `[truncated]` markers.
 pub fn draw(node: &TreeNode) -> String {
     let mut out = label(node);
     out.push('\n');
@@ -211,6 +228,8 @@ mod tests {
             fork_root_session_id: parent.map(|_| "root".into()),
             forked_to_seq: seq,
             branch_summary: false,
+            archived: false,
+            deleted: false,
         }
     }
 

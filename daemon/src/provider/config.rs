@@ -43,6 +43,12 @@ use std::path::PathBuf;
 /// (`script:PATH`) nor the config names a script file.
 pub const SCRIPT_ENV: &str = "AGENTD_SCRIPT";
 
+/// Models the built-in providers use when neither the turn, the session nor a config
+/// table names one, so that a key in the environment is all a first run needs.
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-5-mini";
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+pub const DEFAULT_OLLAMA_MODEL: &str = "llama3.2";
+
 pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 120;
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// A configured `max_retries` above this is clamped: with the 8 s backoff cap, ten
@@ -194,13 +200,18 @@ impl ProvidersConfig {
         let mut openai = ProviderConfig::new("openai", ProviderKind::OpenaiResponses);
         openai.base_url = Some("https://api.openai.com/v1".into());
         openai.api_key_env = Some("OPENAI_API_KEY".into());
+        openai.model = Some(DEFAULT_OPENAI_MODEL.into());
+        openai.context_window = Some(400_000);
         m.insert("openai".to_string(), openai);
         let mut ollama = ProviderConfig::new("ollama", ProviderKind::OpenaiChat);
         ollama.base_url = Some("http://localhost:11434/v1".into());
+        ollama.model = Some(DEFAULT_OLLAMA_MODEL.into());
         m.insert("ollama".to_string(), ollama);
         let mut anthropic = ProviderConfig::new("anthropic", ProviderKind::Anthropic);
         anthropic.base_url = Some("https://api.anthropic.com".into());
         anthropic.api_key_env = Some("ANTHROPIC_API_KEY".into());
+        anthropic.model = Some(DEFAULT_ANTHROPIC_MODEL.into());
+        anthropic.context_window = Some(200_000);
         m.insert("anthropic".to_string(), anthropic);
         m
     }

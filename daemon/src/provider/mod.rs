@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod dialect;
+pub mod preflight;
 pub mod sse;
 
 mod anthropic;

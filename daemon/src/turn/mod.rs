@@ -86,6 +86,13 @@ pub struct TurnManager {
     permission_peers: DashMap<String, Vec<PeerHandle>>,
 }
 
+impl TurnManager {
+    /// A turn of `sid` holds the session's turn slot (from before `turn_started`).
+    pub fn is_running(&self, sid: &str) -> bool {
+        self.running.contains_key(sid)
+    }
+}
+
 /// A turn in progress.
 pub struct RunningTurn {
     pub turn_id: String,

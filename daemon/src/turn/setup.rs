@@ -104,6 +104,14 @@ pub async fn resolve(
     let model = p.model.clone().or(s_model);
     let (provider, request_model, label, context_window) =
         provider_for(&registry.config, provider_name.as_deref(), model.as_deref())?;
+    // Before anything is recorded: a turn that cannot reach its provider leaves no
+    // `turn_started` behind.
+    crate::provider::preflight::check(
+        provider.config(),
+        &request_model,
+        registry.config.path.as_deref(),
+        &crate::provider::preflight::env_has,
+    )?;
     let env_remove: Vec<String> = providers_config(&registry.config)?
         .all()
         .values()

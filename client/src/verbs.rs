@@ -1,0 +1,313 @@
+//! The session verbs on the command line (DESIGN §13): `rename`, `archive`, `unarchive`,
+//! `rm`, `restore`, `search`, `export`, `usage`, and `config init`. Arguments, their
+//! mapping to native methods, and human rendering live here; `commands` dispatches.
+
+use crate::cli::{Command, ExportArgs, RmArgs, UsageBy};
+use crate::params::{abs_dir, check_sid, Request};
+use agentd_proto::rpc::method;
+use agentd_proto::AgentError;
+use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::Path;
+
+fn object(pairs: Vec<(&str, Option<Value>)>) -> Value {
+    let mut m = Map::new();
+    for (k, v) in pairs {
+        match v {
+            None | Some(Value::Bool(false)) => {}
+            Some(v) => {
+                m.insert(k.to_string(), v);
+            }
+        }
+    }
+    Value::Object(m)
+}
+
+fn sid(s: &str) -> Result<Option<Value>, AgentError> {
+    check_sid(s)?;
+    Ok(Some(s.into()))
+}
+
+/// The single call of a verb; `None` for verbs `commands` runs itself (rm, export,
+/// config init).
+pub fn request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, AgentError> {
+    let (method, params) = match cmd {
+        Command::Rename(a) => (
+            method::RENAME,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("title", Some(a.title.clone().into())),
+            ]),
+        ),
+        Command::Archive(a) => (
+            method::ARCHIVE,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Unarchive(a) => (
+            method::UNARCHIVE,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Restore(a) => (
+            method::RESTORE,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Search(a) => (
+            method::SEARCH,
+            object(vec![
+                ("query", Some(a.query.clone().into())),
+                ("regex", Some(a.regex.into())),
+                ("case_sensitive", Some(a.case_sensitive.into())),
+                (
+                    "workspace",
+                    a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
+                ),
+                ("types", (!a.types.is_empty()).then(|| json!(a.types))),
+                ("limit", Some(a.limit.into())),
+                ("cursor", a.cursor.clone().map(Into::into)),
+            ]),
+        ),
+        Command::Usage(a) => (
+            method::USAGE,
+            object(vec![
+                (
+                    "session_id",
+                    a.session_id.as_deref().map(sid).transpose()?.flatten(),
+                ),
+                ("since", a.since.clone().map(Into::into)),
+                (
+                    "by",
+                    Some(
+                        match a.by {
+                            UsageBy::Model => "model",
+                            UsageBy::Session => "session",
+                            UsageBy::Day => "day",
+                        }
+                        .into(),
+                    ),
+                ),
+            ]),
+        ),
+        _ => return Ok(None),
+    };
+    Ok(Some(Request { method, params }))
+}
+
+/// Params of `agentd/delete`, after the purge confirmation.
+pub fn delete_params(a: &RmArgs) -> Result<Value, AgentError> {
+    check_sid(&a.session_id)?;
+    if a.purge && !a.yes {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return Err(AgentError::invalid_args(
+                "--purge removes the session for good; confirm with --yes",
+            )
+            .with_next_actions(&[&format!("agentctl rm {} --purge --yes", a.session_id)]));
+        }
+        eprint!("Remove session {} for good? [y/N] ", a.session_id);
+        let mut answer = String::new();
+        let _ = stdin.read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            return Err(AgentError::new(
+                agentd_proto::ErrorKind::Interrupted,
+                "not confirmed; nothing removed",
+            ));
+        }
+    }
+    Ok(object(vec![
+        ("session_id", Some(a.session_id.clone().into())),
+        ("purge", Some(a.purge.into())),
+    ]))
+}
+
+pub fn export_params(a: &ExportArgs, cwd: &Path) -> Result<Value, AgentError> {
+    check_sid(&a.session_id)?;
+    let output = a.output.as_ref().map(|o| {
+        if o.is_absolute() {
+            o.clone()
+        } else {
+            cwd.join(o)
+        }
+    });
+    Ok(object(vec![
+        ("session_id", Some(a.session_id.clone().into())),
+        ("format", Some(a.format.as_str().into())),
+        (
+            "output_path",
+            output.map(|o| o.to_string_lossy().into_owned().into()),
+        ),
+    ]))
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Human text of a verb's result; `None` for other commands.
+pub fn render(cmd: &Command, v: &Value) -> Option<String> {
+    Some(match cmd {
+        Command::Rename(_) | Command::Archive(_) | Command::Unarchive(_) => {
+            let what = match cmd {
+                Command::Rename(_) => format!("title {}", Value::String(s(v, "title").into())),
+                _ if v["archived"] == true => "archived".into(),
+                _ => "not archived".into(),
+            };
+            let changed = if v.get("seq").is_some_and(|x| !x.is_null()) {
+                ""
+            } else {
+                " (unchanged)"
+            };
+            format!("{}: {what}{changed}\n", s(v, "session_id"))
+        }
+        Command::Rm(_) => {
+            let mut out = match s(v, "outcome") {
+                "purged" => format!("{} purged\n", s(v, "session_id")),
+                _ => format!(
+                    "{} moved to the trash ({}); `agentctl restore {}` brings it back\n",
+                    s(v, "session_id"),
+                    s(v, "trash_path"),
+                    s(v, "session_id")
+                ),
+            };
+            let forks: Vec<&str> = v["forks"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if !forks.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "forks keep working (their Logs are self-contained): {}",
+                    forks.join(", ")
+                );
+            }
+            out
+        }
+        Command::Restore(_) => format!("{} restored\n", s(v, "session_id")),
+        Command::Search(_) => {
+            let hits = v["hits"].as_array().cloned().unwrap_or_default();
+            let color = std::io::stdout().is_terminal();
+            let mut out = String::new();
+            if hits.is_empty() {
+                out.push_str("no matches\n");
+            }
+            for h in &hits {
+                let snip = s(h, "snippet");
+                let (a, b) = (
+                    h["highlight"][0].as_u64().unwrap_or(0) as usize,
+                    h["highlight"][1].as_u64().unwrap_or(0) as usize,
+                );
+                let shown = match (snip.get(..a), snip.get(a..b), snip.get(b..)) {
+                    (Some(x), Some(m), Some(y)) if color => format!("{x}\x1b[1;31m{m}\x1b[0m{y}"),
+                    (Some(x), Some(m), Some(y)) => format!("{x}[{m}]{y}"),
+                    _ => snip.to_string(),
+                };
+                let _ = writeln!(out, "{}  {:<17} {shown}", s(h, "ref"), s(h, "type"));
+            }
+            if let Some(c) = v.get("next_cursor").and_then(Value::as_str) {
+                let _ = writeln!(out, "… more: --cursor '{c}'");
+            }
+            out
+        }
+        Command::Export(_) => match v.get("output_path").and_then(Value::as_str) {
+            Some(p) => format!("wrote {p} ({} bytes)\n", v["bytes"]),
+            None => s(v, "content").to_string(),
+        },
+        Command::Usage(_) => {
+            let mut out = format!(
+                "{:<32} {:>6} {:>12} {:>12} {:>12} {:>10}\n",
+                s(v, "by"),
+                "calls",
+                "input",
+                "cached",
+                "output",
+                "cost"
+            );
+            let row = |out: &mut String, key: &str, t: &Value| {
+                let cost = t
+                    .get("cost")
+                    .and_then(Value::as_f64)
+                    .map_or("-".to_string(), |c| format!("{c:.4}"));
+                let _ = writeln!(
+                    out,
+                    "{:<32} {:>6} {:>12} {:>12} {:>12} {:>10}",
+                    key,
+                    t["calls"],
+                    t["input_tokens"],
+                    t["cached_tokens"],
+                    t["output_tokens"],
+                    cost
+                );
+            };
+            for r in v["rows"].as_array().cloned().unwrap_or_default() {
+                row(&mut out, s(&r, "key"), &r);
+            }
+            row(&mut out, "total", &v["total"]);
+            out
+        }
+        _ => return None,
+    })
+}
+
+/// The commented config `config init` writes.
+pub const CONFIG_TEMPLATE: &str = r#"# agentd configuration. Every key is optional; these are the defaults.
+# The daemon reads this file when it starts: `agentctl daemon stop` after editing
+# (the next agentctl command starts a daemon that reads it).
+
+# Provider used when a turn names none. Built in: openai (OPENAI_API_KEY, model
+# gpt-5-mini), anthropic (ANTHROPIC_API_KEY, claude-sonnet-4-5), ollama (local, no
+# key, llama3.2), script (offline replay of a JSON script).
+default_provider = "openai"
+
+# sync: acknowledge appends after fdatasync | batch: group commit within batch_ms |
+# none: never sync (tests only)
+durability = "sync"
+
+[compaction]
+threshold = 0.85     # compact before a call above this share of the context window
+tail_events = 40     # events kept raw after a compaction
+
+# A provider table replaces the built-in of the same name. API keys are never written
+# here: name the environment variable that holds the key.
+#
+# [providers.openai]
+# kind = "openai-responses"   # openai-responses | openai-chat | anthropic | script
+# api_key_env = "OPENAI_API_KEY"
+# model = "gpt-5-mini"
+# context_window = 400000
+#
+# [providers.local]
+# kind = "openai-chat"         # Ollama, vLLM, llama.cpp, OpenRouter
+# base_url = "http://localhost:11434/v1"
+# model = "qwen2.5-coder:14b"
+# context_window = 32768
+
+# Prices per million tokens, for `agentctl usage` (any one currency).
+# [prices."gpt-5-mini"]
+# input = 0.25
+# cached_input = 0.025
+# output = 2.0
+"#;
+
+/// `agentctl config init`.
+pub fn config_init(force: bool, path: Option<&Path>) -> Result<(Value, String), AgentError> {
+    let path = path.map_or_else(agentd_proto::paths::default_config, Path::to_path_buf);
+    if path.exists() && !force {
+        return Err(AgentError::new(
+            agentd_proto::ErrorKind::AlreadyExists,
+            format!("{} exists; pass --force to replace it", path.display()),
+        )
+        .with_details(json!({"path": path.display().to_string()})));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            AgentError::invalid_args(format!("cannot create {}: {e}", dir.display()))
+        })?;
+    }
+    std::fs::write(&path, CONFIG_TEMPLATE)
+        .map_err(|e| AgentError::invalid_args(format!("cannot write {}: {e}", path.display())))?;
+    let shown = path.display().to_string();
+    Ok((
+        json!({"path": shown, "written": true}),
+        format!("wrote {shown}\n"),
+    ))
+}

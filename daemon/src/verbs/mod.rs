@@ -1,0 +1,119 @@
+//! Session verbs (DESIGN §13): rename, archive/unarchive, delete/restore, search, export,
+//! usage, and the provider preflight `agentctl run` asks before creating a session.
+//!
+//! A layer above the core: it uses the registry, session actors and the store, and
+//! nothing below imports it. The daemon merges [`methods`] into the native API's method
+//! table. Module map: `manage` (rename, archive, delete, restore, preflight), `export`
+//! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
+//! `usage` (token and cost totals from `provider_usage` events).
+//!
+//! Decisions:
+//! - Titles and the archive flag are `session_info` events (`title`, `labels`), so the
+//!   Log stays the only truth; the lineage index picks them up as they are appended and
+//!   at startup from each Log's last `session_info`.
+//! - Delete moves the Log, then the session's directory, to `<home>/trash/`; the Log's
+//!   move is the commit point. The session's actor does the move and retires, so no
+//!   append can land in between or after.
+
+pub mod export;
+pub mod manage;
+pub mod search;
+pub mod usage;
+
+use crate::registry::Registry;
+use crate::server::error_object;
+use agentd_proto::rpc::method as m;
+use agentd_proto::AgentError;
+use jsonrpsee::types::Params;
+use jsonrpsee::{Methods, RpcModule};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+
+fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
+    let text = params.as_str().unwrap_or("{}");
+    serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
+}
+
+pub(crate) fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
+    serde_json::to_value(v).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
+}
+
+/// What the verbs reach: the sessions, and the running turns (delete refuses during one).
+pub struct Ctx {
+    pub registry: Arc<Registry>,
+    pub turns: Arc<crate::turn::TurnManager>,
+}
+
+fn method<P, F, Fut>(module: &mut RpcModule<Ctx>, name: &'static str, f: F)
+where
+    P: DeserializeOwned + Send + 'static,
+    F: Fn(Arc<Registry>, P) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, AgentError>> + Send + 'static,
+{
+    let res = module.register_async_method(name, move |params, ctx, _ext| {
+        let f = f.clone();
+        async move {
+            let p: P = parse(&params).map_err(|e| error_object(&e))?;
+            f(Arc::clone(&ctx.registry), p)
+                .await
+                .map_err(|e| error_object(&e))
+        }
+    });
+    if let Err(e) = res {
+        // Method names are static and unique; a clash is a programming error caught by tests.
+        panic!("register {name}: {e}");
+    }
+}
+
+/// The verbs' methods, to merge into the native API.
+pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) -> Methods {
+    let mut module = RpcModule::new(Ctx { registry, turns });
+    method(&mut module, m::RENAME, |r, p| async move {
+        to_value(manage::rename(&r, p).await?)
+    });
+    method(
+        &mut module,
+        m::ARCHIVE,
+        |r, p: agentd_proto::rpc::SessionParams| async move {
+            to_value(manage::set_archived(&r, &p.session_id, true).await?)
+        },
+    );
+    method(
+        &mut module,
+        m::UNARCHIVE,
+        |r, p: agentd_proto::rpc::SessionParams| async move {
+            to_value(manage::set_archived(&r, &p.session_id, false).await?)
+        },
+    );
+    let res = module.register_async_method(m::DELETE, |params, ctx, _ext| async move {
+        let p = parse(&params).map_err(|e| error_object(&e))?;
+        let r = manage::delete(&ctx.registry, &ctx.turns, p).await;
+        r.and_then(to_value).map_err(|e| error_object(&e))
+    });
+    if let Err(e) = res {
+        panic!("register {}: {e}", m::DELETE);
+    }
+    method(
+        &mut module,
+        m::RESTORE,
+        |r, p: agentd_proto::rpc::SessionParams| async move {
+            to_value(manage::restore(&r, &p.session_id).await?)
+        },
+    );
+    method(&mut module, m::PREFLIGHT, |r, p| async move {
+        to_value(manage::preflight(&r, p)?)
+    });
+    method(&mut module, m::EXPORT, |r, p| async move {
+        to_value(export::export(&r, p).await?)
+    });
+    method(&mut module, m::SEARCH, |r, p| async move {
+        to_value(search::search(&r, p).await?)
+    });
+    method(&mut module, m::USAGE, |r, p| async move {
+        to_value(usage::usage(&r, p).await?)
+    });
+    module.into()
+}
