@@ -15,13 +15,7 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 
-/// What a command produced.
-pub enum Outcome {
-    /// A result to print: its fields go into the JSON document; `human` is the text.
-    Result { value: Value, human: String },
-    /// The command already printed its output (streams).
-    Printed,
-}
+pub use crate::output::Outcome;
 
 fn result(value: Value, human: String) -> Outcome {
     Outcome::Result { value, human }
@@ -74,7 +68,11 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         return Ok(result(v, text));
     }
     // Everything that can be refused locally is refused before connecting.
-    if let Some(req) = simple_request(&cli.command, &cwd)? {
+    let req = match simple_request(&cli.command, &cwd)? {
+        Some(req) => Some(req),
+        None => crate::verbs::request(&cli.command, &cwd)?,
+    };
+    if let Some(req) = req {
         let c = daemon::connect_or_start(&target).await?;
         let mut value = c.conn.call(req.method, req.params.clone()).await?;
         if let Command::Ls(a) = &cli.command {

@@ -5,9 +5,9 @@
 //! Provider keys are reported by variable *name* only; their values are never read
 //! into the output (the env file is scanned for `NAME=` prefixes).
 
-use crate::commands::Outcome;
 use crate::daemon::{self, Target};
 use crate::output;
+use crate::output::Outcome;
 use crate::service::{Manager, Places};
 use agentd_proto::{paths, AgentError, ErrorKind};
 use serde_json::{json, Value};

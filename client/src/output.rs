@@ -9,6 +9,14 @@ use agentd_proto::AgentError;
 use serde_json::{json, Map, Value};
 use std::io::Write;
 
+/// What a command produced.
+pub enum Outcome {
+    /// A result to print: its fields go into the JSON document; `human` is the text.
+    Result { value: Value, human: String },
+    /// The command already printed its output (streams).
+    Printed,
+}
+
 /// `{"ok":true}` merged with the result's fields (a non-object result goes under
 /// `result`).
 pub fn ok_document(result: Value) -> Value {

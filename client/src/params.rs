@@ -253,13 +253,16 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 ),
             ]),
         ),
+        // Session verbs build their requests in `verbs` (which uses this module's checks).
         Command::Rename(_)
         | Command::Archive(_)
         | Command::Unarchive(_)
         | Command::Restore(_)
         | Command::Search(_)
-        | Command::Usage(_) => return crate::verbs::request(cmd, cwd),
-        Command::Rm(_) | Command::Export(_) | Command::Config(_) => return Ok(None),
+        | Command::Usage(_)
+        | Command::Rm(_)
+        | Command::Export(_)
+        | Command::Config(_) => return Ok(None),
         Command::Daemon(_)
         | Command::Status
         | Command::SocketPath

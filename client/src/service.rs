@@ -10,7 +10,6 @@
 //! marker is someone else's: it is never overwritten or removed without `--force`.
 
 use crate::daemon::{self, Target};
-use crate::service_status::systemctl_state;
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -650,6 +649,32 @@ pub fn report(manager: Manager, plan: &[Action], dry_run: bool) -> (Value, Strin
         "actions": plan.iter().map(Action::to_json).collect::<Vec<_>>(),
     });
     (v, text)
+}
+
+/// `systemctl --user <args>`'s first stdout line, or `None` when there is no answer
+/// (no systemctl, no user manager).
+pub fn systemctl_state(args: &[&str]) -> Option<String> {
+    let out = Command::new("systemctl")
+        .arg("--user")
+        .args(args)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next()?.trim().to_string();
+    let known = [
+        "active",
+        "inactive",
+        "failed",
+        "activating",
+        "deactivating",
+        "enabled",
+        "disabled",
+        "static",
+        "linked",
+        "masked",
+        "not-found",
+    ];
+    known.contains(&first.as_str()).then_some(first)
 }
 
 #[cfg(test)]

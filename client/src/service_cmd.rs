@@ -2,8 +2,8 @@
 //! plans and clap_complete's generators.
 
 use crate::cli::{Cli, ServiceCmd};
-use crate::commands::Outcome;
 use crate::daemon::Target;
+use crate::output::Outcome;
 use crate::service::{self, Manager, Places};
 use agentd_proto::AgentError;
 use clap::CommandFactory;

@@ -2,38 +2,11 @@
 //! answers on the socket clients use. Read-only; `doctor` reuses it.
 
 use crate::daemon::{self, Target};
-use crate::service::{Manager, Places, PACKAGED_UNITS};
+use crate::service::{systemctl_state, Manager, Places, PACKAGED_UNITS};
 use agentd_proto::AgentError;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// `systemctl --user <args>`'s first stdout line, or `None` when there is no answer
-/// (no systemctl, no user manager).
-pub fn systemctl_state(args: &[&str]) -> Option<String> {
-    let out = Command::new("systemctl")
-        .arg("--user")
-        .args(args)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let first = text.lines().next()?.trim().to_string();
-    let known = [
-        "active",
-        "inactive",
-        "failed",
-        "activating",
-        "deactivating",
-        "enabled",
-        "disabled",
-        "static",
-        "linked",
-        "masked",
-        "not-found",
-    ];
-    known.contains(&first.as_str()).then_some(first)
-}
 
 /// `service status`: installed files, the manager's view, and who answers on the
 /// socket clients use.
