@@ -38,7 +38,7 @@ pub fn check_sid(id: &str) -> Result<(), AgentError> {
 
 /// An object from `(key, value)` pairs, leaving out `None`s and `false` flags so params
 /// carry only what the user said (the daemon owns the defaults).
-fn object(pairs: Vec<(&str, Option<Value>)>) -> Value {
+pub fn object(pairs: Vec<(&str, Option<Value>)>) -> Value {
     let mut m = Map::new();
     for (k, v) in pairs {
         match v {

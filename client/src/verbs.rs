@@ -3,26 +3,13 @@
 //! mapping to native methods, and human rendering live here; `commands` dispatches.
 
 use crate::cli::{Command, ExportArgs, RmArgs, UsageBy};
-use crate::params::{abs_dir, check_sid, Request};
+use crate::params::{abs_dir, check_sid, object, Request};
 use agentd_proto::rpc::method;
 use agentd_proto::AgentError;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::Path;
-
-fn object(pairs: Vec<(&str, Option<Value>)>) -> Value {
-    let mut m = Map::new();
-    for (k, v) in pairs {
-        match v {
-            None | Some(Value::Bool(false)) => {}
-            Some(v) => {
-                m.insert(k.to_string(), v);
-            }
-        }
-    }
-    Value::Object(m)
-}
 
 fn sid(s: &str) -> Result<Option<Value>, AgentError> {
     check_sid(s)?;
