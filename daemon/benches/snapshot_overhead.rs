@@ -14,95 +14,11 @@
 //! Run: `cargo bench -p agentd --bench snapshot_overhead` (`BENCH_TURNS`, default 5;
 //! `BENCH_ITERS`, default 20; `BENCH_FILES`, default 10000).
 
+mod support;
+
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-struct Conn {
-    w: UnixStream,
-    r: BufReader<UnixStream>,
-    id: u64,
-}
-
-impl Conn {
-    fn connect(path: &Path) -> std::io::Result<Conn> {
-        let s = UnixStream::connect(path)?;
-        Ok(Conn {
-            w: s.try_clone()?,
-            r: BufReader::new(s),
-            id: 0,
-        })
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        self.id += 1;
-        let msg = json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
-        self.w
-            .write_all(format!("{msg}\n").as_bytes())
-            .expect("write request");
-        loop {
-            let mut line = String::new();
-            let n = self.r.read_line(&mut line).expect("read response");
-            assert!(n > 0, "daemon closed the connection");
-            let v: Value = serde_json::from_str(&line).expect("response JSON");
-            if v.get("id") == Some(&json!(self.id)) {
-                match v.get("result") {
-                    Some(r) => return r.clone(),
-                    None => panic!("{method} failed: {v}"),
-                }
-            }
-        }
-    }
-}
-
-struct Daemon {
-    child: Child,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &Path, config: &str) -> (Daemon, Conn) {
-    std::fs::create_dir_all(dir).expect("daemon dir");
-    let socket = dir.join("run").join("agentd.sock");
-    let cfg = dir.join("config.toml");
-    std::fs::write(&cfg, config).expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
-        .env("AGENTD_HOME", dir.join("home"))
-        .env("AGENTD_SOCKET", &socket)
-        .env("AGENTD_CONFIG", &cfg)
-        .env("AGENTD_DURABILITY", "none")
-        .env("AGENTD_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn agentd");
-    let d = Daemon { child };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(mut c) = Conn::connect(&socket) {
-            c.call("agentd/hello", json!({}));
-            return (d, c);
-        }
-        assert!(Instant::now() < deadline, "agentd did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use support::{env_usize, start, Conn, Daemon};
 
 fn workspace(dir: &Path, files: usize) {
     for i in 0..files {
