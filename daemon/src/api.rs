@@ -23,7 +23,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::future::Future;
-use std::io::Write;
 use std::path::Path;
 
 pub use crate::filesystem::check_workspace;
@@ -306,8 +305,9 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
         data,
     };
     let line = store::event_line(&ev);
-    let path2 = path.clone();
-    tokio::task::spawn_blocking(move || store::create_atomic(&path2, |f| f.write_all(&line)))
+    let st = registry.store.clone();
+    let sid2 = sid.clone();
+    tokio::task::spawn_blocking(move || st.create(&sid2, &mut |f| f.write_all(&line)))
         .await
         .map_err(|e| AgentError::internal(format!("create task: {e}")))?
         .map_err(|e| {
