@@ -129,6 +129,7 @@ async fn open_store(
             password_file: config.store_password_file.clone(),
         },
         lease: std::time::Duration::from_secs_f64(config.lease_s),
+        owner_id: crate::pgstore::home_owner_id(home.root())?,
     };
     let store = tokio::task::spawn_blocking(move || crate::pgstore::PgStore::open(&opts))
         .await

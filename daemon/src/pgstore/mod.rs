@@ -41,6 +41,26 @@ pub struct PgOptions {
     pub spec: ConnSpec,
     /// How long a lease lasts without renewal.
     pub lease: Duration,
+    /// The lease identity of this daemon: stable per home (see [`home_owner_id`]), so a
+    /// daemon restarted on the same home (which the home lock proves is the only one)
+    /// takes its predecessor's leases back at once instead of waiting for them to end.
+    pub owner_id: String,
+}
+
+/// The id of the home's daemon in a shared store, kept in `<home>/store-owner-id`
+/// (created on first use).
+pub fn home_owner_id(home: &std::path::Path) -> Result<String, String> {
+    let path = home.join("store-owner-id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let id = format!("{:016x}", rand::random::<u64>());
+    crate::store::write_synced(&path, format!("{id}\n").as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(id)
 }
 
 pub struct PgStore {
@@ -58,7 +78,7 @@ struct Held {
 pub(crate) struct Shared {
     cfg: postgres::Config,
     pool: Mutex<Vec<Client>>,
-    /// This daemon's lease identity: `host/pid/random`.
+    /// This daemon's lease identity: `host/home-id`.
     owner: String,
     host: String,
     lease: Duration,
@@ -274,11 +294,7 @@ impl PgStore {
         let shared = Arc::new(Shared {
             cfg,
             pool: Mutex::new(Vec::new()),
-            owner: format!(
-                "{host}/{}/{:08x}",
-                std::process::id(),
-                rand::random::<u32>()
-            ),
+            owner: format!("{host}/{}", opts.owner_id),
             host,
             lease: opts.lease.max(Duration::from_secs(1)),
             held: Mutex::new(HashMap::new()),
@@ -313,7 +329,7 @@ impl PgStore {
         &self.shared.url_shown
     }
 
-    /// This daemon's lease identity (`host/pid/random`).
+    /// This daemon's lease identity (`host/home-id`).
     pub fn owner(&self) -> &str {
         &self.shared.owner
     }
