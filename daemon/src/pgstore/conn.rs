@@ -176,14 +176,36 @@ fn split_pgpass(line: &str) -> Vec<String> {
     out
 }
 
-/// A store error as the user sees it: never the URL, always which store.
+/// A store error as the user sees it: never the URL, always which store, and
+/// `reason: store_unavailable` when the server cannot be reached or is shutting down or
+/// starting up (a retry later may succeed), `store_error` for anything else.
 pub fn store_error(kind: ErrorKind, what: &str, e: &postgres::Error) -> AgentError {
-    let reason = if e.is_closed() || e.as_db_error().is_none() {
-        "store_unavailable"
-    } else {
-        "store_error"
+    let (reason, text) = match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            // Class 08: connection exception; class 57: operator intervention (shutdown,
+            // crash recovery, "the database system is starting up").
+            let unavailable = code.starts_with("08") || code.starts_with("57");
+            (
+                if unavailable {
+                    "store_unavailable"
+                } else {
+                    "store_error"
+                },
+                format!("{} (SQLSTATE {code})", db.message()),
+            )
+        }
+        None => {
+            let mut text = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(s) = src {
+                text.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            ("store_unavailable", text)
+        }
     };
-    AgentError::new(kind, format!("postgres: {what}: {e}"))
+    AgentError::new(kind, format!("postgres: {what}: {text}"))
         .with_details(json!({"store": "postgres", "reason": reason}))
 }
 

@@ -751,7 +751,9 @@ impl LogAppender for PgAppender {
 
 impl Drop for PgAppender {
     fn drop(&mut self) {
-        if !self.shared.stopping.load(Ordering::Relaxed) {
+        // A stopped appender keeps the lease: the session rebuilds its appender under it
+        // (`recover_appender`), and only then gets a new token.
+        if self.stopped.is_none() && !self.shared.stopping.load(Ordering::Relaxed) {
             self.shared.release(&self.sid, self.token);
         }
     }
