@@ -476,3 +476,55 @@ fn a_server_restart_fails_appends_clearly_loses_nothing_acknowledged_and_reconne
     }
     assert!(pg.log().contains("ready to accept connections"));
 }
+
+#[test]
+fn credentials_come_from_the_url_pgpassword_a_password_file_or_pgpass_and_are_never_shown() {
+    let pg = PgServer::start();
+    let url = pg.create_db();
+    let secret = "s3cr3t-Pw-47";
+    pg.require_password(secret);
+    let root = tempfile::tempdir().unwrap();
+
+    // No password anywhere: the daemon refuses to start, saying why.
+    let mut d = Daemon::builder()
+        .env("AGENTD_STORE", &url)
+        .env("PGPASSFILE", root.path().join("none"))
+        .build();
+    d.spawn();
+    let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
+    assert!(err.contains("password"), "{err}");
+
+    let with_pw = url.replacen("agentd@", &format!("agentd:{secret}@"), 1);
+    let pw_file = root.path().join("pw");
+    std::fs::write(&pw_file, format!("{secret}\n")).unwrap();
+    let pgpass = root.path().join("pgpass");
+    std::fs::write(&pgpass, format!("*:*:*:agentd:{secret}\n")).unwrap();
+    let daemons = [
+        Daemon::builder().env("AGENTD_STORE", &with_pw),
+        Daemon::builder()
+            .env("AGENTD_STORE", &url)
+            .env("PGPASSWORD", secret),
+        Daemon::builder()
+            .config(&format!(
+                "store = \"{url}\"\nstore_password_file = \"{}\"\n",
+                pw_file.display()
+            ))
+            .env("PGPASSFILE", root.path().join("none")),
+        Daemon::builder()
+            .env("AGENTD_STORE", &url)
+            .env("PGPASSFILE", &pgpass),
+    ];
+    for (i, b) in daemons.into_iter().enumerate() {
+        let d = b.start();
+        let mut c = d.connect();
+        let sid = create(&d, &mut c, json!({}));
+        let r = append(&mut c, &sid, user("authenticated"));
+        assert!(r.get("result").is_some(), "source {i}: {r}");
+        let doctor = d.agentctl(["doctor", "--json"]);
+        let out = format!("{}{}{}", d.daemon_output(), doctor.stdout, doctor.stderr);
+        assert!(
+            !out.contains(secret),
+            "source {i}: the password was shown:\n{out}"
+        );
+    }
+}

@@ -136,20 +136,23 @@ fn split_pgpass(line: &str) -> Vec<String> {
 /// `reason: store_unavailable` when the server cannot be reached or is shutting down or
 /// starting up (a retry later may succeed), `store_error` for anything else.
 pub fn store_error(kind: ErrorKind, what: &str, e: &postgres::Error) -> AgentError {
-    let (reason, text) = match e.as_db_error() {
+    let (unavailable, text) = describe(e);
+    AgentError::new(kind, format!("postgres: {what}: {text}")).with_details(json!({
+        "store": "postgres",
+        "reason": if unavailable { "store_unavailable" } else { "store_error" },
+    }))
+}
+
+/// Whether `e` means the server cannot be used right now, and its full text (the
+/// server's message with its SQLSTATE, or the client error with its causes).
+pub fn describe(e: &postgres::Error) -> (bool, String) {
+    match e.as_db_error() {
         Some(db) => {
             let code = db.code().code();
             // Class 08: connection exception; class 57: operator intervention (shutdown,
             // crash recovery, "the database system is starting up").
             let unavailable = code.starts_with("08") || code.starts_with("57");
-            (
-                if unavailable {
-                    "store_unavailable"
-                } else {
-                    "store_error"
-                },
-                format!("{} (SQLSTATE {code})", db.message()),
-            )
+            (unavailable, format!("{} (SQLSTATE {code})", db.message()))
         }
         None => {
             let mut text = e.to_string();
@@ -158,11 +161,9 @@ pub fn store_error(kind: ErrorKind, what: &str, e: &postgres::Error) -> AgentErr
                 text.push_str(&format!(": {s}"));
                 src = s.source();
             }
-            ("store_unavailable", text)
+            (true, text)
         }
-    };
-    AgentError::new(kind, format!("postgres: {what}: {text}"))
-        .with_details(json!({"store": "postgres", "reason": reason}))
+    }
 }
 
 #[cfg(test)]

@@ -304,7 +304,7 @@ impl PgStore {
         let shown = shared.url_shown.clone();
         let version = shared
             .with_client(true, schema::migrate)
-            .map_err(|e| format!("store {shown}: {e}"))?;
+            .map_err(|e| format!("store {shown}: {}", conn::describe(&e).1))?;
         if version > schema::CURRENT {
             return Err(format!(
                 "store {shown}: schema version {version} is newer than this agentd knows ({}); upgrade agentd",
