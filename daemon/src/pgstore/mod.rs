@@ -334,6 +334,32 @@ impl PgStore {
         &self.shared.owner
     }
 
+    /// A session's lines in seq order, each with its `\n` (the Log as a file would
+    /// hold it), without taking the lease.
+    pub fn read_lines(&self, sid: &str) -> Result<Vec<u8>, AgentError> {
+        agentd_proto::session_id::validate(sid)?;
+        let rows = self
+            .shared
+            .with_client(true, |c| {
+                let mut tx = c.build_transaction().read_only(true).start()?;
+                let exists = tx.query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&sid])?;
+                let rows = tx.query(
+                    "SELECT line FROM events WHERE session_id = $1 ORDER BY seq",
+                    &[&sid],
+                )?;
+                tx.commit()?;
+                Ok(exists.map(|_| rows))
+            })
+            .map_err(|e| store_error(ErrorKind::IoError, "read events", &e))?
+            .ok_or_else(|| AgentError::not_found(format!("no session {sid}")))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.extend_from_slice(r.get::<_, &[u8]>(0));
+            out.push(b'\n');
+        }
+        Ok(out)
+    }
+
     fn appender(&self, sid: &str, held: Held) -> Result<Box<dyn LogAppender>, AgentError> {
         let commits = self
             .commits
