@@ -223,6 +223,19 @@ pub fn replay(event: &Value, workspace: &Path) -> Vec<Value> {
     one.into_iter().collect()
 }
 
+/// The ACP `stopReason` of a completed turn: the response's `stop_reason`, else the one
+/// its `turn_ended` carried, else `end_turn`. Only ACP's own values pass.
+pub fn stop_reason(status: Option<&str>, response: Option<&str>, live: &Live) -> &'static str {
+    if status != Some("completed") {
+        return "end_turn";
+    }
+    match response.or(live.stop_reason.as_deref()) {
+        Some("max_tokens") => "max_tokens",
+        Some("refusal") => "refusal",
+        _ => "end_turn",
+    }
+}
+
 /// Live mapping of one prompt's events.
 #[derive(Debug, Default)]
 pub struct Live {
@@ -236,6 +249,8 @@ pub struct Live {
     pub last_seq: Option<u64>,
     /// Tool calls already announced (a permission request may come before the event).
     announced: std::collections::HashSet<String>,
+    /// The turn's `turn_ended.stop_reason` (`max_tokens`, `refusal`), when it has one.
+    pub stop_reason: Option<String>,
 }
 
 fn delta(data: &Value) -> &str {
@@ -326,6 +341,7 @@ impl Live {
                 let id = s(data, "turn_id");
                 if self.turn_id.is_none() || id == self.turn_id.as_deref() {
                     self.ended = true;
+                    self.stop_reason = s(data, "stop_reason").map(str::to_string);
                 }
                 vec![]
             }
@@ -420,7 +436,16 @@ mod tests {
         l.on_event(&ev(5, "turn_started", json!({"turn_id":"t1"})), ws);
         l.on_event(&ev(6, "turn_ended", json!({"turn_id":"t0"})), ws);
         assert!(!l.ended);
-        l.on_event(&ev(7, "turn_ended", json!({"turn_id":"t1"})), ws);
+        l.on_event(
+            &ev(7, "turn_ended", json!({"turn_id":"t1","stop_reason":"refusal"})),
+            ws,
+        );
         assert!(l.ended);
+        assert_eq!(stop_reason(Some("completed"), None, &l), "refusal");
+        assert_eq!(
+            stop_reason(Some("completed"), Some("max_tokens"), &l),
+            "max_tokens"
+        );
+        assert_eq!(stop_reason(Some("completed"), None, &Live::default()), "end_turn");
     }
 }
