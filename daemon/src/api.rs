@@ -135,14 +135,25 @@ pub fn methods(api: Api) -> Methods {
             to_value(show)
         },
     );
-    method(
-        &mut m,
-        method::EVENTS,
-        |api, p: EventsParams, _| async move {
+    // Pages are written as JSON text straight from the Log's events (no copy of the
+    // events, no `Value` tree), and cut short, with `next_after_seq`, before they would
+    // exceed the response size limit.
+    let res = m.register_async_method(method::EVENTS, |params, api, _| async move {
+        let run = async {
+            let p: EventsParams = parse(&params)?;
             let h = api.registry.get(&p.session_id).await?;
-            to_value(h.query(move |st| events(st, &p)).await?)
-        },
-    );
+            let budget = api
+                .registry
+                .config
+                .max_message_bytes
+                .saturating_sub(EVENTS_ENVELOPE);
+            h.query(move |st| events(st, &p, budget)).await?
+        };
+        run.await.map_err(|e: AgentError| error_object(&e))
+    });
+    if let Err(e) = res {
+        panic!("register {}: {e}", method::EVENTS);
+    }
     method(
         &mut m,
         method::APPEND,
@@ -397,9 +408,21 @@ fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
-fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
+/// Room left in a response for its envelope around an `agentd/events` page.
+const EVENTS_ENVELOPE: usize = 4096;
+
+/// An `agentd/events` page (`EventsResult`) as JSON text of at most `budget` bytes
+/// (a single event over it still makes a page of its own).
+fn events(
+    st: &crate::session::SessionState,
+    p: &EventsParams,
+    budget: usize,
+) -> Result<Box<serde_json::value::RawValue>, AgentError> {
     let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
-    let mut out = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    buf.extend_from_slice(b"{\"events\":[");
+    let mut count = 0usize;
+    let mut last: Option<u64> = None;
     let mut next = None;
     for ev in st.events_after(p.after_seq) {
         if let Some(types) = &p.types {
@@ -407,16 +430,33 @@ fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
                 continue;
             }
         }
-        if out.len() == limit {
-            next = out.last().map(|e: &Event| e.seq);
+        if count == limit {
+            next = last;
             break;
         }
-        out.push(ev.clone());
+        let mark = buf.len();
+        if count > 0 {
+            buf.push(b',');
+        }
+        serde_json::to_writer(&mut buf, ev)
+            .map_err(|e| AgentError::internal(format!("serialize event: {e}")))?;
+        if count > 0 && buf.len() + 64 > budget {
+            buf.truncate(mark);
+            next = last;
+            break;
+        }
+        count += 1;
+        last = Some(ev.seq);
     }
-    EventsResult {
-        events: out,
-        next_after_seq: next,
+    buf.push(b']');
+    if let Some(n) = next {
+        let _ = write!(buf, ",\"next_after_seq\":{n}");
     }
+    buf.push(b'}');
+    let text = String::from_utf8(buf)
+        .map_err(|e| AgentError::internal(format!("event page is not UTF-8: {e}")))?;
+    serde_json::value::RawValue::from_string(text)
+        .map_err(|e| AgentError::internal(format!("event page: {e}")))
 }
 
 async fn subscribe(

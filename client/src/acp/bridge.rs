@@ -311,6 +311,20 @@ impl Bridge {
         r
     }
 
+    /// One `agentd/events` page of `sid` after `after`, as JSON text.
+    async fn events_page(&self, sid: &str, after: Option<u64>) -> Result<String, RpcErr> {
+        let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
+        if let Some(a) = after {
+            q["after_seq"] = json!(a);
+        }
+        let c = self.conn().await?;
+        let r = c.call_raw(method::EVENTS, q).await;
+        if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
+            *self.daemon.lock().await = None;
+        }
+        Ok(r?)
+    }
+
     // ---- client requests (agent → client) -------------------------------------
 
     /// Sends a request to the client and waits for its whole response object.
@@ -619,27 +633,48 @@ impl Bridge {
         Ok(self.opened(&sid, &o, meta, false))
     }
 
+    /// Replays the Log as `session/update`s. Pages are read as JSON text into borrowed
+    /// events (only the fields a mapping needs are parsed), each page's updates go to
+    /// stdout as one write, and the next page is requested before this one is mapped, so
+    /// the daemon serializes it meanwhile.
     async fn replay(&self, sid: &str, ws: &Path) -> Result<(), RpcErr> {
-        let mut after: Option<u64> = None;
+        let mut text = self.events_page(sid, None).await?;
+        let mut prefix = String::with_capacity(64 + sid.len());
+        prefix.push_str(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"#);
+        prefix.push_str(&serde_json::to_string(sid).unwrap_or_default());
+        prefix.push_str(r#","update":"#);
         loop {
-            let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
-            if let Some(a) = after {
-                q["after_seq"] = json!(a);
-            }
-            let mut page = self.call(method::EVENTS, q).await?;
-            let events = match page.get_mut("events") {
-                Some(Value::Array(a)) => std::mem::take(a),
-                _ => Vec::new(),
+            let page: map::Page = serde_json::from_str(&text)
+                .map_err(|e| RpcErr::new(-32603, format!("agentd/events page: {e}")))?;
+            let next = match page.next_after_seq {
+                Some(n) if !page.events.is_empty() => Some(n),
+                _ => None,
             };
-            for ev in &events {
-                for u in map::replay(ev, ws) {
-                    self.out
-                        .notify("session/update", json!({"sessionId": sid, "update": u}));
+            let fetch = async {
+                match next {
+                    Some(n) => self.events_page(sid, Some(n)).await.map(Some),
+                    None => Ok(None),
                 }
-            }
-            match page.get("next_after_seq").and_then(Value::as_u64) {
-                Some(n) if !events.is_empty() => after = Some(n),
-                _ => return Ok(()),
+            };
+            let map_page = async {
+                let mut block = String::with_capacity(text.len() + text.len() / 2);
+                for ev in &page.events {
+                    map::replay_raw(ev, ws, &prefix, &mut block);
+                }
+                if block.ends_with('\n') {
+                    block.pop();
+                }
+                if !block.is_empty() {
+                    self.out.send_block(block);
+                }
+            };
+            // The request goes out first (its future is polled first); mapping runs while
+            // the daemon works on it.
+            let (fetched, ()) = tokio::join!(fetch, map_page);
+            drop(page);
+            match fetched? {
+                Some(t) => text = t,
+                None => return Ok(()),
             }
         }
     }
