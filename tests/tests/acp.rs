@@ -149,7 +149,7 @@ fn prompt_streams_tool_calls_and_asks_permission() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["compact", "fork", "tree", "checkpoint"]);
+    assert_eq!(names, ["compact", "fork", "tree", "checkpoint", "undo"]);
 
     // 1: allowed once.
     let id = prompt(&mut a, &sid, "write it");
