@@ -24,7 +24,6 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::io::Write;
-use std::path::Path;
 
 pub use crate::filesystem::check_workspace;
 use std::sync::Arc;
@@ -117,9 +116,16 @@ pub fn methods(api: Api) -> Methods {
         method::CREATE,
         |api, p: CreateParams, _| async move { create(&api.registry, p).await },
     );
-    method(&mut m, method::LIST, |api, p: ListParams, _| async move {
-        to_value(list(&api.registry, p)?)
-    });
+    method(
+        &mut m,
+        method::LIST,
+        |api, mut p: ListParams, _| async move {
+            if let Some(ws) = p.workspace.take() {
+                p.workspace = Some(crate::filesystem::canonical_or_given(ws).await);
+            }
+            to_value(list(&api.registry, p)?)
+        },
+    );
     method(
         &mut m,
         method::SHOW,
@@ -140,7 +146,7 @@ pub fn methods(api: Api) -> Methods {
         method::EVENTS,
         |api, p: EventsParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
-            to_value(h.query(move |st| events(st, &p)).await?)
+            to_value(h.query_blocking(move |st| events(st, &p)).await?)
         },
     );
     method(
@@ -202,9 +208,16 @@ pub fn methods(api: Api) -> Methods {
             crate::undo::revert(r.home.root(), &r.config.snapshots, &h, p).await
         },
     );
-    method(&mut m, method::TREE, |api, p: TreeParams, _| async move {
-        to_value(crate::ops::tree(&api.registry, p)?)
-    });
+    method(
+        &mut m,
+        method::TREE,
+        |api, mut p: TreeParams, _| async move {
+            if let Some(ws) = p.workspace.take() {
+                p.workspace = Some(crate::filesystem::canonical_or_given(ws).await);
+            }
+            to_value(crate::ops::tree(&api.registry, p)?)
+        },
+    );
     method(
         &mut m,
         method::IMPORT,
@@ -273,7 +286,7 @@ fn capabilities() -> Vec<String> {
 struct Empty {}
 
 async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, AgentError> {
-    let workspace = check_workspace(&p.workspace)?;
+    let workspace = crate::filesystem::check_workspace_async(p.workspace.clone()).await?;
     let sid = match p.session_id {
         Some(id) => {
             session_id::validate(&id)?;
@@ -317,7 +330,7 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
                 e
             }
         })?;
-    registry.index_log(&sid)?;
+    registry.index_new_log(&sid).await?;
     to_value(CreateResult {
         session_id: sid,
         log_path: path.display().to_string(),
@@ -341,11 +354,8 @@ pub fn summary(meta: &SessionMeta) -> SessionSummary {
 
 fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
     let limit = p.limit.unwrap_or(100).clamp(1, 10_000);
-    let workspace = p.workspace.as_ref().map(|ws| {
-        Path::new(ws)
-            .canonicalize()
-            .map_or_else(|_| ws.clone(), |c| c.display().to_string())
-    });
+    // Canonicalized by the caller, off the runtime's workers.
+    let workspace = p.workspace.as_ref();
     // Cursor = "<created_at>|<session_id>" of the last item returned (newest first).
     let cursor = p
         .cursor
@@ -355,7 +365,7 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
         let mut rows: Vec<&SessionMeta> = index
             .values()
             .filter(|m| !m.deleted && (p.include_archived || !m.archived))
-            .filter(|m| workspace.as_ref().is_none_or(|w| &m.workspace == w))
+            .filter(|m| workspace.is_none_or(|w| &m.workspace == w))
             .filter(|m| match cursor {
                 Some((ts, id)) => (m.created_at.as_str(), m.session_id.as_str()) < (ts, id),
                 None => true,
