@@ -17,7 +17,7 @@ use crate::turn::TurnManager;
 use agentd_proto::event::{new_event_id, now_ts};
 use agentd_proto::rpc::*;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params, Request};
 use jsonrpsee::{Extensions, Methods, PendingSubscriptionSink, RpcModule};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -40,8 +40,122 @@ pub struct Api {
 }
 
 pub fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
-    let text = params.as_str().unwrap_or("{}");
+    parse_str(params.as_str().unwrap_or("{}"))
+}
+
+fn parse_str<T: DeserializeOwned>(text: &str) -> Result<T, AgentError> {
     serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
+}
+
+/// Where a direct call's response object (its text) goes; called once, from any thread.
+pub type Respond = Box<dyn FnOnce(String) + Send>;
+
+/// The calls the transport hands straight to their session instead of the generic
+/// per-call task: `agentd/append`. Its params are parsed once, the drafts go to the
+/// session actor from the connection's reader, and the session's writer thread writes
+/// the response text (`{"jsonrpc","id","result"|"error"}`, exactly what the method
+/// table would answer) right after the commit, serialized once.
+pub struct DirectCalls {
+    registry: Arc<Registry>,
+}
+
+impl DirectCalls {
+    pub fn new(registry: Arc<Registry>) -> DirectCalls {
+        DirectCalls { registry }
+    }
+
+    /// Whether `method` is answered here rather than by the method table.
+    pub fn takes(&self, name: &str) -> bool {
+        name == method::APPEND
+    }
+
+    /// Takes `req` if it is a direct method; otherwise hands `respond` back.
+    pub fn try_call(&self, req: &Request<'_>, respond: Respond) -> Result<(), Respond> {
+        if !self.takes(&req.method) {
+            return Err(respond);
+        }
+        let mut head = String::with_capacity(64);
+        head.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        // An Id is a number, a string or null: it always serializes.
+        if let Ok(id) = serde_json::to_string(&req.id) {
+            head.push_str(&id);
+        }
+        let answer = Answer {
+            head: Some(head),
+            respond: Some(respond),
+        };
+        let params = req.params.as_ref().map_or("{}", |p| p.get());
+        let p: AppendParams = match parse_str(params) {
+            Ok(p) => p,
+            Err(e) => {
+                answer.send::<()>(Err(e));
+                return Ok(());
+            }
+        };
+        let done: crate::session::AppendDone = Box::new(move |res| answer.send(res));
+        let retry = match self.registry.loaded(&p.session_id) {
+            Some(h) => match h.try_append_then(p.events, p.expect_seq, done) {
+                Ok(()) => return Ok(()),
+                Err(back) => back,
+            },
+            None => (p.events, done),
+        };
+        // Not loaded, evicted, or its queue is full: wait for it in a task of its own,
+        // never in the connection's reader.
+        let (registry, sid, expect_seq) = (self.registry.clone(), p.session_id, p.expect_seq);
+        tokio::spawn(async move {
+            let (drafts, done) = retry;
+            match registry.get(&sid).await {
+                Ok(h) => h.append_then(drafts, expect_seq, done).await,
+                Err(e) => done(Err(e)),
+            }
+        });
+        Ok(())
+    }
+}
+
+/// One direct call's answer: its response head, and where the text goes. Dropped
+/// unanswered (an actor that died mid-command), it answers the error the method table
+/// would have given.
+struct Answer {
+    head: Option<String>,
+    respond: Option<Respond>,
+}
+
+impl Answer {
+    fn send<T: Serialize>(mut self, res: Result<T, AgentError>) {
+        self.finish(res);
+    }
+
+    fn finish<T: Serialize>(&mut self, res: Result<T, AgentError>) {
+        let (Some(mut text), Some(respond)) = (self.head.take(), self.respond.take()) else {
+            return;
+        };
+        let body = match res {
+            Ok(r) => serde_json::to_string(&r)
+                .map(|r| (r, "result"))
+                .map_err(|e| AgentError::internal(format!("serialize result: {e}"))),
+            Err(e) => Err(e),
+        };
+        let (body, key) = body.unwrap_or_else(|e| {
+            let err = serde_json::to_string(&error_object(&e)).unwrap_or_default();
+            (err, "error")
+        });
+        text.push_str(",\"");
+        text.push_str(key);
+        text.push_str("\":");
+        text.push_str(&body);
+        text.push('}');
+        respond(text);
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.finish::<()>(Err(AgentError::internal(
+            "the session's actor stopped before answering",
+        )));
+    }
 }
 
 /// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.

@@ -141,6 +141,15 @@ impl Registry {
         }
     }
 
+    /// The running actor of `sid` if it is loaded and takes commands; never loads and
+    /// never waits (the transport's direct append path falls back to [`get`](Self::get)).
+    pub fn loaded(&self, sid: &str) -> Option<SessionHandle> {
+        self.sessions
+            .get(sid)
+            .map(|h| h.clone())
+            .filter(|h| !h.is_closed())
+    }
+
     fn actor_env(self: &Arc<Self>) -> ActorEnv {
         ActorEnv {
             store: self.store.clone(),

@@ -128,7 +128,7 @@ enum Cmd {
     Append {
         drafts: Vec<EventDraft>,
         expect_seq: Option<u64>,
-        reply: oneshot::Sender<Result<AppendResult, AgentError>>,
+        reply: Reply,
     },
     /// Builds drafts from the current state and appends them with no other append in
     /// between (reconcile, compaction, turn steps).
@@ -215,10 +215,73 @@ impl SessionHandle {
         self.send(Cmd::Append {
             drafts,
             expect_seq,
-            reply,
+            reply: Reply::Append(reply),
         })
         .await?;
         rx.await.map_err(|_| Self::closed())?
+    }
+
+    /// Queues an append whose answer is `done`, called on the session's writer thread
+    /// right after the batch is durable (or failed): no task waits for it. Never waits:
+    /// when the actor's queue is full or the actor was evicted, the drafts and `done`
+    /// come back for [`append_then`](Self::append_then).
+    pub fn try_append_then(
+        &self,
+        drafts: Vec<EventDraft>,
+        expect_seq: Option<u64>,
+        done: AppendDone,
+    ) -> Result<(), (Vec<EventDraft>, AppendDone)> {
+        let cmd = Cmd::Append {
+            drafts,
+            expect_seq,
+            reply: Reply::Then(done),
+        };
+        match self.tx.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(cmd) | mpsc::error::TrySendError::Closed(cmd)) => {
+                match cmd {
+                    Cmd::Append {
+                        drafts,
+                        reply: Reply::Then(done),
+                        ..
+                    } => Err((drafts, done)),
+                    _ => unreachable!("the command sent is the command returned"),
+                }
+            }
+        }
+    }
+
+    /// [`try_append_then`](Self::try_append_then) that waits for room in the queue and
+    /// follows the session to its current actor; `done` is always called.
+    pub async fn append_then(
+        &self,
+        drafts: Vec<EventDraft>,
+        expect_seq: Option<u64>,
+        done: AppendDone,
+    ) {
+        // `send` hands the command back only when no actor takes it; the reply inside
+        // is then dropped with it, so a failure is answered from a shared slot.
+        let slot = Arc::new(std::sync::Mutex::new(Some(done)));
+        let inner = slot.clone();
+        let reply = Reply::Then(Box::new(move |res| {
+            let done = inner.lock().ok().and_then(|mut d| d.take());
+            if let Some(done) = done {
+                done(res);
+            }
+        }));
+        let sent = self
+            .send(Cmd::Append {
+                drafts,
+                expect_seq,
+                reply,
+            })
+            .await;
+        if let Err(e) = sent {
+            let done = slot.lock().ok().and_then(|mut d| d.take());
+            if let Some(done) = done {
+                done(Err(e));
+            }
+        }
     }
 
     /// Appends what `build` returns from the state as of now; `Ok(None)` if it returned
@@ -495,9 +558,15 @@ struct Pending {
     reply: Reply,
 }
 
+/// The answer of one append: called once, on the session's writer thread, after its
+/// batch is durable or failed.
+pub type AppendDone = Box<dyn FnOnce(Result<AppendResult, AgentError>) + Send>;
+
 enum Reply {
     Append(oneshot::Sender<Result<AppendResult, AgentError>>),
     Record(oneshot::Sender<Result<Option<AppendResult>, AgentError>>),
+    /// Answered in place (the transport writes the response from here).
+    Then(AppendDone),
 }
 
 impl Reply {
@@ -509,6 +578,7 @@ impl Reply {
             Reply::Record(tx) => {
                 let _ = tx.send(res.map(Some));
             }
+            Reply::Then(done) => done(res),
         }
     }
 }
@@ -561,9 +631,7 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
     rx.close();
     while let Some(cmd) = rx.recv().await {
         match cmd {
-            Cmd::Append { reply, .. } => {
-                let _ = reply.send(Err(err.clone()));
-            }
+            Cmd::Append { reply, .. } => reply.send(Err(err.clone())),
             Cmd::Record { reply, .. } => {
                 let _ = reply.send(Err(err.clone()));
             }
@@ -796,7 +864,7 @@ impl Actor {
                     expect_seq,
                     reply,
                 } => {
-                    let mut batch = vec![(drafts, expect_seq, Reply::Append(reply))];
+                    let mut batch = vec![(drafts, expect_seq, reply)];
                     deferred = self.collect(&mut batch).await;
                     self.commit(batch).await;
                 }
@@ -864,7 +932,7 @@ impl Actor {
                     drafts,
                     expect_seq,
                     reply,
-                }) => batch.push((drafts, expect_seq, Reply::Append(reply))),
+                }) => batch.push((drafts, expect_seq, reply)),
                 Some(other) => return Some(other),
                 None => break,
             }
