@@ -225,7 +225,9 @@ pub fn route(line: &str) -> Routed {
             };
             let result = match &v.error {
                 Some(err) => Err(error_from_object(err)),
-                None => Ok(v.result.map_or_else(|| "null".to_string(), |r| r.get().to_string())),
+                None => Ok(v
+                    .result
+                    .map_or_else(|| "null".to_string(), |r| r.get().to_string())),
             };
             Routed::Response { id, result }
         }

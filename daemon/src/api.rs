@@ -444,8 +444,9 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
         data,
     };
     let line = store::event_line(&ev);
-    let path2 = path.clone();
-    tokio::task::spawn_blocking(move || store::create_atomic(&path2, |f| f.write_all(&line)))
+    let st = registry.store.clone();
+    let sid2 = sid.clone();
+    tokio::task::spawn_blocking(move || st.create(&sid2, &mut |f| f.write_all(&line)))
         .await
         .map_err(|e| AgentError::internal(format!("create task: {e}")))?
         .map_err(|e| {

@@ -227,7 +227,10 @@ impl Shadow {
                 *model = None;
                 let res = match self.rebuild().await {
                     // A fresh repository: rescan everything, whatever the scope was.
-                    Ok(()) => self.snapshot_locked(&mut model, &Scope::All, previous).await,
+                    Ok(()) => {
+                        self.snapshot_locked(&mut model, &Scope::All, previous)
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 match res {
@@ -277,7 +280,10 @@ impl Shadow {
         if let Some(prev) = previous.and_then(objects::parse_oid) {
             match objects::read_header(&objects, &prev) {
                 Ok(Some((kind, _))) if kind != "tree" => {
-                    return Err(corrupt(&format!("{} is a {kind}, not a tree", hex::encode(prev))))
+                    return Err(corrupt(&format!(
+                        "{} is a {kind}, not a tree",
+                        hex::encode(prev)
+                    )))
                 }
                 Ok(_) => {}
                 Err(e) => return Err(corrupt(&e.to_string())),
@@ -287,8 +293,7 @@ impl Shadow {
         // describes objects this one may not hold: start over.
         let stale = model.as_ref().is_some_and(|m| {
             m.repo_id != repo_id
-                || m
-                    .tree
+                || m.tree
                     .is_some_and(|t| !matches!(objects::read_header(&objects, &t), Ok(Some(_))))
         });
         if stale {

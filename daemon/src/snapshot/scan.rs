@@ -335,13 +335,7 @@ impl Budget<'_> {
     }
 
     /// A file that could not be read keeps its previous content in the tree.
-    fn keep_old(
-        &mut self,
-        m: &Model,
-        rel: &Path,
-        k: &[u8],
-        err: &std::io::Error,
-    ) -> Option<Entry> {
+    fn keep_old(&mut self, m: &Model, rel: &Path, k: &[u8], err: &std::io::Error) -> Option<Entry> {
         self.warn(rel, err);
         m.files.get(k).cloned()
     }
@@ -349,7 +343,11 @@ impl Budget<'_> {
 
 /// Writes the tree of `entries` (sorted full paths, all starting with a directory
 /// prefix of `prefix` bytes) and the trees under it.
-fn write_tree(store: &mut Store, entries: &[(&[u8], &Entry)], prefix: usize) -> std::io::Result<Oid> {
+fn write_tree(
+    store: &mut Store,
+    entries: &[(&[u8], &Entry)],
+    prefix: usize,
+) -> std::io::Result<Oid> {
     let mut body = Vec::with_capacity(entries.len().min(1024) * 40);
     let mut i = 0;
     while i < entries.len() {

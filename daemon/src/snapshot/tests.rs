@@ -164,7 +164,9 @@ async fn trees_match_what_git_writes() {
     let want = g.run(&["write-tree"], None).await.unwrap();
     assert_eq!(s.tree, String::from_utf8(want).unwrap().trim());
     // git reads every object back.
-    g.run(&["fsck", "--no-dangling", "--strict"], None).await.unwrap();
+    g.run(&["fsck", "--no-dangling", "--strict"], None)
+        .await
+        .unwrap();
 }
 
 /// A file tool's target alone is rescanned; ignored targets stay out of the tree, a
@@ -180,7 +182,9 @@ async fn path_scope_updates_only_the_target_and_honours_ignores() {
     fs::create_dir(ws.join("build")).unwrap();
     fs::write(ws.join("build/out.o"), "o").unwrap();
     fs::write(ws.join("x.log"), "log").unwrap();
-    let paths = ["a.txt", "build/out.o", "x.log"].map(PathBuf::from).to_vec();
+    let paths = ["a.txt", "build/out.o", "x.log"]
+        .map(PathBuf::from)
+        .to_vec();
     let s2 = sh
         .snapshot(Scope::Paths(paths), Some(&s1.tree))
         .await
