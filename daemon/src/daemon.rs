@@ -73,6 +73,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
             max_message_bytes: registry.config.max_message_bytes,
             shutdown: stop_serving.clone(),
             connections: registry.connections.clone(),
+            direct: Some(std::sync::Arc::new(api::DirectCalls::new(registry.clone()))),
         }
         .run(),
     );
