@@ -7,7 +7,7 @@
 //! Transport: stdin is read line by line by one loop. `initialize` is answered inline, so
 //! requests pipelined right behind it are already accepted; every other request runs in
 //! its own task, so `session/cancel` and permission answers are read while a prompt
-//! streams. All output goes through one writer task that owns stdout; nothing else
+//! streams. All output goes through one writer thread that owns stdout; nothing else
 //! writes there (diagnostics go to stderr). The schema types are written out by hand
 //! from ACP's JSON schema (see `bridge`), and the Rust tests and the node client test
 //! check every frame against that schema.
@@ -20,7 +20,7 @@ use bridge::{Bridge, RpcErr};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -59,15 +59,18 @@ impl Out {
     }
 }
 
-async fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
-    let mut stdout = tokio::io::stdout();
+/// The writer thread: owns stdout and writes with plain blocking writes, coalescing
+/// what is already queued (a load replay) into one write of up to 4 MiB.
+fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
     let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(line) = rx.recv().await {
+    while let Some(line) = rx.blocking_recv() {
         buf.clear();
         buf.extend_from_slice(line.as_bytes());
         buf.push(b'\n');
-        // Coalesce what is already queued (a load replay) into one write.
-        while buf.len() < 1024 * 1024 {
+        drop(line);
+        while buf.len() < 4 * 1024 * 1024 {
             match rx.try_recv() {
                 Ok(l) => {
                     buf.extend_from_slice(l.as_bytes());
@@ -76,8 +79,21 @@ async fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
                 Err(_) => break,
             }
         }
-        if stdout.write_all(&buf).await.is_err() || stdout.flush().await.is_err() {
+        if stdout.write_all(&buf).is_err() || stdout.flush().is_err() {
             break;
+        }
+    }
+}
+
+/// A pipe to the client holds 64 KiB by default, so a load replay of many megabytes
+/// would hand over to the reader every 64 KiB; 1 MiB (the unprivileged maximum) makes
+/// that sixteen times rarer. Not a pipe, or refused: left as it is.
+fn widen_stdout_pipe() {
+    // SAFETY: fstat and fcntl on fd 1 with valid arguments; failures are ignored.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(1, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO {
+            let _ = libc::fcntl(1, libc::F_SETPIPE_SZ, 1024 * 1024);
         }
     }
 }
@@ -89,7 +105,8 @@ pub async fn run(target: Target, args: &AcpArgs) -> i32 {
         return 2;
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_loop(rx));
+    widen_stdout_pipe();
+    let writer = tokio::task::spawn_blocking(move || write_loop(rx));
     let bridge = Arc::new(Bridge::new(target, args.clone(), Out(tx)));
     let mut tasks = JoinSet::new();
     let mut stdin = BufReader::with_capacity(256 * 1024, tokio::io::stdin());
