@@ -274,3 +274,52 @@ fn closed_subscriber_connections_are_released() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// An events page whose response would exceed `max_message_bytes` is cut short with
+/// `next_after_seq` (rather than failing), so paging still reads every event once.
+#[test]
+fn events_pages_fit_max_message_bytes() {
+    const MAX: usize = 64 * 1024;
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&format!("max_message_bytes = {MAX}\n"))
+        .start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+    for i in 0..40 {
+        let text = format!("{i} {}", "x".repeat(8 * 1024));
+        c.call_ok(
+            "agentd/append",
+            json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": text}}]}),
+        );
+    }
+    let mut after: Option<u64> = None;
+    let mut seqs = Vec::new();
+    let mut pages = 0;
+    loop {
+        let mut q = json!({"session_id": sid, "limit": 1000});
+        if let Some(a) = after {
+            q["after_seq"] = json!(a);
+        }
+        let line_len = {
+            let r = c.call("agentd/events", q);
+            assert!(r.get("result").is_some(), "{r}");
+            let len = r.to_string().len();
+            let page = &r["result"];
+            for e in page["events"].as_array().unwrap() {
+                seqs.push(e["seq"].as_u64().unwrap());
+            }
+            after = page["next_after_seq"].as_u64();
+            len
+        };
+        assert!(line_len <= MAX, "a page of {line_len} bytes");
+        pages += 1;
+        if after.is_none() {
+            break;
+        }
+    }
+    assert!(pages >= 5, "{pages} pages");
+    let n = seqs.len() as u64;
+    assert_eq!(seqs, (0..n).collect::<Vec<u64>>());
+    assert_eq!(n, 41, "session_started and the 40 messages");
+}
