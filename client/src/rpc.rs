@@ -340,12 +340,27 @@ mod tests {
         };
         // Canonical form: handed over whole; other key orders: parsed to route.
         let canonical = r(r#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#);
-        assert!(matches!(&canonical, Routed::Response { id: 3, result: Ok(Reply::Line(_)) }));
+        assert!(matches!(
+            &canonical,
+            Routed::Response {
+                id: 3,
+                result: Ok(Reply::Line(_))
+            }
+        ));
         assert_eq!(result(canonical).unwrap(), json!({"a":1}));
         let other = r(r#"{"id":3,"jsonrpc":"2.0","result":{"a":1}}"#);
-        assert!(matches!(&other, Routed::Response { id: 3, result: Ok(Reply::Result(_)) }));
+        assert!(matches!(
+            &other,
+            Routed::Response {
+                id: 3,
+                result: Ok(Reply::Result(_))
+            }
+        ));
         assert_eq!(result(other).unwrap(), json!({"a":1}));
-        assert_eq!(result(r(r#"{"jsonrpc":"2.0","id":6,"result":null}"#)).unwrap(), Value::Null);
+        assert_eq!(
+            result(r(r#"{"jsonrpc":"2.0","id":6,"result":null}"#)).unwrap(),
+            Value::Null
+        );
         for line in [
             r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"m","data":{"kind":"busy","details":{"x":1}}}}"#,
             r#"{"id":4,"jsonrpc":"2.0","error":{"code":-32000,"message":"m","data":{"kind":"busy","details":{"x":1}}}}"#,
@@ -354,11 +369,15 @@ mod tests {
             assert_eq!(e.kind, ErrorKind::Busy);
             assert_eq!(e.details, json!({"x":1}));
         }
-        let e = result(r(r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"bad"}}"#))
-            .unwrap_err();
+        let e = result(r(
+            r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"bad"}}"#,
+        ))
+        .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgs);
         assert_eq!(
-            r(r#"{"jsonrpc":"2.0","method":"agentd/event","params":{"subscription":1,"result":{}}}"#),
+            r(
+                r#"{"jsonrpc":"2.0","method":"agentd/event","params":{"subscription":1,"result":{}}}"#
+            ),
             Routed::Incoming(Incoming::Notification {
                 method: "agentd/event".into(),
                 params: json!({"subscription":1,"result":{}})
@@ -381,7 +400,10 @@ mod tests {
             })
         );
         assert_eq!(r("not json"), Routed::Ignored);
-        assert_eq!(r(r#"{"jsonrpc":"2.0","id":"x","result":1}"#), Routed::Ignored);
+        assert_eq!(
+            r(r#"{"jsonrpc":"2.0","id":"x","result":1}"#),
+            Routed::Ignored
+        );
     }
 
     #[tokio::test]

@@ -626,7 +626,10 @@ fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
         .iter()
         .map(|e| e["data"]["stop_reason"].clone())
         .collect();
-    assert_eq!(ended, vec![json!("max_tokens"), json!("refusal"), Value::Null]);
+    assert_eq!(
+        ended,
+        vec![json!("max_tokens"), json!("refusal"), Value::Null]
+    );
     // A fresh bridge replays the session (the field does not disturb the replay).
     let mut b = Acp::spawn(&d, &[]);
     b.initialize();
@@ -703,7 +706,10 @@ fn undo_diff_and_revert_reach_the_workspace_snapshots() {
 
     let id = prompt(&mut a, &sid, "/undo");
     let (_, notes) = a.response(id, WAIT);
-    assert!(chunk_text(&notes).starts_with("Nothing to undo"), "{notes:?}");
+    assert!(
+        chunk_text(&notes).starts_with("Nothing to undo"),
+        "{notes:?}"
+    );
     for input in ["one", "two", "just talk"] {
         let id = prompt(&mut a, &sid, input);
         a.response(id, WAIT);
@@ -713,21 +719,30 @@ fn undo_diff_and_revert_reach_the_workspace_snapshots() {
     // Native diff over the extension method, native params and result.
     let (r, _) = a.call("_agentd/diff", json!({"session_id": sid}), WAIT);
     assert_eq!(r["files"][0]["path"], "a.txt", "{r}");
-    assert!(r["diff"].as_str().unwrap().contains("-orig\n+agent2\n"), "{r}");
+    assert!(
+        r["diff"].as_str().unwrap().contains("-orig\n+agent2\n"),
+        "{r}"
+    );
 
     // /undo reverts the last turn that changed files ("two"), not the chatty one after it.
     let id = prompt(&mut a, &sid, "/undo");
     let (r, notes) = a.response(id, WAIT);
     assert_eq!(r["result"]["stopReason"], "end_turn");
     let text = chunk_text(&notes);
-    assert!(text.starts_with("Reverted the file changes of turn"), "{text}");
+    assert!(
+        text.starts_with("Reverted the file changes of turn"),
+        "{text}"
+    );
     assert!(text.contains("`a.txt`"), "{text}");
     assert_eq!(read(), "agent1\n");
     let evs = log_events(&d, &sid);
     assert_eq!(of_type(&evs, "workspace_revert").len(), 1);
     let id = prompt(&mut a, &sid, "/undo");
     let (_, notes) = a.response(id, WAIT);
-    assert!(chunk_text(&notes).starts_with("Nothing to undo"), "{notes:?}");
+    assert!(
+        chunk_text(&notes).starts_with("Nothing to undo"),
+        "{notes:?}"
+    );
 
     // A file edited outside the session since is a conflict: reported, nothing touched.
     let id = prompt(&mut a, &sid, "three");
@@ -737,12 +752,17 @@ fn undo_diff_and_revert_reach_the_workspace_snapshots() {
     let (r, notes) = a.response(id, WAIT);
     assert_eq!(r["result"]["stopReason"], "end_turn");
     let text = chunk_text(&notes);
-    assert!(text.starts_with("Not reverted: `a.txt` changed outside"), "{text}");
+    assert!(
+        text.starts_with("Not reverted: `a.txt` changed outside"),
+        "{text}"
+    );
     assert_eq!(read(), "user edit\n");
 
     // _agentd/revert: native params (a dry run that would force), native result.
     let evs = log_events(&d, &sid);
-    let start = of_type(&evs, "turn_started").last().unwrap()["seq"].as_u64().unwrap();
+    let start = of_type(&evs, "turn_started").last().unwrap()["seq"]
+        .as_u64()
+        .unwrap();
     let (r, _) = a.call(
         "_agentd/revert",
         json!({"session_id": sid, "to_seq": start - 1, "dry_run": true, "force": true}),

@@ -860,7 +860,11 @@ fn output_limits_and_refusals_are_recorded_on_the_turn_end() {
         chat_stop("Fine.", "stop"),
     ]);
     let (resp, resp_srv) = sse_server(vec![
-        responses_stop(text_item("It was a dark"), "incomplete", Some("max_output_tokens")),
+        responses_stop(
+            text_item("It was a dark"),
+            "incomplete",
+            Some("max_output_tokens"),
+        ),
         responses_stop(refusal_item, "completed", None),
         responses_stop(text_item("Filtered"), "incomplete", Some("content_filter")),
     ]);

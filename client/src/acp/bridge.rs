@@ -890,11 +890,7 @@ impl Bridge {
         let status = result["status"].as_str().unwrap_or("");
         let stop = match status {
             "completed" if result["reason"] == "max_iterations" => "max_turn_requests",
-            "completed" => map::stop_reason(
-                Some(status),
-                result["stop_reason"].as_str(),
-                &live,
-            ),
+            "completed" => map::stop_reason(Some(status), result["stop_reason"].as_str(), &live),
             "interrupted" => "cancelled",
             _ if cancelled.is_set() => "cancelled",
             _ => {

@@ -606,16 +606,41 @@ mod tests {
     #[test]
     fn the_raw_replay_path_equals_the_value_path() {
         let ws = Path::new("/w");
-        let prefix = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":"#;
+        let prefix =
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":"#;
         let events = [
             ev(1, "user_message", json!({"text": "hi \"there\"\n"})),
-            ev(2, "tool_call", json!({"call_id":"c1","name":"read_file","args":{"path":"a.rs"}})),
-            ev(3, "tool_result", json!({"call_id":"c1","ok":true,"output":"fn a() {}\n\t\u{1} é"})),
-            ev(4, "tool_result", json!({"call_id":"c2","ok":true,"output":"","exit_code":0})),
-            ev(5, "tool_result", json!({"call_id":"c3","ok":false,"error":{"kind":"timeout","message":"slow"},"exit_code":null})),
-            ev(6, "tool_result", json!({"call_id":"c4","ok":true,"output":"x","resource":{"uri":"file:///a"}})),
+            ev(
+                2,
+                "tool_call",
+                json!({"call_id":"c1","name":"read_file","args":{"path":"a.rs"}}),
+            ),
+            ev(
+                3,
+                "tool_result",
+                json!({"call_id":"c1","ok":true,"output":"fn a() {}\n\t\u{1} é"}),
+            ),
+            ev(
+                4,
+                "tool_result",
+                json!({"call_id":"c2","ok":true,"output":"","exit_code":0}),
+            ),
+            ev(
+                5,
+                "tool_result",
+                json!({"call_id":"c3","ok":false,"error":{"kind":"timeout","message":"slow"},"exit_code":null}),
+            ),
+            ev(
+                6,
+                "tool_result",
+                json!({"call_id":"c4","ok":true,"output":"x","resource":{"uri":"file:///a"}}),
+            ),
             ev(7, "turn_ended", json!({"turn_id":"t"})),
-            ev(8, "provider_usage", json!({"usage":{"total_tokens":5},"context_window":10})),
+            ev(
+                8,
+                "provider_usage",
+                json!({"usage":{"total_tokens":5},"context_window":10}),
+            ),
             ev(9, "user_message", json!("not an object")),
             ev(10, "tool_result", json!([1, {"call_id": "c9"}])),
             ev(11, "assistant_message", json!({"text": "a", "text": "b"})),
@@ -655,7 +680,11 @@ mod tests {
         l.on_event(&ev(6, "turn_ended", json!({"turn_id":"t0"})), ws);
         assert!(!l.ended);
         l.on_event(
-            &ev(7, "turn_ended", json!({"turn_id":"t1","stop_reason":"refusal"})),
+            &ev(
+                7,
+                "turn_ended",
+                json!({"turn_id":"t1","stop_reason":"refusal"}),
+            ),
             ws,
         );
         assert!(l.ended);
@@ -664,6 +693,9 @@ mod tests {
             stop_reason(Some("completed"), Some("max_tokens"), &l),
             "max_tokens"
         );
-        assert_eq!(stop_reason(Some("completed"), None, &Live::default()), "end_turn");
+        assert_eq!(
+            stop_reason(Some("completed"), None, &Live::default()),
+            "end_turn"
+        );
     }
 }

@@ -360,9 +360,11 @@ impl Player<'_> {
             output,
             usage,
             model,
-            stop_reason: Some(step.stop_reason.clone().unwrap_or_else(|| {
-                if has_calls { "tool_calls" } else { "stop" }.to_string()
-            })),
+            stop_reason: Some(
+                step.stop_reason
+                    .clone()
+                    .unwrap_or_else(|| if has_calls { "tool_calls" } else { "stop" }.to_string()),
+            ),
         })
     }
 }
