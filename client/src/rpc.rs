@@ -56,6 +56,13 @@ struct Env<T> {
 impl Reply {
     /// The result as `T` (which may borrow from the reply), or the error the response
     /// carries (`data.kind` gives the contract kind).
+    /// Length of the JSON text held.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Reply::Line(t) | Reply::Result(t) => t.len(),
+        }
+    }
+
     pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T, AgentError> {
         let bad = |e: serde_json::Error| AgentError::internal(format!("bad response: {e}"));
         match self {
@@ -296,15 +303,18 @@ async fn read_loop(
     waiters: Waiters,
     incoming: mpsc::UnboundedSender<Incoming>,
 ) {
-    let mut line = String::new();
+    // Each line is handed over as it is (no copy); the next one starts with room for
+    // as much, so a run of large pages does not grow a buffer from nothing each time.
+    let mut hint = 4096usize;
     loop {
-        line.clear();
+        let mut line = String::with_capacity(hint);
         match reader.read_line(&mut line).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let text = line.trim_end().to_string();
-        match route(text) {
+        hint = line.len().clamp(4096, 64 * 1024 * 1024);
+        line.truncate(line.trim_end().len());
+        match route(line) {
             Routed::Response { id, result } => {
                 let waiter = waiters.lock().ok().and_then(|mut w| w.remove(&id));
                 if let Some(tx) = waiter {

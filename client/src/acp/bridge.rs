@@ -656,7 +656,8 @@ impl Bridge {
                 }
             };
             let map_page = async {
-                let mut block = String::with_capacity(2 * 1024 * 1024);
+                // Tool outputs appear twice in their updates: room for that up front.
+                let mut block = String::with_capacity(reply.text_len() * 2 + 4096);
                 for ev in &page.events {
                     map::replay_raw(ev, ws, &prefix, &mut block);
                 }

@@ -59,28 +59,42 @@ impl Out {
     }
 }
 
-/// The writer thread: owns stdout and writes with plain blocking writes, coalescing
-/// what is already queued (a load replay) into one write of up to 4 MiB.
+/// The writer thread: owns stdout and writes with plain blocking writes. Small messages
+/// already queued are coalesced into one write; a large one (a page of a load replay)
+/// is written as it is, without a copy.
 fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
     use std::io::Write;
+    const LARGE: usize = 64 * 1024;
     let mut stdout = std::io::stdout().lock();
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(line) = rx.blocking_recv() {
-        buf.clear();
-        buf.extend_from_slice(line.as_bytes());
-        buf.push(b'\n');
-        drop(line);
-        while buf.len() < 4 * 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(l) => {
-                    buf.extend_from_slice(l.as_bytes());
-                    buf.push(b'\n');
+    let mut buf: Vec<u8> = Vec::with_capacity(LARGE);
+    let mut next = rx.blocking_recv();
+    while let Some(item) = next.take() {
+        let ok = if item.len() >= LARGE {
+            stdout.write_all(item.as_bytes()).is_ok() && stdout.write_all(b"\n").is_ok()
+        } else {
+            buf.clear();
+            buf.extend_from_slice(item.as_bytes());
+            buf.push(b'\n');
+            while buf.len() < LARGE {
+                match rx.try_recv() {
+                    Ok(l) if l.len() >= LARGE => {
+                        next = Some(l);
+                        break;
+                    }
+                    Ok(l) => {
+                        buf.extend_from_slice(l.as_bytes());
+                        buf.push(b'\n');
+                    }
+                    Err(_) => break,
                 }
-                Err(_) => break,
             }
-        }
-        if stdout.write_all(&buf).is_err() || stdout.flush().is_err() {
+            stdout.write_all(&buf).is_ok()
+        };
+        if !ok || stdout.flush().is_err() {
             break;
+        }
+        if next.is_none() {
+            next = rx.blocking_recv();
         }
     }
 }
