@@ -183,7 +183,16 @@ impl ScriptProvider {
         cancel: CancellationToken,
     ) -> Result<ProviderResponse, ProviderFailure> {
         let path = self.script_path(&req.model).map_err(ProviderFailure::new)?;
-        let script = load(&path).map_err(ProviderFailure::new)?;
+        // A script file is read and parsed on the blocking pool, like any file.
+        let script = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || load(&path))
+                .await
+                .map_err(|e| {
+                    ProviderFailure::new(AgentError::internal(format!("script task: {e}")))
+                })?
+                .map_err(ProviderFailure::new)?
+        };
         let (user_text, k) = position(&req.items);
         let rule = choose_rule(&script, user_text).ok_or_else(|| {
             ProviderFailure::new(AgentError::new(

@@ -114,7 +114,14 @@ pub(super) async fn run(
                 )
             })
             .await?;
-        let tools = tool_context(&turns.registry, &sid, &workspace, &spec, &running.cancel)?;
+        let tools = tool_context(
+            &turns.registry,
+            &sid,
+            workspace.clone(),
+            &spec,
+            &running.cancel,
+        )
+        .await?;
         let res = h
             .append(
                 vec![
@@ -182,14 +189,17 @@ pub(super) async fn run(
     ))
 }
 
-fn tool_context(
+async fn tool_context(
     registry: &Registry,
     sid: &str,
-    workspace: &str,
+    workspace: String,
     spec: &TurnSpec,
     cancel: &CancellationToken,
 ) -> Result<ToolContext, AgentError> {
-    let mut ctx = ToolContext::new(workspace, registry.home.resources_dir(sid)?)?;
+    let resources = registry.home.resources_dir(sid)?;
+    // Canonicalizing the workspace walks the filesystem: off the runtime's workers.
+    let mut ctx =
+        crate::filesystem::blocking(move || ToolContext::new(workspace, resources)).await??;
     ctx.cancel = cancel.clone();
     ctx.shell_env_remove = spec.env_remove.clone();
     ctx.redact = spec.secrets.clone();
@@ -267,7 +277,7 @@ impl Runner<'_> {
         let ctx_mode = self.spec.permission_mode.as_str();
         let model = self.spec.model.clone();
         self.h
-            .query(move |st| {
+            .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
                 st.fold.replay(&ctx)
             })
