@@ -227,7 +227,10 @@ impl Shadow {
                 *model = None;
                 let res = match self.rebuild().await {
                     // A fresh repository: rescan everything, whatever the scope was.
-                    Ok(()) => self.snapshot_locked(&mut model, &Scope::All, previous).await,
+                    Ok(()) => {
+                        self.snapshot_locked(&mut model, &Scope::All, previous)
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 match res {
@@ -277,7 +280,10 @@ impl Shadow {
         if let Some(prev) = previous.and_then(objects::parse_oid) {
             match objects::read_header(&objects, &prev) {
                 Ok(Some((kind, _))) if kind != "tree" => {
-                    return Err(corrupt(&format!("{} is a {kind}, not a tree", hex::encode(prev))))
+                    return Err(corrupt(&format!(
+                        "{} is a {kind}, not a tree",
+                        hex::encode(prev)
+                    )))
                 }
                 Ok(_) => {}
                 Err(e) => return Err(corrupt(&e.to_string())),
@@ -287,8 +293,7 @@ impl Shadow {
         // describes objects this one may not hold: start over.
         let stale = model.as_ref().is_some_and(|m| {
             m.repo_id != repo_id
-                || m
-                    .tree
+                || m.tree
                     .is_some_and(|t| !matches!(objects::read_header(&objects, &t), Ok(Some(_))))
         });
         if stale {
@@ -306,10 +311,10 @@ impl Shadow {
             let res = match &scope {
                 Scope::Paths(p) => match m.scan_paths(&ws, exclude.as_deref(), p, &cfg) {
                     Ok(Some(o)) => Ok(o),
-                    Ok(None) => m.scan_all(&ws, &cfg),
+                    Ok(None) => m.scan_all(&ws, exclude.as_deref(), &cfg),
                     Err(e) => Err(e),
                 },
-                Scope::All => m.scan_all(&ws, &cfg),
+                Scope::All => m.scan_all(&ws, exclude.as_deref(), &cfg),
             };
             (m, res)
         })

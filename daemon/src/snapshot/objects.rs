@@ -63,10 +63,8 @@ impl Store {
         if !path.is_file() {
             let dir = path.parent().unwrap_or(&self.objects);
             std::fs::create_dir_all(dir)?;
-            let mut enc = ZlibEncoder::new(
-                Vec::with_capacity(body.len() / 2 + 64),
-                Compression::fast(),
-            );
+            let mut enc =
+                ZlibEncoder::new(Vec::with_capacity(body.len() / 2 + 64), Compression::fast());
             enc.write_all(format!("{kind} {}\0", body.len()).as_bytes())?;
             enc.write_all(body)?;
             let data = enc.finish()?;

@@ -164,7 +164,9 @@ async fn trees_match_what_git_writes() {
     let want = g.run(&["write-tree"], None).await.unwrap();
     assert_eq!(s.tree, String::from_utf8(want).unwrap().trim());
     // git reads every object back.
-    g.run(&["fsck", "--no-dangling", "--strict"], None).await.unwrap();
+    g.run(&["fsck", "--no-dangling", "--strict"], None)
+        .await
+        .unwrap();
 }
 
 /// A file tool's target alone is rescanned; ignored targets stay out of the tree, a
@@ -180,7 +182,9 @@ async fn path_scope_updates_only_the_target_and_honours_ignores() {
     fs::create_dir(ws.join("build")).unwrap();
     fs::write(ws.join("build/out.o"), "o").unwrap();
     fs::write(ws.join("x.log"), "log").unwrap();
-    let paths = ["a.txt", "build/out.o", "x.log"].map(PathBuf::from).to_vec();
+    let paths = ["a.txt", "build/out.o", "x.log"]
+        .map(PathBuf::from)
+        .to_vec();
     let s2 = sh
         .snapshot(Scope::Paths(paths), Some(&s1.tree))
         .await
@@ -227,4 +231,52 @@ async fn missing_workspace_is_an_error_not_a_panic() {
     let e = sh.snapshot(Scope::All, None).await.unwrap_err();
     assert_eq!(e.error.kind(), "workspace_missing");
     assert!(e.rebuilt.is_none());
+}
+
+/// After each kind of change a shell command makes (new, changed, deleted, renamed
+/// files; directories created, moved away, deleted; mode changes; an ignored directory),
+/// the tree from the watched changes is the one git writes for the same files.
+#[tokio::test]
+async fn watched_changes_give_the_tree_git_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_t, ws, sh) = setup();
+    fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+    for d in ["a", "a/b", "c"] {
+        fs::create_dir_all(ws.join(d)).unwrap();
+        fs::write(ws.join(d).join("f.txt"), d).unwrap();
+    }
+    let mut prev = sh.snapshot(Scope::All, None).await.unwrap().tree;
+    type Step = Box<dyn Fn(&Path)>;
+    let steps: Vec<Step> = vec![
+        Box::new(|w| fs::write(w.join("a/new.txt"), "new").unwrap()),
+        Box::new(|w| fs::write(w.join("a/b/f.txt"), "changed").unwrap()),
+        Box::new(|w| fs::remove_file(w.join("c/f.txt")).unwrap()),
+        Box::new(|w| fs::rename(w.join("a/new.txt"), w.join("renamed.txt")).unwrap()),
+        Box::new(|w| {
+            fs::create_dir_all(w.join("n/m")).unwrap();
+            fs::write(w.join("n/m/deep.txt"), "deep").unwrap();
+        }),
+        Box::new(|w| fs::rename(w.join("a"), w.join("moved")).unwrap()),
+        Box::new(|w| fs::write(w.join("moved/b/after-move.txt"), "x").unwrap()),
+        Box::new(|w| fs::remove_dir_all(w.join("n")).unwrap()),
+        Box::new(|w| {
+            fs::set_permissions(w.join("renamed.txt"), fs::Permissions::from_mode(0o755)).unwrap()
+        }),
+        Box::new(|w| {
+            fs::create_dir_all(w.join("target/debug")).unwrap();
+            fs::write(w.join("target/debug/out"), "ignored").unwrap();
+        }),
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&ws);
+        let s = sh.snapshot(Scope::All, Some(&prev)).await.unwrap();
+        let g = sh
+            .git
+            .with_index(sh.git_dir().join(format!("index.check{i}")));
+        g.run(&["add", "-A"], None).await.unwrap();
+        let want = g.run(&["write-tree"], None).await.unwrap();
+        assert_eq!(s.tree, String::from_utf8(want).unwrap().trim(), "step {i}");
+        assert!(!s.previous_missing, "step {i}: the previous tree is known");
+        prev = s.tree;
+    }
 }
