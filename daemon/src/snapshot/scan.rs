@@ -154,14 +154,16 @@ impl Model {
         }
     }
 
-    /// Rescans the whole workspace.
+    /// Rescans the whole workspace; with `watched`, only what the watch saw change when
+    /// it can stand for a full rescan.
     pub fn scan_all(
         &mut self,
         ws: &Path,
         exclude: Option<&Path>,
         cfg: &SnapshotConfig,
+        watched: bool,
     ) -> std::io::Result<Outcome> {
-        if self.tree.is_some() {
+        if watched && self.tree.is_some() {
             if let Some(out) = self.scan_watched(ws, exclude, cfg)? {
                 return Ok(out);
             }
@@ -227,7 +229,8 @@ impl Model {
                 return Ok(());
             }
         };
-        let mut entries: Vec<(std::ffi::OsString, std::fs::FileType)> = Vec::new();
+        let mut entries: Vec<(std::ffi::OsString, std::fs::FileType, std::fs::DirEntry)> =
+            Vec::new();
         for e in rd {
             let Ok(e) = e else { continue };
             let name = e.file_name();
@@ -235,13 +238,13 @@ impl Model {
                 continue;
             }
             if let Ok(ft) = e.file_type() {
-                entries.push((name, ft));
+                entries.push((name, ft, e));
             }
         }
         entries.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
         let pushed = match entries
             .iter()
-            .find(|(n, ft)| n == ".gitignore" && ft.is_file())
+            .find(|(n, ft, _)| n == ".gitignore" && ft.is_file())
         {
             Some(_) => match self.ignore_file(&dir.join(".gitignore"), dir) {
                 Some(g) => {
@@ -253,24 +256,24 @@ impl Model {
             None => false,
         };
         let base = rel.len();
-        for (name, ft) in entries {
+        for (name, ft, entry) in entries {
             let is_dir = ft.is_dir();
             if !(is_dir || ft.is_file() || ft.is_symlink()) {
                 continue;
             }
-            let path = dir.join(&name);
-            if !stack.is_empty() && ignored_by(stack, &path, is_dir) {
+            if !stack.is_empty() && ignored_by(stack, &dir.join(&name), is_dir) {
                 continue;
             }
             rel.truncate(base);
             rel.extend_from_slice(name.as_bytes());
             if is_dir {
                 rel.push(b'/');
-                self.walk(&path, rel, stack, changed, b)?;
+                self.walk(&dir.join(&name), rel, stack, changed, b)?;
                 continue;
             }
             let gen = self.generation;
-            let meta = match std::fs::symlink_metadata(&path) {
+            // Relative to the open directory, never following a symlink.
+            let meta = match entry.metadata() {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
@@ -497,6 +500,13 @@ impl Model {
         exclude: Option<&Path>,
         cfg: &SnapshotConfig,
     ) -> std::io::Result<Option<Outcome>> {
+        // The exclude file lives in `.git`, which is not watched.
+        if let Some(x) = exclude {
+            let now = std::fs::metadata(x).ok().map(|m| Stat::of(&m));
+            if now != self.ignores.get(x).map(|(s, _)| *s) {
+                return Ok(None);
+            }
+        }
         let mut files: std::collections::BTreeSet<Vec<u8>> = Default::default();
         let mut dirs: std::collections::BTreeSet<Vec<u8>> = Default::default();
         {

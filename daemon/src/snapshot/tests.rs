@@ -269,7 +269,7 @@ async fn watched_changes_give_the_tree_git_writes() {
     ];
     for (i, step) in steps.iter().enumerate() {
         step(&ws);
-        let s = sh.snapshot(Scope::All, Some(&prev)).await.unwrap();
+        let s = sh.snapshot(Scope::Changed, Some(&prev)).await.unwrap();
         let g = sh
             .git
             .with_index(sh.git_dir().join(format!("index.check{i}")));
