@@ -32,7 +32,8 @@ pub enum Incoming {
     },
 }
 
-type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, AgentError>>>>>;
+/// A response's `result` as its JSON text, parsed by whoever waits for it.
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<String, AgentError>>>>>;
 
 /// One connection to the daemon.
 pub struct Conn {
@@ -66,7 +67,11 @@ impl Conn {
         let (read, write) = stream.into_split();
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let (tx, rx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_loop(BufReader::new(read), waiters.clone(), tx));
+        let reader = tokio::spawn(read_loop(
+            BufReader::with_capacity(256 * 1024, read),
+            waiters.clone(),
+            tx,
+        ));
         Ok(Conn {
             writer: tokio::sync::Mutex::new(write),
             waiters,
@@ -101,6 +106,14 @@ impl Conn {
     /// Calls `method` with `params` (an object) and returns its `result`, or the error
     /// rebuilt from the JSON-RPC error object (`data.kind` gives the contract kind).
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, AgentError> {
+        let raw = self.call_raw(method, params).await?;
+        serde_json::from_str(&raw)
+            .map_err(|e| AgentError::internal(format!("{method}: result is not JSON: {e}")))
+    }
+
+    /// [`Conn::call`] returning the `result` as JSON text, for callers that read large
+    /// results (event pages) with borrowed types instead of a `Value` tree.
+    pub async fn call_raw(&self, method: &str, params: Value) -> Result<String, AgentError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut w) = self.waiters.lock() {
@@ -171,39 +184,50 @@ pub fn error_from_object(err: &Value) -> AgentError {
 /// What one incoming line is.
 #[derive(Debug, PartialEq)]
 pub enum Routed {
+    /// A response; `result` is the result's JSON text.
     Response {
         id: u64,
-        result: Result<Value, AgentError>,
+        result: Result<String, AgentError>,
     },
     Incoming(Incoming),
     /// A response whose id is not ours, or a line that is not a message; dropped.
     Ignored,
 }
 
+/// The envelope of one incoming message. `result` stays JSON text: a page of events can
+/// be megabytes, and its reader parses it with borrowed types.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default, borrow)]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
 /// Classifies one line from the daemon (pure, so it is unit-tested).
 pub fn route(line: &str) -> Routed {
-    let Ok(mut v) = serde_json::from_str::<Value>(line) else {
+    let Ok(v) = serde_json::from_str::<Envelope>(line) else {
         return Routed::Ignored;
     };
-    let method = v.get("method").and_then(Value::as_str).map(str::to_string);
-    let params = v.get("params").cloned().unwrap_or(Value::Null);
-    match (method, v.get("id")) {
-        (Some(method), None) | (Some(method), Some(Value::Null)) => {
-            Routed::Incoming(Incoming::Notification { method, params })
-        }
-        (Some(method), Some(id)) => Routed::Incoming(Incoming::Request {
-            id: id.clone(),
-            method,
-            params,
-        }),
+    let params = v.params.unwrap_or(Value::Null);
+    match (v.method, v.id) {
+        (Some(method), None) => Routed::Incoming(Incoming::Notification { method, params }),
+        (Some(method), Some(id)) => Routed::Incoming(Incoming::Request { id, method, params }),
         (None, Some(id)) => {
             let Some(id) = id.as_u64() else {
                 return Routed::Ignored;
             };
-            // Take the result rather than clone it: a page of events can be megabytes.
-            let result = match v.get("error") {
+            let result = match &v.error {
                 Some(err) => Err(error_from_object(err)),
-                None => Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+                None => Ok(v
+                    .result
+                    .map_or_else(|| "null".to_string(), |r| r.get().to_string())),
             };
             Routed::Response { id, result }
         }
@@ -254,7 +278,7 @@ mod tests {
             route(r#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#),
             Routed::Response {
                 id: 3,
-                result: Ok(json!({"a":1}))
+                result: Ok(r#"{"a":1}"#.to_string())
             }
         );
         let Routed::Response {

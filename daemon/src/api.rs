@@ -17,14 +17,13 @@ use crate::turn::TurnManager;
 use agentd_proto::event::{new_event_id, now_ts};
 use agentd_proto::rpc::*;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params, Request};
 use jsonrpsee::{Extensions, Methods, PendingSubscriptionSink, RpcModule};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::io::Write;
-use std::path::Path;
 
 pub use crate::filesystem::check_workspace;
 use std::sync::Arc;
@@ -41,8 +40,122 @@ pub struct Api {
 }
 
 pub fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
-    let text = params.as_str().unwrap_or("{}");
+    parse_str(params.as_str().unwrap_or("{}"))
+}
+
+fn parse_str<T: DeserializeOwned>(text: &str) -> Result<T, AgentError> {
     serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
+}
+
+/// Where a direct call's response object (its text) goes; called once, from any thread.
+pub type Respond = Box<dyn FnOnce(String) + Send>;
+
+/// The calls the transport hands straight to their session instead of the generic
+/// per-call task: `agentd/append`. Its params are parsed once, the drafts go to the
+/// session actor from the connection's reader, and the session's writer thread writes
+/// the response text (`{"jsonrpc","id","result"|"error"}`, exactly what the method
+/// table would answer) right after the commit, serialized once.
+pub struct DirectCalls {
+    registry: Arc<Registry>,
+}
+
+impl DirectCalls {
+    pub fn new(registry: Arc<Registry>) -> DirectCalls {
+        DirectCalls { registry }
+    }
+
+    /// Whether `method` is answered here rather than by the method table.
+    pub fn takes(&self, name: &str) -> bool {
+        name == method::APPEND
+    }
+
+    /// Takes `req` if it is a direct method; otherwise hands `respond` back.
+    pub fn try_call(&self, req: &Request<'_>, respond: Respond) -> Result<(), Respond> {
+        if !self.takes(&req.method) {
+            return Err(respond);
+        }
+        let mut head = String::with_capacity(64);
+        head.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        // An Id is a number, a string or null: it always serializes.
+        if let Ok(id) = serde_json::to_string(&req.id) {
+            head.push_str(&id);
+        }
+        let answer = Answer {
+            head: Some(head),
+            respond: Some(respond),
+        };
+        let params = req.params.as_ref().map_or("{}", |p| p.get());
+        let p: AppendParams = match parse_str(params) {
+            Ok(p) => p,
+            Err(e) => {
+                answer.send::<()>(Err(e));
+                return Ok(());
+            }
+        };
+        let done: crate::session::AppendDone = Box::new(move |res| answer.send(res));
+        let retry = match self.registry.loaded(&p.session_id) {
+            Some(h) => match h.try_append_then(p.events, p.expect_seq, done) {
+                Ok(()) => return Ok(()),
+                Err(back) => back,
+            },
+            None => (p.events, done),
+        };
+        // Not loaded, evicted, or its queue is full: wait for it in a task of its own,
+        // never in the connection's reader.
+        let (registry, sid, expect_seq) = (self.registry.clone(), p.session_id, p.expect_seq);
+        tokio::spawn(async move {
+            let (drafts, done) = retry;
+            match registry.get(&sid).await {
+                Ok(h) => h.append_then(drafts, expect_seq, done).await,
+                Err(e) => done(Err(e)),
+            }
+        });
+        Ok(())
+    }
+}
+
+/// One direct call's answer: its response head, and where the text goes. Dropped
+/// unanswered (an actor that died mid-command), it answers the error the method table
+/// would have given.
+struct Answer {
+    head: Option<String>,
+    respond: Option<Respond>,
+}
+
+impl Answer {
+    fn send<T: Serialize>(mut self, res: Result<T, AgentError>) {
+        self.finish(res);
+    }
+
+    fn finish<T: Serialize>(&mut self, res: Result<T, AgentError>) {
+        let (Some(mut text), Some(respond)) = (self.head.take(), self.respond.take()) else {
+            return;
+        };
+        let body = match res {
+            Ok(r) => serde_json::to_string(&r)
+                .map(|r| (r, "result"))
+                .map_err(|e| AgentError::internal(format!("serialize result: {e}"))),
+            Err(e) => Err(e),
+        };
+        let (body, key) = body.unwrap_or_else(|e| {
+            let err = serde_json::to_string(&error_object(&e)).unwrap_or_default();
+            (err, "error")
+        });
+        text.push_str(",\"");
+        text.push_str(key);
+        text.push_str("\":");
+        text.push_str(&body);
+        text.push('}');
+        respond(text);
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.finish::<()>(Err(AgentError::internal(
+            "the session's actor stopped before answering",
+        )));
+    }
 }
 
 /// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.
@@ -117,9 +230,16 @@ pub fn methods(api: Api) -> Methods {
         method::CREATE,
         |api, p: CreateParams, _| async move { create(&api.registry, p).await },
     );
-    method(&mut m, method::LIST, |api, p: ListParams, _| async move {
-        to_value(list(&api.registry, p)?)
-    });
+    method(
+        &mut m,
+        method::LIST,
+        |api, mut p: ListParams, _| async move {
+            if let Some(ws) = p.workspace.take() {
+                p.workspace = Some(crate::filesystem::canonical_or_given(ws).await);
+            }
+            to_value(list(&api.registry, p)?)
+        },
+    );
     method(
         &mut m,
         method::SHOW,
@@ -135,14 +255,25 @@ pub fn methods(api: Api) -> Methods {
             to_value(show)
         },
     );
-    method(
-        &mut m,
-        method::EVENTS,
-        |api, p: EventsParams, _| async move {
+    // Pages are written as JSON text straight from the Log's events (no copy of the
+    // events, no `Value` tree), and cut short, with `next_after_seq`, before they would
+    // exceed the response size limit.
+    let res = m.register_async_method(method::EVENTS, |params, api, _| async move {
+        let run = async {
+            let p: EventsParams = parse(&params)?;
             let h = api.registry.get(&p.session_id).await?;
-            to_value(h.query(move |st| events(st, &p)).await?)
-        },
-    );
+            let budget = api
+                .registry
+                .config
+                .max_message_bytes
+                .saturating_sub(EVENTS_ENVELOPE);
+            h.query_blocking(move |st| events(st, &p, budget)).await?
+        };
+        run.await.map_err(|e: AgentError| error_object(&e))
+    });
+    if let Err(e) = res {
+        panic!("register {}: {e}", method::EVENTS);
+    }
     method(
         &mut m,
         method::APPEND,
@@ -202,9 +333,16 @@ pub fn methods(api: Api) -> Methods {
             crate::undo::revert(r.home.root(), &r.config.snapshots, &h, p).await
         },
     );
-    method(&mut m, method::TREE, |api, p: TreeParams, _| async move {
-        to_value(crate::ops::tree(&api.registry, p)?)
-    });
+    method(
+        &mut m,
+        method::TREE,
+        |api, mut p: TreeParams, _| async move {
+            if let Some(ws) = p.workspace.take() {
+                p.workspace = Some(crate::filesystem::canonical_or_given(ws).await);
+            }
+            to_value(crate::ops::tree(&api.registry, p)?)
+        },
+    );
     method(
         &mut m,
         method::IMPORT,
@@ -273,7 +411,7 @@ fn capabilities() -> Vec<String> {
 struct Empty {}
 
 async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, AgentError> {
-    let workspace = check_workspace(&p.workspace)?;
+    let workspace = crate::filesystem::check_workspace_async(p.workspace.clone()).await?;
     let sid = match p.session_id {
         Some(id) => {
             session_id::validate(&id)?;
@@ -306,8 +444,9 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
         data,
     };
     let line = store::event_line(&ev);
-    let path2 = path.clone();
-    tokio::task::spawn_blocking(move || store::create_atomic(&path2, |f| f.write_all(&line)))
+    let st = registry.store.clone();
+    let sid2 = sid.clone();
+    tokio::task::spawn_blocking(move || st.create(&sid2, &mut |f| f.write_all(&line)))
         .await
         .map_err(|e| AgentError::internal(format!("create task: {e}")))?
         .map_err(|e| {
@@ -317,7 +456,7 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
                 e
             }
         })?;
-    registry.index_log(&sid)?;
+    registry.index_new_log(&sid).await?;
     to_value(CreateResult {
         session_id: sid,
         log_path: path.display().to_string(),
@@ -341,11 +480,8 @@ pub fn summary(meta: &SessionMeta) -> SessionSummary {
 
 fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
     let limit = p.limit.unwrap_or(100).clamp(1, 10_000);
-    let workspace = p.workspace.as_ref().map(|ws| {
-        Path::new(ws)
-            .canonicalize()
-            .map_or_else(|_| ws.clone(), |c| c.display().to_string())
-    });
+    // Canonicalized by the caller, off the runtime's workers.
+    let workspace = p.workspace.as_ref();
     // Cursor = "<created_at>|<session_id>" of the last item returned (newest first).
     let cursor = p
         .cursor
@@ -355,7 +491,7 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
         let mut rows: Vec<&SessionMeta> = index
             .values()
             .filter(|m| !m.deleted && (p.include_archived || !m.archived))
-            .filter(|m| workspace.as_ref().is_none_or(|w| &m.workspace == w))
+            .filter(|m| workspace.is_none_or(|w| &m.workspace == w))
             .filter(|m| match cursor {
                 Some((ts, id)) => (m.created_at.as_str(), m.session_id.as_str()) < (ts, id),
                 None => true,
@@ -397,9 +533,21 @@ fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
-fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
+/// Room left in a response for its envelope around an `agentd/events` page.
+const EVENTS_ENVELOPE: usize = 4096;
+
+/// An `agentd/events` page (`EventsResult`) as JSON text of at most `budget` bytes
+/// (a single event over it still makes a page of its own).
+fn events(
+    st: &crate::session::SessionState,
+    p: &EventsParams,
+    budget: usize,
+) -> Result<Box<serde_json::value::RawValue>, AgentError> {
     let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
-    let mut out = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    buf.extend_from_slice(b"{\"events\":[");
+    let mut count = 0usize;
+    let mut last: Option<u64> = None;
     let mut next = None;
     for ev in st.events_after(p.after_seq) {
         if let Some(types) = &p.types {
@@ -407,16 +555,33 @@ fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
                 continue;
             }
         }
-        if out.len() == limit {
-            next = out.last().map(|e: &Event| e.seq);
+        if count == limit {
+            next = last;
             break;
         }
-        out.push(ev.clone());
+        let mark = buf.len();
+        if count > 0 {
+            buf.push(b',');
+        }
+        serde_json::to_writer(&mut buf, ev)
+            .map_err(|e| AgentError::internal(format!("serialize event: {e}")))?;
+        if count > 0 && buf.len() + 64 > budget {
+            buf.truncate(mark);
+            next = last;
+            break;
+        }
+        count += 1;
+        last = Some(ev.seq);
     }
-    EventsResult {
-        events: out,
-        next_after_seq: next,
+    buf.push(b']');
+    if let Some(n) = next {
+        let _ = write!(buf, ",\"next_after_seq\":{n}");
     }
+    buf.push(b'}');
+    let text = String::from_utf8(buf)
+        .map_err(|e| AgentError::internal(format!("event page is not UTF-8: {e}")))?;
+    serde_json::value::RawValue::from_string(text)
+        .map_err(|e| AgentError::internal(format!("event page: {e}")))
 }
 
 async fn subscribe(

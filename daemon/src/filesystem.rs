@@ -7,6 +7,34 @@ use agentd_proto::AgentError;
 use serde_json::json;
 use std::path::Path;
 
+/// Runs blocking filesystem work (stat walks, hashing, reading) on the blocking pool,
+/// never on a runtime worker.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AgentError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| AgentError::internal(format!("blocking task: {e}")))
+}
+
+/// [`check_workspace`] on the blocking pool (it canonicalizes: one syscall per path
+/// component, each of which may wait on a slow or remote filesystem).
+pub async fn check_workspace_async(ws: String) -> Result<String, AgentError> {
+    blocking(move || check_workspace(&ws)).await?
+}
+
+/// The canonical form of a workspace filter, or the text as given when it does not
+/// resolve (a deleted directory still names its sessions), on the blocking pool.
+pub async fn canonical_or_given(ws: String) -> String {
+    blocking(move || {
+        Path::new(&ws)
+            .canonicalize()
+            .map_or_else(|_| ws.clone(), |c| c.display().to_string())
+    })
+    .await
+    .unwrap_or_default()
+}
+
 /// A workspace must be an absolute path to an existing directory; the canonical path
 /// is what the Log records (symlinks resolved once, at creation).
 pub fn check_workspace(ws: &str) -> Result<String, AgentError> {

@@ -170,7 +170,7 @@ pub async fn context(
     dialect: Dialect,
 ) -> Result<ContextOutcome, AgentError> {
     let replay: Replay = h
-        .query(move |st| {
+        .query_blocking(move |st| {
             let ctx = replay_context(st, "auto", session_model(st));
             match after_seq {
                 None => st.fold.replay(&ctx),
@@ -239,7 +239,7 @@ pub async fn checkpoint(
     caps: Option<Value>,
 ) -> Result<CheckpointOutcome, AgentError> {
     let caps = Caps::from_param(caps.as_ref())?;
-    let cp = h.query(|st| st.checkpoint_now()).await?;
+    let cp = h.query_blocking(|st| st.checkpoint_now()).await?;
     let view = view_v1(&cp, &caps);
     Ok(CheckpointOutcome {
         checkpoint: cp,
@@ -302,12 +302,14 @@ pub async fn compact(
     extra: Option<Value>,
 ) -> Result<CompactOutcome, AgentError> {
     if dry_run {
-        let plan = h.query(move |st| plan_compaction(st, &opts)).await?;
+        let plan = h
+            .query_blocking(move |st| plan_compaction(st, &opts))
+            .await?;
         return Ok(compact_result(&plan, false, None));
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let rec = h
-        .record(move |st| {
+        .record_blocking(move |st| {
             let mut plan = plan_compaction(st, &opts);
             if let (true, Some(extra), Some(obj)) =
                 (plan.compactable, extra, plan.data.as_object_mut())
@@ -393,8 +395,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
         None => agentd_proto::session_id::generate(),
     };
     agentd_proto::session_id::validate(&child_id)?;
-    let child_path = registry.home.log_path(&child_id)?;
-    if child_path.exists() {
+    if registry.store.exists(&child_id)? {
         return Err(AgentError::new(
             agentd_proto::ErrorKind::AlreadyExists,
             "child session already exists",
@@ -407,7 +408,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
         .and_then(|m| m.fork_root_session_id);
     let (to_seq, summarize, cid) = (p.to_seq, p.summarize, child_id.clone());
     let mut plan = parent
-        .query(move |st| {
+        .query_blocking(move |st| {
             fork::plan(
                 &st.events,
                 &parent_id,
@@ -460,6 +461,8 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
     let dst_res = registry.home.resources_dir(&child_id)?;
     let resources = plan.resources.clone();
     let events = std::mem::take(&mut plan.events);
+    let st = registry.store.clone();
+    let child = child_id.clone();
     tokio::task::spawn_blocking(move || -> Result<(), AgentError> {
         // Only a directory this fork created may be removed on failure: a racing create
         // of the same id owns an existing one.
@@ -468,7 +471,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
             .filter(|d| !d.exists())
             .map(std::path::Path::to_path_buf);
         let res = copy_resources(&src_res, &dst_res, &resources).and_then(|()| {
-            store::create_atomic(&child_path, |f| {
+            st.create(&child, &mut |f| {
                 let mut w = std::io::BufWriter::new(f);
                 for ev in &events {
                     w.write_all(&store::event_line(ev))?;
@@ -486,7 +489,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
     })
     .await
     .map_err(|e| AgentError::internal(format!("fork task: {e}")))??;
-    registry.index_log(&child_id)?;
+    registry.index_new_log(&child_id).await?;
     let mut r = result(true);
     r.files = Some(crate::undo::finish_fork(&files, &registry.get(&child_id).await?).await?);
     Ok(r)
@@ -580,10 +583,8 @@ pub fn tree(registry: &Registry, p: TreeParams) -> Result<TreeOutcome, AgentErro
             })
         }
         (None, Some(ws)) => {
-            let ws = std::path::Path::new(ws)
-                .canonicalize()
-                .map_or_else(|_| ws.clone(), |c| c.display().to_string());
-            let roots = tree::roots_for_workspace(&ws, &index, depth);
+            // `ws` is canonical already (the API resolves it off the runtime's workers).
+            let roots = tree::roots_for_workspace(ws, &index, depth);
             let drawing: String = roots.iter().map(tree::draw).collect::<Vec<_>>().join("\n");
             Ok(TreeOutcome::Workspace { roots, drawing })
         }
@@ -605,7 +606,7 @@ pub async fn import(
             .with_details(json!({"field": "path"})));
     }
     let workspace = match &p.workspace {
-        Some(ws) => Some(crate::filesystem::check_workspace(ws)?),
+        Some(ws) => Some(crate::filesystem::check_workspace_async(ws.clone()).await?),
         None => None,
     };
     let sid = match p.session_id {
@@ -615,7 +616,8 @@ pub async fn import(
         }
         None => agentd_proto::session_id::generate(),
     };
-    let path = registry.home.log_path(&sid)?;
+    let st = registry.store.clone();
+    let sid2 = sid.clone();
     let ctx = crate::import::ImportContext {
         session_id: sid.clone(),
         workspace,
@@ -625,7 +627,7 @@ pub async fn import(
         tokio::task::spawn_blocking(move || -> Result<crate::import::ImportReport, AgentError> {
             let mut report = None;
             let mut failure = None;
-            let res = store::create_atomic(&path, |f| {
+            let res = st.create(&sid2, &mut |f| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
                 match crate::import::import(format, &src, &mut w, &ctx) {
                     Ok(r) => {
@@ -646,7 +648,7 @@ pub async fn import(
         })
         .await
         .map_err(|e| AgentError::internal(format!("import task: {e}")))??;
-    registry.index_log(&sid)?;
+    registry.index_new_log(&sid).await?;
     Ok(ImportOutcome {
         log_path: registry.home.log_path(&sid)?.display().to_string(),
         event_count: report.imported,

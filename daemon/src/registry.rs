@@ -94,9 +94,27 @@ pub struct Registry {
 impl Registry {
     /// Builds the registry and its lineage index from the Logs in `home`.
     pub fn open(home: Home, config: Config) -> std::io::Result<Arc<Registry>> {
-        let index = build_index(&home)?;
+        let store = Arc::new(FileStore { home: home.clone() });
+        Registry::open_with(home, config, store)
+    }
+
+    /// Builds the registry over `store`; the index comes from the store's heads when it
+    /// keeps them, else from the Logs in `home`.
+    pub fn open_with(
+        home: Home,
+        config: Config,
+        store: Arc<dyn LogStore>,
+    ) -> std::io::Result<Arc<Registry>> {
+        let index = match store.heads() {
+            None => build_index(&home)?,
+            Some(heads) => heads
+                .map_err(|e| std::io::Error::other(e.message))?
+                .into_iter()
+                .map(|(sid, head)| (sid.clone(), meta_from_head(&sid, head)))
+                .collect(),
+        };
         Ok(Arc::new(Registry {
-            store: Arc::new(FileStore { home: home.clone() }),
+            store,
             home,
             config,
             started: Instant::now(),
@@ -111,19 +129,21 @@ impl Registry {
 
     /// The actor of `sid`, loading it on first use. `not_found` if no Log exists.
     pub async fn get(self: &Arc<Self>, sid: &str) -> Result<SessionHandle, AgentError> {
-        let path = self.home.log_path(sid)?;
-        for _ in 0..200 {
-            if let Some(h) = self.sessions.get(sid) {
+        agentd_proto::session_id::validate(sid)?;
+        loop {
+            let existing = self.sessions.get(sid).map(|h| h.clone());
+            if let Some(h) = existing {
                 if !h.is_closed() {
-                    return Ok(h.clone());
+                    return Ok(h);
                 }
-                // An evicted actor is draining; it removes itself when done, and only
-                // then may a new actor open the Log (one writer per Log).
-                drop(h);
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                // An evicted actor is draining; it leaves the map when done, and only
+                // then may a new actor open the Log (one writer per Log). Wait for its
+                // stop notification; drop its entry in case its task died unreported.
+                h.stopped().await;
+                self.forget_handle(sid, h.generation);
                 continue;
             }
-            if !path.exists() {
+            if !self.store.exists(sid)? {
                 return Err(AgentError::not_found("no such session")
                     .with_details(json!({"session_id": sid}))
                     .with_next_actions(&["agentctl ls"]));
@@ -137,10 +157,15 @@ impl Registry {
                 .clone();
             return Ok(handle);
         }
-        Err(AgentError::new(
-            agentd_proto::ErrorKind::Busy,
-            "session is being unloaded; retry",
-        ))
+    }
+
+    /// The running actor of `sid` if it is loaded and takes commands; never loads and
+    /// never waits (the transport's direct append path falls back to [`get`](Self::get)).
+    pub fn loaded(&self, sid: &str) -> Option<SessionHandle> {
+        self.sessions
+            .get(sid)
+            .map(|h| h.clone())
+            .filter(|h| !h.is_closed())
     }
 
     fn actor_env(self: &Arc<Self>) -> ActorEnv {
@@ -259,11 +284,17 @@ impl Registry {
 
     /// Reads the head of a newly written Log into the index (create, fork, import).
     pub fn index_log(&self, sid: &str) -> Result<(), AgentError> {
-        let path = self.home.log_path(sid)?;
-        let meta = meta_from_file(sid, &path)
-            .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
+        let meta = meta_from_head(sid, self.store.head(sid)?);
         self.index_insert(meta);
         Ok(())
+    }
+
+    /// [`index_log`](Self::index_log) on the blocking pool: it streams the whole Log
+    /// (a newline count), which for an imported or forked Log of gigabytes must not hold
+    /// a runtime worker.
+    pub async fn index_new_log(self: &Arc<Self>, sid: &str) -> Result<(), AgentError> {
+        let (this, sid) = (self.clone(), sid.to_string());
+        crate::filesystem::blocking(move || this.index_log(&sid)).await?
     }
 
     /// Reads the head of a Log now in the trash into the index, marked deleted.
@@ -308,7 +339,10 @@ impl SessionObserver for Registry {
 }
 
 fn meta_from_file(sid: &str, path: &std::path::Path) -> std::io::Result<SessionMeta> {
-    let head = store::read_head(path)?;
+    Ok(meta_from_head(sid, store::read_head(path)?))
+}
+
+fn meta_from_head(sid: &str, head: store::LogHead) -> SessionMeta {
     let mut meta = SessionMeta::from_first(sid, head.first.as_ref());
     meta.event_count = head.line_count;
     if let Some(ts) = head.last_ts {
@@ -319,7 +353,7 @@ fn meta_from_file(sid: &str, path: &std::path::Path) -> std::io::Result<SessionM
     }
     meta.branch_summary = head.has_branch_summary;
     meta.archived = is_archived(&head.last_labels);
-    Ok(meta)
+    meta
 }
 
 /// The label that marks an archived session (DESIGN §13 session verbs).
@@ -396,4 +430,203 @@ fn build_index(home: &Home) -> std::io::Result<HashMap<String, SessionMeta>> {
         }
     }
     Ok(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentd_proto::EventDraft;
+    use std::future::Future;
+    use std::io::Write;
+    use std::pin::Pin;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    const PATIENCE: Duration = Duration::from_secs(20);
+
+    fn started_line(sid: &str, ws: &std::path::Path) -> Vec<u8> {
+        store::event_line(&Event {
+            id: agentd_proto::event::new_event_id(),
+            session_id: sid.to_string(),
+            seq: 0,
+            ts: agentd_proto::event::now_ts(),
+            kind: EventType::SessionStarted.as_str().into(),
+            data: json!({"workspace": ws, "log_format": 1}),
+        })
+    }
+
+    /// A registry over a temp home holding `n` fresh sessions.
+    fn registry_with(n: usize) -> (tempfile::TempDir, Arc<Registry>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(&dir.path().join("home")).unwrap();
+        let registry = Registry::open(home, Config::default()).unwrap();
+        let sids: Vec<String> = (0..n)
+            .map(|_| {
+                let sid = agentd_proto::session_id::generate();
+                let line = started_line(&sid, dir.path());
+                let path = registry.home.log_path(&sid).unwrap();
+                store::create_atomic(&path, |f| f.write_all(&line)).unwrap();
+                registry.index_log(&sid).unwrap();
+                sid
+            })
+            .collect();
+        (dir, registry, sids)
+    }
+
+    /// Counts how often the wrapped future is polled: a waiter that spins is polled
+    /// again and again, one woken by a notification only when something happened.
+    struct Polls<F> {
+        inner: Pin<Box<F>>,
+        count: Arc<AtomicUsize>,
+    }
+
+    impl<F: Future> Future for Polls<F> {
+        type Output = F::Output;
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            self.count.fetch_add(1, Ordering::SeqCst);
+            self.inner.as_mut().poll(cx)
+        }
+    }
+
+    fn note() -> Vec<EventDraft> {
+        vec![EventDraft::new(
+            EventType::UserMessage,
+            json!({"text": "x"}),
+        )]
+    }
+
+    /// A `get` that finds the session's actor draining after eviction waits for the
+    /// actor's stop notification, then gets a new actor: it neither spins nor gives up.
+    #[tokio::test(flavor = "current_thread")]
+    async fn get_during_eviction_hand_over_waits_on_the_stop_notification() {
+        let (_d, registry, sids) = registry_with(1);
+        let sid = sids[0].clone();
+        let old = registry.get(&sid).await.unwrap();
+        old.append(note(), None).await.unwrap();
+
+        // Retiring closes the actor to new commands; the query queued right behind it
+        // keeps it draining until the gate opens.
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+        let h = old.clone();
+        let drain = tokio::spawn(async move {
+            let retire = h.retire(|_| Ok(()));
+            let hold = h.query_blocking(move |_| {
+                let _ = entered_tx.send(());
+                gate_rx.recv_timeout(PATIENCE).is_ok()
+            });
+            tokio::join!(retire, hold)
+        });
+        tokio::time::timeout(PATIENCE, entered_rx)
+            .await
+            .expect("the draining actor runs the queued query")
+            .unwrap();
+        assert!(old.is_closed(), "the retired actor takes no new command");
+
+        let polls = Arc::new(AtomicUsize::new(0));
+        let (r, s) = (registry.clone(), sid.clone());
+        let get = tokio::spawn(Polls {
+            inner: Box::pin(async move { r.get(&s).await }),
+            count: polls.clone(),
+        });
+        // Not a wait for a state: the window in which a polling `get` would wake up
+        // tens of times. A notified one is polled once and then sleeps.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!get.is_finished(), "no new actor while the old one drains");
+        assert!(
+            polls.load(Ordering::SeqCst) <= 2,
+            "get was polled {} times while waiting",
+            polls.load(Ordering::SeqCst)
+        );
+
+        gate_tx.send(()).unwrap();
+        let (retired, held) = drain.await.unwrap();
+        retired.unwrap();
+        assert!(held.unwrap(), "the queued query ran to its end");
+        let new = tokio::time::timeout(PATIENCE, get)
+            .await
+            .expect("get completes once the old actor stopped")
+            .unwrap()
+            .unwrap();
+        assert_ne!(new.generation, old.generation);
+        assert!(polls.load(Ordering::SeqCst) <= 4);
+        let count = new.query(|st| st.events.len()).await.unwrap();
+        assert_eq!(
+            count, 2,
+            "the new actor loaded the Log with the durable append"
+        );
+    }
+
+    /// Work lent to the blocking pool (`query_blocking`) leaves the runtime's worker to
+    /// other sessions: on a single-worker runtime, another session's append is answered
+    /// while the first session's query still holds its state.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_blocking_query_leaves_the_worker_to_another_sessions_append() {
+        let (_d, registry, sids) = registry_with(2);
+        let a = registry.get(&sids[0]).await.unwrap();
+        let b = registry.get(&sids[1]).await.unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+        let heavy = tokio::spawn(async move {
+            a.query_blocking(move |st| {
+                let _ = entered_tx.send(());
+                (done_rx.recv_timeout(PATIENCE).is_ok(), st.events.len())
+            })
+            .await
+        });
+        tokio::time::timeout(PATIENCE, entered_rx)
+            .await
+            .unwrap()
+            .unwrap();
+        let res = tokio::time::timeout(PATIENCE, b.append(note(), None))
+            .await
+            .expect("the other session answers while the query runs")
+            .unwrap();
+        assert_eq!(res.first_seq, 1);
+        done_tx.send(()).unwrap();
+        let (saw_append, events) = heavy.await.unwrap().unwrap();
+        assert!(
+            saw_append,
+            "the query ran off the worker, concurrently with the append"
+        );
+        assert_eq!(events, 1, "the lent state is the session's own");
+    }
+
+    /// Indexing a new Log streams it whole, off the runtime's workers: while the Log
+    /// is still being read (here a pipe whose writer has not finished), another
+    /// session's append is answered on the only worker.
+    #[tokio::test(flavor = "current_thread")]
+    async fn indexing_a_new_log_leaves_the_worker_to_other_sessions() {
+        let (d, registry, sids) = registry_with(1);
+        let b = registry.get(&sids[0]).await.unwrap();
+        let sid = agentd_proto::session_id::generate();
+        let path = registry.home.log_path(&sid).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo touches no other memory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (r, s) = (registry.clone(), sid.clone());
+        let index = tokio::spawn(async move { r.index_new_log(&s).await });
+        let res = tokio::time::timeout(PATIENCE, b.append(note(), None))
+            .await
+            .expect("another session answers while the Log is indexed")
+            .unwrap();
+        assert_eq!(res.first_seq, 1);
+        assert!(
+            !index.is_finished(),
+            "the Log's writer has not finished yet"
+        );
+        let line = started_line(&sid, d.path());
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            f.write_all(&line).unwrap();
+        });
+        writer.await.unwrap();
+        tokio::time::timeout(PATIENCE, index)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(registry.index_get(&sid).unwrap().event_count, 1);
+    }
 }

@@ -129,6 +129,8 @@ pub struct Listener {
     pub max_message_bytes: usize,
     pub shutdown: CancellationToken,
     pub connections: Arc<std::sync::atomic::AtomicU64>,
+    /// Calls answered without the generic per-call task (appends).
+    pub direct: Option<Arc<crate::api::DirectCalls>>,
 }
 
 impl Listener {
@@ -165,6 +167,7 @@ impl Listener {
             let conn = Connection {
                 id: next_conn.fetch_add(1, Ordering::Relaxed),
                 methods: self.methods.clone(),
+                direct: self.direct.clone(),
                 max: self.max_message_bytes,
                 shutdown: self.shutdown.clone(),
                 in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONN)),
@@ -190,6 +193,7 @@ impl Listener {
 struct Connection {
     id: usize,
     methods: Methods,
+    direct: Option<Arc<crate::api::DirectCalls>>,
     max: usize,
     shutdown: CancellationToken,
     /// Calls of this connection running at once. The reader waits for a permit before
@@ -207,6 +211,9 @@ impl Connection {
     async fn serve(self, stream: UnixStream) {
         let (mut rd, mut wr) = stream.into_split();
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
+        // Responses of direct calls, written by the session's writer thread as text.
+        // Unbounded in type only: each holds an in-flight permit until it is queued.
+        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<String>();
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
         let writer_stop = stop_writer.clone();
@@ -215,25 +222,34 @@ impl Connection {
         let framing = Arc::new(std::sync::OnceLock::<Framing>::new());
         let writer_framing = framing.clone();
         let writer = tokio::spawn(async move {
-            let write = |msg: Box<RawValue>| {
+            let write = |msg: &str| {
                 let f = writer_framing.get().copied().unwrap_or(Framing::Lines);
-                crate::framing::encode(f, msg.get())
+                crate::framing::encode(f, msg)
             };
             loop {
                 let msg = tokio::select! {
-                    m = rx.recv() => m,
+                    m = rx.recv() => m.map(|m| write(m.get())),
+                    Some(d) = direct_rx.recv() => Some(write(&d)),
                     _ = writer_stop.cancelled() => {
                         // Drain what is queued (the peer may have half-closed), then end.
                         rx.close();
+                        direct_rx.close();
+                        let mut queued: Vec<Vec<u8>> = Vec::new();
+                        while let Ok(d) = direct_rx.try_recv() {
+                            queued.push(write(&d));
+                        }
                         while let Some(m) = rx.recv().await {
-                            let w = tokio::time::timeout(DRAIN_TIMEOUT, wr.write_all(&write(m))).await;
+                            queued.push(write(m.get()));
+                        }
+                        for m in queued {
+                            let w = tokio::time::timeout(DRAIN_TIMEOUT, wr.write_all(&m)).await;
                             if !matches!(w, Ok(Ok(()))) { break; }
                         }
                         break;
                     }
                 };
                 let Some(m) = msg else { break };
-                if wr.write_all(&write(m)).await.is_err() {
+                if wr.write_all(&m).await.is_err() {
                     break;
                 }
             }
@@ -258,7 +274,8 @@ impl Connection {
             }
             match decoded {
                 Ok(Some(text)) => {
-                    self.route(text, &sink, &conn_sink, &subs, &mut calls).await;
+                    self.route(text, &sink, &direct_tx, &conn_sink, &subs, &mut calls)
+                        .await;
                     continue;
                 }
                 Ok(None) if eof => break,
@@ -317,6 +334,12 @@ impl Connection {
         // write their responses, then stop the writer (subscriptions end with it).
         lock(&conn_sink.pending).1.clear();
         while calls.join_next().await.is_some() {}
+        // Direct calls hold their permit until their response is queued: having every
+        // permit back means every answer is with the writer.
+        let _all = self
+            .in_flight
+            .acquire_many(MAX_IN_FLIGHT_PER_CONN as u32)
+            .await;
         stop_writer.cancel();
         // The writer drains with a per-write timeout; this bounds a peer that never reads.
         let _ = tokio::time::timeout(DRAIN_TIMEOUT * 2, writer).await;
@@ -326,6 +349,7 @@ impl Connection {
         &self,
         line: String,
         sink: &MethodSink,
+        direct_tx: &mpsc::UnboundedSender<String>,
         conn_sink: &ConnSink,
         subs: &BoundedSubscriptions,
         calls: &mut JoinSet<()>,
@@ -338,6 +362,17 @@ impl Connection {
         // jsonrpsee's Request; anything else is classified from a generic Value.
         if trimmed.starts_with('{') {
             if let Ok(req) = serde_json::from_str::<Request>(trimmed) {
+                if let Some(direct) = self.direct.as_ref().filter(|d| d.takes(&req.method)) {
+                    let permit = self.permit().await;
+                    let tx = direct_tx.clone();
+                    let respond: crate::api::Respond = Box::new(move |text| {
+                        let _ = tx.send(text);
+                        drop(permit);
+                    });
+                    if direct.try_call(&req, respond).is_ok() {
+                        return;
+                    }
+                }
                 let methods = self.methods.clone();
                 let sink = sink.clone();
                 let conn_sink = conn_sink.clone();

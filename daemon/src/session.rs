@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 /// Capacity of a session's broadcast ring. A subscriber that falls this far behind is
 /// sent `lagged` and dropped; appends never wait for subscribers.
@@ -128,15 +128,16 @@ enum Cmd {
     Append {
         drafts: Vec<EventDraft>,
         expect_seq: Option<u64>,
-        reply: oneshot::Sender<Result<AppendResult, AgentError>>,
+        reply: Reply,
     },
     /// Builds drafts from the current state and appends them with no other append in
     /// between (reconcile, compaction, turn steps).
     Record {
         build: RecordFn,
+        exec: Exec,
         reply: oneshot::Sender<Result<Option<AppendResult>, AgentError>>,
     },
-    Query(QueryFn),
+    Query(QueryFn, Exec),
     /// Runs a closure that moves the session's files away (delete); when it returns
     /// true the actor drops its Log writer and stops taking commands, so nothing can be
     /// written to the moved Log and the next call finds no session.
@@ -146,6 +147,18 @@ enum Cmd {
         turn_id: Option<String>,
         reply: oneshot::Sender<()>,
     },
+}
+
+/// Where the actor runs a closure over its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exec {
+    /// On the actor's task: for reads that take microseconds.
+    Inline,
+    /// On the blocking pool, the state lent to it for the call: for work that grows
+    /// with the session (rendering, planning, hashing files). The actor takes no other
+    /// command meanwhile, exactly as if it ran inline, but the runtime's workers stay
+    /// free for every other session and connection.
+    Blocking,
 }
 
 /// A cheap, cloneable reference to a loaded session.
@@ -160,6 +173,9 @@ pub struct SessionHandle {
     observer: Weak<dyn SessionObserver>,
     /// Why the actor could not load its Log, for callers whose command it dropped.
     load_error: Arc<std::sync::OnceLock<AgentError>>,
+    /// Becomes `true` once the actor has stopped and reported it (the registry no longer
+    /// maps this generation); its sender is dropped if the actor's task dies.
+    stopped: watch::Receiver<bool>,
 }
 
 impl SessionHandle {
@@ -199,10 +215,73 @@ impl SessionHandle {
         self.send(Cmd::Append {
             drafts,
             expect_seq,
-            reply,
+            reply: Reply::Append(reply),
         })
         .await?;
         rx.await.map_err(|_| Self::closed())?
+    }
+
+    /// Queues an append whose answer is `done`, called on the session's writer thread
+    /// right after the batch is durable (or failed): no task waits for it. Never waits:
+    /// when the actor's queue is full or the actor was evicted, the drafts and `done`
+    /// come back for [`append_then`](Self::append_then).
+    pub fn try_append_then(
+        &self,
+        drafts: Vec<EventDraft>,
+        expect_seq: Option<u64>,
+        done: AppendDone,
+    ) -> Result<(), (Vec<EventDraft>, AppendDone)> {
+        let cmd = Cmd::Append {
+            drafts,
+            expect_seq,
+            reply: Reply::Then(done),
+        };
+        match self.tx.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(cmd) | mpsc::error::TrySendError::Closed(cmd)) => {
+                match cmd {
+                    Cmd::Append {
+                        drafts,
+                        reply: Reply::Then(done),
+                        ..
+                    } => Err((drafts, done)),
+                    _ => unreachable!("the command sent is the command returned"),
+                }
+            }
+        }
+    }
+
+    /// [`try_append_then`](Self::try_append_then) that waits for room in the queue and
+    /// follows the session to its current actor; `done` is always called.
+    pub async fn append_then(
+        &self,
+        drafts: Vec<EventDraft>,
+        expect_seq: Option<u64>,
+        done: AppendDone,
+    ) {
+        // `send` hands the command back only when no actor takes it; the reply inside
+        // is then dropped with it, so a failure is answered from a shared slot.
+        let slot = Arc::new(std::sync::Mutex::new(Some(done)));
+        let inner = slot.clone();
+        let reply = Reply::Then(Box::new(move |res| {
+            let done = inner.lock().ok().and_then(|mut d| d.take());
+            if let Some(done) = done {
+                done(res);
+            }
+        }));
+        let sent = self
+            .send(Cmd::Append {
+                drafts,
+                expect_seq,
+                reply,
+            })
+            .await;
+        if let Err(e) = sent {
+            let done = slot.lock().ok().and_then(|mut d| d.take());
+            if let Some(done) = done {
+                done(Err(e));
+            }
+        }
     }
 
     /// Appends what `build` returns from the state as of now; `Ok(None)` if it returned
@@ -211,28 +290,70 @@ impl SessionHandle {
         &self,
         build: impl FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send + 'static,
     ) -> Result<Option<AppendResult>, AgentError> {
+        self.record_on(Exec::Inline, Box::new(build)).await
+    }
+
+    /// [`record`](Self::record) for a `build` whose cost grows with the session
+    /// (compaction planning): it runs on the blocking pool.
+    pub async fn record_blocking(
+        &self,
+        build: impl FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send + 'static,
+    ) -> Result<Option<AppendResult>, AgentError> {
+        self.record_on(Exec::Blocking, Box::new(build)).await
+    }
+
+    async fn record_on(
+        &self,
+        exec: Exec,
+        build: RecordFn,
+    ) -> Result<Option<AppendResult>, AgentError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Cmd::Record {
-            build: Box::new(build),
-            reply,
-        })
-        .await?;
+        self.send(Cmd::Record { build, exec, reply }).await?;
         rx.await.map_err(|_| Self::closed())?
     }
 
     /// Runs `f` on the actor's state, read-only, after every command queued before it;
-    /// returns its result.
+    /// returns its result. `f` runs on the actor's task: keep it to cheap reads.
     pub async fn query<T: Send + 'static>(
         &self,
         f: impl FnOnce(&SessionState) -> T + Send + 'static,
     ) -> Result<T, AgentError> {
+        self.query_on(Exec::Inline, f).await
+    }
+
+    /// [`query`](Self::query) for work whose cost grows with the session or touches
+    /// files (rendering a context, planning a fork or compaction, hashing a checkpoint's
+    /// files): `f` runs on the blocking pool with the state lent to it.
+    pub async fn query_blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&SessionState) -> T + Send + 'static,
+    ) -> Result<T, AgentError> {
+        self.query_on(Exec::Blocking, f).await
+    }
+
+    async fn query_on<T: Send + 'static>(
+        &self,
+        exec: Exec,
+        f: impl FnOnce(&SessionState) -> T + Send + 'static,
+    ) -> Result<T, AgentError> {
         let (reply, rx) = oneshot::channel();
-        let cmd = Cmd::Query(Box::new(move |st| {
-            let _ = reply.send(f(st));
-        }));
+        let cmd = Cmd::Query(
+            Box::new(move |st| {
+                let _ = reply.send(f(st));
+            }),
+            exec,
+        );
         self.send(cmd).await?;
         rx.await
             .map_err(|_| self.load_error.get().cloned().unwrap_or_else(Self::closed))
+    }
+
+    /// Resolves once this actor has stopped and its container was told (at once if it
+    /// already has): the moment a new actor may open the Log. A notification, not a poll.
+    pub async fn stopped(&self) {
+        let mut rx = self.stopped.clone();
+        // An error means the actor's task ended without reporting: stopped as well.
+        let _ = rx.wait_for(|s| *s).await;
     }
 
     /// Runs `work` in the actor with no command in between. If it returns `Ok`, the
@@ -297,6 +418,24 @@ pub struct SessionState {
 }
 
 impl SessionState {
+    /// What stands in the actor while its state is lent to the blocking pool: never
+    /// read (the actor serves no command until the state is back).
+    fn placeholder(of: &SessionState) -> SessionState {
+        SessionState {
+            id: of.id.clone(),
+            log_path: PathBuf::new(),
+            events: Vec::new(),
+            fold: Fold::new(),
+            checkpoint: CheckpointState::new(),
+            corrupt_lines: Vec::new(),
+            seq_anomalies: Vec::new(),
+            running_turn: None,
+            next_seq: of.next_seq,
+            events_tx: of.events_tx.clone(),
+            pending_repair: Vec::new(),
+        }
+    }
+
     fn push(&mut self, ev: Event) {
         self.fold.push(&ev);
         self.checkpoint.apply(&ev);
@@ -419,9 +558,15 @@ struct Pending {
     reply: Reply,
 }
 
+/// The answer of one append: called once, on the session's writer thread, after its
+/// batch is durable or failed.
+pub type AppendDone = Box<dyn FnOnce(Result<AppendResult, AgentError>) + Send>;
+
 enum Reply {
     Append(oneshot::Sender<Result<AppendResult, AgentError>>),
     Record(oneshot::Sender<Result<Option<AppendResult>, AgentError>>),
+    /// Answered in place (the transport writes the response from here).
+    Then(AppendDone),
 }
 
 impl Reply {
@@ -433,6 +578,7 @@ impl Reply {
             Reply::Record(tx) => {
                 let _ = tx.send(res.map(Some));
             }
+            Reply::Then(done) => done(res),
         }
     }
 }
@@ -441,6 +587,7 @@ impl Reply {
 pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
     let (tx, rx) = mpsc::channel(MAX_BATCH_COMMANDS);
     let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+    let (stopped_tx, stopped) = watch::channel(false);
     let handle = SessionHandle {
         id: Arc::from(sid),
         generation,
@@ -448,6 +595,7 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
         events: events.clone(),
         observer: Arc::downgrade(&env.observer),
         load_error: Arc::default(),
+        stopped,
     };
     let actor_handle = handle.clone();
     tokio::spawn(async move {
@@ -465,10 +613,13 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
                 };
                 actor.after_load().await;
                 actor.run().await;
+                // `run` reported the stop to the observer: a new actor may open the Log.
+                let _ = stopped_tx.send(true);
             }
             Err(err) => {
                 let _ = actor_handle.load_error.set(err.clone());
                 env.observer.stopped(&sid, generation);
+                let _ = stopped_tx.send(true);
                 fail_all(rx, err).await;
             }
         }
@@ -480,13 +631,11 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
     rx.close();
     while let Some(cmd) = rx.recv().await {
         match cmd {
-            Cmd::Append { reply, .. } => {
-                let _ = reply.send(Err(err.clone()));
-            }
+            Cmd::Append { reply, .. } => reply.send(Err(err.clone())),
             Cmd::Record { reply, .. } => {
                 let _ = reply.send(Err(err.clone()));
             }
-            Cmd::Query(_) | Cmd::Retire(_) | Cmd::SetRunningTurn { .. } => {}
+            Cmd::Query(..) | Cmd::Retire(_) | Cmd::SetRunningTurn { .. } => {}
         }
     }
 }
@@ -678,7 +827,10 @@ impl Actor {
                 },
             };
             match cmd {
-                Cmd::Query(f) => f(&self.state),
+                Cmd::Query(f, Exec::Inline) => f(&self.state),
+                Cmd::Query(f, Exec::Blocking) => {
+                    self.lend(f).await;
+                }
                 Cmd::Retire(f) => {
                     if f(&self.state) {
                         self.writer = None;
@@ -690,7 +842,12 @@ impl Actor {
                     self.env.observer.changed(&self.state, None);
                     let _ = reply.send(());
                 }
-                Cmd::Record { build, reply } => match build(&self.state) {
+                Cmd::Record { build, exec, reply } => match match exec {
+                    Exec::Inline => build(&self.state),
+                    Exec::Blocking => self.lend(build).await.unwrap_or_else(|| {
+                        Err(AgentError::internal("the record closure panicked"))
+                    }),
+                } {
                     Ok(drafts) if drafts.is_empty() => {
                         let _ = reply.send(Ok(None));
                     }
@@ -707,7 +864,7 @@ impl Actor {
                     expect_seq,
                     reply,
                 } => {
-                    let mut batch = vec![(drafts, expect_seq, Reply::Append(reply))];
+                    let mut batch = vec![(drafts, expect_seq, reply)];
                     deferred = self.collect(&mut batch).await;
                     self.commit(batch).await;
                 }
@@ -716,6 +873,37 @@ impl Actor {
         self.env
             .observer
             .stopped(&self.state.id, self.handle.generation);
+    }
+
+    /// Runs `f` over the state on the blocking pool and takes the state back: the actor
+    /// serves no other command meanwhile (as if `f` ran inline), while the runtime's
+    /// workers stay free. `None` if `f` panicked (its reply, if any, is dropped).
+    async fn lend<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&SessionState) -> T + Send + 'static,
+    ) -> Option<T> {
+        let placeholder = SessionState::placeholder(&self.state);
+        let state = std::mem::replace(&mut self.state, placeholder);
+        let joined = tokio::task::spawn_blocking(move || {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&state)));
+            (state, out)
+        })
+        .await;
+        match joined {
+            Ok((state, out)) => {
+                self.state = state;
+                out.ok()
+            }
+            Err(e) => {
+                // The blocking pool is gone (runtime shutdown): the state did not come
+                // back, so nothing more may be stamped or written from this actor.
+                tracing::error!(session = %self.state.id, error = %e, "lent state lost; actor stops");
+                self.writer = None;
+                self.writer_error = Some(AgentError::internal("session actor stopped"));
+                self.rx.close();
+                None
+            }
+        }
     }
 
     /// Gathers appends already queued (and, in batch mode, those arriving within the
@@ -744,7 +932,7 @@ impl Actor {
                     drafts,
                     expect_seq,
                     reply,
-                }) => batch.push((drafts, expect_seq, Reply::Append(reply))),
+                }) => batch.push((drafts, expect_seq, reply)),
                 Some(other) => return Some(other),
                 None => break,
             }

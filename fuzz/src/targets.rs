@@ -195,6 +195,9 @@ fn server() -> &'static Server {
                 max_message_bytes: 4096,
                 shutdown: tokio_util::sync::CancellationToken::new(),
                 connections: registry.connections.clone(),
+                direct: Some(std::sync::Arc::new(agentd::api::DirectCalls::new(
+                    registry.clone(),
+                ))),
             }
             .run(),
         );

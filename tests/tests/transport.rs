@@ -398,3 +398,107 @@ fn catch_up_across_backlog_pages_is_complete_and_ordered() {
     }
     assert_eq!(seen, (1..=last).collect::<Vec<_>>());
 }
+
+/// `agentd/append` is answered straight from the session's commit, not by the method
+/// table; its responses keep the method table's exact words: the id echoed as sent,
+/// `jsonrpc`, `id`, then `result` or `error` (code, message, `data.kind`), whether the
+/// session was loaded or not, and a client that half-closes still gets its answer.
+#[test]
+fn appends_are_answered_in_the_method_tables_words() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let mut rd = BufReader::new(s.try_clone().unwrap());
+    let mut ask = |s: &mut std::os::unix::net::UnixStream, id: Value, params: Value| {
+        let req = json!({"jsonrpc": "2.0", "id": id, "method": "agentd/append", "params": params});
+        s.write_all(format!("{req}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        rd.read_line(&mut line).unwrap();
+        line
+    };
+    let ev = json!({"type": "user_message", "data": {"text": "hi"}});
+
+    // Not loaded yet (the session was only created): the first append loads it.
+    let line = ask(
+        &mut s,
+        json!("a-1"),
+        json!({"session_id": sid, "events": [ev]}),
+    );
+    assert!(
+        line.starts_with(
+            r#"{"jsonrpc":"2.0","id":"a-1","result":{"first_seq":1,"last_seq":1,"ids":[""#
+        ),
+        "{line}"
+    );
+    // Loaded: the direct path.
+    let line = ask(
+        &mut s,
+        json!(7),
+        json!({"session_id": sid, "events": [ev, ev]}),
+    );
+    assert!(
+        line.starts_with(
+            r#"{"jsonrpc":"2.0","id":7,"result":{"first_seq":2,"last_seq":3,"ids":[""#
+        ),
+        "{line}"
+    );
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["result"]["ids"].as_array().unwrap().len(), 2);
+
+    let line = ask(
+        &mut s,
+        json!(8),
+        json!({"session_id": sid, "events": [ev], "expect_seq": 1}),
+    );
+    assert!(
+        line.starts_with(r#"{"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"#),
+        "{line}"
+    );
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["error"]["data"]["kind"], "seq_conflict", "{r}");
+    assert_eq!(r["error"]["data"]["details"]["next_seq"], 4, "{r}");
+
+    let line = ask(&mut s, json!(9), json!({"session_id": sid}));
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["id"], 9);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+
+    let line = ask(
+        &mut s,
+        json!(10),
+        json!({"session_id": "no-such-session", "events": [ev]}),
+    );
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["error"]["data"]["kind"], "not_found", "{r}");
+
+    let line = ask(
+        &mut s,
+        json!(11),
+        json!({"session_id": sid, "events": [{"type": "artifact_changed", "data": {}}]}),
+    );
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["error"]["data"]["kind"], "ephemeral_not_loggable", "{r}");
+
+    // Half-closed: the answer of the last append still arrives before the end.
+    let req = json!({"jsonrpc": "2.0", "id": 12, "method": "agentd/append",
+        "params": {"session_id": sid, "events": [ev]}});
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut line = String::new();
+    rd.read_line(&mut line).unwrap();
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["result"]["first_seq"], 4, "{r}");
+    let mut rest = String::new();
+    assert_eq!(
+        rd.read_line(&mut rest).unwrap(),
+        0,
+        "then the connection ends"
+    );
+
+    let mut c = d.connect();
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}));
+    assert_eq!(evs["events"].as_array().unwrap().len(), 5);
+}

@@ -42,6 +42,11 @@ impl Out {
         }
     }
 
+    /// Lines already serialized (newline-separated, no trailing newline): one write.
+    pub fn send_block(&self, lines: String) {
+        let _ = self.0.send(lines);
+    }
+
     pub fn notify(&self, method: &str, params: Value) {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }

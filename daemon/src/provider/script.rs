@@ -57,6 +57,10 @@ pub struct ScriptStep {
     pub error: Option<ScriptError>,
     #[serde(default)]
     pub usage: Option<ScriptUsage>,
+    /// The provider stop reason this step reports (default `stop`, or `tool_calls` when
+    /// it calls tools); `max_tokens` or `refusal` end the turn with that stop reason.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -179,7 +183,16 @@ impl ScriptProvider {
         cancel: CancellationToken,
     ) -> Result<ProviderResponse, ProviderFailure> {
         let path = self.script_path(&req.model).map_err(ProviderFailure::new)?;
-        let script = load(&path).map_err(ProviderFailure::new)?;
+        // A script file is read and parsed on the blocking pool, like any file.
+        let script = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || load(&path))
+                .await
+                .map_err(|e| {
+                    ProviderFailure::new(AgentError::internal(format!("script task: {e}")))
+                })?
+                .map_err(ProviderFailure::new)?
+        };
         let (user_text, k) = position(&req.items);
         let rule = choose_rule(&script, user_text).ok_or_else(|| {
             ProviderFailure::new(AgentError::new(
@@ -356,7 +369,11 @@ impl Player<'_> {
             output,
             usage,
             model,
-            stop_reason: Some(if has_calls { "tool_calls" } else { "stop" }.to_string()),
+            stop_reason: Some(
+                step.stop_reason
+                    .clone()
+                    .unwrap_or_else(|| if has_calls { "tool_calls" } else { "stop" }.to_string()),
+            ),
         })
     }
 }

@@ -63,7 +63,7 @@ pub async fn compact_with_strategy(
     }
     let o = opts.clone();
     let (plan, request) = h
-        .query(move |st| {
+        .query_blocking(move |st| {
             let plan = crate::ops::plan_compaction(st, &o);
             let request = plan.range.map(|r| request_text(st, &plan.data, r.to_seq));
             (plan, request)

@@ -304,7 +304,7 @@ pub async fn restore(registry: &Arc<Registry>, sid: &str) -> Result<RestoreResul
         sync_parent(&trash_log).map_err(|e| io_failed("sync trash", &e))
     })
     .await?;
-    registry.index_log(sid)?;
+    registry.index_new_log(sid).await?;
     Ok(RestoreResult {
         session_id: sid.to_string(),
         log_path: log.display().to_string(),
