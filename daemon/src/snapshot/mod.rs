@@ -310,7 +310,7 @@ impl Shadow {
         }
         let mut m = model
             .take()
-            .unwrap_or_else(|| Model::new(objects.clone(), repo_id));
+            .unwrap_or_else(|| Model::load(objects.clone(), repo_id));
         let model_tree = m.tree.map(hex::encode);
         let ws = self.workspace.clone();
         let exclude = self.git.excludes_file.clone();

@@ -100,6 +100,8 @@ pub struct Outcome {
     pub changed: Vec<String>,
     pub skipped: Vec<Skipped>,
     pub warnings: Vec<String>,
+    /// Files read and hashed (their stat data changed, or they were new).
+    pub hashed: usize,
 }
 
 /// The workspace as of the last snapshot taken through this model.
@@ -128,6 +130,7 @@ struct Budget<'a> {
     skipped: Vec<Skipped>,
     warnings: Vec<String>,
     now_ns: i128,
+    hashed: usize,
 }
 
 fn now_ns() -> i128 {
@@ -151,6 +154,48 @@ impl Model {
             tree: None,
             store: Store::new(objects),
             repo_id,
+        }
+    }
+
+    /// The model saved by the last full scan of this repository (after a daemon
+    /// restart: the stat data spare hashing every file again), else an empty one.
+    pub fn load(objects: PathBuf, repo_id: (u64, u64)) -> Model {
+        let mut m = Model::new(objects, repo_id);
+        if let Some((tree, files)) = std::fs::read(m.saved_path())
+            .ok()
+            .and_then(|b| decode(&b, repo_id))
+        {
+            if matches!(
+                super::objects::read_header(&m.objects_dir(), &tree),
+                Ok(Some(_))
+            ) {
+                m.tree = Some(tree);
+                m.files = files;
+            }
+        }
+        m
+    }
+
+    fn objects_dir(&self) -> PathBuf {
+        self.store.dir().to_path_buf()
+    }
+
+    fn saved_path(&self) -> PathBuf {
+        let o = self.store.dir();
+        o.parent().unwrap_or(o).join("agentd-model")
+    }
+
+    /// Saves files and tree (a cache: a failure only costs hashing after a restart).
+    fn save(&self) {
+        let Some(tree) = self.tree else { return };
+        let bytes = encode(&tree, self.repo_id, &self.files);
+        let path = self.saved_path();
+        let tmp = path.with_extension(format!("tmp-{:08x}", rand::random::<u32>()));
+        if std::fs::write(&tmp, bytes)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .is_err()
+        {
+            let _ = std::fs::remove_file(&tmp);
         }
     }
 
@@ -180,6 +225,7 @@ impl Model {
             skipped: Vec::new(),
             warnings: Vec::new(),
             now_ns: now_ns(),
+            hashed: 0,
         };
         self.generation += 1;
         let mut changed = Vec::new();
@@ -205,7 +251,9 @@ impl Model {
         }
         changed.sort();
         changed.dedup();
-        self.finish(changed, b)
+        let out = self.finish(changed, b)?;
+        self.save();
+        Ok(out)
     }
 
     /// One directory of a full scan: `rel` is its workspace-relative prefix (`""` or
@@ -385,6 +433,7 @@ impl Model {
             skipped: Vec::new(),
             warnings: Vec::new(),
             now_ns: now_ns(),
+            hashed: 0,
         };
         let mut changed = Vec::new();
         for rel in paths {
@@ -570,6 +619,7 @@ impl Model {
             skipped: Vec::new(),
             warnings: Vec::new(),
             now_ns: now_ns(),
+            hashed: 0,
         };
         let mut changed = Vec::new();
         // Directories created, deleted or moved: rescanned whole (watches added for new
@@ -669,6 +719,7 @@ impl Model {
             }
             b.total += stat.size;
         }
+        b.hashed += 1;
         let (mode, body) = if link {
             match std::fs::read_link(full) {
                 Ok(t) => (MODE_LINK, t.as_os_str().as_bytes().to_vec()),
@@ -694,7 +745,7 @@ impl Model {
                 oid,
                 stat,
                 seen: 0,
-                racy: stat.mtime_ns + RACY_NS >= b.now_ns || stat.ctime_ns + RACY_NS >= b.now_ns,
+                racy: stat.mtime_ns + RACY_NS >= b.now_ns,
             }),
             Err(err) => b.keep_old(self, rel, k, &err),
         }
@@ -708,6 +759,7 @@ impl Model {
             changed,
             skipped: b.skipped,
             warnings: b.warnings,
+            hashed: b.hashed,
         })
     }
 }
@@ -804,4 +856,88 @@ fn ignored_by(stack: &[Arc<Gitignore>], path: &Path, is_dir: bool) -> bool {
         }
     }
     false
+}
+
+const SAVED_MAGIC: &[u8] = b"agentd snapshot model 1\n";
+
+fn encode(tree: &Oid, repo_id: (u64, u64), files: &BTreeMap<Vec<u8>, Entry>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64 + files.len() * 96);
+    v.extend_from_slice(SAVED_MAGIC);
+    v.extend_from_slice(tree);
+    v.extend_from_slice(&repo_id.0.to_le_bytes());
+    v.extend_from_slice(&repo_id.1.to_le_bytes());
+    v.extend_from_slice(&(files.len() as u64).to_le_bytes());
+    for (k, e) in files {
+        v.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        v.extend_from_slice(k);
+        v.extend_from_slice(&e.mode.to_le_bytes());
+        v.extend_from_slice(&e.oid);
+        v.extend_from_slice(&e.stat.size.to_le_bytes());
+        v.extend_from_slice(&e.stat.mtime_ns.to_le_bytes());
+        v.extend_from_slice(&e.stat.ctime_ns.to_le_bytes());
+        v.extend_from_slice(&e.stat.ino.to_le_bytes());
+        v.extend_from_slice(&e.stat.mode.to_le_bytes());
+        v.push(e.racy as u8);
+    }
+    v
+}
+
+/// The inverse of [`encode`]; `None` for anything else (another repository, a torn or
+/// foreign file).
+fn decode(b: &[u8], repo_id: (u64, u64)) -> Option<(Oid, BTreeMap<Vec<u8>, Entry>)> {
+    struct R<'a>(&'a [u8]);
+    impl<'a> R<'a> {
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            if self.0.len() < n {
+                return None;
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Some(a)
+        }
+        fn u32(&mut self) -> Option<u32> {
+            Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+        }
+        fn u64(&mut self) -> Option<u64> {
+            Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+        }
+        fn i128(&mut self) -> Option<i128> {
+            Some(i128::from_le_bytes(self.take(16)?.try_into().ok()?))
+        }
+        fn oid(&mut self) -> Option<Oid> {
+            self.take(20)?.try_into().ok()
+        }
+    }
+    let mut r = R(b.strip_prefix(SAVED_MAGIC)?);
+    let tree = r.oid()?;
+    if (r.u64()?, r.u64()?) != repo_id {
+        return None;
+    }
+    let n = r.u64()?;
+    let mut files = BTreeMap::new();
+    for _ in 0..n {
+        let len = r.u32()? as usize;
+        let k = r.take(len)?.to_vec();
+        let mode = r.u32()?;
+        let oid = r.oid()?;
+        let stat = Stat {
+            size: r.u64()?,
+            mtime_ns: r.i128()?,
+            ctime_ns: r.i128()?,
+            ino: r.u64()?,
+            mode: r.u32()?,
+        };
+        let racy = r.take(1)?[0] != 0;
+        files.insert(
+            k,
+            Entry {
+                mode,
+                oid,
+                stat,
+                racy,
+                seen: 0,
+            },
+        );
+    }
+    r.0.is_empty().then_some((tree, files))
 }

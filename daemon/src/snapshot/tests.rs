@@ -280,3 +280,35 @@ async fn watched_changes_give_the_tree_git_writes() {
         prev = s.tree;
     }
 }
+
+/// After a daemon restart the saved model stands in for the files' stat data: only a
+/// file changed meanwhile is read again.
+#[tokio::test]
+async fn a_saved_model_spares_rehashing_after_a_restart() {
+    use std::os::unix::fs::MetadataExt;
+    let (_t, ws, sh) = setup();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for i in 0..20 {
+        let p = ws.join(format!("f{i}"));
+        fs::write(&p, format!("{i}")).unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let s1 = sh.snapshot(Scope::All, None).await.unwrap();
+    let meta = fs::metadata(sh.git_dir()).unwrap();
+    let id = (meta.dev(), meta.ino());
+    let objects = sh.git_dir().join("objects");
+    // A new model, as a restarted daemon makes it.
+    let mut m = scan::Model::load(objects.clone(), id);
+    assert_eq!(m.tree.map(hex::encode), Some(s1.tree.clone()));
+    fs::write(ws.join("f3"), "changed").unwrap();
+    let out = m.scan_all(&ws, None, &cfg(), false).unwrap();
+    assert_eq!(out.changed, vec!["f3"]);
+    assert_eq!(out.hashed, 1, "only the changed file is read");
+    // A model saved for another repository directory is not used.
+    assert!(scan::Model::load(objects, (id.0, id.1 + 1)).tree.is_none());
+}
