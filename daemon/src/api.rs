@@ -533,8 +533,9 @@ fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
-/// Room left in a response for its envelope around an `agentd/events` page.
-const EVENTS_ENVELOPE: usize = 4096;
+/// Room left in a response for its envelope around an `agentd/events` page (`jsonrpc`,
+/// `id`, `result`; request ids longer than a few hundred bytes are not expected).
+const EVENTS_ENVELOPE: usize = 512;
 
 /// An `agentd/events` page (`EventsResult`) as JSON text of at most `budget` bytes
 /// (a single event over it still makes a page of its own).
