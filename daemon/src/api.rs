@@ -256,18 +256,12 @@ pub fn methods(api: Api) -> Methods {
         },
     );
     // Pages are written as JSON text straight from the Log's events (no copy of the
-    // events, no `Value` tree), and cut short, with `next_after_seq`, before they would
-    // exceed the response size limit.
+    // events, no `Value` tree): the same bytes `EventsResult` serializes to.
     let res = m.register_async_method(method::EVENTS, |params, api, _| async move {
         let run = async {
             let p: EventsParams = parse(&params)?;
             let h = api.registry.get(&p.session_id).await?;
-            let budget = api
-                .registry
-                .config
-                .max_message_bytes
-                .saturating_sub(EVENTS_ENVELOPE);
-            h.query_blocking(move |st| events(st, &p, budget)).await?
+            h.query_blocking(move |st| events(st, &p)).await?
         };
         run.await.map_err(|e: AgentError| error_object(&e))
     });
@@ -533,15 +527,10 @@ fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
-/// Room left in a response for its envelope around an `agentd/events` page.
-const EVENTS_ENVELOPE: usize = 4096;
-
-/// An `agentd/events` page (`EventsResult`) as JSON text of at most `budget` bytes
-/// (a single event over it still makes a page of its own).
+/// An `agentd/events` page (`EventsResult`) as JSON text.
 fn events(
     st: &crate::session::SessionState,
     p: &EventsParams,
-    budget: usize,
 ) -> Result<Box<serde_json::value::RawValue>, AgentError> {
     let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
@@ -559,17 +548,11 @@ fn events(
             next = last;
             break;
         }
-        let mark = buf.len();
         if count > 0 {
             buf.push(b',');
         }
         serde_json::to_writer(&mut buf, ev)
             .map_err(|e| AgentError::internal(format!("serialize event: {e}")))?;
-        if count > 0 && buf.len() + 64 > budget {
-            buf.truncate(mark);
-            next = last;
-            break;
-        }
         count += 1;
         last = Some(ev.seq);
     }

@@ -9,7 +9,7 @@ use super::map::{self, Live};
 use super::{AcpArgs, Out};
 use crate::daemon::{self, Target};
 use crate::render;
-use crate::rpc::{Conn, Incoming};
+use crate::rpc::{self, Conn, Incoming};
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
@@ -312,7 +312,7 @@ impl Bridge {
     }
 
     /// One `agentd/events` page of `sid` after `after`, as JSON text.
-    async fn events_page(&self, sid: &str, after: Option<u64>) -> Result<String, RpcErr> {
+    async fn events_page(&self, sid: &str, after: Option<u64>) -> Result<rpc::Reply, RpcErr> {
         let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
         if let Some(a) = after {
             q["after_seq"] = json!(a);
@@ -638,14 +638,13 @@ impl Bridge {
     /// stdout as one write, and the next page is requested before this one is mapped, so
     /// the daemon serializes it meanwhile.
     async fn replay(&self, sid: &str, ws: &Path) -> Result<(), RpcErr> {
-        let mut text = self.events_page(sid, None).await?;
+        let mut reply = self.events_page(sid, None).await?;
         let mut prefix = String::with_capacity(64 + sid.len());
         prefix.push_str(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"#);
         prefix.push_str(&serde_json::to_string(sid).unwrap_or_default());
         prefix.push_str(r#","update":"#);
         loop {
-            let page: map::Page = serde_json::from_str(&text)
-                .map_err(|e| RpcErr::new(-32603, format!("agentd/events page: {e}")))?;
+            let page: map::Page = reply.parse()?;
             let next = match page.next_after_seq {
                 Some(n) if !page.events.is_empty() => Some(n),
                 _ => None,
@@ -657,7 +656,8 @@ impl Bridge {
                 }
             };
             let map_page = async {
-                let mut block = String::with_capacity(text.len() + text.len() / 2);
+                // Tool outputs appear twice in their updates: room for that up front.
+                let mut block = String::with_capacity(reply.text_len() * 2 + 4096);
                 for ev in &page.events {
                     map::replay_raw(ev, ws, &prefix, &mut block);
                 }
@@ -673,7 +673,7 @@ impl Bridge {
             let (fetched, ()) = tokio::join!(fetch, map_page);
             drop(page);
             match fetched? {
-                Some(t) => text = t,
+                Some(r) => reply = r,
                 None => return Ok(()),
             }
         }

@@ -239,7 +239,8 @@ pub fn stop_reason(status: Option<&str>, response: Option<&str>, live: &Live) ->
     }
 }
 
-/// One `agentd/events` page read without building a `Value` tree of it.
+/// One `agentd/events` page read without building a `Value` tree of it: each event's
+/// `data` is split into its fields, kept as JSON text, in the same pass.
 #[derive(Deserialize)]
 pub struct Page<'a> {
     #[serde(borrow)]
@@ -248,17 +249,87 @@ pub struct Page<'a> {
     pub next_after_seq: Option<u64>,
 }
 
-/// An event of a page: its type, and its `data` as JSON text.
+/// An event of a page: its type and its `data`'s fields.
 #[derive(Deserialize)]
 pub struct RawEvent<'a> {
     #[serde(rename = "type", borrow)]
     pub kind: Cow<'a, str>,
     #[serde(borrow)]
-    pub data: &'a RawValue,
+    pub data: Fields<'a>,
 }
 
-/// A `tool_result`'s fields, still as JSON text (a `null` stays `null`, as in `Value`).
-type RawFields<'a> = std::collections::HashMap<Cow<'a, str>, &'a RawValue>;
+/// An object's fields, each still JSON text (`null` stays `null`, as in a `Value`).
+/// Data that is not an object has no fields, and replays as nothing, as in [`replay`].
+#[derive(Default)]
+pub struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+#[derive(Deserialize)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'a> Fields<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        for (k, v) in &self.0 {
+            m.insert(
+                k.to_string(),
+                serde_json::from_str(v.get()).unwrap_or(Value::Null),
+            );
+        }
+        Value::Object(m)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Fields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_unit<E>(self) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Fields<'a>, S::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Fields::default())
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Fields<'a>, M::Error> {
+                let mut out = Vec::new();
+                while let Some((Key(k), v)) = m.next_entry::<Key<'de>, &'de RawValue>()? {
+                    out.push((k, v));
+                }
+                Ok(Fields(out))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
 
 fn push_json(out: &mut String, v: &impl serde::Serialize) {
     if let Ok(t) = serde_json::to_string(v) {
@@ -269,10 +340,7 @@ fn push_json(out: &mut String, v: &impl serde::Serialize) {
 /// The `tool_call_update` of a `tool_result`, written straight into `out`: the output
 /// (the bulk of a Log) is copied as JSON text, never unescaped and escaped again. The
 /// result equals [`replay`]'s (unit-tested).
-fn tool_result_raw(data: &RawValue, out: &mut String) -> bool {
-    let Ok(f) = serde_json::from_str::<RawFields>(data.get()) else {
-        return false;
-    };
+fn tool_result_raw(f: &Fields<'_>, out: &mut String) -> bool {
     let Some(call_id) = f
         .get("call_id")
         .and_then(|c| serde_json::from_str::<Cow<str>>(c.get()).ok())
@@ -334,7 +402,7 @@ pub fn replay_raw(ev: &RawEvent<'_>, workspace: &Path, prefix: &str, out: &mut S
         "tool_result" => {
             let mark = out.len();
             out.push_str(prefix);
-            if tool_result_raw(ev.data, out) {
+            if tool_result_raw(&ev.data, out) {
                 out.push_str("}}\n");
             } else {
                 out.truncate(mark);
@@ -342,10 +410,7 @@ pub fn replay_raw(ev: &RawEvent<'_>, workspace: &Path, prefix: &str, out: &mut S
         }
         "user_message" | "assistant_message" | "reasoning" | "tool_call" | "provider_usage"
         | "session_info" => {
-            let Ok(data) = serde_json::from_str::<Value>(ev.data.get()) else {
-                return;
-            };
-            let event = json!({"type": ev.kind, "data": data});
+            let event = json!({"type": ev.kind, "data": ev.data.to_value()});
             for u in replay(&event, workspace) {
                 out.push_str(prefix);
                 push_json(out, &u);
@@ -576,6 +641,9 @@ mod tests {
                 "provider_usage",
                 json!({"usage":{"total_tokens":5},"context_window":10}),
             ),
+            ev(9, "user_message", json!("not an object")),
+            ev(10, "tool_result", json!([1, {"call_id": "c9"}])),
+            ev(11, "assistant_message", json!({"text": "a", "text": "b"})),
         ];
         let text = json!({"events": events, "next_after_seq": 8}).to_string();
         let page: Page = serde_json::from_str(&text).unwrap();
@@ -590,7 +658,7 @@ mod tests {
             .collect();
         let want: Vec<Value> = events.iter().flat_map(|e| replay(e, ws)).collect();
         assert_eq!(got, want);
-        assert_eq!(got.len(), 7);
+        assert_eq!(got.len(), 8);
     }
 
     #[test]

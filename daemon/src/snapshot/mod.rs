@@ -7,20 +7,26 @@
 //! materializes a tree into a new directory. Callers (the turn engine, `undo`) record
 //! what it returns.
 //!
-//! Why the `git` command and not a library: it is what users have installed and what
-//! peer tools use for the same job, it honours `.gitignore` exactly as the user's own
-//! git does, its index is a stat cache that makes a rescan of an unchanged 10k-file
-//! workspace cost a few milliseconds, and it keeps symlinks as links (never following
-//! them out of the workspace). gix would save the process spawns but has no complete
-//! `add -A` with ignore rules, index updates and checkout yet.
+//! Taking a snapshot spawns no process: [`scan`] keeps a model of the workspace (each
+//! file's stat data and blob id, each directory's tree id) and an inotify watch on its
+//! directories, and [`objects`] writes the new blobs and trees as loose objects (SHA-1
+//! and zlib in-process). A file tool's snapshot stats its one target; a shell call's
+//! reads the watch's queue; a turn's `before` snapshot and a revert's check stat every
+//! file. `files_changed` comes from the model when the previous tree is the model's own,
+//! else from `git diff-tree`. Diff, restore and fork worktrees run the `git` command (it
+//! is what users have, it checks out exactly as their git does), against objects it
+//! reads like its own; `trees_match_what_git_writes` and
+//! `watched_changes_give_the_tree_git_writes` keep the in-process trees equal to git's.
 //!
 //! Invariants:
-//! - The user's repository is never touched: every command runs with the shadow
-//!   `GIT_DIR` and an explicit `GIT_INDEX_FILE` (see [`git::Git`]); a workspace's own
-//!   `.git` is never a path git adds.
-//! - One git command at a time per shadow repository (an in-process lock: the home lock
-//!   guarantees a single daemon per home), so a stale `index.lock` is always a leftover
-//!   of a killed git and is removed.
+//! - The user's repository is never touched: snapshots never enter a `.git`, and every
+//!   git command runs with the shadow `GIT_DIR` and an explicit `GIT_INDEX_FILE` (see
+//!   [`git::Git`]).
+//! - One snapshot or git command at a time per shadow repository (an in-process lock
+//!   that also guards the workspace model; the home lock guarantees a single daemon per
+//!   home), so a stale `index.lock` is always a leftover of a killed git and is removed.
+//! - The model describes one repository directory (its device and inode): a rebuilt
+//!   repository, or one whose last tree is gone, starts a new model.
 //! - Trees are never pruned (`gc.auto = 0`), so every tree a Log names stays readable
 //!   until the shadow repository is rebuilt after corruption.
 
@@ -57,8 +63,11 @@ const SHADOW_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode =
 /// What a snapshot covers.
 #[derive(Debug, Clone)]
 pub enum Scope {
-    /// Rescan the whole workspace.
+    /// Rescan the whole workspace, every file's stat data checked.
     All,
+    /// What changed since the last snapshot as the directory watch saw it (a shell
+    /// command's effects); a full rescan when there is no watch or it lost track.
+    Changed,
     /// Only these workspace-relative paths changed (a file tool's own target).
     Paths(Vec<PathBuf>),
 }
@@ -301,7 +310,7 @@ impl Shadow {
         }
         let mut m = model
             .take()
-            .unwrap_or_else(|| Model::new(objects.clone(), repo_id));
+            .unwrap_or_else(|| Model::load(objects.clone(), repo_id));
         let model_tree = m.tree.map(hex::encode);
         let ws = self.workspace.clone();
         let exclude = self.git.excludes_file.clone();
@@ -311,10 +320,11 @@ impl Shadow {
             let res = match &scope {
                 Scope::Paths(p) => match m.scan_paths(&ws, exclude.as_deref(), p, &cfg) {
                     Ok(Some(o)) => Ok(o),
-                    Ok(None) => m.scan_all(&ws, &cfg),
+                    Ok(None) => m.scan_all(&ws, exclude.as_deref(), &cfg, false),
                     Err(e) => Err(e),
                 },
-                Scope::All => m.scan_all(&ws, &cfg),
+                Scope::All => m.scan_all(&ws, exclude.as_deref(), &cfg, false),
+                Scope::Changed => m.scan_all(&ws, exclude.as_deref(), &cfg, true),
             };
             (m, res)
         })

@@ -43,6 +43,11 @@ impl Store {
         }
     }
 
+    /// The `objects` directory.
+    pub fn dir(&self) -> &Path {
+        &self.objects
+    }
+
     fn path(&self, oid: &Oid) -> PathBuf {
         let h = hex::encode(oid);
         self.objects.join(&h[..2]).join(&h[2..])

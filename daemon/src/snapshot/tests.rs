@@ -232,3 +232,83 @@ async fn missing_workspace_is_an_error_not_a_panic() {
     assert_eq!(e.error.kind(), "workspace_missing");
     assert!(e.rebuilt.is_none());
 }
+
+/// After each kind of change a shell command makes (new, changed, deleted, renamed
+/// files; directories created, moved away, deleted; mode changes; an ignored directory),
+/// the tree from the watched changes is the one git writes for the same files.
+#[tokio::test]
+async fn watched_changes_give_the_tree_git_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_t, ws, sh) = setup();
+    fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+    for d in ["a", "a/b", "c"] {
+        fs::create_dir_all(ws.join(d)).unwrap();
+        fs::write(ws.join(d).join("f.txt"), d).unwrap();
+    }
+    let mut prev = sh.snapshot(Scope::All, None).await.unwrap().tree;
+    type Step = Box<dyn Fn(&Path)>;
+    let steps: Vec<Step> = vec![
+        Box::new(|w| fs::write(w.join("a/new.txt"), "new").unwrap()),
+        Box::new(|w| fs::write(w.join("a/b/f.txt"), "changed").unwrap()),
+        Box::new(|w| fs::remove_file(w.join("c/f.txt")).unwrap()),
+        Box::new(|w| fs::rename(w.join("a/new.txt"), w.join("renamed.txt")).unwrap()),
+        Box::new(|w| {
+            fs::create_dir_all(w.join("n/m")).unwrap();
+            fs::write(w.join("n/m/deep.txt"), "deep").unwrap();
+        }),
+        Box::new(|w| fs::rename(w.join("a"), w.join("moved")).unwrap()),
+        Box::new(|w| fs::write(w.join("moved/b/after-move.txt"), "x").unwrap()),
+        Box::new(|w| fs::remove_dir_all(w.join("n")).unwrap()),
+        Box::new(|w| {
+            fs::set_permissions(w.join("renamed.txt"), fs::Permissions::from_mode(0o755)).unwrap()
+        }),
+        Box::new(|w| {
+            fs::create_dir_all(w.join("target/debug")).unwrap();
+            fs::write(w.join("target/debug/out"), "ignored").unwrap();
+        }),
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&ws);
+        let s = sh.snapshot(Scope::Changed, Some(&prev)).await.unwrap();
+        let g = sh
+            .git
+            .with_index(sh.git_dir().join(format!("index.check{i}")));
+        g.run(&["add", "-A"], None).await.unwrap();
+        let want = g.run(&["write-tree"], None).await.unwrap();
+        assert_eq!(s.tree, String::from_utf8(want).unwrap().trim(), "step {i}");
+        assert!(!s.previous_missing, "step {i}: the previous tree is known");
+        prev = s.tree;
+    }
+}
+
+/// After a daemon restart the saved model stands in for the files' stat data: only a
+/// file changed meanwhile is read again.
+#[tokio::test]
+async fn a_saved_model_spares_rehashing_after_a_restart() {
+    use std::os::unix::fs::MetadataExt;
+    let (_t, ws, sh) = setup();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for i in 0..20 {
+        let p = ws.join(format!("f{i}"));
+        fs::write(&p, format!("{i}")).unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let s1 = sh.snapshot(Scope::All, None).await.unwrap();
+    let meta = fs::metadata(sh.git_dir()).unwrap();
+    let id = (meta.dev(), meta.ino());
+    let objects = sh.git_dir().join("objects");
+    // A new model, as a restarted daemon makes it.
+    let mut m = scan::Model::load(objects.clone(), id);
+    assert_eq!(m.tree.map(hex::encode), Some(s1.tree.clone()));
+    fs::write(ws.join("f3"), "changed").unwrap();
+    let out = m.scan_all(&ws, None, &cfg(), false).unwrap();
+    assert_eq!(out.changed, vec!["f3"]);
+    assert_eq!(out.hashed, 1, "only the changed file is read");
+    // A model saved for another repository directory is not used.
+    assert!(scan::Model::load(objects, (id.0, id.1 + 1)).tree.is_none());
+}
