@@ -3,7 +3,7 @@
 //! event with a deadline.
 
 use agentd_tests::acp::{update, update_kinds, Acp};
-use agentd_tests::{is_type, Daemon};
+use agentd_tests::{git, is_type, Daemon};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -650,27 +650,6 @@ fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
         WAIT,
     );
     assert!(r["modes"].is_object(), "{r}");
-}
-
-/// Runs git in `dir` with a clean config.
-#[track_caller]
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .unwrap_or_else(|e| panic!("this test needs the git command on PATH: {e}"));
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn chunk_text(notes: &[Value]) -> String {
