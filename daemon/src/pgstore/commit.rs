@@ -1,6 +1,8 @@
-//! The group-commit thread: every session's appender hands its batch here, and all
-//! batches queued while a commit runs go into the next one, across sessions: one
-//! statement, one round trip, one commit. Each batch carries its session's fencing
+//! Group commit without a commit thread: the appender that finds no commit running
+//! commits its own batch at once on the store's group connection (no hand-off when it
+//! is alone); batches that arrive while a commit runs queue up, and the first of their
+//! appenders to see that commit end takes them all into the next one, across sessions:
+//! one statement, one round trip, one commit. Each batch carries its session's fencing
 //! token; a batch whose token is no longer the session's (another daemon took the
 //! lease) fails alone and writes nothing.
 
@@ -8,8 +10,9 @@ use super::{conn::store_error, Shared, Summary};
 use agentd_proto::{AgentError, ErrorKind};
 use postgres::Client;
 use serde_json::json;
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::Thread;
 
 /// Most batches in one transaction (bounds the statement's arrays).
 const MAX_GROUP: usize = 512;
@@ -20,30 +23,127 @@ pub struct Job {
     pub rows: super::Rows,
     pub sum: Summary,
     pub sync: bool,
-    pub reply: mpsc::SyncSender<Result<(), AgentError>>,
 }
 
-pub fn spawn(shared: Arc<Shared>) -> std::io::Result<mpsc::Sender<Job>> {
-    let (tx, rx) = mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("pg-commit".into())
-        .spawn(move || {
-            let mut conn: Option<GroupConn> = None;
-            while let Ok(first) = rx.recv() {
-                let mut jobs = vec![first];
-                while jobs.len() < MAX_GROUP {
-                    match rx.try_recv() {
-                        Ok(j) => jobs.push(j),
-                        Err(_) => break,
-                    }
-                }
-                let results = commit_group(&shared, &mut conn, &jobs);
-                for (job, res) in jobs.into_iter().zip(results) {
-                    let _ = job.reply.send(res);
-                }
+struct Queued {
+    ticket: u64,
+    /// Its appender, woken when the outcome is in or when it is to lead.
+    waiter: Thread,
+    job: Job,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<Queued>,
+    /// A commit is running (its leader holds the connection).
+    leading: bool,
+    /// Outcomes not yet picked up by their appenders, by ticket.
+    done: HashMap<u64, Result<(), AgentError>>,
+    next_ticket: u64,
+}
+
+/// The store's group committer: one connection, used by whichever appender leads.
+/// Wake-ups are targeted: a commit wakes its own group's appenders and, when batches
+/// queued meanwhile, the first of those to lead the next commit.
+pub struct Committer {
+    shared: Arc<Shared>,
+    state: Mutex<State>,
+    /// Only the leader touches it, so it is never contended.
+    conn: Mutex<Option<GroupConn>>,
+}
+
+/// Ends a leader's turn: records the group's outcomes (a failure for any not given,
+/// as when the leader unwinds mid-commit), clears the flag and wakes the group and the
+/// next leader, so no appender waits forever.
+struct Leading<'a> {
+    c: &'a Committer,
+    group: Vec<(u64, Thread)>,
+    results: Vec<Result<(), AgentError>>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let mut results = std::mem::take(&mut self.results).into_iter();
+        let mut st = self.c.lock_state();
+        st.leading = false;
+        for (t, _) in &self.group {
+            let res = results.next().unwrap_or_else(|| {
+                Err(AgentError::new(
+                    ErrorKind::LogWriteFailed,
+                    "the group commit stopped before this batch's outcome was known",
+                ))
+            });
+            st.done.insert(*t, res);
+        }
+        let next = st.queue.first().map(|q| q.waiter.clone());
+        drop(st);
+        for (_, w) in self.group.drain(..) {
+            w.unpark();
+        }
+        if let Some(w) = next {
+            w.unpark();
+        }
+    }
+}
+
+impl Committer {
+    pub fn new(shared: Arc<Shared>) -> Committer {
+        Committer {
+            shared,
+            state: Mutex::new(State::default()),
+            conn: Mutex::new(None),
+        }
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits `job` (with whatever else is queued) and returns once its outcome is
+    /// known. Blocking: runs on the session's writer thread, which commits itself when
+    /// no commit is running.
+    pub fn submit(&self, job: Job) -> Result<(), AgentError> {
+        let mut st = self.lock_state();
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.queue.push(Queued {
+            ticket,
+            waiter: std::thread::current(),
+            job,
+        });
+        loop {
+            if let Some(res) = st.done.remove(&ticket) {
+                return res;
             }
-        })?;
-    Ok(tx)
+            if st.leading {
+                drop(st);
+                // Spurious wake-ups only cost a look at the state.
+                std::thread::park();
+                st = self.lock_state();
+                continue;
+            }
+            st.leading = true;
+            let take = st.queue.len().min(MAX_GROUP);
+            let group: Vec<Queued> = st.queue.drain(..take).collect();
+            drop(st);
+            let mut lead = Leading {
+                c: self,
+                group: Vec::with_capacity(group.len()),
+                results: Vec::new(),
+            };
+            let mut jobs = Vec::with_capacity(group.len());
+            for q in group {
+                lead.group.push((q.ticket, q.waiter));
+                jobs.push(q.job);
+            }
+            lead.results = {
+                let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+                commit_group(&self.shared, &mut conn, &jobs)
+            };
+            drop(lead);
+            st = self.lock_state();
+        }
+    }
 }
 
 /// The whole group as one statement, so one round trip and one commit (autocommit):

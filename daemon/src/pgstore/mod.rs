@@ -32,7 +32,7 @@ use postgres::Client;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How the daemon asked for the store.
@@ -65,7 +65,7 @@ pub fn home_owner_id(home: &std::path::Path) -> Result<String, String> {
 
 pub struct PgStore {
     shared: Arc<Shared>,
-    commits: Mutex<mpsc::Sender<commit::Job>>,
+    commits: Arc<commit::Committer>,
 }
 
 /// A lease this daemon holds: its token and the Log's length when loaded.
@@ -311,17 +311,13 @@ impl PgStore {
                 schema::CURRENT
             ));
         }
-        let commits =
-            commit::spawn(shared.clone()).map_err(|e| format!("start the commit thread: {e}"))?;
+        let commits = Arc::new(commit::Committer::new(shared.clone()));
         let renew = shared.clone();
         std::thread::Builder::new()
             .name("pg-lease".into())
             .spawn(move || renew.renew_loop())
             .map_err(|e| format!("start the lease thread: {e}"))?;
-        Ok(Arc::new(PgStore {
-            shared,
-            commits: Mutex::new(commits),
-        }))
+        Ok(Arc::new(PgStore { shared, commits }))
     }
 
     /// The URL as it may be shown (password redacted).
@@ -361,11 +357,7 @@ impl PgStore {
     }
 
     fn appender(&self, sid: &str, held: Held) -> Result<Box<dyn LogAppender>, AgentError> {
-        let commits = self
-            .commits
-            .lock()
-            .map_err(|_| AgentError::internal("commit queue poisoned"))?
-            .clone();
+        let commits = self.commits.clone();
         Ok(Box::new(PgAppender {
             shared: self.shared.clone(),
             commits,
@@ -721,7 +713,7 @@ impl LogStore for PgStore {
 /// The append side of one session in PostgreSQL.
 struct PgAppender {
     shared: Arc<Shared>,
-    commits: mpsc::Sender<commit::Job>,
+    commits: Arc<commit::Committer>,
     sid: String,
     token: i64,
     /// Bytes acknowledged (the file store's length, counted the same way).
@@ -746,31 +738,19 @@ impl LogAppender for PgAppender {
             return Err(e.clone());
         }
         let (rows, sum) = summarize(bytes)?;
-        let (reply, rx) = mpsc::sync_channel(1);
         let job = commit::Job {
             sid: self.sid.clone(),
             token: self.token,
             rows,
             sum,
             sync,
-            reply,
         };
-        if self.commits.send(job).is_err() {
-            return Err(self.stop(AgentError::new(
-                ErrorKind::LogWriteFailed,
-                "the store's commit thread is gone",
-            )));
-        }
-        match rx.recv() {
-            Ok(Ok(())) => {
+        match self.commits.submit(job) {
+            Ok(()) => {
                 self.acked += bytes.len() as u64;
                 Ok(())
             }
-            Ok(Err(e)) => Err(self.stop(e)),
-            Err(_) => Err(self.stop(AgentError::new(
-                ErrorKind::LogWriteFailed,
-                "the store's commit thread is gone",
-            ))),
+            Err(e) => Err(self.stop(e)),
         }
     }
 }
