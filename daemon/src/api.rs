@@ -245,12 +245,8 @@ pub fn methods(api: Api) -> Methods {
         method::SHOW,
         |api, p: SessionParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
-            let log_path = api
-                .registry
-                .home
-                .log_path(&p.session_id)?
-                .display()
-                .to_string();
+            let log_path =
+                store::shown_log_path(&*api.registry.store, &api.registry.home, &p.session_id)?;
             let show = h.query(move |st| show(st, log_path)).await?;
             to_value(show)
         },
@@ -413,7 +409,7 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
         }
         None => session_id::generate(),
     };
-    let path = registry.home.log_path(&sid)?;
+    let path = store::shown_log_path(&*registry.store, &registry.home, &sid)?;
     let mut data = json!({
         "workspace": workspace,
         "agentd_version": env!("CARGO_PKG_VERSION"),
@@ -453,7 +449,7 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
     registry.index_new_log(&sid).await?;
     to_value(CreateResult {
         session_id: sid,
-        log_path: path.display().to_string(),
+        log_path: path,
     })
 }
 

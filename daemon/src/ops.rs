@@ -650,7 +650,7 @@ pub async fn import(
         .map_err(|e| AgentError::internal(format!("import task: {e}")))??;
     registry.index_new_log(&sid).await?;
     Ok(ImportOutcome {
-        log_path: registry.home.log_path(&sid)?.display().to_string(),
+        log_path: crate::store::shown_log_path(&*registry.store, &registry.home, &sid)?,
         event_count: report.imported,
         session_id: sid,
         report,

@@ -764,6 +764,15 @@ impl Actor {
                 self.acked_bytes = None;
                 self.writer_error = None;
             }
+            Err(e) if e.details.get("reason") == Some(&json!("lease_lost")) => {
+                // Another daemon owns the session now (shared store): this actor's
+                // state is stale. It stops once its queue drains; the next request
+                // loads the session afresh, taking the lease again or answering `busy`
+                // with the owner.
+                tracing::warn!(session = %self.state.id, error = %e, "lease lost; the session unloads");
+                self.writer_error = Some(e);
+                self.rx.close();
+            }
             Err(e) => {
                 tracing::error!(session = %self.state.id, error = %e, "Log not recovered; appends stay refused");
                 let mut err = e;

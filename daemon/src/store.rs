@@ -296,6 +296,20 @@ pub trait LogStore: Send + Sync + 'static {
     fn describe(&self) -> String {
         "file".into()
     }
+    /// Where one Log is, as results show it (`log_path`), when it is not a file of the
+    /// home: a database store names itself (redacted URL) and the session.
+    fn log_location(&self, _sid: &str) -> Option<String> {
+        None
+    }
+}
+
+/// The `log_path` that results show for `sid`: the store's own location of the Log,
+/// else the file's path in the home.
+pub fn shown_log_path(store: &dyn LogStore, home: &Home, sid: &str) -> Result<String, AgentError> {
+    match store.log_location(sid) {
+        Some(l) => Ok(l),
+        None => Ok(home.log_path(sid)?.display().to_string()),
+    }
 }
 
 /// The append side of one Log, owned by its session's writer thread.

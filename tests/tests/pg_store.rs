@@ -354,7 +354,7 @@ fn a_stale_owner_whose_lease_was_taken_cannot_write() {
     let url = PgServer::shared().create_db();
     let lease = 2.0;
     let a = daemon_on(&url, lease);
-    let b = daemon_on(&url, lease);
+    let mut b = daemon_on(&url, lease);
     let mut ca = a.connect();
     let sid = create(&a, &mut ca, json!({}));
     append(&mut ca, &sid, user("a before the pause"));
@@ -376,12 +376,30 @@ fn a_stale_owner_whose_lease_was_taken_cannot_write() {
         hostname().as_str(),
         "{r}"
     );
+    // The stale daemon drops the session (a request that was already queued to it
+    // may still hear `lease_lost`): it then asks the store again and hears who holds
+    // the lease, and takes the session back once that daemon lets go.
+    let r = wait_until("a to drop the stale session", WAIT, || {
+        let r = append(&mut ca, &sid, user("a while b owns it"));
+        assert_eq!(kind(&r), "busy", "{r}");
+        (r["error"]["data"]["details"]["reason"] == "leased").then_some(r)
+    });
+    assert_eq!(
+        r["error"]["data"]["details"]["owner_host"],
+        hostname().as_str(),
+        "{r}"
+    );
     let evs = all_events(&mut cb, &sid);
     let texts: Vec<&str> = evs
         .iter()
         .filter_map(|e| e["data"]["text"].as_str())
         .collect();
     assert_eq!(texts, vec!["a before the pause", "b after the takeover"]);
+    drop(cb);
+    let status = b.shutdown(WAIT).expect("b stops");
+    assert!(status.success(), "b exit: {status:?}");
+    let r = append(&mut ca, &sid, user("a after b stopped"));
+    assert_eq!(r["result"]["first_seq"], 3, "{r}");
 }
 
 #[test]
@@ -520,8 +538,20 @@ fn credentials_come_from_the_url_pgpassword_a_password_file_or_pgpass_and_are_ne
         let sid = create(&d, &mut c, json!({}));
         let r = append(&mut c, &sid, user("authenticated"));
         assert!(r.get("result").is_some(), "source {i}: {r}");
+        // `log_path` names where the Log is: the store (redacted) and the session.
+        let show = c.call_ok("agentd/show", json!({"session_id": sid}));
+        let log_path = show["log_path"].as_str().unwrap_or_default().to_string();
+        assert!(
+            log_path.starts_with("postgres") && log_path.ends_with(&format!("#{sid}")),
+            "source {i}: {show}"
+        );
         let doctor = d.agentctl(["doctor", "--json"]);
-        let out = format!("{}{}{}", d.daemon_output(), doctor.stdout, doctor.stderr);
+        let out = format!(
+            "{}{}{}{log_path}",
+            d.daemon_output(),
+            doctor.stdout,
+            doctor.stderr
+        );
         assert!(
             !out.contains(secret),
             "source {i}: the password was shown:\n{out}"

@@ -708,6 +708,10 @@ impl LogStore for PgStore {
     fn describe(&self) -> String {
         self.shared.url_shown.clone()
     }
+
+    fn log_location(&self, sid: &str) -> Option<String> {
+        Some(format!("{}#{sid}", self.shared.url_shown))
+    }
 }
 
 /// The append side of one session in PostgreSQL.
