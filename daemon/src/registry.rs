@@ -282,6 +282,30 @@ impl Registry {
         self.with_index(|i| i.values().filter(|m| !m.deleted).count() as u64)
     }
 
+    /// On a store that keeps every Log's head (a database shared by several daemons):
+    /// reads them all (one query, no events) and indexes the sessions this daemon has
+    /// not loaded, so `list` and `tree` show what other daemons created or appended.
+    /// Sessions loaded here keep the entry their actor maintains. Does nothing on the
+    /// file home, whose index this daemon alone changes.
+    pub async fn refresh_index(self: &Arc<Self>) -> Result<(), AgentError> {
+        let this = self.clone();
+        let Some(heads) = crate::filesystem::blocking(move || this.store.heads()).await? else {
+            return Ok(());
+        };
+        let heads = heads?;
+        let Ok(mut index) = self.index.write() else {
+            return Ok(());
+        };
+        for (sid, head) in heads {
+            if self.sessions.get(&sid).is_some_and(|h| !h.is_closed()) {
+                continue;
+            }
+            let meta = meta_from_head(&sid, head);
+            index.insert(sid, meta);
+        }
+        Ok(())
+    }
+
     /// Reads the head of a newly written Log into the index (create, fork, import).
     pub fn index_log(&self, sid: &str) -> Result<(), AgentError> {
         let meta = meta_from_head(sid, self.store.head(sid)?);

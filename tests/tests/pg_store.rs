@@ -271,6 +271,28 @@ fn concurrent_appenders_across_sessions_get_contiguous_seqs(store: Store) {
 }
 
 #[test]
+fn list_and_tree_show_sessions_another_daemon_created_or_appended_to() {
+    let url = PgServer::shared().create_db();
+    let a = daemon_on(&url, 30.0);
+    let b = daemon_on(&url, 30.0);
+    let (mut ca, mut cb) = (a.connect(), b.connect());
+    // Both daemons are running before b creates anything.
+    assert_eq!(ca.call_ok("agentd/list", json!({}))["sessions"], json!([]));
+    let sid = create(&b, &mut cb, json!({"title": "made on b"}));
+    append(&mut cb, &sid, user("one"));
+    let list = ca.call_ok("agentd/list", json!({}));
+    let s = &list["sessions"][0];
+    assert_eq!(s["session_id"], sid.as_str(), "{list}");
+    assert_eq!(s["title"], "made on b", "{list}");
+    assert_eq!(s["event_count"], 2, "{list}");
+    append(&mut cb, &sid, user("two"));
+    let list = ca.call_ok("agentd/list", json!({}));
+    assert_eq!(list["sessions"][0]["event_count"], 3, "{list}");
+    let tree = ca.call_ok("agentd/tree", json!({"session_id": sid}));
+    assert!(tree["drawing"].as_str().unwrap().contains(&sid), "{tree}");
+}
+
+#[test]
 fn a_session_is_handed_over_when_its_owner_stops_cleanly() {
     let url = PgServer::shared().create_db();
     let mut a = daemon_on(&url, 30.0);
