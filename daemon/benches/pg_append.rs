@@ -135,7 +135,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n = support::env_usize("BENCH_OPS", 400);
+    let n = support::env_usize("BENCH_OPS", 1000);
     let rounds = support::env_usize("BENCH_ROUNDS", 3);
     let pg = PgServer::start();
     let mut raw = Raw::new(&pg.create_db());

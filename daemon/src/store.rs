@@ -301,6 +301,12 @@ pub trait LogStore: Send + Sync + 'static {
     fn log_location(&self, _sid: &str) -> Option<String> {
         None
     }
+    /// A whole Log's bytes as a file of the home would hold them, for verbs that read
+    /// Logs without loading the session (`export`), when the Logs are not files of the
+    /// home; `None` means read the file.
+    fn read_log(&self, _sid: &str) -> Option<Result<Vec<u8>, AgentError>> {
+        None
+    }
 }
 
 /// The `log_path` that results show for `sid`: the store's own location of the Log,

@@ -290,6 +290,22 @@ fn list_and_tree_show_sessions_another_daemon_created_or_appended_to() {
     assert_eq!(list["sessions"][0]["event_count"], 3, "{list}");
     let tree = ca.call_ok("agentd/tree", json!({"session_id": sid}));
     assert!(tree["drawing"].as_str().unwrap().contains(&sid), "{tree}");
+    // Export reads the Log from the database, without taking b's lease.
+    let ex = ca.call_ok(
+        "agentd/export",
+        json!({"session_id": sid, "format": "jsonl"}),
+    );
+    let lines: Vec<Value> = ex["content"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = lines.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, vec![0, 1, 2], "{ex}");
+    assert_eq!(lines[2]["data"]["text"], "two", "{ex}");
+    let r = append(&mut cb, &sid, user("b still owns it"));
+    assert!(r.get("result").is_some(), "{r}");
 }
 
 #[test]

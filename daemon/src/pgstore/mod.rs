@@ -712,6 +712,17 @@ impl LogStore for PgStore {
     fn log_location(&self, sid: &str) -> Option<String> {
         Some(format!("{}#{sid}", self.shared.url_shown))
     }
+
+    fn read_log(&self, sid: &str) -> Option<Result<Vec<u8>, AgentError>> {
+        Some(self.read_lines(sid).map_err(|e| {
+            if e.kind == ErrorKind::NotFound {
+                e.with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"])
+            } else {
+                e
+            }
+        }))
+    }
 }
 
 /// The append side of one session in PostgreSQL.

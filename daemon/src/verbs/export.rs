@@ -504,6 +504,18 @@ pub fn lineage(registry: &Registry, sid: &str) -> Lineage {
     }
 }
 
+fn read_file(path: &std::path::Path, sid: &str) -> Result<Vec<u8>, AgentError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(AgentError::not_found("no such session")
+                .with_details(json!({"session_id": sid}))
+                .with_next_actions(&["agentctl ls"]))
+        }
+        Err(e) => Err(AgentError::internal(format!("read Log: {e}"))),
+    }
+}
+
 /// `agentd/export`.
 pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportResult, AgentError> {
     let path = registry.home.log_path(&p.session_id)?;
@@ -528,14 +540,10 @@ pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportR
         None => None,
     };
     let sid = p.session_id.clone();
-    let bytes = super::manage::blocking(move || match std::fs::read(&path) {
-        Ok(b) => Ok(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(AgentError::not_found("no such session")
-                .with_details(json!({"session_id": sid}))
-                .with_next_actions(&["agentctl ls"]))
-        }
-        Err(e) => Err(AgentError::internal(format!("read Log: {e}"))),
+    let store = registry.store.clone();
+    let bytes = super::manage::blocking(move || match store.read_log(&sid) {
+        Some(read) => read,
+        None => read_file(&path, &sid),
     })
     .await?;
     let lineage = lineage(registry, &p.session_id);
