@@ -213,7 +213,7 @@ impl Connection {
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
         // Responses of direct calls, written by the session's writer thread as text.
         // Unbounded in type only: each holds an in-flight permit until it is queued.
-        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<String>();
+        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
         let writer_stop = stop_writer.clone();
@@ -222,13 +222,13 @@ impl Connection {
         let framing = Arc::new(std::sync::OnceLock::<Framing>::new());
         let writer_framing = framing.clone();
         let writer = tokio::spawn(async move {
-            let write = |msg: &str| {
+            let write = |msg: &[u8]| {
                 let f = writer_framing.get().copied().unwrap_or(Framing::Lines);
-                crate::framing::encode(f, msg)
+                crate::framing::encode_bytes(f, msg)
             };
             loop {
                 let msg = tokio::select! {
-                    m = rx.recv() => m.map(|m| write(m.get())),
+                    m = rx.recv() => m.map(|m| write(m.get().as_bytes())),
                     Some(d) = direct_rx.recv() => Some(write(&d)),
                     _ = writer_stop.cancelled() => {
                         // Drain what is queued (the peer may have half-closed), then end.
@@ -239,7 +239,7 @@ impl Connection {
                             queued.push(write(&d));
                         }
                         while let Some(m) = rx.recv().await {
-                            queued.push(write(m.get()));
+                            queued.push(write(m.get().as_bytes()));
                         }
                         for m in queued {
                             let w = tokio::time::timeout(DRAIN_TIMEOUT, wr.write_all(&m)).await;
@@ -349,7 +349,7 @@ impl Connection {
         &self,
         line: String,
         sink: &MethodSink,
-        direct_tx: &mpsc::UnboundedSender<String>,
+        direct_tx: &mpsc::UnboundedSender<Vec<u8>>,
         conn_sink: &ConnSink,
         subs: &BoundedSubscriptions,
         calls: &mut JoinSet<()>,
