@@ -128,6 +128,17 @@ impl ContextCache {
                     slot.mark = mark;
                 }
                 None => {
+                    // An `after_seq` before the kept mark must not replace the longer
+                    // prefix the next full request resumes from.
+                    let longer = self.slots.iter().any(|s| {
+                        s.dialect == d
+                            && s.ctx == *ctx
+                            && s.compaction == compaction
+                            && s.mark.entries >= mark.entries
+                    });
+                    if longer {
+                        return Some(out);
+                    }
                     self.slots.retain(|s| s.dialect != d);
                     self.slots.push(Slot {
                         dialect: d,
