@@ -36,6 +36,12 @@ fn boundary(d: Dialect) -> Option<fn(&ReplayItem) -> Option<bool>> {
     }
 }
 
+/// Entries between the resumable points kept inside a prefix (for `after_seq`).
+#[cfg(not(test))]
+const POINT_EVERY: usize = 2048;
+#[cfg(test)]
+const POINT_EVERY: usize = 7;
+
 struct Slot {
     dialect: Dialect,
     ctx: ReplayContext,
@@ -43,6 +49,9 @@ struct Slot {
     mark: ReplayMark,
     /// The rendered elements of the items before `mark`, comma-separated.
     bytes: Vec<u8>,
+    /// Earlier stable points inside `bytes`, with the length of the prefix before each:
+    /// a context as of an earlier seq resumes from the latest one at or before it.
+    points: Vec<(ReplayMark, usize)>,
 }
 
 /// Rendered replay prefixes of one session, one per dialect.
@@ -88,20 +97,37 @@ impl ContextCache {
     ) -> Option<Vec<u8>> {
         let at_boundary = boundary(d)?;
         let compaction = fold.compaction_seq();
-        let usable = self.slots.iter().position(|s| {
-            s.dialect == d
-                && s.ctx == *ctx
-                && s.compaction == compaction
-                && upto.is_none_or(|u| s.mark.last_seq.is_none_or(|l| l <= u))
-        });
-        let from = usable.map(|i| &self.slots[i].mark);
-        let tail = fold.replay_tail(ctx, from, upto, &at_boundary)?;
+        let covers = |m: &ReplayMark| upto.is_none_or(|u| m.last_seq.is_none_or(|l| l <= u));
+        let slot = self
+            .slots
+            .iter()
+            .position(|s| s.dialect == d && s.ctx == *ctx && s.compaction == compaction);
+        // Resume from the prefix's end, or (as of an earlier seq) from the latest point
+        // inside it; only a resume from the end extends the prefix.
+        let (from, prefix_len, extend) = match slot.map(|i| &self.slots[i]) {
+            Some(s) if covers(&s.mark) => (Some(&s.mark), s.bytes.len(), true),
+            Some(s) => match s.points.iter().rposition(|(m, _)| covers(m)) {
+                Some(p) => (Some(&s.points[p].0), s.points[p].1, false),
+                None => (None, 0, false),
+            },
+            None => (None, 0, true),
+        };
+        let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY)?;
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
+        // Rendered in segments cut at the points (each a renderer boundary), so each
+        // point's offset in the prefix is known.
         let mut fresh = Vec::new();
-        push_elements(&mut fresh, &tail.items[..stable_n], d);
+        let mut seg = 0;
+        let mut fresh_points = Vec::new();
+        for (n, m) in tail.points {
+            push_elements(&mut fresh, &tail.items[seg..n], d);
+            fresh_points.push((m, fresh.len()));
+            seg = n;
+        }
+        push_elements(&mut fresh, &tail.items[seg..stable_n], d);
         let mut rest = Vec::new();
         push_elements(&mut rest, &tail.items[stable_n..], d);
-        let prefix: &[u8] = usable.map_or(&[], |i| &self.slots[i].bytes);
+        let prefix: &[u8] = slot.map_or(&[], |i| &self.slots[i].bytes[..prefix_len]);
         let mut out = Vec::with_capacity(prefix.len() + fresh.len() + rest.len() + 512);
         out.extend_from_slice(b"{\"dialect\":");
         let _ = serde_json::to_writer(&mut out, &d);
@@ -115,39 +141,47 @@ impl ContextCache {
         out.extend_from_slice(b"],\"stats\":");
         let _ = serde_json::to_writer(&mut out, &tail.stats);
         out.push(b'}');
-        if let Some((_, mark)) = tail.stable {
-            match usable {
-                Some(i) => {
-                    let slot = &mut self.slots[i];
-                    if !fresh.is_empty() {
-                        if !slot.bytes.is_empty() {
-                            slot.bytes.push(b',');
-                        }
-                        slot.bytes.extend_from_slice(&fresh);
-                    }
-                    slot.mark = mark;
+        let Some((_, mark)) = tail.stable else {
+            return Some(out);
+        };
+        if !extend {
+            return Some(out);
+        }
+        match slot {
+            Some(i) => {
+                let slot = &mut self.slots[i];
+                let old_len = slot.bytes.len();
+                let base = old_len + usize::from(old_len > 0 && !fresh.is_empty());
+                for (m, len) in fresh_points {
+                    let at = if len == 0 { old_len } else { base + len };
+                    slot.points.push((m, at));
                 }
-                None => {
-                    // An `after_seq` before the kept mark must not replace the longer
-                    // prefix the next full request resumes from.
-                    let longer = self.slots.iter().any(|s| {
-                        s.dialect == d
-                            && s.ctx == *ctx
-                            && s.compaction == compaction
-                            && s.mark.entries >= mark.entries
-                    });
-                    if longer {
-                        return Some(out);
-                    }
-                    self.slots.retain(|s| s.dialect != d);
-                    self.slots.push(Slot {
-                        dialect: d,
-                        ctx: ctx.clone(),
-                        compaction,
-                        mark,
-                        bytes: fresh,
-                    });
+                let old = std::mem::replace(&mut slot.mark, mark);
+                let spaced = slot
+                    .points
+                    .last()
+                    .is_none_or(|(m, _)| old.entries >= m.entries.saturating_add(POINT_EVERY));
+                if spaced {
+                    slot.points.push((old, old_len));
                 }
+                slot.points.sort_by_key(|(m, _)| m.entries);
+                if !fresh.is_empty() {
+                    if old_len > 0 {
+                        slot.bytes.push(b',');
+                    }
+                    slot.bytes.extend_from_slice(&fresh);
+                }
+            }
+            None => {
+                self.slots.retain(|s| s.dialect != d);
+                self.slots.push(Slot {
+                    dialect: d,
+                    ctx: ctx.clone(),
+                    compaction,
+                    mark,
+                    bytes: fresh,
+                    points: fresh_points,
+                });
             }
         }
         Some(out)
@@ -219,17 +253,24 @@ mod tests {
                     "step {i} {d:?}"
                 );
                 let last = log.events.last().unwrap().seq;
-                let upto = last.saturating_sub(3);
-                if let Some(got) = cache.context_json(&fold, &ctx(), d, Some(upto)) {
-                    assert_eq!(
-                        String::from_utf8(got).unwrap(),
-                        full(&log, d, Some(upto)),
-                        "step {i} {d:?} upto {upto}"
-                    );
+                for back in [3, 20, 55] {
+                    let upto = last.saturating_sub(back);
+                    let got = cache.context_json(&fold, &ctx(), d, Some(upto));
+                    if let Some(got) = got {
+                        assert_eq!(
+                            String::from_utf8(got).unwrap(),
+                            full(&log, d, Some(upto)),
+                            "step {i} {d:?} upto {upto}"
+                        );
+                    }
                 }
             }
         }
         assert!(cache.bytes() > 0, "a prefix was kept");
+        assert!(
+            cache.slots.iter().all(|s| !s.points.is_empty()),
+            "points to resume earlier contexts from were kept"
+        );
         assert!(cache
             .context_json(&fold, &ctx(), Dialect::Anthropic, None)
             .is_none());

@@ -187,7 +187,7 @@ impl Fold {
     }
 
     /// The replay continued from `from` (see [`ReplayMark`]) over entries with seq ≤
-    /// `upto`; `None` when this fold cannot resume (a damaged Log's entries out of
+    /// `upto`, noting a stable point about every `every` entries; `None` when this fold cannot resume (a damaged Log's entries out of
     /// order, or `upto` before the latest compaction, which the entries no longer hold).
     pub fn replay_tail(
         &self,
@@ -195,6 +195,7 @@ impl Fold {
         from: Option<&ReplayMark>,
         upto: Option<u64>,
         boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
+        every: usize,
     ) -> Option<ReplayTail> {
         if self.disordered {
             return None;
@@ -212,6 +213,7 @@ impl Fold {
             from,
             upto,
             boundary,
+            every,
         ))
     }
 

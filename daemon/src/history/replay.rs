@@ -230,6 +230,9 @@ pub struct ReplayTail {
     /// The last stable point inside `items`: `items[..n]` never change, and the replay
     /// resumes at the mark.
     pub stable: Option<(usize, ReplayMark)>,
+    /// Earlier stable points, about one per `every` entries, in order (for replays as
+    /// of an earlier seq).
+    pub points: Vec<(usize, ReplayMark)>,
 }
 
 /// [`build`] continued from `from`, over the entries with seq ≤ `upto`, noting the last
@@ -244,6 +247,7 @@ pub(super) fn build_tail(
     from: Option<&ReplayMark>,
     upto: Option<u64>,
     boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
+    every: usize,
 ) -> ReplayTail {
     let mut g = Guard::default();
     let mut check = PairingCheck::default();
@@ -283,6 +287,8 @@ pub(super) fn build_tail(
     let mut fed = 0usize;
     // (items in the tail, the mark's counters with the closure count so far)
     let mut stable: Option<(usize, ReplayMark, usize)> = None;
+    let mut points: Vec<(usize, ReplayMark, usize)> = Vec::new();
+    let mut next_point = start.saturating_add(every.max(1));
     let start = start.min(entries.len());
     for (consumed, e) in entries
         .iter()
@@ -324,6 +330,12 @@ pub(super) fn build_tail(
                 },
                 g.closures.len(),
             ));
+            if consumed >= next_point {
+                if let Some(p) = &stable {
+                    points.push(p.clone());
+                }
+                next_point = consumed.saturating_add(every.max(1));
+            }
         }
     }
     g.close();
@@ -336,11 +348,17 @@ pub(super) fn build_tail(
         check.feed(item);
     }
     let total_items = base_items + g.items.len();
-    let stable = stable.map(|(n, mut mark, nclos)| {
+    let finish = |(n, mut mark, nclos): (usize, ReplayMark, usize)| {
         mark.closures = closures_before.clone();
         mark.closures.extend(g.closures[..nclos].iter().cloned());
         (n, mark)
-    });
+    };
+    let stable = stable.map(finish);
+    // The last point is `stable` itself when nothing stable followed it.
+    if points.last().map(|p| p.1.entries) == stable.as_ref().map(|s| s.1.entries) {
+        points.pop();
+    }
+    let points: Vec<(usize, ReplayMark)> = points.into_iter().map(finish).collect();
     closures_before.append(&mut g.closures);
     let balanced = !check.violation && check.open.is_empty();
     let stats = ReplayStats {
@@ -356,6 +374,7 @@ pub(super) fn build_tail(
         items: g.items,
         stats,
         stable,
+        points,
     }
 }
 
