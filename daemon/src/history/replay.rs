@@ -239,6 +239,8 @@ pub struct ReplayTail {
 /// point where no call is pending and `boundary` held for the last emitted item that
 /// decides it (`None`: the item leaves the renderer's state as it was). Entries must be
 /// in seq order (a fold that is not `disordered`).
+// The fold's parts it reads plus where to resume; only `Fold::replay_tail` calls it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn build_tail(
     ctx: &ReplayContext,
     compaction: Option<&Entry>,
