@@ -32,7 +32,65 @@ pub enum Incoming {
     },
 }
 
-type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, AgentError>>>>>;
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Reply, AgentError>>>>>;
+
+/// A response as the reader hands it over, parsed by whoever waits for it, so a large
+/// result (a page of events) is read once, into the caller's own (borrowed) types.
+#[derive(Debug, PartialEq)]
+pub enum Reply {
+    /// The whole line: its id was read off the daemon's canonical prefix
+    /// (`{"jsonrpc":"2.0","id":N,"result":` or `,"error":`) without parsing the rest.
+    Line(String),
+    /// Just the `result`'s JSON text (a response routed by a full parse).
+    Result(String),
+}
+
+#[derive(serde::Deserialize)]
+struct Env<T> {
+    #[serde(default = "Option::default")]
+    result: Option<T>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+impl Reply {
+    /// The result as `T` (which may borrow from the reply), or the error the response
+    /// carries (`data.kind` gives the contract kind).
+    /// Length of the JSON text held.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Reply::Line(t) | Reply::Result(t) => t.len(),
+        }
+    }
+
+    pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T, AgentError> {
+        let bad = |e: serde_json::Error| AgentError::internal(format!("bad response: {e}"));
+        match self {
+            Reply::Result(text) => serde_json::from_str(text).map_err(bad),
+            Reply::Line(line) => {
+                let env: Env<T> = serde_json::from_str(line).map_err(bad)?;
+                if let Some(err) = env.error {
+                    return Err(error_from_object(&err));
+                }
+                match env.result {
+                    Some(r) => Ok(r),
+                    None => serde_json::from_str("null").map_err(bad),
+                }
+            }
+        }
+    }
+}
+
+/// The id of a response in the daemon's canonical form, read off its prefix.
+fn response_id(line: &str) -> Option<u64> {
+    let rest = line.strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?;
+    let end = rest.find(|c: char| !c.is_ascii_digit())?;
+    let after = &rest[end..];
+    if end == 0 || !(after.starts_with(r#","result":"#) || after.starts_with(r#","error":"#)) {
+        return None;
+    }
+    rest[..end].parse().ok()
+}
 
 /// One connection to the daemon.
 pub struct Conn {
@@ -66,7 +124,11 @@ impl Conn {
         let (read, write) = stream.into_split();
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let (tx, rx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_loop(BufReader::new(read), waiters.clone(), tx));
+        let reader = tokio::spawn(read_loop(
+            BufReader::with_capacity(256 * 1024, read),
+            waiters.clone(),
+            tx,
+        ));
         Ok(Conn {
             writer: tokio::sync::Mutex::new(write),
             waiters,
@@ -101,6 +163,12 @@ impl Conn {
     /// Calls `method` with `params` (an object) and returns its `result`, or the error
     /// rebuilt from the JSON-RPC error object (`data.kind` gives the contract kind).
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, AgentError> {
+        self.call_raw(method, params).await?.parse()
+    }
+
+    /// [`Conn::call`] returning the response unparsed, for callers that read large
+    /// results (event pages) with borrowed types instead of a `Value` tree.
+    pub async fn call_raw(&self, method: &str, params: Value) -> Result<Reply, AgentError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut w) = self.waiters.lock() {
@@ -171,39 +239,58 @@ pub fn error_from_object(err: &Value) -> AgentError {
 /// What one incoming line is.
 #[derive(Debug, PartialEq)]
 pub enum Routed {
+    /// A response, with the result unparsed (or the error).
     Response {
         id: u64,
-        result: Result<Value, AgentError>,
+        result: Result<Reply, AgentError>,
     },
     Incoming(Incoming),
     /// A response whose id is not ours, or a line that is not a message; dropped.
     Ignored,
 }
 
-/// Classifies one line from the daemon (pure, so it is unit-tested).
-pub fn route(line: &str) -> Routed {
-    let Ok(mut v) = serde_json::from_str::<Value>(line) else {
+/// The envelope of one incoming message. `result` stays JSON text: a page of events can
+/// be megabytes, and its reader parses it with borrowed types.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default, borrow)]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// Classifies one line from the daemon (pure, so it is unit-tested). A response in the
+/// daemon's canonical form is handed over whole, unparsed.
+pub fn route(line: String) -> Routed {
+    if let Some(id) = response_id(&line) {
+        return Routed::Response {
+            id,
+            result: Ok(Reply::Line(line)),
+        };
+    }
+    let Ok(v) = serde_json::from_str::<Envelope>(&line) else {
         return Routed::Ignored;
     };
-    let method = v.get("method").and_then(Value::as_str).map(str::to_string);
-    let params = v.get("params").cloned().unwrap_or(Value::Null);
-    match (method, v.get("id")) {
-        (Some(method), None) | (Some(method), Some(Value::Null)) => {
-            Routed::Incoming(Incoming::Notification { method, params })
-        }
-        (Some(method), Some(id)) => Routed::Incoming(Incoming::Request {
-            id: id.clone(),
-            method,
-            params,
-        }),
+    let params = v.params.unwrap_or(Value::Null);
+    match (v.method, v.id) {
+        (Some(method), None) => Routed::Incoming(Incoming::Notification { method, params }),
+        (Some(method), Some(id)) => Routed::Incoming(Incoming::Request { id, method, params }),
         (None, Some(id)) => {
             let Some(id) = id.as_u64() else {
                 return Routed::Ignored;
             };
-            // Take the result rather than clone it: a page of events can be megabytes.
-            let result = match v.get("error") {
+            let result = match &v.error {
                 Some(err) => Err(error_from_object(err)),
-                None => Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+                None => Ok(Reply::Result(
+                    v.result
+                        .map_or_else(|| "null".to_string(), |r| r.get().to_string()),
+                )),
             };
             Routed::Response { id, result }
         }
@@ -216,14 +303,18 @@ async fn read_loop(
     waiters: Waiters,
     incoming: mpsc::UnboundedSender<Incoming>,
 ) {
-    let mut line = String::new();
+    // Each line is handed over as it is (no copy); the next one starts with room for
+    // as much, so a run of large pages does not grow a buffer from nothing each time.
+    let mut hint = 4096usize;
     loop {
-        line.clear();
+        let mut line = String::with_capacity(hint);
         match reader.read_line(&mut line).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        match route(line.trim_end()) {
+        hint = line.len().clamp(4096, 64 * 1024 * 1024);
+        line.truncate(line.trim_end().len());
+        match route(line) {
             Routed::Response { id, result } => {
                 let waiter = waiters.lock().ok().and_then(|mut w| w.remove(&id));
                 if let Some(tx) = waiter {
@@ -250,32 +341,51 @@ mod tests {
 
     #[test]
     fn routes_responses_notifications_and_requests() {
-        assert_eq!(
-            route(r#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#),
+        let r = |l: &str| route(l.to_string());
+        let result = |routed: Routed| -> Result<Value, AgentError> {
+            let Routed::Response { result, .. } = routed else {
+                panic!("not a response")
+            };
+            result?.parse()
+        };
+        // Canonical form: handed over whole; other key orders: parsed to route.
+        let canonical = r(r#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#);
+        assert!(matches!(
+            &canonical,
             Routed::Response {
                 id: 3,
-                result: Ok(json!({"a":1}))
+                result: Ok(Reply::Line(_))
             }
+        ));
+        assert_eq!(result(canonical).unwrap(), json!({"a":1}));
+        let other = r(r#"{"id":3,"jsonrpc":"2.0","result":{"a":1}}"#);
+        assert!(matches!(
+            &other,
+            Routed::Response {
+                id: 3,
+                result: Ok(Reply::Result(_))
+            }
+        ));
+        assert_eq!(result(other).unwrap(), json!({"a":1}));
+        assert_eq!(
+            result(r(r#"{"jsonrpc":"2.0","id":6,"result":null}"#)).unwrap(),
+            Value::Null
         );
-        let Routed::Response {
-            id: 4,
-            result: Err(e),
-        } = route(
+        for line in [
             r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"m","data":{"kind":"busy","details":{"x":1}}}}"#,
-        )
-        else {
-            panic!("not an error response")
-        };
-        assert_eq!(e.kind, ErrorKind::Busy);
-        assert_eq!(e.details, json!({"x":1}));
-        let Routed::Response { result: Err(e), .. } =
-            route(r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"bad"}}"#)
-        else {
-            panic!("not an error response")
-        };
+            r#"{"id":4,"jsonrpc":"2.0","error":{"code":-32000,"message":"m","data":{"kind":"busy","details":{"x":1}}}}"#,
+        ] {
+            let e = result(r(line)).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Busy);
+            assert_eq!(e.details, json!({"x":1}));
+        }
+        let e = result(r(
+            r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"bad"}}"#,
+        ))
+        .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgs);
         assert_eq!(
-            route(
+            r(
                 r#"{"jsonrpc":"2.0","method":"agentd/event","params":{"subscription":1,"result":{}}}"#
             ),
             Routed::Incoming(Incoming::Notification {
@@ -284,16 +394,24 @@ mod tests {
             })
         );
         assert_eq!(
-            route(r#"{"jsonrpc":"2.0","id":"p1","method":"agentd/permission","params":{}}"#),
+            r(r#"{"jsonrpc":"2.0","id":7,"method":"agentd/permission","params":{}}"#),
+            Routed::Incoming(Incoming::Request {
+                id: json!(7),
+                method: "agentd/permission".into(),
+                params: json!({})
+            })
+        );
+        assert_eq!(
+            r(r#"{"jsonrpc":"2.0","id":"p1","method":"agentd/permission","params":{}}"#),
             Routed::Incoming(Incoming::Request {
                 id: json!("p1"),
                 method: "agentd/permission".into(),
                 params: json!({})
             })
         );
-        assert_eq!(route("not json"), Routed::Ignored);
+        assert_eq!(r("not json"), Routed::Ignored);
         assert_eq!(
-            route(r#"{"jsonrpc":"2.0","id":"x","result":1}"#),
+            r(r#"{"jsonrpc":"2.0","id":"x","result":1}"#),
             Routed::Ignored
         );
     }

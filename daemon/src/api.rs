@@ -283,14 +283,19 @@ pub fn methods(api: Api) -> Methods {
             to_value(show)
         },
     );
-    method(
-        &mut m,
-        method::EVENTS,
-        |api, p: EventsParams, _| async move {
+    // Pages are written as JSON text straight from the Log's events (no copy of the
+    // events, no `Value` tree): the same bytes `EventsResult` serializes to.
+    let res = m.register_async_method(method::EVENTS, |params, api, _| async move {
+        let run = async {
+            let p: EventsParams = parse(&params)?;
             let h = api.registry.get(&p.session_id).await?;
-            to_value(h.query_blocking(move |st| events(st, &p)).await?)
-        },
-    );
+            h.query_blocking(move |st| events(st, &p)).await?
+        };
+        run.await.map_err(|e: AgentError| error_object(&e))
+    });
+    if let Err(e) = res {
+        panic!("register {}: {e}", method::EVENTS);
+    }
     method(
         &mut m,
         method::APPEND,
@@ -461,8 +466,9 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
         data,
     };
     let line = store::event_line(&ev);
-    let path2 = path.clone();
-    tokio::task::spawn_blocking(move || store::create_atomic(&path2, |f| f.write_all(&line)))
+    let st = registry.store.clone();
+    let sid2 = sid.clone();
+    tokio::task::spawn_blocking(move || st.create(&sid2, &mut |f| f.write_all(&line)))
         .await
         .map_err(|e| AgentError::internal(format!("create task: {e}")))?
         .map_err(|e| {
@@ -549,9 +555,16 @@ fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
-fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
+/// An `agentd/events` page (`EventsResult`) as JSON text.
+fn events(
+    st: &crate::session::SessionState,
+    p: &EventsParams,
+) -> Result<Box<serde_json::value::RawValue>, AgentError> {
     let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
-    let mut out = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    buf.extend_from_slice(b"{\"events\":[");
+    let mut count = 0usize;
+    let mut last: Option<u64> = None;
     let mut next = None;
     for ev in st.events_after(p.after_seq) {
         if let Some(types) = &p.types {
@@ -559,16 +572,27 @@ fn events(st: &crate::session::SessionState, p: &EventsParams) -> EventsResult {
                 continue;
             }
         }
-        if out.len() == limit {
-            next = out.last().map(|e: &Event| e.seq);
+        if count == limit {
+            next = last;
             break;
         }
-        out.push(ev.clone());
+        if count > 0 {
+            buf.push(b',');
+        }
+        serde_json::to_writer(&mut buf, ev)
+            .map_err(|e| AgentError::internal(format!("serialize event: {e}")))?;
+        count += 1;
+        last = Some(ev.seq);
     }
-    EventsResult {
-        events: out,
-        next_after_seq: next,
+    buf.push(b']');
+    if let Some(n) = next {
+        let _ = write!(buf, ",\"next_after_seq\":{n}");
     }
+    buf.push(b'}');
+    let text = String::from_utf8(buf)
+        .map_err(|e| AgentError::internal(format!("event page is not UTF-8: {e}")))?;
+    serde_json::value::RawValue::from_string(text)
+        .map_err(|e| AgentError::internal(format!("event page: {e}")))
 }
 
 async fn subscribe(

@@ -89,6 +89,14 @@ pub struct Config {
     pub idle_exit_s: u64,
     pub compaction: CompactionConfig,
     pub snapshots: SnapshotConfig,
+    /// Where Logs live: absent for the home's files, or a `postgres://` URL
+    /// (`AGENTD_STORE` overrides). Never logged as written: see `pgstore::redact`.
+    pub store: Option<String>,
+    /// A file whose first line is the database password (when neither the URL nor
+    /// `PGPASSWORD` has one).
+    pub store_password_file: Option<std::path::PathBuf>,
+    /// Seconds a session's lease in a shared store lasts without renewal.
+    pub lease_s: f64,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
@@ -109,6 +117,9 @@ impl Default for Config {
             idle_exit_s: 0,
             compaction: CompactionConfig::default(),
             snapshots: SnapshotConfig::default(),
+            store: None,
+            store_password_file: None,
+            lease_s: 30.0,
             rest: toml::Table::new(),
             path: None,
         }
@@ -132,6 +143,23 @@ impl Config {
                 "none" => Durability::None,
                 other => return Err(format!("AGENTD_DURABILITY: unknown mode {other:?}")),
             };
+        }
+        if let Ok(s) = std::env::var("AGENTD_STORE") {
+            cfg.store = Some(s).filter(|s| !s.is_empty());
+        }
+        if let Some(s) = &cfg.store {
+            if !crate::pgstore::is_postgres_url(s) {
+                return Err(format!(
+                    "store: expected a postgres:// URL, got {}",
+                    crate::pgstore::redact(s)
+                ));
+            }
+        }
+        if !(cfg.lease_s.is_finite() && cfg.lease_s >= 1.0) {
+            return Err(format!(
+                "lease_s: must be at least 1 second, got {}",
+                cfg.lease_s
+            ));
         }
         cfg.path = Some(path.to_path_buf());
         Ok(cfg)

@@ -39,13 +39,16 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let (listener, managed_by) =
         activation::listener(&mut activation, &opts.socket, || bind_socket(&opts.socket))?;
     let started = std::time::Instant::now();
-    let registry = Registry::open(home, config).map_err(|e| format!("index sessions: {e}"))?;
+    let store = open_store(&home, &config).await?;
+    let registry =
+        Registry::open_with(home, config, store).map_err(|e| format!("index sessions: {e}"))?;
     registry
         .leftover_tmp_removed
         .store(swept.removed, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         socket = %opts.socket.display(),
         home = %registry.home.root().display(),
+        store = %registry.store.describe(),
         sessions = registry.sessions_total(),
         durability = registry.config.durability.as_str(),
         ready_ms = started.elapsed().as_millis() as u64,
@@ -103,8 +106,36 @@ pub async fn run(opts: Options) -> Result<(), String> {
     for h in registry.loaded_handles() {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), h.query(|_| ())).await;
     }
+    // Nothing more is written: a shared store's leases go back to the pool now, so
+    // another daemon can take the sessions over at once.
+    let store = registry.store.clone();
+    let _ = tokio::task::spawn_blocking(move || store.shutdown()).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The store `config` names: the home's files, or a PostgreSQL database.
+async fn open_store(
+    home: &Home,
+    config: &Config,
+) -> Result<std::sync::Arc<dyn crate::store::LogStore>, String> {
+    let Some(url) = config.store.clone() else {
+        return Ok(std::sync::Arc::new(crate::store::FileStore {
+            home: home.clone(),
+        }));
+    };
+    let opts = crate::pgstore::PgOptions {
+        spec: crate::pgstore::ConnSpec {
+            url,
+            password_file: config.store_password_file.clone(),
+        },
+        lease: std::time::Duration::from_secs_f64(config.lease_s),
+        owner_id: crate::pgstore::home_owner_id(home.root())?,
+    };
+    let store = tokio::task::spawn_blocking(move || crate::pgstore::PgStore::open(&opts))
+        .await
+        .map_err(|e| format!("open store: {e}"))??;
+    Ok(store)
 }
 
 async fn wait_for_stop(requested: &CancellationToken) {

@@ -15,6 +15,7 @@ pub mod history;
 pub mod import;
 pub mod ops;
 pub mod peer;
+pub mod pgstore;
 pub mod provider;
 pub mod registry;
 pub mod server;

@@ -424,8 +424,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
         None => agentd_proto::session_id::generate(),
     };
     agentd_proto::session_id::validate(&child_id)?;
-    let child_path = registry.home.log_path(&child_id)?;
-    if child_path.exists() {
+    if registry.store.exists(&child_id)? {
         return Err(AgentError::new(
             agentd_proto::ErrorKind::AlreadyExists,
             "child session already exists",
@@ -491,6 +490,8 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
     let dst_res = registry.home.resources_dir(&child_id)?;
     let resources = plan.resources.clone();
     let events = std::mem::take(&mut plan.events);
+    let st = registry.store.clone();
+    let child = child_id.clone();
     tokio::task::spawn_blocking(move || -> Result<(), AgentError> {
         // Only a directory this fork created may be removed on failure: a racing create
         // of the same id owns an existing one.
@@ -499,7 +500,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
             .filter(|d| !d.exists())
             .map(std::path::Path::to_path_buf);
         let res = copy_resources(&src_res, &dst_res, &resources).and_then(|()| {
-            store::create_atomic(&child_path, |f| {
+            st.create(&child, &mut |f| {
                 let mut w = std::io::BufWriter::new(f);
                 for ev in &events {
                     w.write_all(&store::event_line(ev))?;
@@ -644,7 +645,8 @@ pub async fn import(
         }
         None => agentd_proto::session_id::generate(),
     };
-    let path = registry.home.log_path(&sid)?;
+    let st = registry.store.clone();
+    let sid2 = sid.clone();
     let ctx = crate::import::ImportContext {
         session_id: sid.clone(),
         workspace,
@@ -654,7 +656,7 @@ pub async fn import(
         tokio::task::spawn_blocking(move || -> Result<crate::import::ImportReport, AgentError> {
             let mut report = None;
             let mut failure = None;
-            let res = store::create_atomic(&path, |f| {
+            let res = st.create(&sid2, &mut |f| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
                 match crate::import::import(format, &src, &mut w, &ctx) {
                     Ok(r) => {

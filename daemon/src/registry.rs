@@ -94,9 +94,27 @@ pub struct Registry {
 impl Registry {
     /// Builds the registry and its lineage index from the Logs in `home`.
     pub fn open(home: Home, config: Config) -> std::io::Result<Arc<Registry>> {
-        let index = build_index(&home)?;
+        let store = Arc::new(FileStore { home: home.clone() });
+        Registry::open_with(home, config, store)
+    }
+
+    /// Builds the registry over `store`; the index comes from the store's heads when it
+    /// keeps them, else from the Logs in `home`.
+    pub fn open_with(
+        home: Home,
+        config: Config,
+        store: Arc<dyn LogStore>,
+    ) -> std::io::Result<Arc<Registry>> {
+        let index = match store.heads() {
+            None => build_index(&home)?,
+            Some(heads) => heads
+                .map_err(|e| std::io::Error::other(e.message))?
+                .into_iter()
+                .map(|(sid, head)| (sid.clone(), meta_from_head(&sid, head)))
+                .collect(),
+        };
         Ok(Arc::new(Registry {
-            store: Arc::new(FileStore { home: home.clone() }),
+            store,
             home,
             config,
             started: Instant::now(),
@@ -111,7 +129,7 @@ impl Registry {
 
     /// The actor of `sid`, loading it on first use. `not_found` if no Log exists.
     pub async fn get(self: &Arc<Self>, sid: &str) -> Result<SessionHandle, AgentError> {
-        let path = self.home.log_path(sid)?;
+        agentd_proto::session_id::validate(sid)?;
         loop {
             let existing = self.sessions.get(sid).map(|h| h.clone());
             if let Some(h) = existing {
@@ -125,7 +143,7 @@ impl Registry {
                 self.forget_handle(sid, h.generation);
                 continue;
             }
-            if !path.exists() {
+            if !self.store.exists(sid)? {
                 return Err(AgentError::not_found("no such session")
                     .with_details(json!({"session_id": sid}))
                     .with_next_actions(&["agentctl ls"]));
@@ -266,9 +284,7 @@ impl Registry {
 
     /// Reads the head of a newly written Log into the index (create, fork, import).
     pub fn index_log(&self, sid: &str) -> Result<(), AgentError> {
-        let path = self.home.log_path(sid)?;
-        let meta = meta_from_file(sid, &path)
-            .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))?;
+        let meta = meta_from_head(sid, self.store.head(sid)?);
         self.index_insert(meta);
         Ok(())
     }
@@ -323,7 +339,10 @@ impl SessionObserver for Registry {
 }
 
 fn meta_from_file(sid: &str, path: &std::path::Path) -> std::io::Result<SessionMeta> {
-    let head = store::read_head(path)?;
+    Ok(meta_from_head(sid, store::read_head(path)?))
+}
+
+fn meta_from_head(sid: &str, head: store::LogHead) -> SessionMeta {
     let mut meta = SessionMeta::from_first(sid, head.first.as_ref());
     meta.event_count = head.line_count;
     if let Some(ts) = head.last_ts {
@@ -334,7 +353,7 @@ fn meta_from_file(sid: &str, path: &std::path::Path) -> std::io::Result<SessionM
     }
     meta.branch_summary = head.has_branch_summary;
     meta.archived = is_archived(&head.last_labels);
-    Ok(meta)
+    meta
 }
 
 /// The label that marks an archived session (DESIGN §13 session verbs).

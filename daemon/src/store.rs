@@ -273,6 +273,29 @@ pub trait LogStore: Send + Sync + 'static {
         acked_bytes: u64,
         last: Option<&Event>,
     ) -> Result<Box<dyn LogAppender>, AgentError>;
+    /// Whether a Log of `sid` exists.
+    fn exists(&self, sid: &str) -> Result<bool, AgentError>;
+    /// Creates a new Log from the lines `write` produces, all or nothing;
+    /// `already_exists` if there is one.
+    fn create(
+        &self,
+        sid: &str,
+        write: &mut (dyn FnMut(&mut dyn Write) -> io::Result<()> + Send),
+    ) -> Result<(), AgentError>;
+    /// What the lineage index needs of one Log.
+    fn head(&self, sid: &str) -> Result<LogHead, AgentError>;
+    /// Every Log's head, when the store keeps them (a database); `None` means the
+    /// registry scans the home's files.
+    fn heads(&self) -> Option<Result<Vec<(String, LogHead)>, AgentError>> {
+        None
+    }
+    /// Called once when the daemon stops, after the last commit (a database store
+    /// gives back its leases).
+    fn shutdown(&self) {}
+    /// Where the Logs are, as it may be shown (no secrets).
+    fn describe(&self) -> String {
+        "file".into()
+    }
 }
 
 /// The append side of one Log, owned by its session's writer thread.
@@ -302,6 +325,20 @@ impl LogStore for FileStore {
         last: Option<&Event>,
     ) -> Result<Box<dyn LogAppender>, AgentError> {
         recover_writer(&self.home, sid, acked_bytes, last)
+    }
+    fn exists(&self, sid: &str) -> Result<bool, AgentError> {
+        Ok(self.home.log_path(sid)?.exists())
+    }
+    fn create(
+        &self,
+        sid: &str,
+        write: &mut (dyn FnMut(&mut dyn Write) -> io::Result<()> + Send),
+    ) -> Result<(), AgentError> {
+        create_atomic(&self.home.log_path(sid)?, |f| write(f))
+    }
+    fn head(&self, sid: &str) -> Result<LogHead, AgentError> {
+        read_head(&self.home.log_path(sid)?)
+            .map_err(|e| AgentError::internal(format!("index {sid}: {e}")))
     }
 }
 

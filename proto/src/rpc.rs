@@ -240,6 +240,11 @@ pub struct TurnResult {
     pub last_seq: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<crate::AgentError>,
+    /// Why a completed turn's last model step stopped, when it was not the model's own
+    /// end of turn: `max_tokens` (output limit) or `refusal` (the provider refused or
+    /// filtered the answer). Absent otherwise; the same value is on `turn_ended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -14,6 +14,7 @@
 //! notification), polled with a short backoff — never a fixed sleep.
 
 pub mod acp;
+pub mod pg;
 
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -139,7 +140,15 @@ impl DaemonBuilder {
 
     /// Sets everything up without starting the daemon (for tests of agentctl's
     /// auto-start, or of a daemon that must fail to start).
-    pub fn build(self) -> Daemon {
+    pub fn build(mut self) -> Daemon {
+        // `AGENTD_TEST_STORE=postgres` runs the daemon on a fresh database of the test
+        // process's private PostgreSQL server instead of the home's files.
+        if std::env::var("AGENTD_TEST_STORE").as_deref() == Ok("postgres")
+            && !self.env.iter().any(|(k, _)| k == "AGENTD_STORE")
+        {
+            let url = pg::PgServer::shared().create_db();
+            self.env.push(("AGENTD_STORE".into(), url.into()));
+        }
         let dir = tempfile::Builder::new()
             .prefix("agentd-t")
             .tempdir()
@@ -235,6 +244,14 @@ impl Daemon {
             }
         }
         out
+    }
+
+    /// The database URL this daemon stores its Logs in (`AGENTD_STORE`), if any.
+    pub fn store_url(&self) -> Option<String> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == "AGENTD_STORE")
+            .map(|(_, v)| v.to_string_lossy().into_owned())
     }
 
     /// Pid of the harness-started daemon process, if running.

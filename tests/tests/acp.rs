@@ -149,7 +149,7 @@ fn prompt_streams_tool_calls_and_asks_permission() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["compact", "fork", "tree", "checkpoint"]);
+    assert_eq!(names, ["compact", "fork", "tree", "checkpoint", "undo"]);
 
     // 1: allowed once.
     let id = prompt(&mut a, &sid, "write it");
@@ -588,4 +588,200 @@ fn slash_commands_and_extension_methods_reach_the_native_api() {
     assert!(r.is_object());
     let id = a.request("_agentd/fork", json!({"session_id": 7}));
     assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+}
+
+fn script_model(d: &Daemon, name: &str, body: Value) -> String {
+    let p = d.root().join(name);
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    format!("script:{}", p.display())
+}
+
+#[test]
+fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
+    let d = daemon();
+    let m = script_model(
+        &d,
+        "stops.json",
+        json!({"rules": [
+            {"match": "long", "steps": [{"text": "It was a dark and", "stop_reason": "max_tokens"}]},
+            {"match": "bad", "steps": [{"text": "I can't help with that.", "stop_reason": "refusal"}]},
+            {"steps": [{"text": "Fine."}]}
+        ]}),
+    );
+    let mut a = Acp::spawn(&d, &["--model", &m, "--mode", "auto"]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    for (input, want) in [
+        ("a long story", "max_tokens"),
+        ("something bad", "refusal"),
+        ("hi", "end_turn"),
+    ] {
+        let id = prompt(&mut a, &sid, input);
+        let (r, _) = a.response(id, WAIT);
+        assert_eq!(r["result"]["stopReason"], want, "{input}: {r}");
+    }
+    // Recorded durably on the turn's end; an ordinary end carries no stop_reason.
+    let evs = log_events(&d, &sid);
+    let ended: Vec<Value> = of_type(&evs, "turn_ended")
+        .iter()
+        .map(|e| e["data"]["stop_reason"].clone())
+        .collect();
+    assert_eq!(
+        ended,
+        vec![json!("max_tokens"), json!("refusal"), Value::Null]
+    );
+    // A fresh bridge replays the session (the field does not disturb the replay).
+    let mut b = Acp::spawn(&d, &[]);
+    b.initialize();
+    let (r, _) = b.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    assert!(r["modes"].is_object(), "{r}");
+}
+
+/// Runs git in `dir` with a clean config.
+#[track_caller]
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs the git command on PATH: {e}"));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn chunk_text(notes: &[Value]) -> String {
+    notes
+        .iter()
+        .filter_map(update)
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect()
+}
+
+#[test]
+fn undo_diff_and_revert_reach_the_workspace_snapshots() {
+    let d = daemon();
+    let ws = d.workspace().to_path_buf();
+    git(&ws, &["init", "-q"]);
+    std::fs::write(ws.join("a.txt"), "orig\n").unwrap();
+    git(&ws, &["add", "a.txt"]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    let write = |content: &str| json!({"name": "write_file", "args": {"path": "a.txt", "content": content}});
+    let m = script_model(
+        &d,
+        "edits.json",
+        json!({"rules": [
+            {"match": "one", "steps": [{"tool_calls": [write("agent1\n")]}, {"text": "one done"}]},
+            {"match": "two", "steps": [{"tool_calls": [write("agent2\n")]}, {"text": "two done"}]},
+            {"match": "three", "steps": [{"tool_calls": [write("agent3\n")]}, {"text": "three done"}]},
+            {"steps": [{"text": "nothing to change"}]}
+        ]}),
+    );
+    let mut a = Acp::spawn(&d, &["--model", &m, "--mode", "auto"]);
+    a.initialize();
+    let (r, _) = a.call("session/new", json!({"cwd": ws, "mcpServers": []}), WAIT);
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let cmds = a
+        .wait_for(WAIT, |v| {
+            update(v).is_some_and(|u| u["sessionUpdate"] == "available_commands_update")
+        })
+        .expect("available_commands_update")
+        .1["params"]["update"]["availableCommands"]
+        .to_string();
+    assert!(cmds.contains("\"undo\""), "{cmds}");
+    let read = || std::fs::read_to_string(ws.join("a.txt")).unwrap();
+
+    let id = prompt(&mut a, &sid, "/undo");
+    let (_, notes) = a.response(id, WAIT);
+    assert!(
+        chunk_text(&notes).starts_with("Nothing to undo"),
+        "{notes:?}"
+    );
+    for input in ["one", "two", "just talk"] {
+        let id = prompt(&mut a, &sid, input);
+        a.response(id, WAIT);
+    }
+    assert_eq!(read(), "agent2\n");
+
+    // Native diff over the extension method, native params and result.
+    let (r, _) = a.call("_agentd/diff", json!({"session_id": sid}), WAIT);
+    assert_eq!(r["files"][0]["path"], "a.txt", "{r}");
+    assert!(
+        r["diff"].as_str().unwrap().contains("-orig\n+agent2\n"),
+        "{r}"
+    );
+
+    // /undo reverts the last turn that changed files ("two"), not the chatty one after it.
+    let id = prompt(&mut a, &sid, "/undo");
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let text = chunk_text(&notes);
+    assert!(
+        text.starts_with("Reverted the file changes of turn"),
+        "{text}"
+    );
+    assert!(text.contains("`a.txt`"), "{text}");
+    assert_eq!(read(), "agent1\n");
+    let evs = log_events(&d, &sid);
+    assert_eq!(of_type(&evs, "workspace_revert").len(), 1);
+    let id = prompt(&mut a, &sid, "/undo");
+    let (_, notes) = a.response(id, WAIT);
+    assert!(
+        chunk_text(&notes).starts_with("Nothing to undo"),
+        "{notes:?}"
+    );
+
+    // A file edited outside the session since is a conflict: reported, nothing touched.
+    let id = prompt(&mut a, &sid, "three");
+    a.response(id, WAIT);
+    std::fs::write(ws.join("a.txt"), "user edit\n").unwrap();
+    let id = prompt(&mut a, &sid, "/undo");
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    let text = chunk_text(&notes);
+    assert!(
+        text.starts_with("Not reverted: `a.txt` changed outside"),
+        "{text}"
+    );
+    assert_eq!(read(), "user edit\n");
+
+    // _agentd/revert: native params (a dry run that would force), native result.
+    let evs = log_events(&d, &sid);
+    let start = of_type(&evs, "turn_started").last().unwrap()["seq"]
+        .as_u64()
+        .unwrap();
+    let (r, _) = a.call(
+        "_agentd/revert",
+        json!({"session_id": sid, "to_seq": start - 1, "dry_run": true, "force": true}),
+        WAIT,
+    );
+    assert_eq!(r["files"], json!(["a.txt"]), "{r}");
+    assert_eq!(r["conflicts"], json!(["a.txt"]), "{r}");
+    assert_eq!(read(), "user edit\n");
+    let id = a.request(
+        "_agentd/revert",
+        json!({"session_id": sid, "to_seq": start - 1}),
+    );
+    let (r, _) = a.response(id, WAIT);
+    assert_eq!(r["error"]["data"]["kind"], "conflict", "{r}");
+    let (r, _) = a.call(
+        "_agentd/revert",
+        json!({"session_id": sid, "to_seq": start - 1, "force": true}),
+        WAIT,
+    );
+    assert_eq!(r["files"], json!(["a.txt"]), "{r}");
+    assert_eq!(read(), "agent1\n");
 }

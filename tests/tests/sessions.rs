@@ -237,8 +237,27 @@ fn max_message_bytes_boundary_is_exact() {
     }
     assert_eq!(msgs[3]["id"], 20);
     assert!(msgs[3].get("result").is_some(), "{}", msgs[3]);
-    let evs = c.call_ok("agentd/events", json!({"session_id": sid}));
-    assert_eq!(evs["events"].as_array().unwrap().len(), 3);
+    // A page stays within max_message_bytes, so the two big events come a page each.
+    let mut seqs = Vec::new();
+    let mut after = Value::Null;
+    loop {
+        let page = c.call_ok(
+            "agentd/events",
+            json!({"session_id": sid, "after_seq": after}),
+        );
+        seqs.extend(
+            page["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["seq"].clone()),
+        );
+        match page.get("next_after_seq") {
+            Some(n) if !n.is_null() => after = n.clone(),
+            _ => break,
+        }
+    }
+    assert_eq!(seqs, vec![json!(0), json!(1), json!(2)]);
 }
 
 #[test]

@@ -365,6 +365,44 @@ fn a_corrupt_shadow_repository_is_rebuilt_with_an_event_saying_so() {
     );
 }
 
+#[test]
+fn a_shadow_object_turned_to_garbage_is_rebuilt_with_an_event_saying_so() {
+    let d = Daemon::start();
+    let model = script(
+        &d,
+        "s.json",
+        json!([{"tool_calls": [shell_call("date +%N >> log.txt")]}, {"text": "ok"}]),
+    );
+    let mut c = d.connect();
+    let sid = create(&mut c, d.workspace(), &model);
+    turn(&mut c, &sid, "one");
+    let snaps = snapshots(&events(&mut c, &sid));
+    let last = snaps[1]["data"]["tree"].as_str().unwrap().to_string();
+    let obj = shadow_dir(&d)
+        .join("git/objects")
+        .join(&last[..2])
+        .join(&last[2..]);
+    let _ = std::fs::remove_file(&obj);
+    std::fs::write(&obj, b"not a zlib stream").unwrap();
+    turn(&mut c, &sid, "two");
+    let snaps = snapshots(&events(&mut c, &sid));
+    assert_eq!(snaps.len(), 4, "{snaps:#?}");
+    let rebuilt = &snaps[2]["data"];
+    assert!(
+        rebuilt["rebuilt"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("corrupt")),
+        "{rebuilt}"
+    );
+    // The files had not changed: the rebuilt repository holds the same tree again,
+    // readable this time.
+    assert_eq!(rebuilt["tree"], json!(last), "{rebuilt}");
+    assert!(rebuilt["previous_missing"].is_null(), "{rebuilt}");
+    assert_eq!(shadow_git(&d, &["cat-file", "-t", &last]), "tree\n");
+    assert_eq!(files(&snaps[3]), vec!["log.txt"]);
+    shadow_git(&d, &["fsck", "--no-dangling"]);
+}
+
 /// A session of two turns in a workspace holding `a.txt = orig`: turn "one" writes
 /// a.txt = agent1 and creates n.txt; turn "two" writes a.txt = agent2. Returns the
 /// session id and the two turns' results.

@@ -799,3 +799,120 @@ fn a_fork_keeps_the_parents_model_and_provider() {
         .assert_code(0);
     d.agentctl(["turn", "grandkid", "once more"]).assert_code(0);
 }
+
+/// Named SSE events (`event: T` + `data: …`), as the Responses and Anthropic APIs send.
+fn typed_sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+fn chat_stop(text: &str, finish: &str) -> String {
+    chat_sse(&[
+        json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": text}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}),
+    ])
+}
+
+fn responses_stop(message: Value, status: &str, incomplete: Option<&str>) -> String {
+    let mut resp = json!({"id": "r1", "model": "m1", "status": status,
+        "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}});
+    if let Some(r) = incomplete {
+        resp["incomplete_details"] = json!({"reason": r});
+    }
+    let done = if status == "incomplete" {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    typed_sse(&[
+        json!({"type": "response.output_item.done", "output_index": 0, "item": message}),
+        json!({"type": done, "response": resp}),
+    ])
+}
+
+fn anthropic_stop(text: &str, stop: &str) -> String {
+    typed_sse(&[
+        json!({"type": "message_start", "message": {"model": "m1", "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 2}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+/// Output limits and refusals, as each wire format reports them, end the turn with
+/// `stop_reason` on `turn_ended` and in the response; an ordinary end has neither.
+#[test]
+fn output_limits_and_refusals_are_recorded_on_the_turn_end() {
+    let text_item = |t: &str| {
+        json!({"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": t}]})
+    };
+    let refusal_item = json!({"type": "message", "role": "assistant",
+        "content": [{"type": "refusal", "refusal": "I can't help with that."}]});
+    let (chat, chat_srv) = sse_server(vec![
+        chat_stop("It was a dark", "length"),
+        chat_stop("Sorry", "content_filter"),
+        chat_stop("Fine.", "stop"),
+    ]);
+    let (resp, resp_srv) = sse_server(vec![
+        responses_stop(
+            text_item("It was a dark"),
+            "incomplete",
+            Some("max_output_tokens"),
+        ),
+        responses_stop(refusal_item, "completed", None),
+        responses_stop(text_item("Filtered"), "incomplete", Some("content_filter")),
+    ]);
+    let (anth, anth_srv) = sse_server(vec![
+        anthropic_stop("It was a dark", "max_tokens"),
+        anthropic_stop("I won't", "refusal"),
+        anthropic_stop("Fine.", "end_turn"),
+    ]);
+    let anth = anth.trim_end_matches("/v1").to_string();
+    let config = format!(
+        "default_provider = \"chat\"\n\
+         [providers.chat]\nkind = \"openai-chat\"\nbase_url = \"{chat}\"\nmodel = \"m1\"\ncontext_window = 4096\n\
+         [providers.resp]\nkind = \"openai-responses\"\nbase_url = \"{resp}\"\nmodel = \"m1\"\ncontext_window = 4096\n\
+         [providers.anth]\nkind = \"anthropic\"\nbase_url = \"{anth}\"\nmodel = \"m1\"\ncontext_window = 4096\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    let mut c = d.connect();
+    let cases = [
+        ("chat", ["max_tokens", "refusal", ""]),
+        ("resp", ["max_tokens", "refusal", "refusal"]),
+        ("anth", ["max_tokens", "refusal", ""]),
+    ];
+    for (provider, wants) in cases {
+        let sid = c.call_ok(
+            "agentd/create",
+            json!({"workspace": d.workspace(), "provider": provider}),
+        )["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for (i, want) in wants.iter().enumerate() {
+            let r = turn(&mut c, &sid, &format!("q{i}"), json!({}));
+            assert_eq!(r["status"], "completed", "{provider} {i}: {r}");
+            let got = r["stop_reason"].as_str().unwrap_or("");
+            assert_eq!(got, *want, "{provider} {i}: {r}");
+        }
+        let evs = events(&mut c, &sid);
+        let ended: Vec<&str> = of_type(&evs, "turn_ended")
+            .iter()
+            .map(|e| e["data"]["stop_reason"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(ended, wants, "{provider}");
+        assert_balanced(&mut c, &sid);
+    }
+    for s in [chat_srv, resp_srv, anth_srv] {
+        assert_eq!(s.join().unwrap().len(), 3);
+    }
+}

@@ -9,7 +9,7 @@ use super::map::{self, Live};
 use super::{AcpArgs, Out};
 use crate::daemon::{self, Target};
 use crate::render;
-use crate::rpc::{Conn, Incoming};
+use crate::rpc::{self, Conn, Incoming};
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
@@ -31,7 +31,7 @@ const MODES: [(&str, &str, &str); 3] = [
         "Mutating tools are refused; reading and searching run",
     ),
 ];
-const COMMANDS: [(&str, &str, Option<&str>); 4] = [
+const COMMANDS: [(&str, &str, Option<&str>); 5] = [
     (
         "compact",
         "Compact older history into a deterministic checkpoint",
@@ -46,6 +46,11 @@ const COMMANDS: [(&str, &str, Option<&str>); 4] = [
     (
         "checkpoint",
         "Show the session's state checkpoint (what replay injects)",
+        None,
+    ),
+    (
+        "undo",
+        "Revert the files the last turn that changed files changed",
         None,
     ),
 ];
@@ -306,6 +311,20 @@ impl Bridge {
         r
     }
 
+    /// One `agentd/events` page of `sid` after `after`, as JSON text.
+    async fn events_page(&self, sid: &str, after: Option<u64>) -> Result<rpc::Reply, RpcErr> {
+        let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
+        if let Some(a) = after {
+            q["after_seq"] = json!(a);
+        }
+        let c = self.conn().await?;
+        let r = c.call_raw(method::EVENTS, q).await;
+        if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
+            *self.daemon.lock().await = None;
+        }
+        Ok(r?)
+    }
+
     // ---- client requests (agent → client) -------------------------------------
 
     /// Sends a request to the client and waits for its whole response object.
@@ -367,6 +386,8 @@ impl Bridge {
             "_agentd/fork" => self.native(method::FORK, params).await.map(plain),
             "_agentd/tree" => self.native(method::TREE, params).await.map(plain),
             "_agentd/checkpoint" => self.native(method::CHECKPOINT, params).await.map(plain),
+            "_agentd/diff" => self.native(method::DIFF, params).await.map(plain),
+            "_agentd/revert" => self.native(method::REVERT, params).await.map(plain),
             _ => Err(RpcErr::new(-32601, format!("method not found: {m}"))),
         }
     }
@@ -612,27 +633,48 @@ impl Bridge {
         Ok(self.opened(&sid, &o, meta, false))
     }
 
+    /// Replays the Log as `session/update`s. Pages are read as JSON text into borrowed
+    /// events (only the fields a mapping needs are parsed), each page's updates go to
+    /// stdout as one write, and the next page is requested before this one is mapped, so
+    /// the daemon serializes it meanwhile.
     async fn replay(&self, sid: &str, ws: &Path) -> Result<(), RpcErr> {
-        let mut after: Option<u64> = None;
+        let mut reply = self.events_page(sid, None).await?;
+        let mut prefix = String::with_capacity(64 + sid.len());
+        prefix.push_str(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"#);
+        prefix.push_str(&serde_json::to_string(sid).unwrap_or_default());
+        prefix.push_str(r#","update":"#);
         loop {
-            let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
-            if let Some(a) = after {
-                q["after_seq"] = json!(a);
-            }
-            let mut page = self.call(method::EVENTS, q).await?;
-            let events = match page.get_mut("events") {
-                Some(Value::Array(a)) => std::mem::take(a),
-                _ => Vec::new(),
+            let page: map::Page = reply.parse()?;
+            let next = match page.next_after_seq {
+                Some(n) if !page.events.is_empty() => Some(n),
+                _ => None,
             };
-            for ev in &events {
-                for u in map::replay(ev, ws) {
-                    self.out
-                        .notify("session/update", json!({"sessionId": sid, "update": u}));
+            let fetch = async {
+                match next {
+                    Some(n) => self.events_page(sid, Some(n)).await.map(Some),
+                    None => Ok(None),
                 }
-            }
-            match page.get("next_after_seq").and_then(Value::as_u64) {
-                Some(n) if !events.is_empty() => after = Some(n),
-                _ => return Ok(()),
+            };
+            let map_page = async {
+                // Tool outputs appear twice in their updates: room for that up front.
+                let mut block = String::with_capacity(reply.text_len() * 2 + 4096);
+                for ev in &page.events {
+                    map::replay_raw(ev, ws, &prefix, &mut block);
+                }
+                if block.ends_with('\n') {
+                    block.pop();
+                }
+                if !block.is_empty() {
+                    self.out.send_block(block);
+                }
+            };
+            // The request goes out first (its future is polled first); mapping runs while
+            // the daemon works on it.
+            let (fetched, ()) = tokio::join!(fetch, map_page);
+            drop(page);
+            match fetched? {
+                Some(r) => reply = r,
+                None => return Ok(()),
             }
         }
     }
@@ -849,10 +891,7 @@ impl Bridge {
         let status = result["status"].as_str().unwrap_or("");
         let stop = match status {
             "completed" if result["reason"] == "max_iterations" => "max_turn_requests",
-            "completed" => {
-                // The turn's own reason lives on turn_ended; the response carries status.
-                "end_turn"
-            }
+            "completed" => map::stop_reason(Some(status), result["stop_reason"].as_str(), &live),
             "interrupted" => "cancelled",
             _ if cancelled.is_set() => "cancelled",
             _ => {
@@ -1009,6 +1048,7 @@ impl Bridge {
                     .unwrap_or("?");
                 format!("Forked into session `{child}` (open it with session/load).\n")
             }
+            "undo" => self.undo(sid).await?,
             "tree" => {
                 let r = self.call(method::TREE, json!({"session_id": sid})).await?;
                 format!("```\n{}```\n", render::tree_result(&r))
@@ -1027,6 +1067,87 @@ impl Bridge {
             json!({"sessionId": sid, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}),
         );
         Ok(json!({"stopReason": "end_turn"}))
+    }
+}
+
+impl Bridge {
+    /// The last turn with file changes of its own (an `after` snapshot with a tree):
+    /// `(turn_id, seq of its turn_started)`.
+    async fn last_changing_turn(&self, sid: &str) -> Result<Option<(String, u64)>, RpcErr> {
+        let mut after: Option<u64> = None;
+        let mut current: Option<(String, u64)> = None;
+        let mut found = None;
+        loop {
+            let mut q = json!({"session_id": sid, "limit": LOAD_PAGE,
+                "types": ["turn_started", "workspace_snapshot"]});
+            if let Some(a) = after {
+                q["after_seq"] = json!(a);
+            }
+            let page = self.call(method::EVENTS, q).await?;
+            let events = page["events"].as_array().map_or(&[][..], Vec::as_slice);
+            for ev in events {
+                let (seq, data) = (ev["seq"].as_u64().unwrap_or(0), &ev["data"]);
+                if ev["type"] == "turn_started" {
+                    current = data["turn_id"].as_str().map(|t| (t.to_string(), seq));
+                } else if data["reason"] == "after" && data["tree"].is_string() {
+                    found = current.clone().or(found);
+                }
+            }
+            match page["next_after_seq"].as_u64() {
+                Some(n) if !events.is_empty() => after = Some(n),
+                _ => return Ok(found),
+            }
+        }
+    }
+
+    /// `/undo`: reverts the files to their state just before the last turn that changed
+    /// some; a conflict (files edited outside the session) is reported, nothing touched.
+    async fn undo(&self, sid: &str) -> Result<String, RpcErr> {
+        let Some((turn_id, start)) = self.last_changing_turn(sid).await? else {
+            return Ok("Nothing to undo: no turn of this session changed files.\n".into());
+        };
+        let to_seq = start.saturating_sub(1);
+        let q = json!({"session_id": sid, "to_seq": to_seq});
+        match self.call(method::REVERT, q).await {
+            Ok(r) => {
+                let files: Vec<&str> = r["files"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if files.is_empty() || r["reverted"] == false {
+                    return Ok(format!(
+                        "Nothing to undo: the files turn `{turn_id}` changed are already as they were before it.\n"
+                    ));
+                }
+                let mut text = format!(
+                    "Reverted the file changes of turn `{turn_id}` (to seq {to_seq}): restored {} file(s):\n",
+                    files.len()
+                );
+                for f in &files {
+                    text.push_str(&format!("- `{f}`\n"));
+                }
+                if r["incomplete"] == true {
+                    text.push_str("Some snapshots of that turn had failed, so the revert may be incomplete.\n");
+                }
+                Ok(text)
+            }
+            Err(e) if e.kind == ErrorKind::Conflict => {
+                let files: Vec<String> = e.details["files"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(|f| format!("`{f}`"))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok(format!(
+                    "Not reverted: {} changed outside the session since its snapshots, and nothing was touched. To overwrite them, call `_agentd/revert` with {{\"session_id\": \"{sid}\", \"to_seq\": {to_seq}, \"force\": true}}.\n",
+                    files.join(", ")
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

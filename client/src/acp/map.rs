@@ -5,7 +5,10 @@
 //! [`Live`] mapper, which streams deltas and falls back to the durable text for whatever
 //! the deltas did not carry (a lagged subscription, a provider that does not stream).
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::path::Path;
 
 /// Largest file whose current text is read to fill a write's `oldText`.
@@ -223,6 +226,201 @@ pub fn replay(event: &Value, workspace: &Path) -> Vec<Value> {
     one.into_iter().collect()
 }
 
+/// The ACP `stopReason` of a completed turn: the response's `stop_reason`, else the one
+/// its `turn_ended` carried, else `end_turn`. Only ACP's own values pass.
+pub fn stop_reason(status: Option<&str>, response: Option<&str>, live: &Live) -> &'static str {
+    if status != Some("completed") {
+        return "end_turn";
+    }
+    match response.or(live.stop_reason.as_deref()) {
+        Some("max_tokens") => "max_tokens",
+        Some("refusal") => "refusal",
+        _ => "end_turn",
+    }
+}
+
+/// One `agentd/events` page read without building a `Value` tree of it: each event's
+/// `data` is split into its fields, kept as JSON text, in the same pass.
+#[derive(Deserialize)]
+pub struct Page<'a> {
+    #[serde(borrow)]
+    pub events: Vec<RawEvent<'a>>,
+    #[serde(default)]
+    pub next_after_seq: Option<u64>,
+}
+
+/// An event of a page: its type and its `data`'s fields.
+#[derive(Deserialize)]
+pub struct RawEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    pub kind: Cow<'a, str>,
+    #[serde(borrow)]
+    pub data: Fields<'a>,
+}
+
+/// An object's fields, each still JSON text (`null` stays `null`, as in a `Value`).
+/// Data that is not an object has no fields, and replays as nothing, as in [`replay`].
+#[derive(Default)]
+pub struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+#[derive(Deserialize)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'a> Fields<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        for (k, v) in &self.0 {
+            m.insert(
+                k.to_string(),
+                serde_json::from_str(v.get()).unwrap_or(Value::Null),
+            );
+        }
+        Value::Object(m)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Fields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_unit<E>(self) -> Result<Fields<'a>, E> {
+                Ok(Fields::default())
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Fields<'a>, S::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Fields::default())
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Fields<'a>, M::Error> {
+                let mut out = Vec::new();
+                while let Some((Key(k), v)) = m.next_entry::<Key<'de>, &'de RawValue>()? {
+                    out.push((k, v));
+                }
+                Ok(Fields(out))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+fn push_json(out: &mut String, v: &impl serde::Serialize) {
+    if let Ok(t) = serde_json::to_string(v) {
+        out.push_str(&t);
+    }
+}
+
+/// The `tool_call_update` of a `tool_result`, written straight into `out`: the output
+/// (the bulk of a Log) is copied as JSON text, never unescaped and escaped again. The
+/// result equals [`replay`]'s (unit-tested).
+fn tool_result_raw(f: &Fields<'_>, out: &mut String) -> bool {
+    let Some(call_id) = f
+        .get("call_id")
+        .and_then(|c| serde_json::from_str::<Cow<str>>(c.get()).ok())
+    else {
+        return false;
+    };
+    let ok = f.get("ok").is_some_and(|v| v.get() == "true");
+    let mut raw = String::from("{");
+    for k in ["ok", "output", "error", "exit_code", "resource"] {
+        if let Some(v) = f.get(k) {
+            if raw.len() > 1 {
+                raw.push(',');
+            }
+            raw.push('"');
+            raw.push_str(k);
+            raw.push_str("\":");
+            raw.push_str(v.get());
+        }
+    }
+    raw.push('}');
+    // The content text as a JSON string literal, if any.
+    let text: Option<Cow<str>> = if ok {
+        f.get("output")
+            .map(|v| v.get())
+            .filter(|t| t.starts_with('"') && *t != "\"\"")
+            .map(Cow::Borrowed)
+    } else {
+        let e: Value = f
+            .get("error")
+            .and_then(|e| serde_json::from_str(e.get()).ok())
+            .unwrap_or(Value::Null);
+        let t = format!(
+            "{}: {}",
+            s(&e, "kind").unwrap_or("error"),
+            s(&e, "message").unwrap_or("")
+        );
+        serde_json::to_string(&t).ok().map(Cow::Owned)
+    };
+    out.push_str(r#"{"sessionUpdate":"tool_call_update","toolCallId":"#);
+    push_json(out, &call_id);
+    out.push_str(r#","status":"#);
+    out.push_str(if ok { r#""completed""# } else { r#""failed""# });
+    out.push_str(r#","rawOutput":"#);
+    out.push_str(&raw);
+    if let Some(t) = text {
+        out.push_str(r#","content":[{"type":"content","content":{"type":"text","text":"#);
+        out.push_str(&t);
+        out.push_str("}}]");
+    }
+    out.push('}');
+    true
+}
+
+/// Appends the lines one page event replays as (`session/load`) to `out`, each
+/// `prefix` + update + `}}\n` (`prefix` opens the notification up to `"update":`).
+/// `tool_result`s take the raw path; the other (small) events go through [`replay`].
+pub fn replay_raw(ev: &RawEvent<'_>, workspace: &Path, prefix: &str, out: &mut String) {
+    match ev.kind.as_ref() {
+        "tool_result" => {
+            let mark = out.len();
+            out.push_str(prefix);
+            if tool_result_raw(&ev.data, out) {
+                out.push_str("}}\n");
+            } else {
+                out.truncate(mark);
+            }
+        }
+        "user_message" | "assistant_message" | "reasoning" | "tool_call" | "provider_usage"
+        | "session_info" => {
+            let event = json!({"type": ev.kind, "data": ev.data.to_value()});
+            for u in replay(&event, workspace) {
+                out.push_str(prefix);
+                push_json(out, &u);
+                out.push_str("}}\n");
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Live mapping of one prompt's events.
 #[derive(Debug, Default)]
 pub struct Live {
@@ -236,6 +434,8 @@ pub struct Live {
     pub last_seq: Option<u64>,
     /// Tool calls already announced (a permission request may come before the event).
     announced: std::collections::HashSet<String>,
+    /// The turn's `turn_ended.stop_reason` (`max_tokens`, `refusal`), when it has one.
+    pub stop_reason: Option<String>,
 }
 
 fn delta(data: &Value) -> &str {
@@ -326,6 +526,7 @@ impl Live {
                 let id = s(data, "turn_id");
                 if self.turn_id.is_none() || id == self.turn_id.as_deref() {
                     self.ended = true;
+                    self.stop_reason = s(data, "stop_reason").map(str::to_string);
                 }
                 vec![]
             }
@@ -403,6 +604,64 @@ mod tests {
     }
 
     #[test]
+    fn the_raw_replay_path_equals_the_value_path() {
+        let ws = Path::new("/w");
+        let prefix =
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":"#;
+        let events = [
+            ev(1, "user_message", json!({"text": "hi \"there\"\n"})),
+            ev(
+                2,
+                "tool_call",
+                json!({"call_id":"c1","name":"read_file","args":{"path":"a.rs"}}),
+            ),
+            ev(
+                3,
+                "tool_result",
+                json!({"call_id":"c1","ok":true,"output":"fn a() {}\n\t\u{1} é"}),
+            ),
+            ev(
+                4,
+                "tool_result",
+                json!({"call_id":"c2","ok":true,"output":"","exit_code":0}),
+            ),
+            ev(
+                5,
+                "tool_result",
+                json!({"call_id":"c3","ok":false,"error":{"kind":"timeout","message":"slow"},"exit_code":null}),
+            ),
+            ev(
+                6,
+                "tool_result",
+                json!({"call_id":"c4","ok":true,"output":"x","resource":{"uri":"file:///a"}}),
+            ),
+            ev(7, "turn_ended", json!({"turn_id":"t"})),
+            ev(
+                8,
+                "provider_usage",
+                json!({"usage":{"total_tokens":5},"context_window":10}),
+            ),
+            ev(9, "user_message", json!("not an object")),
+            ev(10, "tool_result", json!([1, {"call_id": "c9"}])),
+            ev(11, "assistant_message", json!({"text": "a", "text": "b"})),
+        ];
+        let text = json!({"events": events, "next_after_seq": 8}).to_string();
+        let page: Page = serde_json::from_str(&text).unwrap();
+        assert_eq!(page.next_after_seq, Some(8));
+        let mut out = String::new();
+        for e in &page.events {
+            replay_raw(e, ws, prefix, &mut out);
+        }
+        let got: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["params"]["update"].clone())
+            .collect();
+        let want: Vec<Value> = events.iter().flat_map(|e| replay(e, ws)).collect();
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 8);
+    }
+
+    #[test]
     fn live_streams_deltas_and_sends_only_what_they_missed() {
         let ws = Path::new("/w");
         let mut l = Live::default();
@@ -420,7 +679,23 @@ mod tests {
         l.on_event(&ev(5, "turn_started", json!({"turn_id":"t1"})), ws);
         l.on_event(&ev(6, "turn_ended", json!({"turn_id":"t0"})), ws);
         assert!(!l.ended);
-        l.on_event(&ev(7, "turn_ended", json!({"turn_id":"t1"})), ws);
+        l.on_event(
+            &ev(
+                7,
+                "turn_ended",
+                json!({"turn_id":"t1","stop_reason":"refusal"}),
+            ),
+            ws,
+        );
         assert!(l.ended);
+        assert_eq!(stop_reason(Some("completed"), None, &l), "refusal");
+        assert_eq!(
+            stop_reason(Some("completed"), Some("max_tokens"), &l),
+            "max_tokens"
+        );
+        assert_eq!(
+            stop_reason(Some("completed"), None, &Live::default()),
+            "end_turn"
+        );
     }
 }

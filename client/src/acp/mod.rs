@@ -7,7 +7,7 @@
 //! Transport: stdin is read line by line by one loop. `initialize` is answered inline, so
 //! requests pipelined right behind it are already accepted; every other request runs in
 //! its own task, so `session/cancel` and permission answers are read while a prompt
-//! streams. All output goes through one writer task that owns stdout; nothing else
+//! streams. All output goes through one writer thread that owns stdout; nothing else
 //! writes there (diagnostics go to stderr). The schema types are written out by hand
 //! from ACP's JSON schema (see `bridge`), and the Rust tests and the node client test
 //! check every frame against that schema.
@@ -20,7 +20,7 @@ use bridge::{Bridge, RpcErr};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -42,6 +42,11 @@ impl Out {
         }
     }
 
+    /// Lines already serialized (newline-separated, no trailing newline): one write.
+    pub fn send_block(&self, lines: String) {
+        let _ = self.0.send(lines);
+    }
+
     pub fn notify(&self, method: &str, params: Value) {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
@@ -54,25 +59,55 @@ impl Out {
     }
 }
 
-async fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
-    let mut stdout = tokio::io::stdout();
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(line) = rx.recv().await {
-        buf.clear();
-        buf.extend_from_slice(line.as_bytes());
-        buf.push(b'\n');
-        // Coalesce what is already queued (a load replay) into one write.
-        while buf.len() < 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(l) => {
-                    buf.extend_from_slice(l.as_bytes());
-                    buf.push(b'\n');
+/// The writer thread: owns stdout and writes with plain blocking writes. Small messages
+/// already queued are coalesced into one write; a large one (a page of a load replay)
+/// is written as it is, without a copy.
+fn write_loop(mut rx: mpsc::UnboundedReceiver<String>) {
+    use std::io::Write;
+    const LARGE: usize = 64 * 1024;
+    let mut stdout = std::io::stdout().lock();
+    let mut buf: Vec<u8> = Vec::with_capacity(LARGE);
+    let mut next = rx.blocking_recv();
+    while let Some(item) = next.take() {
+        let ok = if item.len() >= LARGE {
+            stdout.write_all(item.as_bytes()).is_ok() && stdout.write_all(b"\n").is_ok()
+        } else {
+            buf.clear();
+            buf.extend_from_slice(item.as_bytes());
+            buf.push(b'\n');
+            while buf.len() < LARGE {
+                match rx.try_recv() {
+                    Ok(l) if l.len() >= LARGE => {
+                        next = Some(l);
+                        break;
+                    }
+                    Ok(l) => {
+                        buf.extend_from_slice(l.as_bytes());
+                        buf.push(b'\n');
+                    }
+                    Err(_) => break,
                 }
-                Err(_) => break,
             }
-        }
-        if stdout.write_all(&buf).await.is_err() || stdout.flush().await.is_err() {
+            stdout.write_all(&buf).is_ok()
+        };
+        if !ok || stdout.flush().is_err() {
             break;
+        }
+        if next.is_none() {
+            next = rx.blocking_recv();
+        }
+    }
+}
+
+/// A pipe to the client holds 64 KiB by default, so a load replay of many megabytes
+/// would hand over to the reader every 64 KiB; 1 MiB (the unprivileged maximum) makes
+/// that sixteen times rarer. Not a pipe, or refused: left as it is.
+fn widen_stdout_pipe() {
+    // SAFETY: fstat and fcntl on fd 1 with valid arguments; failures are ignored.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(1, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO {
+            let _ = libc::fcntl(1, libc::F_SETPIPE_SZ, 1024 * 1024);
         }
     }
 }
@@ -84,7 +119,8 @@ pub async fn run(target: Target, args: &AcpArgs) -> i32 {
         return 2;
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_loop(rx));
+    widen_stdout_pipe();
+    let writer = tokio::task::spawn_blocking(move || write_loop(rx));
     let bridge = Arc::new(Bridge::new(target, args.clone(), Out(tx)));
     let mut tasks = JoinSet::new();
     let mut stdin = BufReader::with_capacity(256 * 1024, tokio::io::stdin());

@@ -98,6 +98,19 @@ pub struct ProviderResponse {
     pub stop_reason: Option<String>,
 }
 
+/// What a provider's own stop reason means for the turn, when it is something a client
+/// must be told about: `max_tokens` (the output limit cut the answer: Anthropic
+/// `max_tokens`, Chat Completions `length`, Responses `incomplete` with
+/// `max_output_tokens`) or `refusal` (Anthropic `refusal`, a `content_filter` in Chat
+/// Completions or Responses, a Responses refusal part). `None` for an ordinary end.
+pub fn limiting_stop(raw: Option<&str>) -> Option<&'static str> {
+    match raw? {
+        "max_tokens" | "length" | "max_output_tokens" => Some("max_tokens"),
+        "refusal" | "content_filter" => Some("refusal"),
+        _ => None,
+    }
+}
+
 /// A failed call: a contract error plus the text streamed before it failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderFailure {

@@ -163,6 +163,11 @@ impl wire::Decoder for Decoder {
         let Some(resp) = self.completed.take().filter(|_| !at_eof) else {
             return Err(cut_short(&self.provider, "response.completed"));
         };
+        let refused = self.slots.values().any(|s| has_refusal(s.done.as_ref()))
+            || resp
+                .get("output")
+                .and_then(Value::as_array)
+                .is_some_and(|items| items.iter().any(|i| has_refusal(Some(i))));
         let mut output: Vec<OutputItem> = Vec::new();
         for slot in std::mem::take(&mut self.slots).into_values() {
             output.extend(slot_output(slot));
@@ -195,6 +200,7 @@ impl wire::Decoder for Decoder {
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .or(Some("incomplete".into())),
+            _ if refused => Some("refusal".into()),
             Some(s) => Some(s.to_string()),
             None => None,
         };
@@ -250,6 +256,17 @@ fn slot_output(slot: Slot) -> Option<OutputItem> {
         None if !slot.text.is_empty() => Some(OutputItem::Message { text: slot.text }),
         _ => None,
     }
+}
+
+/// True for a message item with a `refusal` content part.
+fn has_refusal(item: Option<&Value>) -> bool {
+    item.and_then(|i| i.get("content"))
+        .and_then(Value::as_array)
+        .is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|p| p.get("type").and_then(Value::as_str) == Some("refusal"))
+        })
 }
 
 /// The `responses` wire format, for the HTTP driver.

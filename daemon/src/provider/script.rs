@@ -57,6 +57,10 @@ pub struct ScriptStep {
     pub error: Option<ScriptError>,
     #[serde(default)]
     pub usage: Option<ScriptUsage>,
+    /// The provider stop reason this step reports (default `stop`, or `tool_calls` when
+    /// it calls tools); `max_tokens` or `refusal` end the turn with that stop reason.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -365,7 +369,11 @@ impl Player<'_> {
             output,
             usage,
             model,
-            stop_reason: Some(if has_calls { "tool_calls" } else { "stop" }.to_string()),
+            stop_reason: Some(
+                step.stop_reason
+                    .clone()
+                    .unwrap_or_else(|| if has_calls { "tool_calls" } else { "stop" }.to_string()),
+            ),
         })
     }
 }

@@ -7,33 +7,51 @@
 //! materializes a tree into a new directory. Callers (the turn engine, `undo`) record
 //! what it returns.
 //!
-//! Why the `git` command and not a library: it is what users have installed and what
-//! peer tools use for the same job, it honours `.gitignore` exactly as the user's own
-//! git does, its index is a stat cache that makes a rescan of an unchanged 10k-file
-//! workspace cost a few milliseconds, and it keeps symlinks as links (never following
-//! them out of the workspace). gix would save the process spawns but has no complete
-//! `add -A` with ignore rules, index updates and checkout yet.
+//! Taking a snapshot spawns no process: [`scan`] keeps a model of the workspace (each
+//! file's stat data and blob id, each directory's tree id) and an inotify watch on its
+//! directories, and [`objects`] writes the new blobs and trees as loose objects (SHA-1
+//! and zlib in-process). A file tool's snapshot stats its one target; a shell call's
+//! reads the watch's queue; a turn's `before` snapshot and a revert's check stat every
+//! file. `files_changed` comes from the model when the previous tree is the model's own,
+//! else from `git diff-tree`. Diff, restore and fork worktrees run the `git` command (it
+//! is what users have, it checks out exactly as their git does), against objects it
+//! reads like its own; `trees_match_what_git_writes` and
+//! `watched_changes_give_the_tree_git_writes` keep the in-process trees equal to git's.
 //!
 //! Invariants:
-//! - The user's repository is never touched: every command runs with the shadow
-//!   `GIT_DIR` and an explicit `GIT_INDEX_FILE` (see [`git::Git`]); a workspace's own
-//!   `.git` is never a path git adds.
-//! - One git command at a time per shadow repository (an in-process lock: the home lock
-//!   guarantees a single daemon per home), so a stale `index.lock` is always a leftover
-//!   of a killed git and is removed.
+//! - The user's repository is never touched: snapshots never enter a `.git`, and every
+//!   git command runs with the shadow `GIT_DIR` and an explicit `GIT_INDEX_FILE` (see
+//!   [`git::Git`]).
+//! - One snapshot or git command at a time per shadow repository (an in-process lock
+//!   that also guards the workspace model; the home lock guarantees a single daemon per
+//!   home), so a stale `index.lock` is always a leftover of a killed git and is removed.
+//! - The model describes one repository directory (its device and inode): a rebuilt
+//!   repository, or one whose last tree is gone, starts a new model.
 //! - Trees are never pruned (`gc.auto = 0`), so every tree a Log names stays readable
 //!   until the shadow repository is rebuilt after corruption.
 
 pub mod git;
+pub mod objects;
+pub mod scan;
 
 use crate::config::SnapshotConfig;
 use git::{join_nul, split_nul, Git, GitError};
+use scan::Model;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+/// A shadow repository that cannot be used as it is (rebuilding it is the cure).
+fn corrupt(why: &str) -> GitError {
+    GitError::Failed {
+        command: "snapshot".into(),
+        code: None,
+        stderr: format!("corrupt shadow repository: {why}"),
+    }
+}
 
 /// Skipped files listed in one snapshot; the count covers the rest.
 pub const MAX_SKIPPED_LISTED: usize = 100;
@@ -45,8 +63,11 @@ const SHADOW_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode =
 /// What a snapshot covers.
 #[derive(Debug, Clone)]
 pub enum Scope {
-    /// Rescan the whole workspace.
+    /// Rescan the whole workspace, every file's stat data checked.
     All,
+    /// What changed since the last snapshot as the directory watch saw it (a shell
+    /// command's effects); a full rescan when there is no watch or it lost track.
+    Changed,
     /// Only these workspace-relative paths changed (a file tool's own target).
     Paths(Vec<PathBuf>),
 }
@@ -110,9 +131,12 @@ pub fn shadow_dir(home: &Path, workspace: &Path) -> PathBuf {
     home.join("snapshots").join(&hash[..24])
 }
 
-type LockMap = Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>;
+/// Per shadow repository: the lock every git command holds, and the workspace model it
+/// guards.
+type RepoLock = Arc<tokio::sync::Mutex<Option<Model>>>;
+type LockMap = Mutex<HashMap<PathBuf, RepoLock>>;
 
-fn repo_lock(dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
+fn repo_lock(dir: &Path) -> RepoLock {
     static LOCKS: OnceLock<LockMap> = OnceLock::new();
     let map = LOCKS.get_or_init(Default::default);
     let mut m = match map.lock() {
@@ -199,9 +223,9 @@ impl Shadow {
         previous: Option<&str>,
     ) -> Result<Snapshot, SnapshotFailure> {
         let lock = repo_lock(&self.dir);
-        let _held = lock.lock().await;
+        let mut model = lock.lock().await;
         let first = match self.ensure().await {
-            Ok(()) => self.snapshot_locked(&scope, previous).await,
+            Ok(()) => self.snapshot_locked(&mut model, &scope, previous).await,
             Err(e) => Err(e),
         };
         match first {
@@ -209,9 +233,13 @@ impl Shadow {
             Err(e) if e.is_corruption() || self.looks_broken() => {
                 let why = e.to_string();
                 tracing::warn!(shadow = %self.dir.display(), error = %why, "rebuilding the shadow repository");
+                *model = None;
                 let res = match self.rebuild().await {
-                    // A fresh index: rescan everything, whatever the scope was.
-                    Ok(()) => self.snapshot_locked(&Scope::All, previous).await,
+                    // A fresh repository: rescan everything, whatever the scope was.
+                    Ok(()) => {
+                        self.snapshot_locked(&mut model, &Scope::All, previous)
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 match res {
@@ -240,105 +268,105 @@ impl Shadow {
 
     async fn snapshot_locked(
         &self,
+        model: &mut Option<Model>,
         scope: &Scope,
         previous: Option<&str>,
     ) -> Result<Snapshot, GitError> {
-        let (candidates, tracked_changed) = match scope {
-            Scope::All => {
-                let out = self
-                    .git
-                    .run(
-                        &["ls-files", "-z", "-t", "-m", "-o", "--exclude-standard"],
-                        None,
-                    )
-                    .await?;
-                let mut paths = Vec::new();
-                let mut tracked = Vec::new();
-                for p in split_nul(&out) {
-                    // `-t` tags: "? " untracked, anything else is in the index.
-                    let s = p.as_os_str().as_encoded_bytes();
-                    if s.len() < 2 {
-                        continue;
-                    }
-                    let path = PathBuf::from(std::ffi::OsStr::from_bytes(&s[2..]));
-                    if s[0] != b'?' {
-                        tracked.push(path.clone());
-                    }
-                    paths.push(path);
+        if !self.workspace.is_dir() {
+            return Err(GitError::Workspace(format!(
+                "{} is not a directory",
+                self.workspace.display()
+            )));
+        }
+        if self.looks_broken() {
+            return Err(corrupt("HEAD, objects or refs is missing"));
+        }
+        let objects = self.git.git_dir.join("objects");
+        let repo_id = std::fs::metadata(&self.git.git_dir)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| corrupt(&e.to_string()))?;
+        // The previous tree, when the repository has it, must be readable.
+        if let Some(prev) = previous.and_then(objects::parse_oid) {
+            match objects::read_header(&objects, &prev) {
+                Ok(Some((kind, _))) if kind != "tree" => {
+                    return Err(corrupt(&format!(
+                        "{} is a {kind}, not a tree",
+                        hex::encode(prev)
+                    )))
                 }
-                paths.sort();
-                paths.dedup();
-                (paths, Some(tracked))
+                Ok(_) => {}
+                Err(e) => return Err(corrupt(&e.to_string())),
             }
-            Scope::Paths(p) => (p.clone(), None),
-        };
+        }
+        // A model of another repository (rebuilt since), or whose last tree is gone,
+        // describes objects this one may not hold: start over.
+        let stale = model.as_ref().is_some_and(|m| {
+            m.repo_id != repo_id
+                || m.tree
+                    .is_some_and(|t| !matches!(objects::read_header(&objects, &t), Ok(Some(_))))
+        });
+        if stale {
+            *model = None;
+        }
+        let mut m = model
+            .take()
+            .unwrap_or_else(|| Model::load(objects.clone(), repo_id));
+        let model_tree = m.tree.map(hex::encode);
         let ws = self.workspace.clone();
+        let exclude = self.git.excludes_file.clone();
         let cfg = self.cfg.clone();
-        let (keep, skipped) = tokio::task::spawn_blocking(move || sift(&ws, candidates, &cfg))
-            .await
-            .map_err(|e| GitError::Workspace(format!("snapshot task: {e}")))?;
-        let mut warnings = Vec::new();
-        if !keep.is_empty() {
-            let args = [
-                "add",
-                "-A",
-                "--ignore-errors",
-                "--pathspec-from-file=-",
-                "--pathspec-file-nul",
-            ];
-            let (_, code, stderr) = self.git.run_status(&args, Some(join_nul(&keep))).await?;
-            if code != Some(0) {
-                let err = self.git.failed(&args, code, stderr.clone());
-                if err.is_corruption() || code.is_none() {
-                    return Err(err);
-                }
-                warnings.extend(
-                    stderr
-                        .lines()
-                        .filter(|l| !l.trim().is_empty())
-                        .take(20)
-                        .map(str::to_string),
-                );
+        let scope = scope.clone();
+        let (m, res) = tokio::task::spawn_blocking(move || {
+            let res = match &scope {
+                Scope::Paths(p) => match m.scan_paths(&ws, exclude.as_deref(), p, &cfg) {
+                    Ok(Some(o)) => Ok(o),
+                    Ok(None) => m.scan_all(&ws, exclude.as_deref(), &cfg, false),
+                    Err(e) => Err(e),
+                },
+                Scope::All => m.scan_all(&ws, exclude.as_deref(), &cfg, false),
+                Scope::Changed => m.scan_all(&ws, exclude.as_deref(), &cfg, true),
+            };
+            (m, res)
+        })
+        .await
+        .map_err(|e| GitError::Workspace(format!("snapshot task: {e}")))?;
+        let out = match res {
+            Ok(out) => {
+                *model = Some(m);
+                out
             }
-        }
-        // A skipped file the index still holds (small before) leaves the tree rather
-        // than stay at stale content.
-        let drop: Vec<PathBuf> = skipped
-            .iter()
-            .map(|s| PathBuf::from(&s.path))
-            .filter(|p| tracked_changed.as_ref().is_none_or(|t| t.contains(p)))
-            .collect();
-        if !drop.is_empty() {
-            self.git
-                .run(
-                    &[
-                        "rm",
-                        "--cached",
-                        "-f",
-                        "-q",
-                        "--ignore-unmatch",
-                        "--pathspec-from-file=-",
-                        "--pathspec-file-nul",
-                    ],
-                    Some(join_nul(&drop)),
-                )
-                .await?;
-        }
-        let out = self.git.run(&["write-tree"], None).await?;
-        let tree = String::from_utf8_lossy(&out).trim().to_string();
+            Err(_) if !self.workspace.is_dir() => {
+                return Err(GitError::Workspace(format!(
+                    "{} is not a directory",
+                    self.workspace.display()
+                )))
+            }
+            Err(e) => {
+                return Err(GitError::Failed {
+                    command: "snapshot".into(),
+                    code: None,
+                    stderr: e.to_string(),
+                })
+            }
+        };
+        let tree = hex::encode(out.tree);
         let mut snap = Snapshot {
             tree: tree.clone(),
-            skipped_count: skipped.len(),
-            skipped: skipped.into_iter().take(MAX_SKIPPED_LISTED).collect(),
-            warnings,
+            skipped_count: out.skipped.len(),
+            skipped: out.skipped.into_iter().take(MAX_SKIPPED_LISTED).collect(),
+            warnings: out.warnings,
             ..Snapshot::default()
         };
         if let Some(prev) = previous.filter(|p| *p != tree) {
-            // One spawn in the common case: the existence check only runs on failure.
-            match self.changed_locked(prev, &tree).await {
-                Ok(files) => snap.files_changed = files,
-                Err(_) if !self.has_tree_locked(prev).await => snap.previous_missing = true,
-                Err(e) => return Err(e),
+            if model_tree.as_deref() == Some(prev) {
+                // The usual case: the model knew the previous tree, no git needed.
+                snap.files_changed = out.changed;
+            } else {
+                match self.changed_locked(prev, &tree).await {
+                    Ok(files) => snap.files_changed = files,
+                    Err(_) if !self.has_tree_locked(prev).await => snap.previous_missing = true,
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(snap)
@@ -506,43 +534,6 @@ impl Shadow {
         let line = format!("{}\n", self.git.git_dir.join("objects").display());
         std::fs::write(info.join("alternates"), line).map_err(io)
     }
-}
-
-/// Splits candidates into what to add and what to skip under the size caps. Missing
-/// paths (deletions), symlinks (stored as links) and directories (nested repositories)
-/// are kept without counting bytes.
-fn sift(ws: &Path, candidates: Vec<PathBuf>, cfg: &SnapshotConfig) -> (Vec<PathBuf>, Vec<Skipped>) {
-    let mut keep = Vec::with_capacity(candidates.len());
-    let mut skipped = Vec::new();
-    let mut total: u64 = 0;
-    for p in candidates {
-        let size = match std::fs::symlink_metadata(ws.join(&p)) {
-            Ok(m) if m.file_type().is_file() => m.len(),
-            _ => {
-                keep.push(p);
-                continue;
-            }
-        };
-        let reason = if size > cfg.max_file_bytes {
-            Some("file_too_large")
-        } else if total.saturating_add(size) > cfg.max_snapshot_bytes {
-            Some("snapshot_too_large")
-        } else {
-            None
-        };
-        match reason {
-            Some(reason) => skipped.push(Skipped {
-                path: p.to_string_lossy().into_owned(),
-                bytes: size,
-                reason,
-            }),
-            None => {
-                total += size;
-                keep.push(p);
-            }
-        }
-    }
-    (keep, skipped)
 }
 
 /// Removes `rel` under `ws` unless a component on the way is a symlink (or it is a

@@ -61,9 +61,20 @@ const RATIO_MAX: f64 = 4.0;
 const DELTA_QUEUE: usize = 256;
 
 enum End {
-    Completed(Option<&'static str>),
+    /// `reason` (`max_iterations`) and the last step's limiting stop reason, if any.
+    Completed(Option<&'static str>, Option<&'static str>),
     Failed(AgentError),
     Interrupted,
+}
+
+/// How a turn ended, as its response reports it.
+#[derive(Default)]
+struct Ended {
+    status: &'static str,
+    error: Option<AgentError>,
+    /// Call ids an interrupt closed.
+    reconciled: Vec<String>,
+    stop: Option<&'static str>,
 }
 
 struct Runner<'a> {
@@ -163,17 +174,18 @@ pub(super) async fn run(
         }
         Err(e) => End::Failed(e),
     };
-    let (status, error, reconciled) = r.finish(end, running).await?;
+    let ended = r.finish(end, running).await?;
     Ok((
         TurnResult {
             turn_id: r.turn_id.clone(),
-            status: status.to_string(),
+            status: ended.status.to_string(),
             output_text,
             first_seq: res.first_seq,
             last_seq: r.last_seq,
-            error,
+            error: ended.error,
+            stop_reason: ended.stop.map(str::to_string),
         },
-        reconciled,
+        ended.reconciled,
     ))
 }
 
@@ -248,7 +260,8 @@ impl Runner<'_> {
                 *output_text = text;
             }
             if calls.is_empty() {
-                return Ok(End::Completed(None));
+                let stop = crate::provider::limiting_stop(resp.stop_reason.as_deref());
+                return Ok(End::Completed(None, stop));
             }
             if self.cancel.is_cancelled() {
                 return Ok(End::Interrupted);
@@ -257,7 +270,7 @@ impl Runner<'_> {
                 return Ok(End::Interrupted);
             }
         }
-        Ok(End::Completed(Some("max_iterations")))
+        Ok(End::Completed(Some("max_iterations"), None))
     }
 
     async fn replay(&self) -> Result<Replay, AgentError> {
@@ -562,22 +575,26 @@ impl Runner<'_> {
         }
     }
 
-    /// Records the end; returns (status, error, call ids closed by an interrupt).
-    async fn finish(
-        &mut self,
-        end: End,
-        running: &RunningTurn,
-    ) -> Result<(&'static str, Option<AgentError>, Vec<String>), AgentError> {
+    /// Records the end; returns what the turn's response says of it.
+    async fn finish(&mut self, end: End, running: &RunningTurn) -> Result<Ended, AgentError> {
         let turn_id = self.turn_id.clone();
         match end {
-            End::Completed(reason) => {
+            End::Completed(reason, stop) => {
                 let mut data = json!({"turn_id": turn_id, "status": "completed"});
                 if let Some(r) = reason {
                     data["reason"] = json!(r);
                 }
+                // Additive: only a limiting stop is written, so ordinary turns keep their bytes.
+                if let Some(s) = stop {
+                    data["stop_reason"] = json!(s);
+                }
                 self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
                     .await?;
-                Ok(("completed", None, Vec::new()))
+                Ok(Ended {
+                    status: "completed",
+                    stop,
+                    ..Ended::default()
+                })
             }
             End::Failed(e) => {
                 let status = if e.kind == ErrorKind::Timeout {
@@ -589,7 +606,11 @@ impl Runner<'_> {
                     "error": {"kind": e.kind, "message": e.message}});
                 self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
                     .await?;
-                Ok((status, Some(e), Vec::new()))
+                Ok(Ended {
+                    status,
+                    error: Some(e),
+                    ..Ended::default()
+                })
             }
             End::Interrupted => {
                 let reason = running.reason();
@@ -616,7 +637,11 @@ impl Runner<'_> {
                     self.last_seq = self.last_seq.max(r.last_seq);
                 }
                 let reconciled = rx.await.unwrap_or_default();
-                Ok(("interrupted", None, reconciled))
+                Ok(Ended {
+                    status: "interrupted",
+                    reconciled,
+                    ..Ended::default()
+                })
             }
         }
     }

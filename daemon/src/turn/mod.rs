@@ -261,6 +261,7 @@ where
                 first_seq: first,
                 last_seq: last,
                 error: None,
+                stop_reason: None,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(AgentError::internal("turn task ended before it started")),
@@ -313,6 +314,7 @@ async fn run_task(
                     first_seq: 0,
                     last_seq: 0,
                     error: Some(e),
+                    stop_reason: None,
                 },
                 reconciled: Vec::new(),
             }
@@ -381,6 +383,7 @@ async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> Engine
             first_seq: 0,
             last_seq: appended.last_seq,
             error: Some(error),
+            stop_reason: None,
         },
         reconciled,
     ))

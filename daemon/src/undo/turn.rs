@@ -52,7 +52,8 @@ impl TurnSnapshots {
     }
 
     /// The `after` snapshot of a mutating call. A file tool changed only its own target,
-    /// so only that path is rescanned; `shell` may have changed anything.
+    /// so only that path is rescanned; `shell` may have changed anything, which the
+    /// workspace's directory watch tells. The `before` snapshot checks every file.
     pub async fn after(&mut self, tool: &str, args: &Value, call_id: &str) -> Option<EventDraft> {
         if !self.started || !crate::tools::is_mutating(tool) {
             return None;
@@ -63,8 +64,8 @@ impl TurnSnapshots {
                 .get("path")
                 .and_then(Value::as_str)
                 .and_then(|p| relative(&shadow.workspace, p))
-                .map_or(Scope::All, |p| Scope::Paths(vec![p])),
-            _ => Scope::All,
+                .map_or(Scope::Changed, |p| Scope::Paths(vec![p])),
+            _ => Scope::Changed,
         };
         Some(self.take(scope, REASON_AFTER, call_id).await)
     }

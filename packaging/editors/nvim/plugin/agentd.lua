@@ -48,3 +48,11 @@ end, { nargs = "?", desc = "agentd: compact the session's history" })
 cmd("AgentdTree", function()
   agentd().tree()
 end, { desc = "agentd: fork tree of this session (or of the current directory)" })
+
+cmd("AgentdDiff", function(a)
+  agentd().diff(a.args)
+end, { nargs = "*", desc = "agentd: what the last turn (or `session`: the whole session) changed, as a diff" })
+
+cmd("AgentdUndoTurn", function(a)
+  agentd().undo_turn(a.args)
+end, { nargs = "?", desc = "agentd: put the files back as they were before the last turn that changed them" })

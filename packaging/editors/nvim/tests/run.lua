@@ -512,6 +512,121 @@ test("a huge session loads in pages without freezing the editor", function()
   wait_line(b, "^state: live")
 end)
 
+test("diff and undo turn in a git workspace; a conflict asks before forcing", function()
+  local gws = vim.fn.tempname() .. "-gitws"
+  vim.fn.mkdir(gws, "p")
+  gws = uv.fs_realpath(gws)
+  local function path(f)
+    return gws .. "/" .. f
+  end
+  local function read(f)
+    local h = io.open(path(f), "rb")
+    if not h then
+      return nil
+    end
+    local s = h:read("*a")
+    h:close()
+    return s
+  end
+  local function write(f, s)
+    local h = assert(io.open(path(f), "wb"))
+    h:write(s)
+    h:close()
+  end
+  local git = { "git", "-C", gws, "-c", "user.name=t", "-c", "user.email=t@example.com" }
+  local function g(...)
+    local args = vim.list_extend(vim.deepcopy(git), { ... })
+    return sh(args)
+  end
+  g("init", "-q")
+  write("a.txt", "orig\n")
+  g("add", "a.txt")
+  g("commit", "-q", "-m", "init")
+  local head = g("rev-parse", "HEAD")
+  local wf = function(p, content)
+    return { name = "write_file", args = { path = p, content = content } }
+  end
+  local script = gws .. ".json"
+  local h = assert(io.open(script, "w"))
+  h:write(vim.json.encode({
+    rules = {
+      {
+        match = "one",
+        steps = {
+          { tool_calls = { wf("a.txt", "agent1\n"), { name = "shell", args = { command = "echo new > n.txt" } } } },
+          { text = "one done" },
+        },
+      },
+      { match = "two", steps = { { tool_calls = { wf("a.txt", "agent2\n") } }, { text = "two done" } } },
+    },
+  }))
+  h:close()
+  local c = agentd.client()
+  local e, r = c:request_sync("agentd/create", { workspace = gws, model = "script:" .. script }, 10000)
+  assert(not e, vim.inspect(e))
+  local sid = r.session_id
+  for _, input in ipairs({ "one", "two" }) do
+    e, r = c:request_sync("agentd/turn", { session_id = sid, input = input }, 60000)
+    assert(not e and r.status == "completed", vim.inspect(e or r))
+  end
+
+  -- The diff of the last turn, then of the whole session, in a diff buffer.
+  cmd("AgentdDiff " .. sid)
+  wait_for("the turn's diff buffer", function()
+    return cur_buf_name() == "agentd://diff/" .. sid .. "/turn"
+  end)
+  local b = vim.api.nvim_get_current_buf()
+  assert(vim.bo[b].filetype == "diff")
+  assert(has_line(b, "# modified a.txt (+1 -1)", true), dump(b))
+  assert(has_line(b, "-agent1", true) and has_line(b, "+agent2", true), dump(b))
+  assert(not has_line(b, "n.txt", true), dump(b))
+  cmd("AgentdDiff session " .. sid)
+  wait_for("the session's diff buffer", function()
+    return cur_buf_name() == "agentd://diff/" .. sid .. "/session"
+  end)
+  b = vim.api.nvim_get_current_buf()
+  assert(has_line(b, "# added n.txt (+1 -0)", true), dump(b))
+  assert(has_line(b, "-orig", true) and has_line(b, "+agent2", true), dump(b))
+
+  -- Undo turn "two".
+  cmd("AgentdUndoTurn " .. sid)
+  -- The notice comes after the daemon answered, that is after the revert finished.
+  wait_for("the undo notice", function()
+    return noted("undid the turn: restored 1 file%(s%)")
+  end)
+  assert(read("a.txt") == "agent1\n", read("a.txt"))
+  assert(read("n.txt") == "new\n")
+
+  -- The user edits a.txt: undoing turn "one" asks, and Cancel changes nothing.
+  write("a.txt", "user edit\n")
+  local asked = select_answer("Cancel")
+  cmd("AgentdUndoTurn " .. sid)
+  wait_for("the cancel notice", function()
+    return noted("undo cancelled: nothing changed")
+  end)
+  assert(#asked == 1 and asked[1].prompt:find("a.txt", 1, true), vim.inspect(asked))
+  assert(read("a.txt") == "user edit\n" and read("n.txt") == "new\n")
+
+  -- Overwrite: forced to the same point.
+  asked = select_answer("Overwrite")
+  cmd("AgentdUndoTurn " .. sid)
+  wait_for("the forced undo notice", function()
+    return noted("undid the turn: restored 2 file%(s%)")
+  end)
+  assert(#asked == 1, vim.inspect(asked))
+  assert(read("a.txt") == "orig\n", read("a.txt"))
+  assert(read("n.txt") == nil, "n.txt is still there")
+  cmd("AgentdUndoTurn " .. sid)
+  wait_for("nothing left to undo", function()
+    return noted("no turn of " .. vim.pesc(sid) .. " left to undo")
+  end)
+
+  -- The user's repository is as it was.
+  assert(g("rev-parse", "HEAD") == head)
+  assert(g("status", "--porcelain") == "", g("status", "--porcelain"))
+  assert(g("stash", "list") == "")
+end)
+
 local failed = 0
 for _, t in ipairs(tests) do
   local t0 = uv.hrtime()

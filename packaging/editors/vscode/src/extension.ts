@@ -7,6 +7,7 @@ import { agentctlSocketPath, AgentdClient, ClientState, Follow } from "./core/cl
 import { decide } from "./core/permission";
 import { SessionNode, SessionTree } from "./core/sessions";
 import { escapeHtml, loadHistory, Transcript } from "./core/transcript";
+import { sessionDiff, undoTurn } from "./core/undo";
 
 let client: AgentdClient | undefined;
 let output: vscode.OutputChannel;
@@ -369,6 +370,52 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
     if (!f) return;
     const tracker = new ArtifactTracker(ws ?? "");
     await vscode.window.showTextDocument(vscode.Uri.file(tracker.resolve(f)));
+  });
+
+  reg("agentd.showDiff", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (!sid) return;
+    const pick = await vscode.window.showQuickPick(
+      [
+        { label: "Last turn", scope: "turn" as const },
+        { label: "Whole session", scope: "session" as const },
+      ],
+      { placeHolder: `What ${sid} changed in the workspace` },
+    );
+    if (!pick) return;
+    const r = await sessionDiff(need(), sid, pick.scope);
+    if (!r.files.length) {
+      vscode.window.showInformationMessage(`agentd: ${sid} changed no file there`);
+      return;
+    }
+    const head = r.files.map((f) => `# ${f.status} ${f.path} (+${f.additions} -${f.deletions})`).join("\n");
+    const note = r.truncated ? "\n# (truncated: some files list no text)" : "";
+    const doc = await vscode.workspace.openTextDocument({ content: `${head}${note}\n\n${r.diff}`, language: "diff" });
+    await vscode.window.showTextDocument(doc, { preview: true });
+  });
+  reg("agentd.undoTurn", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (!sid) return;
+    const r = await undoTurn(need(), sid);
+    if (r.kind === "nothing") {
+      vscode.window.showInformationMessage(`agentd: no turn of ${sid} left to undo`);
+      return;
+    }
+    if (r.kind === "conflict") {
+      const yes = "Overwrite Their Changes";
+      const answer = await vscode.window.showWarningMessage(
+        `agentd: these files changed outside the session since its last snapshot: ${r.conflicts.join(", ")}. Undoing the turn overwrites those changes.`,
+        { modal: true },
+        yes,
+      );
+      if (answer !== yes) return;
+      const forced = await undoTurn(need(), sid, { force: true, toSeq: r.toSeq });
+      if (forced.kind === "reverted") {
+        vscode.window.showInformationMessage(`agentd: undid the turn, restored ${forced.files.length} file(s)`);
+      }
+      return;
+    }
+    vscode.window.showInformationMessage(`agentd: undid the turn, restored ${r.files.length} file(s)`);
   });
 
   try {

@@ -7,6 +7,7 @@
 local Client = require("agentd.rpc")
 local buf = require("agentd.buf")
 local transcript = require("agentd.transcript")
+local undo = require("agentd.undo")
 
 local uv = vim.uv or vim.loop
 
@@ -417,6 +418,86 @@ function M.compact(tail)
     else
       notify("nothing compacted: " .. tostring(r.reason or "not compactable"))
     end
+  end)
+end
+
+-- The session a diff/undo command is about: SID among `words`, else the transcript's.
+local function target_sid(words, what)
+  for _, w in ipairs(words) do
+    if w ~= "turn" and w ~= "session" then
+      return w
+    end
+  end
+  local t = need_current(what .. " (or give a SESSION_ID)")
+  return t and t.sid
+end
+
+--- :AgentdDiff [turn|session] [SID] — what the last turn (default) or the whole session
+--- changed, as a unified diff in `agentd://diff/SID`.
+function M.diff(args)
+  local words = vim.split(vim.trim(args or ""), "%s+", { trimempty = true })
+  local scope = vim.tbl_contains(words, "session") and "session" or "turn"
+  local sid = target_sid(words, ":AgentdDiff")
+  if not sid then
+    return
+  end
+  undo.diff(M.client(), sid, scope, function(e, r)
+    if e then
+      notify("diff failed: " .. error_text(e), vim.log.levels.ERROR)
+      return
+    end
+    local out = {}
+    for _, f in ipairs(r.files or {}) do
+      out[#out + 1] = ("# %s %s (+%s -%s)"):format(f.status, f.path, tostring(f.additions), tostring(f.deletions))
+    end
+    if #out == 0 then
+      notify(("%s changed no file there"):format(sid))
+      return
+    end
+    if r.truncated == true then
+      out[#out + 1] = "# (truncated: some files list no text)"
+    end
+    out[#out + 1] = ""
+    vim.list_extend(out, buf.split_lines(r.diff))
+    local b = buf.scratch(("agentd://diff/%s/%s"):format(sid, scope), "diff")
+    buf.set_lines(b, 0, -1, out)
+    buf.show(b)
+  end)
+end
+
+--- :AgentdUndoTurn [SID] — puts back the files as they were before the last turn that
+--- changed them. Files changed outside the session since are listed and overwritten only
+--- when the user picks "Overwrite" in the vim.ui.select that follows.
+function M.undo_turn(args)
+  local words = vim.split(vim.trim(args or ""), "%s+", { trimempty = true })
+  local sid = target_sid(words, ":AgentdUndoTurn")
+  if not sid then
+    return
+  end
+  local c = M.client()
+  local function done(e, r)
+    if e then
+      notify("undo failed: " .. error_text(e), vim.log.levels.ERROR)
+    elseif r.kind == "nothing" then
+      notify(("no turn of %s left to undo"):format(sid))
+    elseif r.kind == "reverted" then
+      notify(("undid the turn: restored %d file(s)"):format(#r.files))
+    end
+  end
+  undo.undo(c, sid, {}, function(e, r)
+    if e or r.kind ~= "conflict" then
+      return done(e, r)
+    end
+    local prompt = ("agentd: changed outside the session since its last snapshot: %s. Overwrite them?"):format(
+      table.concat(r.conflicts, ", ")
+    )
+    vim.ui.select({ "Cancel", "Overwrite" }, { prompt = prompt, kind = "agentd.undo_conflict" }, function(choice)
+      if choice ~= "Overwrite" then
+        notify("undo cancelled: nothing changed")
+        return
+      end
+      undo.undo(c, sid, { force = true, to_seq = r.to_seq }, done)
+    end)
   end)
 end
 

@@ -283,6 +283,7 @@ export class AgentdClient extends EventEmitter {
       throw Object.assign(new Error(`${method}: ${e?.message ?? String(e)}${kind}`), {
         kind: e?.data?.kind,
         code: e?.code,
+        details: e?.data?.details,
       });
     }
   }

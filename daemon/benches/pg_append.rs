@@ -1,0 +1,148 @@
+//! Durable appends through agentd on the PostgreSQL store against a raw baseline over
+//! the same connection type, in the same run, on a private server started here (as the
+//! tests do: `agentd_tests::pg`):
+//!
+//! (a) raw single-row `INSERT` + `COMMIT` loop (`synchronous_commit = on`) through the
+//! `postgres` crate, one connection; (b) agentd acknowledged appends over its socket:
+//! one session with one client (target >= 0.8x a), 64 sessions with one client each
+//! (target >= 5x a, through the group-commit thread).
+//!
+//! Run: `cargo bench -p agentd --bench pg_append` (env `BENCH_OPS` scales the work).
+
+#[allow(dead_code)] // the daemon launcher there sets durability none; this bench needs sync
+mod support;
+
+use agentd_tests::pg::PgServer;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use support::Conn;
+
+fn line() -> Vec<u8> {
+    let mut l = vec![b'x'; 511];
+    l[0] = b'{';
+    l
+}
+
+fn raw_insert_commit(url: &str, n: usize) -> f64 {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    c.batch_execute(
+        "SET synchronous_commit = on;
+         CREATE TABLE raw (id bigserial PRIMARY KEY, line bytea NOT NULL)",
+    )
+    .expect("raw table");
+    let stmt = c
+        .prepare("INSERT INTO raw (line) VALUES ($1)")
+        .expect("prepare");
+    let l = line();
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut tx = c.transaction().expect("begin");
+        tx.execute(&stmt, &[&l]).expect("insert");
+        tx.commit().expect("commit");
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(dir: &Path, url: &str) -> (Daemon, std::path::PathBuf) {
+    let socket = dir.join("run").join("agentd.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .env("AGENTD_HOME", dir.join("home"))
+        .env("AGENTD_SOCKET", &socket)
+        .env("AGENTD_CONFIG", dir.join("none.toml"))
+        .env("AGENTD_STORE", url)
+        .env("AGENTD_DURABILITY", "sync")
+        .env("AGENTD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn agentd");
+    let d = Daemon(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut c) = Conn::connect(&socket) {
+            c.call("agentd/hello", json!({}));
+            return (d, socket);
+        }
+        assert!(Instant::now() < deadline, "agentd did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn payload() -> Value {
+    // ~512 bytes stored with the envelope.
+    json!([{"type": "user_message", "data": {"text": "x".repeat(380)}}])
+}
+
+fn appends(socket: &Path, sids: &[String], per_client: usize) -> f64 {
+    let barrier = Arc::new(Barrier::new(sids.len() + 1));
+    let handles: Vec<_> = sids
+        .iter()
+        .map(|sid| {
+            let (socket, sid, barrier) = (socket.to_path_buf(), sid.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = Conn::connect(&socket).expect("connect");
+                // Load (and lease) the session outside the timed region.
+                c.call("agentd/show", json!({"session_id": sid}));
+                barrier.wait();
+                for _ in 0..per_client {
+                    c.call(
+                        "agentd/append",
+                        json!({"session_id": sid, "events": payload()}),
+                    );
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let t = Instant::now();
+    for h in handles {
+        h.join().expect("client");
+    }
+    (sids.len() * per_client) as f64 / t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n = support::env_usize("BENCH_OPS", 400);
+    let pg = PgServer::start();
+    let url = pg.create_db();
+    let a = raw_insert_commit(&url, n);
+    println!("(a) raw INSERT + COMMIT loop, 1 connection {a:>9.0} ops/s");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("workspace");
+    let (_d, socket) = start(dir.path(), &pg.create_db());
+    let mut c = Conn::connect(&socket).expect("connect");
+    let mk = |c: &mut Conn, sid: &str| {
+        c.call("agentd/create", json!({"workspace": ws, "session_id": sid}));
+        sid.to_string()
+    };
+    let one = vec![mk(&mut c, "seq")];
+    let b1 = appends(&socket, &one, n);
+    println!(
+        "(b) agentd 1 session, 1 client            {b1:>9.0} ops/s  ({:.2}x a, target >= 0.8x)",
+        b1 / a
+    );
+    let many: Vec<String> = (0..64).map(|i| mk(&mut c, &format!("s{i}"))).collect();
+    let b64 = appends(&socket, &many, (n / 4).max(16));
+    println!(
+        "(b) agentd 64 sessions, 1 client each     {b64:>9.0} ops/s  ({:.2}x a, target >= 5x)",
+        b64 / a
+    );
+}

@@ -1,0 +1,259 @@
+//! Connection settings of the PostgreSQL store: the URL, where its password comes
+//! from, and the redacted form that is the only one ever logged or shown.
+
+use agentd_proto::{AgentError, ErrorKind};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Where the store's settings came from, before any password lookup.
+#[derive(Clone)]
+pub struct ConnSpec {
+    /// As the user wrote it (may hold a password: never log it, use [`redact`]).
+    pub url: String,
+    /// `store_password_file` from config.toml, if set.
+    pub password_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ConnSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnSpec")
+            .field("url", &redact(&self.url))
+            .field("password_file", &self.password_file)
+            .finish()
+    }
+}
+
+/// True when `s` names a PostgreSQL store rather than the file home.
+pub fn is_postgres_url(s: &str) -> bool {
+    s.starts_with("postgres://") || s.starts_with("postgresql://")
+}
+
+/// The URL with any password replaced by `***`: the only form of it that reaches a log,
+/// an error or `agentd/status`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".into();
+    };
+    let (auth_end, tail) = match rest.find(['/', '?']) {
+        Some(i) => (i, &rest[i..]),
+        None => (rest.len(), ""),
+    };
+    let authority = &rest[..auth_end];
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hostport)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            if userinfo.contains(':') {
+                format!("{user}:***@{hostport}")
+            } else {
+                format!("{user}@{hostport}")
+            }
+        }
+        None => authority.to_string(),
+    };
+    // A password can also hide in the query (`?password=`).
+    let tail = redact_query(tail);
+    format!("{scheme}://{authority}{tail}")
+}
+
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_string();
+    };
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", parts.join("&"))
+}
+
+/// Parses the URL and fills in the password: the URL's own, else `PGPASSWORD`, else
+/// the configured password file (its first line), else a matching `~/.pgpass` line
+/// (`PGPASSFILE` names another file).
+pub fn config(spec: &ConnSpec) -> Result<postgres::Config, AgentError> {
+    let mut cfg = postgres::Config::from_str(&spec.url).map_err(|e| {
+        AgentError::invalid_args(format!(
+            "store URL {} does not parse: {e}",
+            redact(&spec.url)
+        ))
+    })?;
+    if cfg.get_password().is_none() {
+        if let Some(pw) = password_from_env_or_files(&cfg, spec)? {
+            cfg.password(pw);
+        }
+    }
+    if cfg.get_user().is_none() {
+        if let Ok(u) = std::env::var("PGUSER").or_else(|_| std::env::var("USER")) {
+            cfg.user(&u);
+        }
+    }
+    cfg.application_name("agentd");
+    Ok(cfg)
+}
+
+fn password_from_env_or_files(
+    cfg: &postgres::Config,
+    spec: &ConnSpec,
+) -> Result<Option<String>, AgentError> {
+    if let Ok(pw) = std::env::var("PGPASSWORD") {
+        return Ok(Some(pw));
+    }
+    if let Some(path) = &spec.password_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            AgentError::new(
+                ErrorKind::InvalidArgs,
+                format!("store_password_file {}: {e}", path.display()),
+            )
+        })?;
+        return Ok(Some(text.lines().next().unwrap_or_default().to_string()));
+    }
+    let pgpass = match std::env::var_os("PGPASSFILE") {
+        Some(p) => PathBuf::from(p),
+        None => match std::env::var_os("HOME") {
+            Some(h) => Path::new(&h).join(".pgpass"),
+            None => return Ok(None),
+        },
+    };
+    let Ok(text) = std::fs::read_to_string(&pgpass) else {
+        return Ok(None);
+    };
+    let host = match cfg.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(postgres::config::Host::Unix(_)) | None => "localhost".into(),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432).to_string();
+    let db = cfg.get_dbname().unwrap_or_default().to_string();
+    let user = cfg.get_user().unwrap_or_default().to_string();
+    Ok(pgpass_lookup(&text, &host, &port, &db, &user))
+}
+
+/// The password of the first `host:port:database:user:password` line that matches
+/// (`*` matches anything; `\:` and `\\` are escapes).
+pub fn pgpass_lookup(text: &str, host: &str, port: &str, db: &str, user: &str) -> Option<String> {
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_pgpass(line);
+        if fields.len() != 5 {
+            continue;
+        }
+        let want = [host, port, db, user];
+        if fields[..4]
+            .iter()
+            .zip(want)
+            .all(|(f, w)| f == "*" || f == w)
+        {
+            return Some(fields[4].clone());
+        }
+    }
+    None
+}
+
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    if let Some(s) = out.last_mut() {
+                        s.push(n);
+                    }
+                }
+            }
+            ':' if out.len() < 5 => out.push(String::new()),
+            c => {
+                if let Some(s) = out.last_mut() {
+                    s.push(c)
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A store error as the user sees it: never the URL, always which store, and
+/// `reason: store_unavailable` when the server cannot be reached or is shutting down or
+/// starting up (a retry later may succeed), `store_error` for anything else.
+pub fn store_error(kind: ErrorKind, what: &str, e: &postgres::Error) -> AgentError {
+    let (reason, text) = match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            // Class 08: connection exception; class 57: operator intervention (shutdown,
+            // crash recovery, "the database system is starting up").
+            let unavailable = code.starts_with("08") || code.starts_with("57");
+            (
+                if unavailable {
+                    "store_unavailable"
+                } else {
+                    "store_error"
+                },
+                format!("{} (SQLSTATE {code})", db.message()),
+            )
+        }
+        None => {
+            let mut text = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(s) = src {
+                text.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            ("store_unavailable", text)
+        }
+    };
+    AgentError::new(kind, format!("postgres: {what}: {text}"))
+        .with_details(json!({"store": "postgres", "reason": reason}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_every_password() {
+        assert_eq!(
+            redact("postgres://ann:s3cret@db.example:5432/agentd?sslmode=disable"),
+            "postgres://ann:***@db.example:5432/agentd?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgresql://ann@db/agentd?password=s3cret&host=/run"),
+            "postgresql://ann@db/agentd?password=***&host=/run"
+        );
+        assert_eq!(redact("postgres://ann:p%40ss@h"), "postgres://ann:***@h");
+        assert!(!redact("postgres://a:b@c@d/x").contains('b'));
+    }
+
+    #[test]
+    fn pgpass_matches_wildcards_and_escapes() {
+        let text = "# comment\nother:5432:*:ann:no\n*:*:agentd:ann:pa\\:ss\n";
+        assert_eq!(
+            pgpass_lookup(text, "db", "5432", "agentd", "ann").as_deref(),
+            Some("pa:ss")
+        );
+        assert_eq!(pgpass_lookup(text, "db", "5432", "x", "ann"), None);
+    }
+
+    #[test]
+    fn password_comes_from_the_file_named_in_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "from-file\n").unwrap();
+        let spec = ConnSpec {
+            url: "postgres://ann@localhost/agentd".into(),
+            password_file: Some(pw),
+        };
+        if std::env::var_os("PGPASSWORD").is_none() {
+            let cfg = config(&spec).unwrap();
+            assert_eq!(cfg.get_password(), Some(&b"from-file"[..]));
+        }
+        let spec = ConnSpec {
+            url: "postgres://ann:inurl@localhost/agentd".into(),
+            password_file: None,
+        };
+        assert_eq!(config(&spec).unwrap().get_password(), Some(&b"inurl"[..]));
+    }
+}

@@ -1,0 +1,319 @@
+//! A private PostgreSQL server for tests of the database store: `initdb` into a temp
+//! dir and `pg_ctl start` listening only on a Unix socket in that dir, so tests never
+//! touch a system server or a TCP port. As root (CI), the server runs as the
+//! unprivileged `postgres` user (else `nobody`) through `runuser`, since PostgreSQL
+//! refuses to run as root.
+//!
+//! The binaries come from `AGENTD_TEST_PG_BIN`, then Debian's
+//! `/usr/lib/postgresql/<version>/bin` (newest), then `PATH`. None found is a failure that names the
+//! `postgresql` package, never a skip.
+//!
+//! A watchdog process stops the server when the test process exits, so a server shared
+//! by a whole test binary ([`PgServer::shared`]) never outlives it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Where `initdb`, `pg_ctl` and `postgres` are.
+pub fn pg_bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("AGENTD_TEST_PG_BIN").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((v, bin))
+        })
+        .collect();
+    found.sort();
+    if let Some((_, bin)) = found.pop() {
+        return bin;
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("initdb").is_file()
+                && dir.join("pg_ctl").is_file()
+                && dir.join("psql").is_file()
+            {
+                return dir;
+            }
+        }
+    }
+    panic!(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found in AGENTD_TEST_PG_BIN, \
+             PATH or /usr/lib/postgresql/*/bin: install Debian's `postgresql` package \
+             (.ci/postgres.sh does)"
+    )
+}
+
+/// One private server.
+pub struct PgServer {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    bin: PathBuf,
+    /// Runs the server's commands as this user (when the tests run as root).
+    run_as: Option<String>,
+}
+
+fn user_exists(name: &str) -> bool {
+    Command::new("id")
+        .arg("-u")
+        .arg(name)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl PgServer {
+    /// `initdb` and start a new server; panics with its output on failure.
+    pub fn start() -> PgServer {
+        let bin = pg_bin_dir();
+        let dir = tempfile::Builder::new()
+            .prefix("agentd-pg")
+            .tempdir()
+            .expect("tempdir");
+        let root = dir.path().to_path_buf();
+        // SAFETY: geteuid has no preconditions.
+        let run_as = if unsafe { libc::geteuid() } == 0 {
+            let user = ["postgres", "nobody"]
+                .into_iter()
+                .find(|u| user_exists(u))
+                .expect("running as root needs a `postgres` or `nobody` user for the server");
+            Some(user.to_string())
+        } else {
+            None
+        };
+        for sub in ["data", "sock"] {
+            std::fs::create_dir(root.join(sub)).expect("mkdir");
+        }
+        if let Some(user) = &run_as {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            let st = Command::new("chown")
+                .arg("-R")
+                .arg(user)
+                .arg(&root)
+                .status()
+                .expect("chown");
+            assert!(st.success(), "chown {} to {user}", root.display());
+        }
+        let s = PgServer {
+            _dir: dir,
+            root,
+            bin,
+            run_as,
+        };
+        let data = s.root.join("data");
+        s.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-U".as_ref(),
+                "agentd".as_ref(),
+                "-A".as_ref(),
+                "trust".as_ref(),
+                "-E".as_ref(),
+                "UTF8".as_ref(),
+                "--locale=C".as_ref(),
+                "--no-sync".as_ref(),
+            ],
+        );
+        s.start_server();
+        s.watchdog();
+        s
+    }
+
+    /// One server for the whole test process (each user takes its own database).
+    pub fn shared() -> &'static PgServer {
+        static SERVER: OnceLock<PgServer> = OnceLock::new();
+        SERVER.get_or_init(PgServer::start)
+    }
+
+    fn cmd(&self, prog: &str) -> Command {
+        let path = self.bin.join(prog);
+        let mut c = match &self.run_as {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.arg("-u").arg(user).arg("--").arg(path);
+                c
+            }
+            None => Command::new(path),
+        };
+        c.current_dir(&self.root).stdin(Stdio::null());
+        c
+    }
+
+    #[track_caller]
+    fn run(&self, prog: &str, args: &[&std::ffi::OsStr]) -> String {
+        let out = self
+            .cmd(prog)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {prog}: {e}"));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{prog} failed: {text}");
+        text
+    }
+
+    /// The server's socket directory.
+    pub fn socket_dir(&self) -> PathBuf {
+        self.root.join("sock")
+    }
+
+    /// `pg_ctl start`, waiting until it accepts connections.
+    pub fn start_server(&self) {
+        let data = self.root.join("data");
+        let log = self.root.join("server.log");
+        let opts = format!(
+            "-c listen_addresses='' -k {} -p 5432 -c fsync=on -c max_connections=300",
+            self.socket_dir().display()
+        );
+        self.run(
+            "pg_ctl",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-w".as_ref(),
+                "-t".as_ref(),
+                "60".as_ref(),
+                "-o".as_ref(),
+                opts.as_ref(),
+                "start".as_ref(),
+            ],
+        );
+    }
+
+    /// `pg_ctl stop` with `mode` (`fast` or `immediate`: a crash, no checkpoint).
+    pub fn stop_server(&self, mode: &str) {
+        let data = self.root.join("data");
+        let _ = self
+            .cmd("pg_ctl")
+            .args([
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-m".as_ref(),
+                mode.as_ref(),
+            ])
+            .args(["-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Stops the server once this test process is gone, however it ends.
+    fn watchdog(&self) {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let data = self.root.join("data");
+        let stop = match &self.run_as {
+            Some(u) => format!(
+                "runuser -u {u} -- {} -D {} -m immediate stop",
+                pg_ctl.display(),
+                data.display()
+            ),
+            None => format!(
+                "{} -D {} -m immediate stop",
+                pg_ctl.display(),
+                data.display()
+            ),
+        };
+        let script = format!(
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; {stop} >/dev/null 2>&1",
+            std::process::id()
+        );
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+    }
+
+    /// A URL for database `db` on this server.
+    pub fn url(&self, db: &str) -> String {
+        let host: String = self.socket_dir().display().to_string().replace('/', "%2F");
+        format!("postgres://agentd@{host}:5432/{db}")
+    }
+
+    /// Runs SQL through `psql` against `db`; returns the unaligned output.
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let sock = self.socket_dir();
+        self.run(
+            "psql",
+            &[
+                "-h".as_ref(),
+                sock.as_os_str(),
+                "-U".as_ref(),
+                "agentd".as_ref(),
+                "-d".as_ref(),
+                db.as_ref(),
+                "-v".as_ref(),
+                "ON_ERROR_STOP=1".as_ref(),
+                "-XAtq".as_ref(),
+                "-c".as_ref(),
+                sql.as_ref(),
+            ],
+        )
+    }
+
+    /// A new empty database; returns its URL.
+    pub fn create_db(&self) -> String {
+        let name = format!("t_{:016x}", rand::random::<u64>());
+        self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        self.url(&name)
+    }
+
+    /// The server log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.join("server.log")).unwrap_or_default()
+    }
+
+    /// The temp dir holding data, socket and log.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Waits until a fresh `psql` connects, or panics after `timeout`.
+    pub fn wait_accepting(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ok = self
+                .cmd("pg_isready")
+                .arg("-h")
+                .arg(self.socket_dir())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.stop_server("immediate");
+    }
+}

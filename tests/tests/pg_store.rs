@@ -1,0 +1,478 @@
+//! The PostgreSQL store through the real daemon, against a private server the tests
+//! start (`agentd_tests::pg`): the basics run against both stores (create, append,
+//! `agentd/events` paging, subscribe catch-up, a turn with the script provider, fork,
+//! list and tree, concurrent appenders), then what only a shared database has: one
+//! owner per session across daemons with different homes (hand-over after a clean stop,
+//! takeover after kill -9 once the lease ended, a fenced stale owner that cannot write)
+//! and a server restart in the middle of appends.
+
+use agentd_tests::pg::PgServer;
+use agentd_tests::{is_type, Daemon, RpcConn};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy)]
+enum Store {
+    File,
+    Postgres,
+}
+
+/// A daemon on `store`; for PostgreSQL a fresh database of the process's shared server.
+fn daemon(store: Store) -> Daemon {
+    let b = Daemon::builder();
+    match store {
+        Store::File => b.start(),
+        Store::Postgres => b
+            .env("AGENTD_STORE", PgServer::shared().create_db())
+            .start(),
+    }
+}
+
+/// A daemon with its own home on the database at `url`, with leases of `lease_s`.
+fn daemon_on(url: &str, lease_s: f64) -> Daemon {
+    Daemon::builder()
+        .config(&format!("lease_s = {lease_s}\n"))
+        .env("AGENTD_STORE", url)
+        .start()
+}
+
+fn kind(resp: &Value) -> &str {
+    resp.pointer("/error/data/kind")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("not an error with a kind: {resp}"))
+}
+
+fn create(d: &Daemon, c: &mut RpcConn, extra: Value) -> String {
+    let mut p = json!({"workspace": d.workspace()});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        p[k] = v.clone();
+    }
+    c.call_ok("agentd/create", p)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn append(c: &mut RpcConn, sid: &str, events: Value) -> Value {
+    c.call(
+        "agentd/append",
+        json!({"session_id": sid, "events": events}),
+    )
+}
+
+fn user(text: &str) -> Value {
+    json!([{"type": "user_message", "data": {"text": text}}])
+}
+
+/// Every event, paged 100 at a time.
+fn all_events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut after: Option<u64> = None;
+    loop {
+        let mut p = json!({"session_id": sid, "limit": 100});
+        if let Some(a) = after {
+            p["after_seq"] = json!(a);
+        }
+        let r = c.call_ok("agentd/events", p);
+        out.extend(r["events"].as_array().unwrap().iter().cloned());
+        match r.get("next_after_seq").and_then(Value::as_u64) {
+            Some(n) => after = Some(n),
+            None => return out,
+        }
+    }
+}
+
+fn seqs(evs: &[Value]) -> Vec<u64> {
+    evs.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(rc, 0, "gethostname");
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Polls `f` with a short backoff until it returns `Some`, or panics naming `what`.
+fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(200));
+    }
+}
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod file {
+            $( #[test] fn $name() { super::$name(super::Store::File) } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(super::Store::Postgres) } )*
+        }
+    };
+}
+
+both_stores!(
+    append_page_subscribe_and_restart_round_trip,
+    turn_fork_list_and_tree,
+    concurrent_appenders_across_sessions_get_contiguous_seqs,
+);
+
+fn append_page_subscribe_and_restart_round_trip(store: Store) {
+    let mut d = daemon(store);
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, json!({"title": "rt"}));
+    // Unknown types and key order survive byte for byte.
+    let odd = r#"{"z":1,"a":[1,2],"m":{"b":1,"a":2},"u":"é\u0000"}"#;
+    let r = append(
+        &mut c,
+        &sid,
+        json!([{"type": "x_future_kind", "data": serde_json::from_str::<Value>(odd).unwrap()}]),
+    );
+    assert_eq!(r["result"]["first_seq"], 1, "{r}");
+    for batch in 0..10 {
+        let evs: Vec<Value> = (0..25)
+            .map(|i| json!({"type": "user_message", "data": {"text": format!("m{batch}-{i}")}}))
+            .collect();
+        let r = append(&mut c, &sid, json!(evs));
+        assert_eq!(r["result"]["first_seq"], 2 + batch * 25, "{r}");
+    }
+    let evs = all_events(&mut c, &sid);
+    assert_eq!(seqs(&evs), (0..252).collect::<Vec<u64>>());
+    assert!(is_type(&evs[1], "x_future_kind"));
+    assert_eq!(serde_json::to_string(&evs[1]["data"]).unwrap(), odd);
+
+    // Catch-up from a seq, then live.
+    let mut sub = d.connect();
+    sub.subscribe(&sid, Some(246));
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let ev = sub
+            .wait_event(|e| e.get("seq").is_some(), WAIT)
+            .unwrap_or_else(|| panic!("catch-up stopped at {got:?}"));
+        got.push(ev["seq"].as_u64().unwrap());
+    }
+    assert_eq!(got, vec![247, 248, 249, 250, 251]);
+    append(&mut c, &sid, user("live"));
+    let live = sub.wait_event(|e| e.get("seq").is_some(), WAIT).unwrap();
+    assert_eq!(live["seq"], 252);
+    assert_eq!(live["data"]["text"], "live");
+
+    // What was acknowledged survives a kill -9 and is listed with its count and title.
+    let before = all_events(&mut c, &sid);
+    d.restart();
+    let mut c = d.connect();
+    assert_eq!(all_events(&mut c, &sid), before);
+    let list = c.call_ok("agentd/list", json!({}));
+    let s = &list["sessions"][0];
+    assert_eq!(s["session_id"], sid.as_str(), "{list}");
+    assert_eq!(s["event_count"], 253, "{list}");
+    assert_eq!(s["title"], "rt", "{list}");
+}
+
+fn hello_model() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hello.json")
+        .canonicalize()
+        .unwrap();
+    format!("script:{}", p.display())
+}
+
+fn turn_fork_list_and_tree(store: Store) {
+    let mut d = daemon(store);
+    let mut c = d.connect();
+    let sid = create(
+        &d,
+        &mut c,
+        json!({"model": hello_model(), "title": "parent"}),
+    );
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "hi"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = all_events(&mut c, &sid);
+    assert!(evs.iter().any(|e| is_type(e, "tool_result")), "{evs:#?}");
+    let ended = evs.iter().rfind(|e| is_type(e, "turn_ended")).unwrap();
+    assert_eq!(ended["data"]["status"], "completed");
+
+    let f = c.call_ok(
+        "agentd/fork",
+        json!({"session_id": sid, "child_session_id": "kid"}),
+    );
+    assert_eq!(f["child_session_id"], "kid", "{f}");
+    let child = all_events(&mut c, "kid");
+    assert!(is_type(&child[0], "session_fork"), "{:#}", child[0]);
+    assert_eq!(child[0]["data"]["parent_session_id"], sid.as_str());
+    // The child appends on its own.
+    let r = append(&mut c, "kid", user("in the child"));
+    assert_eq!(r["result"]["first_seq"], child.len(), "{r}");
+
+    // After a restart the index is rebuilt from the store: list and tree still know both.
+    d.restart();
+    let mut c = d.connect();
+    let list = c.call_ok("agentd/list", json!({}));
+    let ids: Vec<&str> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"kid") && ids.contains(&sid.as_str()),
+        "{list}"
+    );
+    let tree = c.call_ok("agentd/tree", json!({"session_id": sid}));
+    assert!(tree["drawing"].as_str().unwrap().contains("kid"), "{tree}");
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": "kid", "input": "again"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+}
+
+fn concurrent_appenders_across_sessions_get_contiguous_seqs(store: Store) {
+    let d = daemon(store);
+    let mut c = d.connect();
+    let sids: Vec<String> = (0..6).map(|_| create(&d, &mut c, json!({}))).collect();
+    let per_thread = 20;
+    let threads = 3;
+    std::thread::scope(|s| {
+        for sid in &sids {
+            for t in 0..threads {
+                let d = &d;
+                s.spawn(move || {
+                    let mut c = d.connect();
+                    for i in 0..per_thread {
+                        let r = append(&mut c, sid, user(&format!("{t}-{i}")));
+                        assert!(r.get("result").is_some(), "{r}");
+                    }
+                });
+            }
+        }
+    });
+    for sid in &sids {
+        let evs = all_events(&mut c, sid);
+        assert_eq!(
+            seqs(&evs),
+            (0..=(per_thread * threads) as u64).collect::<Vec<u64>>()
+        );
+    }
+}
+
+#[test]
+fn a_session_is_handed_over_when_its_owner_stops_cleanly() {
+    let url = PgServer::shared().create_db();
+    let mut a = daemon_on(&url, 30.0);
+    let mut ca = a.connect();
+    let sid = create(&a, &mut ca, json!({"title": "moving"}));
+    append(&mut ca, &sid, user("on a"));
+    let b = daemon_on(&url, 30.0);
+    let mut cb = b.connect();
+
+    // While a holds the lease, b is told who owns the session.
+    let r = append(&mut cb, &sid, user("on b too early"));
+    assert_eq!(kind(&r), "busy", "{r}");
+    let details = &r["error"]["data"]["details"];
+    assert_eq!(details["owner_host"], hostname().as_str(), "{r}");
+    assert_eq!(details["reason"], "leased", "{r}");
+    assert!(details["lease_expires_at"].is_string(), "{r}");
+    // b's index came from the database.
+    let list = cb.call_ok("agentd/list", json!({}));
+    assert_eq!(list["sessions"][0]["session_id"], sid.as_str(), "{list}");
+
+    let status = a.shutdown(WAIT).expect("a stops");
+    assert!(status.success());
+    // No waiting for the lease to end: a gave it back.
+    let r = append(&mut cb, &sid, user("on b"));
+    assert_eq!(r["result"]["first_seq"], 2, "{r}");
+    let evs = all_events(&mut cb, &sid);
+    let texts: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| e["data"]["text"].as_str())
+        .collect();
+    assert_eq!(texts, vec!["on a", "on b"]);
+}
+
+#[test]
+fn a_killed_owner_is_taken_over_after_its_lease_and_its_open_turn_reconciled() {
+    let url = PgServer::shared().create_db();
+    let lease = 4.0;
+    let mut a = daemon_on(&url, lease);
+    let b = daemon_on(&url, lease);
+    let mut ca = a.connect();
+    let sid = create(&a, &mut ca, json!({}));
+    // A turn cut in the middle of a tool call.
+    let r = append(
+        &mut ca,
+        &sid,
+        json!([
+            {"type": "turn_started", "data": {"turn_id": "t1"}},
+            {"type": "user_message", "data": {"text": "look"}},
+            {"type": "tool_call", "data": {"call_id": "c1", "name": "read_file", "args": {"path": "a"}}},
+        ]),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    a.kill9();
+    let killed = Instant::now();
+    let mut cb = b.connect();
+    let r = cb.call("agentd/events", json!({"session_id": sid}));
+    assert_eq!(kind(&r), "busy", "the lease of a killed owner runs on: {r}");
+    let evs = wait_until("the takeover", WAIT, || {
+        let r = cb.call("agentd/events", json!({"session_id": sid}));
+        r.get("result")
+            .map(|res| res["events"].as_array().unwrap().clone())
+    });
+    assert!(
+        killed.elapsed() >= Duration::from_secs_f64(lease / 3.0),
+        "taken over before the lease could have ended"
+    );
+    let res: Vec<&Value> = evs.iter().filter(|e| is_type(e, "tool_result")).collect();
+    assert_eq!(res.len(), 1, "{evs:#?}");
+    assert_eq!(res[0]["data"]["error"]["kind"], "orphan_tool_call");
+    assert_eq!(
+        res[0]["data"]["error"]["details"]["reason"],
+        "daemon_restart"
+    );
+    let ended = evs.iter().rfind(|e| is_type(e, "turn_ended")).unwrap();
+    assert_eq!(ended["data"]["reason"], "daemon_restart");
+    assert_eq!(seqs(&evs), (0..evs.len() as u64).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_stale_owner_whose_lease_was_taken_cannot_write() {
+    let url = PgServer::shared().create_db();
+    let lease = 2.0;
+    let a = daemon_on(&url, lease);
+    let b = daemon_on(&url, lease);
+    let mut ca = a.connect();
+    let sid = create(&a, &mut ca, json!({}));
+    append(&mut ca, &sid, user("a before the pause"));
+    let pid = a.pid().unwrap() as libc::pid_t;
+    // SAFETY: signals to our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let mut cb = b.connect();
+    let r = wait_until("b to take the lease", WAIT, || {
+        let r = append(&mut cb, &sid, user("b after the takeover"));
+        r.get("result").is_some().then_some(r)
+    });
+    assert_eq!(r["result"]["first_seq"], 2, "{r}");
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let r = append(&mut ca, &sid, user("a after the pause"));
+    assert_eq!(kind(&r), "busy", "{r}");
+    assert_eq!(r["error"]["data"]["details"]["reason"], "lease_lost", "{r}");
+    assert_eq!(
+        r["error"]["data"]["details"]["owner_host"],
+        hostname().as_str(),
+        "{r}"
+    );
+    let evs = all_events(&mut cb, &sid);
+    let texts: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| e["data"]["text"].as_str())
+        .collect();
+    assert_eq!(texts, vec!["a before the pause", "b after the takeover"]);
+}
+
+#[test]
+fn a_server_restart_fails_appends_clearly_loses_nothing_acknowledged_and_reconnects() {
+    let pg = PgServer::start();
+    let url = pg.create_db();
+    let mut d = daemon_on(&url, 30.0);
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, json!({}));
+    let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let ok_after_error = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (acked, errors, ok_after_error, stop) = (
+            acked.clone(),
+            errors.clone(),
+            ok_after_error.clone(),
+            stop.clone(),
+        );
+        let mut c = d.connect();
+        let sid = sid.clone();
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && i < 100_000 {
+                i += 1;
+                let r = append(&mut c, &sid, user(&format!("m{i}")));
+                if let Some(res) = r.get("result") {
+                    let id = res["ids"][0].as_str().unwrap().to_string();
+                    acked
+                        .lock()
+                        .unwrap()
+                        .push((res["first_seq"].as_u64().unwrap(), id));
+                    if !errors.lock().unwrap().is_empty() {
+                        ok_after_error.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    errors.lock().unwrap().push(r);
+                }
+            }
+        })
+    };
+    wait_until("appends to flow", WAIT, || {
+        (acked.lock().unwrap().len() >= 30).then_some(())
+    });
+    pg.stop_server("immediate");
+    wait_until("appends to fail", WAIT, || {
+        (!errors.lock().unwrap().is_empty()).then_some(())
+    });
+    pg.start_server();
+    let deadline = Instant::now() + WAIT;
+    while ok_after_error.load(Ordering::Relaxed) < 10 {
+        assert!(
+            Instant::now() < deadline,
+            "appends did not resume; errors: {:#?}\ndaemon: {}",
+            errors
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .take(3)
+                .collect::<Vec<_>>(),
+            d.daemon_output()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+
+    for e in errors.lock().unwrap().iter() {
+        assert_eq!(kind(e), "log_write_failed", "{e}");
+        assert_eq!(e["error"]["data"]["details"]["store"], "postgres", "{e}");
+        assert_eq!(
+            e["error"]["data"]["details"]["reason"], "store_unavailable",
+            "{e}"
+        );
+    }
+    // Everything acknowledged is there, in order, also after the daemon restarts.
+    let acked = acked.lock().unwrap().clone();
+    for round in 0..2 {
+        let evs = all_events(&mut c, &sid);
+        assert_eq!(seqs(&evs), (0..evs.len() as u64).collect::<Vec<u64>>());
+        for (seq, id) in &acked {
+            assert_eq!(
+                evs[*seq as usize]["id"].as_str(),
+                Some(id.as_str()),
+                "round {round}: acknowledged seq {seq} lost"
+            );
+        }
+        d.restart();
+        c = d.connect();
+    }
+    assert!(pg.log().contains("ready to accept connections"));
+}
