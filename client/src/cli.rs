@@ -115,6 +115,30 @@ pub enum Command {
     /// Check socket, home, config, provider keys and service; print the fix for each
     /// problem. Exits 0 only when everything is healthy. Never starts a daemon.
     Doctor,
+    /// Move sessions between stores (a file home, a PostgreSQL database).
+    #[command(subcommand)]
+    Store(StoreCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCmd {
+    /// Copy sessions between a file home and a postgres:// database, either way,
+    /// keeping their ids; each copy is read back and checked (line count and SHA-256).
+    /// Runs `agentd store copy`; no daemon is needed.
+    Copy(StoreCopyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreCopyArgs {
+    /// Source: a home directory or a postgres:// URL.
+    #[arg(long)]
+    pub from: String,
+    /// Destination: a home directory (created if needed) or a postgres:// URL.
+    #[arg(long)]
+    pub to: String,
+    /// Copy only this session.
+    #[arg(long)]
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -205,6 +205,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Service(cmd) => crate::service_cmd::run(cmd, &target).await,
         Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
         Command::Doctor => crate::doctor::run(&target, human).await,
+        Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
         _ => Err(AgentError::internal("command without a handler")),
     }
 }
@@ -537,6 +538,52 @@ pub fn usage_error(e: &clap::Error) -> AgentError {
     AgentError::new(ErrorKind::InvalidArgs, first)
         .with_details(json!({"usage": text}))
         .with_next_actions(&["agentctl --help"])
+}
+
+/// `agentctl store copy`: runs `agentd store copy` (the daemon binary has the store
+/// drivers) and relays its one JSON document.
+async fn store_copy(a: &crate::cli::StoreCopyArgs) -> Result<Outcome, AgentError> {
+    let bin = daemon::agentd_binary();
+    let mut cmd = tokio::process::Command::new(&bin);
+    cmd.args(["store", "copy", "--from", &a.from, "--to", &a.to]);
+    if let Some(s) = &a.session {
+        cmd.args(["--session", s]);
+    }
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| {
+            AgentError::new(
+                agentd_proto::ErrorKind::DaemonUnavailable,
+                format!("run {}: {e}", bin.display()),
+            )
+        })?;
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+        AgentError::internal(format!(
+            "agentd store copy printed no result: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    })?;
+    if let Some(e) = v.get("error") {
+        let kind = e
+            .get("kind")
+            .and_then(Value::as_str)
+            .and_then(agentd_proto::ErrorKind::parse)
+            .unwrap_or(agentd_proto::ErrorKind::Internal);
+        let msg = e.get("message").and_then(Value::as_str).unwrap_or_default();
+        let mut err = AgentError::new(kind, msg.to_string());
+        if let Some(d) = e.get("details").filter(|d| d.is_object()) {
+            err = err.with_details(d.clone());
+        }
+        return Err(err);
+    }
+    let n = v["sessions"].as_array().map_or(0, Vec::len);
+    let human = format!(
+        "copied {n} session(s), {} events, each verified (line count and SHA-256)\n",
+        v["events"]
+    );
+    Ok(result(v, human))
 }
 
 #[cfg(test)]

@@ -297,6 +297,35 @@ fn check_config(path: &Path) -> (Check, Option<toml::Table>) {
     )
 }
 
+/// Where the Logs live: the file home, or a database named by `AGENTD_STORE` or the
+/// config's `store`, shown only with its password redacted. The daemon connects and
+/// migrates at start; this check does not connect.
+fn check_store(config: Option<&toml::Table>, env: Option<&str>) -> Check {
+    use agentd_proto::store_url::{is_postgres_url, redact};
+    let (url, from) = match env.filter(|s| !s.is_empty()) {
+        Some(u) => (u.to_string(), "AGENTD_STORE"),
+        None => match config.and_then(|c| c.get("store")).and_then(|v| v.as_str()) {
+            Some(u) => (u.to_string(), "config store"),
+            None => return ok("store", "file home"),
+        },
+    };
+    if is_postgres_url(&url) {
+        ok(
+            "store",
+            format!(
+                "{} (from {from}; the daemon connects at start)",
+                redact(&url)
+            ),
+        )
+    } else {
+        bad(
+            "store",
+            format!("{from} is not a postgres:// URL: {}", redact(&url)),
+            "set store = \"postgres://user@host/db\" or remove it for the file home",
+        )
+    }
+}
+
 fn check_binary() -> Check {
     let bin = daemon::agentd_binary();
     let found = if bin.components().count() == 1 {
@@ -374,6 +403,10 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
                 .join(".config/agentd/env")
         });
     checks.extend(check_keys(config.as_ref(), &env_file));
+    checks.push(check_store(
+        config.as_ref(),
+        std::env::var("AGENTD_STORE").ok().as_deref(),
+    ));
     checks.push(check_binary());
     checks.push(check_service(target).await);
 
@@ -419,4 +452,28 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
         ),
     )
     .with_details(json!({"healthy": false, "checks": list})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_check_never_shows_the_password() {
+        let cfg: toml::Table =
+            toml::from_str("store = \"postgres://ann:hunter2@db/agentd\"").unwrap();
+        let c = check_store(Some(&cfg), None);
+        assert!(c.ok);
+        assert!(!c.detail.contains("hunter2"), "{}", c.detail);
+        assert!(
+            c.detail.contains("postgres://ann:***@db/agentd"),
+            "{}",
+            c.detail
+        );
+        let c = check_store(Some(&cfg), Some("postgresql://bob:pw@h/x"));
+        assert!(c.detail.contains("bob:***@h/x") && c.detail.contains("AGENTD_STORE"));
+        let c = check_store(None, Some("mysql://root:pw@h"));
+        assert!(!c.ok && !c.detail.contains("pw"), "{}", c.detail);
+        assert_eq!(check_store(None, None).detail, "file home");
+    }
 }

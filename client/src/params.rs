@@ -272,6 +272,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Service(_)
         | Command::Completions(_)
         | Command::Doctor
+        | Command::Store(_)
         | Command::Acp(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))

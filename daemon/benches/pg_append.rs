@@ -7,7 +7,11 @@
 //! one session with one client (target >= 0.8x a), 64 sessions with one client each
 //! (target >= 5x a, through the group-commit thread).
 //!
-//! Run: `cargo bench -p agentd --bench pg_append` (env `BENCH_OPS` scales the work).
+//! Each round measures the baseline before and after agentd's 1-session run and
+//! compares against their mean.
+//!
+//! Run: `cargo bench -p agentd --bench pg_append` (env `BENCH_OPS` scales the work,
+//! `BENCH_ROUNDS` the rounds, default 3).
 
 #[allow(dead_code)] // the daemon launcher there sets durability none; this bench needs sync
 mod support;
@@ -26,24 +30,37 @@ fn line() -> Vec<u8> {
     l
 }
 
-fn raw_insert_commit(url: &str, n: usize) -> f64 {
-    let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
-    c.batch_execute(
-        "SET synchronous_commit = on;
-         CREATE TABLE raw (id bigserial PRIMARY KEY, line bytea NOT NULL)",
-    )
-    .expect("raw table");
-    let stmt = c
-        .prepare("INSERT INTO raw (line) VALUES ($1)")
-        .expect("prepare");
-    let l = line();
-    let t = Instant::now();
-    for _ in 0..n {
-        let mut tx = c.transaction().expect("begin");
-        tx.execute(&stmt, &[&l]).expect("insert");
-        tx.commit().expect("commit");
+/// One connection with the baseline's table and statement, reused by every round.
+struct Raw {
+    c: postgres::Client,
+    stmt: postgres::Statement,
+}
+
+impl Raw {
+    fn new(url: &str) -> Raw {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        c.batch_execute(
+            "SET synchronous_commit = on;
+             CREATE TABLE raw (id bigserial PRIMARY KEY, line bytea NOT NULL)",
+        )
+        .expect("raw table");
+        let stmt = c
+            .prepare("INSERT INTO raw (line) VALUES ($1)")
+            .expect("prepare");
+        Raw { c, stmt }
     }
-    n as f64 / t.elapsed().as_secs_f64()
+
+    /// Single-row INSERT + COMMIT loop; ops per second.
+    fn run(&mut self, n: usize) -> f64 {
+        let l = line();
+        let t = Instant::now();
+        for _ in 0..n {
+            let mut tx = self.c.transaction().expect("begin");
+            tx.execute(&self.stmt, &[&l]).expect("insert");
+            tx.commit().expect("commit");
+        }
+        n as f64 / t.elapsed().as_secs_f64()
+    }
 }
 
 struct Daemon(Child);
@@ -119,10 +136,9 @@ fn main() {
         return;
     }
     let n = support::env_usize("BENCH_OPS", 400);
+    let rounds = support::env_usize("BENCH_ROUNDS", 3);
     let pg = PgServer::start();
-    let url = pg.create_db();
-    let a = raw_insert_commit(&url, n);
-    println!("(a) raw INSERT + COMMIT loop, 1 connection {a:>9.0} ops/s");
+    let mut raw = Raw::new(&pg.create_db());
 
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().join("ws");
@@ -134,15 +150,20 @@ fn main() {
         sid.to_string()
     };
     let one = vec![mk(&mut c, "seq")];
-    let b1 = appends(&socket, &one, n);
-    println!(
-        "(b) agentd 1 session, 1 client            {b1:>9.0} ops/s  ({:.2}x a, target >= 0.8x)",
-        b1 / a
-    );
     let many: Vec<String> = (0..64).map(|i| mk(&mut c, &format!("s{i}"))).collect();
-    let b64 = appends(&socket, &many, (n / 4).max(16));
-    println!(
-        "(b) agentd 64 sessions, 1 client each     {b64:>9.0} ops/s  ({:.2}x a, target >= 5x)",
-        b64 / a
-    );
+    // Baseline and agentd alternate, so a change in the machine's load between them
+    // shows as a spread across rounds rather than as a bias.
+    println!("ops per measurement: {n}; rounds: {rounds}");
+    for r in 1..=rounds {
+        let a = raw.run(n);
+        let b1 = appends(&socket, &one, n);
+        let a2 = raw.run(n);
+        let b64 = appends(&socket, &many, (n / 4).max(16));
+        let base = (a + a2) / 2.0;
+        println!(
+            "round {r}: (a) raw INSERT+COMMIT {a:>6.0} / {a2:>6.0} ops/s | (b) agentd 1 session {b1:>6.0} ops/s ({:.2}x a, target >= 0.8x) | 64 sessions {b64:>6.0} ops/s ({:.2}x a, target >= 5x)",
+            b1 / base,
+            b64 / base
+        );
+    }
 }

@@ -19,6 +19,9 @@ Environment: AGENTD_HOME, AGENTD_SOCKET, AGENTD_CONFIG, AGENTD_LOG (tracing filt
 default info), AGENTD_DURABILITY (sync|batch|none), and the provider key variables named
 in the config (OPENAI_API_KEY, ANTHROPIC_API_KEY by default).
 
+`agentd store copy --from HOME_OR_URL --to URL_OR_HOME [--session SID]` copies sessions
+between a file home and a PostgreSQL store (`agentctl store copy` runs it).
+
 `agentctl service install` sets agentd up as a login service; `agentctl doctor` checks
 the setup.";
 
@@ -39,4 +42,31 @@ pub struct Args {
     /// Config file [env: AGENTD_CONFIG]
     #[arg(long)]
     pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Cmd {
+    /// Work on a store without running the daemon.
+    #[command(subcommand)]
+    Store(StoreCmd),
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum StoreCmd {
+    /// Copy sessions between a file home and a PostgreSQL database, either way, keeping
+    /// their ids; each copy is read back and checked (line count and SHA-256). Prints
+    /// one JSON document.
+    Copy {
+        /// Source: a home directory or a postgres:// URL
+        #[arg(long)]
+        from: String,
+        /// Destination: a home directory (created if needed) or a postgres:// URL
+        #[arg(long)]
+        to: String,
+        /// Copy only this session
+        #[arg(long)]
+        session: Option<String>,
+    },
 }

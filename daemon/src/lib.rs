@@ -22,6 +22,7 @@ pub mod server;
 pub mod session;
 pub mod snapshot;
 pub mod store;
+pub mod storecopy;
 pub mod sweep;
 pub mod text;
 pub mod tools;

@@ -32,6 +32,9 @@ fn main() -> ExitCode {
     };
     agentd::tools::set_user_umask(user_umask as u32);
     let args = Args::parse();
+    if let Some(cli::Cmd::Store(cli::StoreCmd::Copy { from, to, session })) = &args.command {
+        return store_copy(from, to, session.as_deref());
+    }
     // Before any thread exists: it clears LISTEN_*/NOTIFY_SOCKET from the environment.
     let activation = match agentd::activation::Activation::from_env() {
         Ok(a) => a,
@@ -77,5 +80,49 @@ fn main() -> ExitCode {
             eprintln!("agentd: {msg}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `agentd store copy`: one JSON document on stdout, the error's exit code on failure.
+fn store_copy(from: &str, to: &str, session: Option<&str>) -> ExitCode {
+    use agentd::storecopy::{copy, Side};
+    use agentd_proto::store_url::redact;
+    let run = || -> Result<serde_json::Value, agentd_proto::AgentError> {
+        let open = |s: &str, must: bool| {
+            Side::open(s, must)
+                .map_err(|m| agentd_proto::AgentError::new(agentd_proto::ErrorKind::InvalidArgs, m))
+        };
+        let src = open(from, true)?;
+        let dst = open(to, false)?;
+        let copied = copy(&src, &dst, session)?;
+        let events: u64 = copied.iter().map(|c| c.events).sum();
+        Ok(serde_json::json!({
+            "from": redact_if_url(from, redact),
+            "to": redact_if_url(to, redact),
+            "sessions": copied,
+            "events": events,
+        }))
+    };
+    match run() {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("agentd: store copy: {e}");
+            println!(
+                "{}",
+                serde_json::json!({"error": {"kind": e.kind.as_str(), "message": e.message, "details": e.details}})
+            );
+            ExitCode::from(e.kind.exit_code().clamp(1, 255) as u8)
+        }
+    }
+}
+
+fn redact_if_url(s: &str, redact: fn(&str) -> String) -> String {
+    if agentd_proto::store_url::is_postgres_url(s) {
+        redact(s)
+    } else {
+        s.to_string()
     }
 }

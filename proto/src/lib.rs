@@ -10,6 +10,7 @@ pub mod paths;
 pub mod replay;
 pub mod rpc;
 pub mod session_id;
+pub mod store_url;
 
 pub use error::{AgentError, ErrorKind};
 pub use event::{Event, EventDraft, EventType};

@@ -245,6 +245,11 @@ pub struct TurnResult {
     /// filtered the answer). Absent otherwise; the same value is on `turn_ended`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// Why a completed turn ended without the model's own end of turn:
+    /// `max_iterations` when every allowed provider call asked for tools. Absent
+    /// otherwise; the same value is on `turn_ended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -59,6 +59,8 @@ pub struct PgServer {
     bin: PathBuf,
     /// Runs the server's commands as this user (when the tests run as root).
     run_as: Option<String>,
+    /// The role's password once [`PgServer::require_password`] turned it on.
+    password: std::sync::Mutex<Option<String>>,
 }
 
 fn user_exists(name: &str) -> bool {
@@ -109,6 +111,7 @@ impl PgServer {
             root,
             bin,
             run_as,
+            password: std::sync::Mutex::new(None),
         };
         let data = s.root.join("data");
         s.run(
@@ -148,6 +151,9 @@ impl PgServer {
             None => Command::new(path),
         };
         c.current_dir(&self.root).stdin(Stdio::null());
+        if let Some(pw) = self.password.lock().unwrap().as_ref() {
+            c.env("PGPASSWORD", pw);
+        }
         c
     }
 
@@ -275,6 +281,45 @@ impl PgServer {
         let name = format!("t_{:016x}", rand::random::<u64>());
         self.psql("postgres", &format!("CREATE DATABASE {name}"));
         self.url(&name)
+    }
+
+    /// From now on every connection must authenticate with `password` (SCRAM).
+    pub fn require_password(&self, password: &str) {
+        self.psql(
+            "postgres",
+            &format!("ALTER ROLE agentd PASSWORD '{password}'"),
+        );
+        let hba = self.root.join("data").join("pg_hba.conf");
+        std::fs::write(&hba, "local all all scram-sha-256\n").expect("write pg_hba.conf");
+        *self.password.lock().unwrap() = Some(password.to_string());
+        let data = self.root.join("data");
+        self.run(
+            "pg_ctl",
+            &["-D".as_ref(), data.as_os_str(), "reload".as_ref()],
+        );
+        // The reload is asynchronous: wait until a connection without the password is
+        // refused.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let refused = !self
+                .cmd("psql")
+                .env_remove("PGPASSWORD")
+                .args(["-h".as_ref(), self.socket_dir().as_os_str()])
+                .args(["-U", "agentd", "-d", "postgres", "-w", "-XAtqc", "select 1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("psql")
+                .success();
+            if refused {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pg_hba.conf reload not in effect"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The server log so far (for failure messages).

@@ -3,7 +3,7 @@
 //! event with a deadline.
 
 use agentd_tests::acp::{update, update_kinds, Acp};
-use agentd_tests::{is_type, Daemon};
+use agentd_tests::{git, is_type, Daemon};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -599,12 +599,17 @@ fn script_model(d: &Daemon, name: &str, body: Value) -> String {
 #[test]
 fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
     let d = daemon();
+    // More tool-calling steps than a turn's default iteration limit (16).
+    let endless: Vec<Value> = (0..20)
+        .map(|_| json!({"tool_calls": [{"name": "list_dir", "args": {"path": "."}}]}))
+        .collect();
     let m = script_model(
         &d,
         "stops.json",
         json!({"rules": [
             {"match": "long", "steps": [{"text": "It was a dark and", "stop_reason": "max_tokens"}]},
             {"match": "bad", "steps": [{"text": "I can't help with that.", "stop_reason": "refusal"}]},
+            {"match": "forever", "steps": endless},
             {"steps": [{"text": "Fine."}]}
         ]}),
     );
@@ -614,6 +619,7 @@ fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
     for (input, want) in [
         ("a long story", "max_tokens"),
         ("something bad", "refusal"),
+        ("loop forever", "max_turn_requests"),
         ("hi", "end_turn"),
     ] {
         let id = prompt(&mut a, &sid, input);
@@ -628,7 +634,12 @@ fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
         .collect();
     assert_eq!(
         ended,
-        vec![json!("max_tokens"), json!("refusal"), Value::Null]
+        vec![
+            json!("max_tokens"),
+            json!("refusal"),
+            Value::Null,
+            Value::Null
+        ]
     );
     // A fresh bridge replays the session (the field does not disturb the replay).
     let mut b = Acp::spawn(&d, &[]);
@@ -639,27 +650,6 @@ fn output_limits_and_refusals_end_the_prompt_with_their_stop_reason() {
         WAIT,
     );
     assert!(r["modes"].is_object(), "{r}");
-}
-
-/// Runs git in `dir` with a clean config.
-#[track_caller]
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .unwrap_or_else(|e| panic!("this test needs the git command on PATH: {e}"));
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn chunk_text(notes: &[Value]) -> String {

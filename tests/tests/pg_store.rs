@@ -476,3 +476,172 @@ fn a_server_restart_fails_appends_clearly_loses_nothing_acknowledged_and_reconne
     }
     assert!(pg.log().contains("ready to accept connections"));
 }
+
+#[test]
+fn credentials_come_from_the_url_pgpassword_a_password_file_or_pgpass_and_are_never_shown() {
+    let pg = PgServer::start();
+    let url = pg.create_db();
+    let secret = "s3cr3t-Pw-47";
+    pg.require_password(secret);
+    let root = tempfile::tempdir().unwrap();
+
+    // No password anywhere: the daemon refuses to start, saying why.
+    let mut d = Daemon::builder()
+        .env("AGENTD_STORE", &url)
+        .env("PGPASSFILE", root.path().join("none"))
+        .build();
+    d.spawn();
+    let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
+    assert!(err.contains("password"), "{err}");
+
+    let with_pw = url.replacen("agentd@", &format!("agentd:{secret}@"), 1);
+    let pw_file = root.path().join("pw");
+    std::fs::write(&pw_file, format!("{secret}\n")).unwrap();
+    let pgpass = root.path().join("pgpass");
+    std::fs::write(&pgpass, format!("*:*:*:agentd:{secret}\n")).unwrap();
+    let daemons = [
+        Daemon::builder().env("AGENTD_STORE", &with_pw),
+        Daemon::builder()
+            .env("AGENTD_STORE", &url)
+            .env("PGPASSWORD", secret),
+        Daemon::builder()
+            .config(&format!(
+                "store = \"{url}\"\nstore_password_file = \"{}\"\n",
+                pw_file.display()
+            ))
+            .env("PGPASSFILE", root.path().join("none")),
+        Daemon::builder()
+            .env("AGENTD_STORE", &url)
+            .env("PGPASSFILE", &pgpass),
+    ];
+    for (i, b) in daemons.into_iter().enumerate() {
+        let d = b.start();
+        let mut c = d.connect();
+        let sid = create(&d, &mut c, json!({}));
+        let r = append(&mut c, &sid, user("authenticated"));
+        assert!(r.get("result").is_some(), "source {i}: {r}");
+        let doctor = d.agentctl(["doctor", "--json"]);
+        let out = format!("{}{}{}", d.daemon_output(), doctor.stdout, doctor.stderr);
+        assert!(
+            !out.contains(secret),
+            "source {i}: the password was shown:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn store_copy_moves_a_home_into_a_database_and_back_byte_exact() {
+    let mut d = daemon(Store::File);
+    let mut c = d.connect();
+    let sid = create(
+        &d,
+        &mut c,
+        json!({"model": hello_model(), "title": "to move"}),
+    );
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "hi"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    c.call_ok(
+        "agentd/fork",
+        json!({"session_id": sid, "child_session_id": "kid"}),
+    );
+    let odd = create(&d, &mut c, json!({}));
+    append(
+        &mut c,
+        &odd,
+        json!([{"type": "x_future_kind", "data": {"z": 1, "a": "é"}}]),
+    );
+    let ids = [sid.clone(), "kid".to_string(), odd.clone()];
+    d.shutdown(WAIT).expect("daemon stops");
+    let home = d.home().to_path_buf();
+
+    let url = PgServer::shared().create_db();
+    let out = d.agentctl([
+        "--json",
+        "store",
+        "copy",
+        "--from",
+        home.to_str().unwrap(),
+        "--to",
+        &url,
+    ]);
+    out.assert_code(0);
+    let v = out.json();
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 3, "{v}");
+    let total: u64 = ids
+        .iter()
+        .map(|s| {
+            let p = home.join("sessions").join(format!("{s}.ndjson"));
+            std::fs::read(p)
+                .unwrap()
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count() as u64
+        })
+        .sum();
+    assert_eq!(v["events"], total, "{v}");
+
+    // Back into a new home: every Log byte for byte, ids kept.
+    let back = tempfile::tempdir().unwrap();
+    let back_home = back.path().join("home");
+    let out = d.agentctl([
+        "--json",
+        "store",
+        "copy",
+        "--from",
+        &url,
+        "--to",
+        back_home.to_str().unwrap(),
+    ]);
+    out.assert_code(0);
+    for s in &ids {
+        let name = format!("{s}.ndjson");
+        assert_eq!(
+            std::fs::read(back_home.join("sessions").join(&name)).unwrap(),
+            std::fs::read(home.join("sessions").join(&name)).unwrap(),
+            "{name} differs after the round trip"
+        );
+    }
+
+    // A daemon on the database serves the copies and goes on with them.
+    let db = daemon_on(&url, 30.0);
+    let mut cd = db.connect();
+    let evs = all_events(&mut cd, &sid);
+    assert!(evs.iter().any(|e| is_type(e, "turn_ended")));
+    let r = append(&mut cd, "kid", user("continued on the database"));
+    assert!(r.get("result").is_some(), "{r}");
+
+    // A session the destination has is refused, not merged; one session alone copies.
+    let again = d.agentctl([
+        "--json",
+        "store",
+        "copy",
+        "--from",
+        home.to_str().unwrap(),
+        "--to",
+        &url,
+        "--session",
+        &odd,
+    ]);
+    assert_ne!(again.code, Some(0), "{again:?}");
+    assert_eq!(again.json()["error"]["kind"], "already_exists", "{again:?}");
+    let one = tempfile::tempdir().unwrap();
+    let out = d.agentctl([
+        "--json",
+        "store",
+        "copy",
+        "--from",
+        &url,
+        "--to",
+        one.path().to_str().unwrap(),
+        "--session",
+        &odd,
+    ]);
+    out.assert_code(0);
+    assert_eq!(out.json()["sessions"][0]["session_id"], odd.as_str());
+    assert_eq!(
+        std::fs::read_dir(one.path().join("sessions"))
+            .unwrap()
+            .count(),
+        1
+    );
+}

@@ -2,33 +2,11 @@
 //! §13): the real daemon and agentctl, the `script` provider, and real git (a test
 //! fails naming git when it is not installed).
 
-use agentd_tests::{is_type, Daemon, RpcConn};
+use agentd_tests::{git, is_type, Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// Runs the user's git in `dir` with a clean config; its stdout.
-#[track_caller]
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .unwrap_or_else(|e| panic!("these tests need the git command on PATH: {e}"));
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// Runs git against the daemon's shadow repository of its workspace.
 #[track_caller]

@@ -202,6 +202,7 @@ fn turn_result_and_second_turn_replays_balanced() {
     // max_iterations: one provider call that asks for a tool ends the turn there.
     let r3 = turn(&mut c, &sid, "third", json!({"max_iterations": 1}));
     assert_eq!(r3["status"], "completed");
+    assert_eq!(r3["reason"], "max_iterations", "{r3}");
     let evs = events(&mut c, &sid);
     let last = evs.last().unwrap();
     assert_eq!(last["data"]["reason"], "max_iterations", "{last}");

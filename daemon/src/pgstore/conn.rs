@@ -24,51 +24,7 @@ impl std::fmt::Debug for ConnSpec {
     }
 }
 
-/// True when `s` names a PostgreSQL store rather than the file home.
-pub fn is_postgres_url(s: &str) -> bool {
-    s.starts_with("postgres://") || s.starts_with("postgresql://")
-}
-
-/// The URL with any password replaced by `***`: the only form of it that reaches a log,
-/// an error or `agentd/status`.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "***".into();
-    };
-    let (auth_end, tail) = match rest.find(['/', '?']) {
-        Some(i) => (i, &rest[i..]),
-        None => (rest.len(), ""),
-    };
-    let authority = &rest[..auth_end];
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, hostport)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            if userinfo.contains(':') {
-                format!("{user}:***@{hostport}")
-            } else {
-                format!("{user}@{hostport}")
-            }
-        }
-        None => authority.to_string(),
-    };
-    // A password can also hide in the query (`?password=`).
-    let tail = redact_query(tail);
-    format!("{scheme}://{authority}{tail}")
-}
-
-fn redact_query(tail: &str) -> String {
-    let Some((path, query)) = tail.split_once('?') else {
-        return tail.to_string();
-    };
-    let parts: Vec<String> = query
-        .split('&')
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-            _ => kv.to_string(),
-        })
-        .collect();
-    format!("{path}?{}", parts.join("&"))
-}
+pub use agentd_proto::store_url::{is_postgres_url, redact};
 
 /// Parses the URL and fills in the password: the URL's own, else `PGPASSWORD`, else
 /// the configured password file (its first line), else a matching `~/.pgpass` line
@@ -180,20 +136,23 @@ fn split_pgpass(line: &str) -> Vec<String> {
 /// `reason: store_unavailable` when the server cannot be reached or is shutting down or
 /// starting up (a retry later may succeed), `store_error` for anything else.
 pub fn store_error(kind: ErrorKind, what: &str, e: &postgres::Error) -> AgentError {
-    let (reason, text) = match e.as_db_error() {
+    let (unavailable, text) = describe(e);
+    AgentError::new(kind, format!("postgres: {what}: {text}")).with_details(json!({
+        "store": "postgres",
+        "reason": if unavailable { "store_unavailable" } else { "store_error" },
+    }))
+}
+
+/// Whether `e` means the server cannot be used right now, and its full text (the
+/// server's message with its SQLSTATE, or the client error with its causes).
+pub fn describe(e: &postgres::Error) -> (bool, String) {
+    match e.as_db_error() {
         Some(db) => {
             let code = db.code().code();
             // Class 08: connection exception; class 57: operator intervention (shutdown,
             // crash recovery, "the database system is starting up").
             let unavailable = code.starts_with("08") || code.starts_with("57");
-            (
-                if unavailable {
-                    "store_unavailable"
-                } else {
-                    "store_error"
-                },
-                format!("{} (SQLSTATE {code})", db.message()),
-            )
+            (unavailable, format!("{} (SQLSTATE {code})", db.message()))
         }
         None => {
             let mut text = e.to_string();
@@ -202,30 +161,14 @@ pub fn store_error(kind: ErrorKind, what: &str, e: &postgres::Error) -> AgentErr
                 text.push_str(&format!(": {s}"));
                 src = s.source();
             }
-            ("store_unavailable", text)
+            (true, text)
         }
-    };
-    AgentError::new(kind, format!("postgres: {what}: {text}"))
-        .with_details(json!({"store": "postgres", "reason": reason}))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redaction_hides_every_password() {
-        assert_eq!(
-            redact("postgres://ann:s3cret@db.example:5432/agentd?sslmode=disable"),
-            "postgres://ann:***@db.example:5432/agentd?sslmode=disable"
-        );
-        assert_eq!(
-            redact("postgresql://ann@db/agentd?password=s3cret&host=/run"),
-            "postgresql://ann@db/agentd?password=***&host=/run"
-        );
-        assert_eq!(redact("postgres://ann:p%40ss@h"), "postgres://ann:***@h");
-        assert!(!redact("postgres://a:b@c@d/x").contains('b'));
-    }
 
     #[test]
     fn pgpass_matches_wildcards_and_escapes() {

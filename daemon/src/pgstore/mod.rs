@@ -304,7 +304,7 @@ impl PgStore {
         let shown = shared.url_shown.clone();
         let version = shared
             .with_client(true, schema::migrate)
-            .map_err(|e| format!("store {shown}: {e}"))?;
+            .map_err(|e| format!("store {shown}: {}", conn::describe(&e).1))?;
         if version > schema::CURRENT {
             return Err(format!(
                 "store {shown}: schema version {version} is newer than this agentd knows ({}); upgrade agentd",
@@ -332,6 +332,32 @@ impl PgStore {
     /// This daemon's lease identity (`host/home-id`).
     pub fn owner(&self) -> &str {
         &self.shared.owner
+    }
+
+    /// A session's lines in seq order, each with its `\n` (the Log as a file would
+    /// hold it), without taking the lease.
+    pub fn read_lines(&self, sid: &str) -> Result<Vec<u8>, AgentError> {
+        agentd_proto::session_id::validate(sid)?;
+        let rows = self
+            .shared
+            .with_client(true, |c| {
+                let mut tx = c.build_transaction().read_only(true).start()?;
+                let exists = tx.query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&sid])?;
+                let rows = tx.query(
+                    "SELECT line FROM events WHERE session_id = $1 ORDER BY seq",
+                    &[&sid],
+                )?;
+                tx.commit()?;
+                Ok(exists.map(|_| rows))
+            })
+            .map_err(|e| store_error(ErrorKind::IoError, "read events", &e))?
+            .ok_or_else(|| AgentError::not_found(format!("no session {sid}")))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.extend_from_slice(r.get::<_, &[u8]>(0));
+            out.push(b'\n');
+        }
+        Ok(out)
     }
 
     fn appender(&self, sid: &str, held: Held) -> Result<Box<dyn LogAppender>, AgentError> {

@@ -133,6 +133,30 @@ struct Budget<'a> {
     hashed: usize,
 }
 
+impl<'a> Budget<'a> {
+    fn new(cfg: &'a SnapshotConfig) -> Self {
+        Budget {
+            cfg,
+            total: 0,
+            skipped: Vec::new(),
+            warnings: Vec::new(),
+            now_ns: now_ns(),
+            hashed: 0,
+        }
+    }
+
+    /// A budget for a partial rescan, which needs the workspace to still be there.
+    fn for_rescan(ws: &Path, cfg: &'a SnapshotConfig) -> std::io::Result<Self> {
+        if !ws.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a directory", ws.display()),
+            ));
+        }
+        Ok(Budget::new(cfg))
+    }
+}
+
 fn now_ns() -> i128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -219,14 +243,7 @@ impl Model {
             ino,
             dirs: HashMap::new(),
         });
-        let mut b = Budget {
-            cfg,
-            total: 0,
-            skipped: Vec::new(),
-            warnings: Vec::new(),
-            now_ns: now_ns(),
-            hashed: 0,
-        };
+        let mut b = Budget::new(cfg);
         self.generation += 1;
         let mut changed = Vec::new();
         let mut stack = Vec::new();
@@ -421,20 +438,7 @@ impl Model {
         {
             return Ok(None);
         }
-        if !ws.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{} is not a directory", ws.display()),
-            ));
-        }
-        let mut b = Budget {
-            cfg,
-            total: 0,
-            skipped: Vec::new(),
-            warnings: Vec::new(),
-            now_ns: now_ns(),
-            hashed: 0,
-        };
+        let mut b = Budget::for_rescan(ws, cfg)?;
         let mut changed = Vec::new();
         for rel in paths {
             if !self.update_path(ws, exclude, rel, &mut b, &mut changed) {
@@ -607,20 +611,7 @@ impl Model {
         if files.len() + dirs.len() > MAX_WATCHED_CHANGES {
             return Ok(None);
         }
-        if !ws.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{} is not a directory", ws.display()),
-            ));
-        }
-        let mut b = Budget {
-            cfg,
-            total: 0,
-            skipped: Vec::new(),
-            warnings: Vec::new(),
-            now_ns: now_ns(),
-            hashed: 0,
-        };
+        let mut b = Budget::for_rescan(ws, cfg)?;
         let mut changed = Vec::new();
         // Directories created, deleted or moved: rescanned whole (watches added for new
         // ones), and whatever was under them and is gone, swept.

@@ -75,6 +75,7 @@ struct Ended {
     /// Call ids an interrupt closed.
     reconciled: Vec<String>,
     stop: Option<&'static str>,
+    reason: Option<&'static str>,
 }
 
 struct Runner<'a> {
@@ -184,6 +185,7 @@ pub(super) async fn run(
             last_seq: r.last_seq,
             error: ended.error,
             stop_reason: ended.stop.map(str::to_string),
+            reason: ended.reason.map(str::to_string),
         },
         ended.reconciled,
     ))
@@ -593,6 +595,7 @@ impl Runner<'_> {
                 Ok(Ended {
                     status: "completed",
                     stop,
+                    reason,
                     ..Ended::default()
                 })
             }

@@ -262,6 +262,7 @@ where
                 last_seq: last,
                 error: None,
                 stop_reason: None,
+                reason: None,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(AgentError::internal("turn task ended before it started")),
@@ -315,6 +316,7 @@ async fn run_task(
                     last_seq: 0,
                     error: Some(e),
                     stop_reason: None,
+                    reason: None,
                 },
                 reconciled: Vec::new(),
             }
@@ -384,6 +386,7 @@ async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> Engine
             last_seq: appended.last_seq,
             error: Some(error),
             stop_reason: None,
+            reason: None,
         },
         reconciled,
     ))
