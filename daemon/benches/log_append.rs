@@ -232,12 +232,16 @@ fn main() {
         return; // `cargo bench -- --list` / test discovery
     }
     let n = ops();
-    let base = std::env::var_os("BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+    let chosen = std::env::var_os("BENCH_DIR").map(PathBuf::from);
+    let base = chosen.clone().unwrap_or_else(std::env::temp_dir);
     let ws = tempfile::tempdir_in(&base).expect("workspace");
     let scratch = tempfile::tempdir_in(&base).expect("scratch");
-    println!("disk: {} (ops per measurement: {n})", base.display());
+    // The directory is named only when chosen, so pasted output carries no local path.
+    let disk = match &chosen {
+        Some(p) => p.display().to_string(),
+        None => "the temp dir (set BENCH_DIR to choose)".to_string(),
+    };
+    println!("disk: {disk} (ops per measurement: {n})");
 
     let a = raw_fsync(scratch.path(), n);
     println!("(a) raw write+fdatasync, 512 B lines     {a:>10.0} ops/s");

@@ -47,14 +47,17 @@ fn parse_str<T: DeserializeOwned>(text: &str) -> Result<T, AgentError> {
     serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
 }
 
-/// Where a direct call's response object (its text) goes; called once, from any thread.
-pub type Respond = Box<dyn FnOnce(String) + Send>;
+/// Where a direct call's response object (its JSON text) goes; called once, from any
+/// thread.
+pub type Respond = Box<dyn FnOnce(Vec<u8>) + Send>;
 
 /// The calls the transport hands straight to their session instead of the generic
-/// per-call task: `agentd/append`. Its params are parsed once, the drafts go to the
-/// session actor from the connection's reader, and the session's writer thread writes
-/// the response text (`{"jsonrpc","id","result"|"error"}`, exactly what the method
-/// table would answer) right after the commit, serialized once.
+/// per-call task and the method table's `Value` results: `agentd/append` (params parsed
+/// once, the drafts go to the session actor from the connection's reader, and the
+/// session's writer thread writes the response right after the commit) and
+/// `agentd/context` (the result text comes from the session's rendered prefix and is
+/// written as it is). Responses (`{"jsonrpc","id","result"|"error"}`) are exactly what
+/// the method table would answer.
 pub struct DirectCalls {
     registry: Arc<Registry>,
 }
@@ -66,7 +69,7 @@ impl DirectCalls {
 
     /// Whether `method` is answered here rather than by the method table.
     pub fn takes(&self, name: &str) -> bool {
-        name == method::APPEND
+        name == method::APPEND || name == method::CONTEXT
     }
 
     /// Takes `req` if it is a direct method; otherwise hands `respond` back.
@@ -85,6 +88,24 @@ impl DirectCalls {
             respond: Some(respond),
         };
         let params = req.params.as_ref().map_or("{}", |p| p.get());
+        if req.method == method::CONTEXT {
+            let parsed: Result<ContextParams, AgentError> = parse_str(params);
+            let registry = self.registry.clone();
+            tokio::spawn(async move {
+                let res = match parsed {
+                    Ok(p) => match registry.get(&p.session_id).await {
+                        Ok(h) => {
+                            crate::ops::context_json(&h, p.after_seq, p.dialect.unwrap_or_default())
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                };
+                answer.send_raw(res);
+            });
+            return Ok(());
+        }
         let p: AppendParams = match parse_str(params) {
             Ok(p) => p,
             Err(e) => {
@@ -124,35 +145,42 @@ struct Answer {
 
 impl Answer {
     fn send<T: Serialize>(mut self, res: Result<T, AgentError>) {
+        self.finish(res.and_then(|r| {
+            serde_json::to_vec(&r)
+                .map_err(|e| AgentError::internal(format!("serialize result: {e}")))
+        }));
+    }
+
+    /// Answers with a result already serialized (JSON text).
+    fn send_raw(mut self, res: Result<Vec<u8>, AgentError>) {
         self.finish(res);
     }
 
-    fn finish<T: Serialize>(&mut self, res: Result<T, AgentError>) {
-        let (Some(mut text), Some(respond)) = (self.head.take(), self.respond.take()) else {
+    fn finish(&mut self, res: Result<Vec<u8>, AgentError>) {
+        let (Some(head), Some(respond)) = (self.head.take(), self.respond.take()) else {
             return;
         };
-        let body = match res {
-            Ok(r) => serde_json::to_string(&r)
-                .map(|r| (r, "result"))
-                .map_err(|e| AgentError::internal(format!("serialize result: {e}"))),
-            Err(e) => Err(e),
+        let (body, key) = match res {
+            Ok(body) => (body, "result"),
+            Err(e) => (
+                serde_json::to_vec(&error_object(&e)).unwrap_or_default(),
+                "error",
+            ),
         };
-        let (body, key) = body.unwrap_or_else(|e| {
-            let err = serde_json::to_string(&error_object(&e)).unwrap_or_default();
-            (err, "error")
-        });
-        text.push_str(",\"");
-        text.push_str(key);
-        text.push_str("\":");
-        text.push_str(&body);
-        text.push('}');
+        let mut text = Vec::with_capacity(head.len() + body.len() + 12);
+        text.extend_from_slice(head.as_bytes());
+        text.extend_from_slice(b",\"");
+        text.extend_from_slice(key.as_bytes());
+        text.extend_from_slice(b"\":");
+        text.extend_from_slice(&body);
+        text.push(b'}');
         respond(text);
     }
 }
 
 impl Drop for Answer {
     fn drop(&mut self) {
-        self.finish::<()>(Err(AgentError::internal(
+        self.finish(Err(AgentError::internal(
             "the session's actor stopped before answering",
         )));
     }

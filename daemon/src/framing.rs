@@ -236,16 +236,21 @@ fn parse_headers(block: &[u8]) -> Result<usize, FrameError> {
 
 /// One message as written in `framing`.
 pub fn encode(framing: Framing, msg: &str) -> Vec<u8> {
+    encode_bytes(framing, msg.as_bytes())
+}
+
+/// [`encode`] for a message already held as (UTF-8 JSON) bytes.
+pub fn encode_bytes(framing: Framing, msg: &[u8]) -> Vec<u8> {
     match framing {
         Framing::Lines => {
             let mut out = Vec::with_capacity(msg.len() + 1);
-            out.extend_from_slice(msg.as_bytes());
+            out.extend_from_slice(msg);
             out.push(b'\n');
             out
         }
         Framing::Headers => {
             let mut out = format!("Content-Length: {}\r\n\r\n", msg.len()).into_bytes();
-            out.extend_from_slice(msg.as_bytes());
+            out.extend_from_slice(msg);
             out
         }
     }

@@ -6,6 +6,7 @@
 pub mod activation;
 pub mod api;
 pub mod config;
+pub mod context;
 pub mod daemon;
 pub mod fault;
 pub mod filesystem;

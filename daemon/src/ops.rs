@@ -186,6 +186,35 @@ pub async fn context(
     })
 }
 
+/// `agentd/context`'s result as JSON text (the serialization of [`ContextOutcome`],
+/// byte for byte): from the session's rendered replay prefix when it can serve it
+/// (`crate::context`), else rendered whole.
+pub async fn context_json(
+    h: &SessionHandle,
+    after_seq: Option<u64>,
+    dialect: Dialect,
+) -> Result<Vec<u8>, AgentError> {
+    h.query_blocking(move |st| {
+        let ctx = replay_context(st, "auto", session_model(st));
+        let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(text) = cache.context_json(&st.fold, &ctx, dialect, after_seq) {
+            return Ok(text);
+        }
+        drop(cache);
+        let replay = match after_seq {
+            None => st.fold.replay(&ctx),
+            Some(a) => replay_as_of(&st.events, Some(a), &ctx),
+        };
+        let out = ContextOutcome {
+            dialect,
+            items: crate::provider::dialect::render(&replay.items, dialect),
+            stats: replay.stats,
+        };
+        serde_json::to_vec(&out).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
+    })
+    .await?
+}
+
 /// `agentd/reconcile` and the reconcile step of turns and interrupts (§7.2). Records
 /// closures for every pending call (and, when `end_turn`, an interrupted `turn_ended`
 /// for an open turn); idempotent.

@@ -190,6 +190,31 @@ impl Listener {
     }
 }
 
+/// Direct responses from this size on are written in parts rather than copied.
+const BIG_MESSAGE: usize = 1 << 20;
+
+/// One framed message for the connection's writer.
+enum Frame {
+    One(Vec<u8>),
+    /// Framing before, the message, framing after.
+    Parts(Vec<u8>, Vec<u8>, &'static [u8]),
+}
+
+impl Frame {
+    async fn write_to(&self, wr: &mut tokio::net::unix::OwnedWriteHalf) -> std::io::Result<()> {
+        match self {
+            Frame::One(m) => wr.write_all(m).await,
+            Frame::Parts(head, body, tail) => {
+                if !head.is_empty() {
+                    wr.write_all(head).await?;
+                }
+                wr.write_all(body).await?;
+                wr.write_all(tail).await
+            }
+        }
+    }
+}
+
 struct Connection {
     id: usize,
     methods: Methods,
@@ -213,7 +238,7 @@ impl Connection {
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
         // Responses of direct calls, written by the session's writer thread as text.
         // Unbounded in type only: each holds an in-flight permit until it is queued.
-        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<String>();
+        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
         let writer_stop = stop_writer.clone();
@@ -222,34 +247,49 @@ impl Connection {
         let framing = Arc::new(std::sync::OnceLock::<Framing>::new());
         let writer_framing = framing.clone();
         let writer = tokio::spawn(async move {
-            let write = |msg: &str| {
+            let write = |msg: &[u8]| {
                 let f = writer_framing.get().copied().unwrap_or(Framing::Lines);
-                crate::framing::encode(f, msg)
+                Frame::One(crate::framing::encode_bytes(f, msg))
+            };
+            // A large direct response (a context) is written around, not copied into
+            // its framing.
+            let write_owned = |msg: Vec<u8>| {
+                if msg.len() < BIG_MESSAGE {
+                    return write(&msg);
+                }
+                match writer_framing.get().copied().unwrap_or(Framing::Lines) {
+                    Framing::Lines => Frame::Parts(Vec::new(), msg, b"\n"),
+                    Framing::Headers => Frame::Parts(
+                        format!("Content-Length: {}\r\n\r\n", msg.len()).into_bytes(),
+                        msg,
+                        b"",
+                    ),
+                }
             };
             loop {
                 let msg = tokio::select! {
-                    m = rx.recv() => m.map(|m| write(m.get())),
-                    Some(d) = direct_rx.recv() => Some(write(&d)),
+                    m = rx.recv() => m.map(|m| write(m.get().as_bytes())),
+                    Some(d) = direct_rx.recv() => Some(write_owned(d)),
                     _ = writer_stop.cancelled() => {
                         // Drain what is queued (the peer may have half-closed), then end.
                         rx.close();
                         direct_rx.close();
-                        let mut queued: Vec<Vec<u8>> = Vec::new();
+                        let mut queued: Vec<Frame> = Vec::new();
                         while let Ok(d) = direct_rx.try_recv() {
-                            queued.push(write(&d));
+                            queued.push(write_owned(d));
                         }
                         while let Some(m) = rx.recv().await {
-                            queued.push(write(m.get()));
+                            queued.push(write(m.get().as_bytes()));
                         }
                         for m in queued {
-                            let w = tokio::time::timeout(DRAIN_TIMEOUT, wr.write_all(&m)).await;
+                            let w = tokio::time::timeout(DRAIN_TIMEOUT, m.write_to(&mut wr)).await;
                             if !matches!(w, Ok(Ok(()))) { break; }
                         }
                         break;
                     }
                 };
                 let Some(m) = msg else { break };
-                if wr.write_all(&m).await.is_err() {
+                if m.write_to(&mut wr).await.is_err() {
                     break;
                 }
             }
@@ -349,7 +389,7 @@ impl Connection {
         &self,
         line: String,
         sink: &MethodSink,
-        direct_tx: &mpsc::UnboundedSender<String>,
+        direct_tx: &mpsc::UnboundedSender<Vec<u8>>,
         conn_sink: &ConnSink,
         subs: &BoundedSubscriptions,
         calls: &mut JoinSet<()>,

@@ -415,6 +415,9 @@ pub struct SessionState {
     events_tx: broadcast::Sender<Arc<str>>,
     /// A torn tail cut at load, to be recorded as `log_repaired`.
     pending_repair: Vec<(u64, PathBuf)>,
+    /// The rendered replay prefix per dialect (`agentd/context`); only the actor's
+    /// queries touch it, one at a time.
+    pub context: std::sync::Mutex<crate::context::ContextCache>,
 }
 
 impl SessionState {
@@ -433,6 +436,7 @@ impl SessionState {
             next_seq: of.next_seq,
             events_tx: of.events_tx.clone(),
             pending_repair: Vec::new(),
+            context: Default::default(),
         }
     }
 
@@ -675,6 +679,7 @@ fn load_blocking(
         next_seq: 0,
         events_tx,
         pending_repair: Vec::new(),
+        context: Default::default(),
     };
     for ev in events {
         state.push(ev);

@@ -502,3 +502,60 @@ fn appends_are_answered_in_the_method_tables_words() {
     let evs = c.call_ok("agentd/events", json!({"session_id": sid}));
     assert_eq!(evs["events"].as_array().unwrap().len(), 5);
 }
+
+/// A context larger than a MiB is written in parts (framing around the text, not a
+/// copy of it): it arrives whole and identical in both framings.
+#[test]
+fn a_large_context_arrives_whole_in_both_framings() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let d = Daemon::start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let text = "x".repeat(8 * 1024);
+    for _ in 0..4 {
+        let events: Vec<Value> = (0..50)
+            .map(|_| json!({"type": "user_message", "data": {"text": text}}))
+            .collect();
+        c.call_ok(
+            "agentd/append",
+            json!({"session_id": sid, "events": events}),
+        );
+    }
+    let req = json!({"jsonrpc": "2.0", "id": 1, "method": "agentd/context", "params": {"session_id": sid}})
+        .to_string();
+
+    let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.len() > 1 << 20, "{} bytes", line.len());
+    let lines: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        lines["result"]["stats"]["items"], 201,
+        "developer item and 200 messages"
+    );
+
+    let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(format!("Content-Length: {}\r\n\r\n{req}", req.len()).as_bytes())
+        .unwrap();
+    let mut rd = BufReader::new(s);
+    let mut header = String::new();
+    rd.read_line(&mut header).unwrap();
+    let len: usize = header
+        .trim()
+        .strip_prefix("Content-Length: ")
+        .expect("a Content-Length header")
+        .parse()
+        .unwrap();
+    let mut blank = String::new();
+    rd.read_line(&mut blank).unwrap();
+    assert_eq!(blank, "\r\n");
+    let mut body = vec![0u8; len];
+    rd.read_exact(&mut body).unwrap();
+    let framed: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(framed, lines, "the same response in both framings");
+}

@@ -10,9 +10,10 @@
 //! re-exported here.
 
 use super::render;
-use super::replay::{build, entry, replay_item, Entry};
+use super::replay::{build, build_tail, entry, replay_item, Entry};
 pub use super::replay::{
-    developer_text, pairing_violation, Replay, ReplayContext, ReplayStats, SyntheticClosure,
+    developer_text, pairing_violation, Replay, ReplayContext, ReplayMark, ReplayStats, ReplayTail,
+    SyntheticClosure,
 };
 use agentd_proto::replay::ReplayItem;
 use agentd_proto::{Event, EventType};
@@ -183,6 +184,43 @@ impl Fold {
     }
     pub fn labels(&self) -> &[String] {
         &self.labels
+    }
+
+    /// The replay continued from `from` (see [`ReplayMark`]) over entries with seq ≤
+    /// `upto`, noting a stable point about every `every` entries; `None` when this fold cannot resume (a damaged Log's entries out of
+    /// order, or `upto` before the latest compaction, which the entries no longer hold).
+    pub fn replay_tail(
+        &self,
+        ctx: &ReplayContext,
+        from: Option<&ReplayMark>,
+        upto: Option<u64>,
+        boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
+        every: usize,
+    ) -> Option<ReplayTail> {
+        if self.disordered {
+            return None;
+        }
+        if let (Some(u), Some(c)) = (upto, &self.latest_compaction) {
+            if c.seq > u {
+                return None;
+            }
+        }
+        Some(build_tail(
+            ctx,
+            self.compaction_item.as_ref(),
+            &self.entries,
+            self.checkpoint_to_seq,
+            from,
+            upto,
+            boundary,
+            every,
+        ))
+    }
+
+    /// Seq of the latest `history_compaction` the fold applied (what a [`ReplayMark`]
+    /// of this fold depends on).
+    pub fn compaction_seq(&self) -> Option<u64> {
+        self.latest_compaction.as_ref().map(|e| e.seq)
     }
 
     /// Provider input (§7.1). Costs O(replayable events since the latest compaction).

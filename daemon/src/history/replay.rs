@@ -202,6 +202,220 @@ pub(super) fn build(
     }
 }
 
+/// A point of a replay after which nothing already emitted can change: every call
+/// emitted so far has its output, and the caller's renderer is at a boundary there.
+/// A later replay of the same fold (same context, no new compaction) resumes from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayMark {
+    /// Fold entries consumed.
+    pub entries: usize,
+    /// Items emitted (the developer and compaction items included).
+    pub items: usize,
+    /// Seq of the last entry consumed.
+    pub last_seq: Option<u64>,
+    chars: u64,
+    calls: usize,
+    outputs: usize,
+    closures: Vec<SyntheticClosure>,
+    violation: bool,
+}
+
+/// A replay continued from a [`ReplayMark`] (or from the start).
+#[derive(Debug)]
+pub struct ReplayTail {
+    /// Items after the mark (all items when started from the start).
+    pub items: Vec<ReplayItem>,
+    /// Stats of the whole replay, identical to [`build`]'s.
+    pub stats: ReplayStats,
+    /// The last stable point inside `items`: `items[..n]` never change, and the replay
+    /// resumes at the mark.
+    pub stable: Option<(usize, ReplayMark)>,
+    /// Earlier stable points, about one per `every` entries, in order (for replays as
+    /// of an earlier seq).
+    pub points: Vec<(usize, ReplayMark)>,
+}
+
+/// [`build`] continued from `from`, over the entries with seq ≤ `upto`, noting the last
+/// point where no call is pending and `boundary` held for the last emitted item that
+/// decides it (`None`: the item leaves the renderer's state as it was). Entries must be
+/// in seq order (a fold that is not `disordered`).
+// The fold's parts it reads plus where to resume; only `Fold::replay_tail` calls it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_tail(
+    ctx: &ReplayContext,
+    compaction: Option<&Entry>,
+    entries: &[Entry],
+    checkpoint_to_seq: Option<u64>,
+    from: Option<&ReplayMark>,
+    upto: Option<u64>,
+    boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
+    every: usize,
+) -> ReplayTail {
+    let mut g = Guard::default();
+    let mut check = PairingCheck::default();
+    let (mut calls, mut outputs, base_items, start);
+    let mut closures_before: Vec<SyntheticClosure>;
+    let mut at_boundary = true;
+    match from {
+        Some(m) => {
+            g.chars = m.chars;
+            calls = m.calls;
+            outputs = m.outputs;
+            base_items = m.items;
+            start = m.entries;
+            closures_before = m.closures.clone();
+            check.violation = m.violation;
+        }
+        None => {
+            calls = 0;
+            outputs = 0;
+            base_items = 0;
+            start = 0;
+            closures_before = Vec::new();
+            let dev = entry(
+                0,
+                ReplayItem::Developer {
+                    text: developer_text(ctx),
+                },
+            );
+            g.chars = dev.chars;
+            g.items.push(dev.item);
+            if let Some(c) = compaction {
+                g.chars += c.chars;
+                g.items.push(c.item.clone());
+            }
+        }
+    }
+    let mut fed = 0usize;
+    // (items in the tail, the mark's counters with the closure count so far)
+    let mut stable: Option<(usize, ReplayMark, usize)> = None;
+    let mut points: Vec<(usize, ReplayMark, usize)> = Vec::new();
+    let mut next_point = start.saturating_add(every.max(1));
+    let start = start.min(entries.len());
+    for (consumed, e) in entries
+        .iter()
+        .enumerate()
+        .skip(start)
+        .take_while(|(_, e)| upto.is_none_or(|u| e.seq <= u))
+    {
+        let consumed = consumed + 1;
+        match &e.item {
+            ReplayItem::Reasoning { model, .. } if ctx.model.as_deref() != Some(model) => {}
+            ReplayItem::FunctionCall { call_id, name, .. } => g.call(call_id, name, e),
+            ReplayItem::FunctionCallOutput { call_id, .. } => g.output(call_id, e),
+            _ => g.other(e),
+        }
+        for item in &g.items[fed..] {
+            match item {
+                ReplayItem::FunctionCall { .. } => calls += 1,
+                ReplayItem::FunctionCallOutput { .. } => outputs += 1,
+                _ => {}
+            }
+            check.feed(item);
+            if let Some(b) = boundary(item) {
+                at_boundary = b;
+            }
+            fed += 1;
+        }
+        if g.pending.is_empty() && check.open.is_empty() && at_boundary {
+            stable = Some((
+                g.items.len(),
+                ReplayMark {
+                    entries: consumed,
+                    items: base_items + g.items.len(),
+                    last_seq: Some(e.seq),
+                    chars: g.chars,
+                    calls,
+                    outputs,
+                    closures: Vec::new(),
+                    violation: check.violation,
+                },
+                g.closures.len(),
+            ));
+            if consumed >= next_point {
+                if let Some(p) = &stable {
+                    points.push(p.clone());
+                }
+                next_point = consumed.saturating_add(every.max(1));
+            }
+        }
+    }
+    g.close();
+    for item in &g.items[fed..] {
+        match item {
+            ReplayItem::FunctionCall { .. } => calls += 1,
+            ReplayItem::FunctionCallOutput { .. } => outputs += 1,
+            _ => {}
+        }
+        check.feed(item);
+    }
+    let total_items = base_items + g.items.len();
+    let finish = |(n, mut mark, nclos): (usize, ReplayMark, usize)| {
+        mark.closures = closures_before.clone();
+        mark.closures.extend(g.closures[..nclos].iter().cloned());
+        (n, mark)
+    };
+    let stable = stable.map(finish);
+    // The last point is `stable` itself when nothing stable followed it.
+    if points.last().map(|p| p.1.entries) == stable.as_ref().map(|s| s.1.entries) {
+        points.pop();
+    }
+    let points: Vec<(usize, ReplayMark)> = points.into_iter().map(finish).collect();
+    closures_before.append(&mut g.closures);
+    let balanced = !check.violation && check.open.is_empty();
+    let stats = ReplayStats {
+        items: total_items,
+        function_calls: calls,
+        function_call_outputs: outputs,
+        synthetic_orphan_closures: closures_before,
+        balanced,
+        estimated_tokens: g.chars.div_ceil(4),
+        checkpoint_to_seq,
+    };
+    ReplayTail {
+        items: g.items,
+        stats,
+        stable,
+        points,
+    }
+}
+
+/// [`pairing_violation`] fed one item at a time.
+#[derive(Default)]
+struct PairingCheck {
+    open: BTreeSet<String>,
+    in_outputs: bool,
+    violation: bool,
+}
+
+impl PairingCheck {
+    fn feed(&mut self, item: &ReplayItem) {
+        match item {
+            ReplayItem::FunctionCall { call_id, .. } => {
+                if self.in_outputs && !self.open.is_empty() {
+                    self.violation = true;
+                }
+                self.in_outputs = false;
+                if !self.open.insert(call_id.clone()) {
+                    self.violation = true;
+                }
+            }
+            ReplayItem::FunctionCallOutput { call_id, .. } => {
+                if !self.open.remove(call_id.as_str()) {
+                    self.violation = true;
+                }
+                self.in_outputs = true;
+            }
+            _ => {
+                if !self.open.is_empty() {
+                    self.violation = true;
+                }
+                self.in_outputs = false;
+            }
+        }
+    }
+}
+
 /// The pairing guard's running state while items are emitted.
 #[derive(Default)]
 struct Guard {
