@@ -265,7 +265,7 @@ pub fn methods(api: Api) -> Methods {
             if let Some(ws) = p.workspace.take() {
                 p.workspace = Some(crate::filesystem::canonical_or_given(ws).await);
             }
-            api.registry.refresh_index().await?;
+            api.registry.refresh_index().await;
             to_value(list(&api.registry, p)?)
         },
     );
@@ -359,7 +359,7 @@ pub fn methods(api: Api) -> Methods {
             if let Some(ws) = p.workspace.take() {
                 p.workspace = Some(crate::filesystem::canonical_or_given(ws).await);
             }
-            api.registry.refresh_index().await?;
+            api.registry.refresh_index().await;
             to_value(crate::ops::tree(&api.registry, p)?)
         },
     );

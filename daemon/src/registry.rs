@@ -286,15 +286,20 @@ impl Registry {
     /// reads them all (one query, no events) and indexes the sessions this daemon has
     /// not loaded, so `list` and `tree` show what other daemons created or appended.
     /// Sessions loaded here keep the entry their actor maintains. Does nothing on the
-    /// file home, whose index this daemon alone changes.
-    pub async fn refresh_index(self: &Arc<Self>) -> Result<(), AgentError> {
+    /// file home, whose index this daemon alone changes. A store that cannot be read
+    /// leaves the index as it was (logged): `list` still answers from memory.
+    pub async fn refresh_index(self: &Arc<Self>) {
         let this = self.clone();
-        let Some(heads) = crate::filesystem::blocking(move || this.store.heads()).await? else {
-            return Ok(());
+        let heads = match crate::filesystem::blocking(move || this.store.heads()).await {
+            Ok(None) => return,
+            Ok(Some(Ok(heads))) => heads,
+            Ok(Some(Err(e))) | Err(e) => {
+                tracing::warn!(error = %e, "cannot refresh the index from the store");
+                return;
+            }
         };
-        let heads = heads?;
         let Ok(mut index) = self.index.write() else {
-            return Ok(());
+            return;
         };
         for (sid, head) in heads {
             if self.sessions.get(&sid).is_some_and(|h| !h.is_closed()) {
@@ -303,7 +308,6 @@ impl Registry {
             let meta = meta_from_head(&sid, head);
             index.insert(sid, meta);
         }
-        Ok(())
     }
 
     /// Reads the head of a newly written Log into the index (create, fork, import).
