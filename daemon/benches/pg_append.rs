@@ -13,15 +13,14 @@
 //! Run: `cargo bench -p agentd --bench pg_append` (env `BENCH_OPS` scales the work,
 //! `BENCH_ROUNDS` the rounds, default 3).
 
-#[allow(dead_code)] // the daemon launcher there sets durability none; this bench needs sync
+#[allow(dead_code)] // this bench starts its daemon with start_with only
 mod support;
 
 use agentd_tests::pg::PgServer;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use support::Conn;
 
 fn line() -> Vec<u8> {
@@ -60,41 +59,6 @@ impl Raw {
             tx.commit().expect("commit");
         }
         n as f64 / t.elapsed().as_secs_f64()
-    }
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(dir: &Path, url: &str) -> (Daemon, std::path::PathBuf) {
-    let socket = dir.join("run").join("agentd.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
-        .env("AGENTD_HOME", dir.join("home"))
-        .env("AGENTD_SOCKET", &socket)
-        .env("AGENTD_CONFIG", dir.join("none.toml"))
-        .env("AGENTD_STORE", url)
-        .env("AGENTD_DURABILITY", "sync")
-        .env("AGENTD_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn agentd");
-    let d = Daemon(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(mut c) = Conn::connect(&socket) {
-            c.call("agentd/hello", json!({}));
-            return (d, socket);
-        }
-        assert!(Instant::now() < deadline, "agentd did not start");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -143,8 +107,13 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).expect("workspace");
-    let (_d, socket) = start(dir.path(), &pg.create_db());
-    let mut c = Conn::connect(&socket).expect("connect");
+    let url = pg.create_db();
+    let (_d, mut c) = support::start_with(
+        dir.path(),
+        "",
+        &[("AGENTD_STORE", &url), ("AGENTD_DURABILITY", "sync")],
+    );
+    let socket = dir.path().join("run").join("agentd.sock");
     let mk = |c: &mut Conn, sid: &str| {
         c.call("agentd/create", json!({"workspace": ws, "session_id": sid}));
         sid.to_string()

@@ -67,16 +67,26 @@ impl Drop for Daemon {
 /// Starts `agentd` under `dir` with `config` as its config.toml (durability `none`)
 /// and waits until it answers `agentd/hello`.
 pub fn start(dir: &Path, config: &str) -> (Daemon, Conn) {
+    start_with(dir, config, &[])
+}
+
+/// [`start`] with environment overrides (`AGENTD_DURABILITY`, `AGENTD_STORE`, …)
+/// applied after the defaults.
+pub fn start_with(dir: &Path, config: &str, env: &[(&str, &str)]) -> (Daemon, Conn) {
     std::fs::create_dir_all(dir).expect("daemon dir");
     let socket = dir.join("run").join("agentd.sock");
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, config).expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
-        .env("AGENTD_HOME", dir.join("home"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentd"));
+    cmd.env("AGENTD_HOME", dir.join("home"))
         .env("AGENTD_SOCKET", &socket)
         .env("AGENTD_CONFIG", &cfg)
         .env("AGENTD_DURABILITY", "none")
-        .env("AGENTD_LOG", "warn")
+        .env("AGENTD_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
