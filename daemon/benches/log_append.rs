@@ -1,5 +1,5 @@
 //! Durable append throughput, measured against baselines on the same disk in the same
-//! run (issue "a session", DESIGN §4.2):
+//! run (DESIGN §4.2):
 //!
 //! (a) raw `write` + `fdatasync` of 512-byte lines, (b) SQLite WAL `synchronous=FULL`
 //! single-row inserts, (c) agentd acknowledged appends over the socket: one session
@@ -9,18 +9,16 @@
 //!
 //! Run: `cargo bench -p agentd --bench log_append` (env `BENCH_OPS` scales the work).
 
+mod support;
+
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::{appends, env_usize, payload, start_with, Conn, Daemon};
 
 fn ops() -> usize {
-    std::env::var("BENCH_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400)
+    env_usize("BENCH_OPS", 400)
 }
 
 fn raw_fsync(dir: &Path, n: usize) -> f64 {
@@ -98,116 +96,18 @@ fn sqlite(dir: &Path, n: usize) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start(base: &Path, durability: &str) -> Daemon {
-        let dir = tempfile::tempdir_in(base).expect("tempdir");
-        let socket = dir.path().join("run/agentd.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
-            .env("AGENTD_HOME", dir.path().join("home"))
-            .env("AGENTD_SOCKET", &socket)
-            .env("AGENTD_CONFIG", dir.path().join("none.toml"))
-            .env("AGENTD_DURABILITY", durability)
-            .env("AGENTD_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn agentd");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while UnixStream::connect(&socket).is_err() {
-            assert!(Instant::now() < deadline, "agentd did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Daemon {
-            child,
-            socket,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Conn {
-    w: UnixStream,
-    r: BufReader<UnixStream>,
-    id: u64,
-}
-
-impl Conn {
-    fn new(socket: &Path) -> Conn {
-        let w = UnixStream::connect(socket).expect("connect");
-        let r = BufReader::new(w.try_clone().expect("clone"));
-        Conn { w, r, id: 0 }
-    }
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        self.id += 1;
-        let mut msg = serde_json::to_vec(
-            &json!({"jsonrpc":"2.0","id":self.id,"method":method,"params":params}),
-        )
-        .expect("json");
-        msg.push(b'\n');
-        self.w.write_all(&msg).expect("send");
-        let mut line = String::new();
-        self.r.read_line(&mut line).expect("recv");
-        let v: Value = serde_json::from_str(&line).expect("response json");
-        assert!(v.get("error").is_none(), "{method} failed: {v}");
-        v
-    }
+/// A daemon on its own home under `base` with the given durability, and its socket.
+fn start(base: &Path, durability: &str) -> (tempfile::TempDir, Daemon, PathBuf) {
+    let dir = tempfile::tempdir_in(base).expect("tempdir");
+    let (d, _) = start_with(dir.path(), "", &[("AGENTD_DURABILITY", durability)]);
+    let socket = dir.path().join("run").join("agentd.sock");
+    (dir, d, socket)
 }
 
 fn create(socket: &Path, sid: &str, ws: &Path) {
-    Conn::new(socket).call("agentd/create", json!({"workspace": ws, "session_id": sid}));
-}
-
-fn payload() -> Value {
-    // ~512 bytes on disk with the envelope.
-    json!([{"type": "user_message", "data": {"text": "x".repeat(380)}}])
-}
-
-/// Appends `per_client` events from each of `clients` threads; `session_of(i)` picks the
-/// session of client i. Returns acknowledged appends per second.
-fn agentd_appends(
-    socket: &Path,
-    clients: usize,
-    per_client: usize,
-    session_of: impl Fn(usize) -> String,
-) -> f64 {
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
-    let handles: Vec<_> = (0..clients)
-        .map(|i| {
-            let socket = socket.to_path_buf();
-            let sid = session_of(i);
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                let mut c = Conn::new(&socket);
-                // Warm up outside the timed region: the first call loads the session.
-                c.call("agentd/show", json!({"session_id": sid}));
-                barrier.wait();
-                for _ in 0..per_client {
-                    c.call(
-                        "agentd/append",
-                        json!({"session_id": sid, "events": payload()}),
-                    );
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let t = Instant::now();
-    for h in handles {
-        h.join().expect("client thread");
-    }
-    (clients * per_client) as f64 / t.elapsed().as_secs_f64()
+    Conn::connect(socket)
+        .expect("connect")
+        .call("agentd/create", json!({"workspace": ws, "session_id": sid}));
 }
 
 fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
@@ -217,7 +117,7 @@ fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
 }
 
 fn latency(socket: &Path, n: usize, method: &str, params: Value) -> (f64, f64) {
-    let mut c = Conn::new(socket);
+    let mut c = Conn::connect(socket).expect("connect");
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -254,37 +154,37 @@ fn main() {
     );
 
     let mode = std::env::var("BENCH_DURABILITY").unwrap_or_else(|_| "sync".into());
-    let d = Daemon::start(&base, &mode);
+    let (_home, d, socket) = start(&base, &mode);
     println!("agentd durability: {mode}");
-    create(&d.socket, "seq", ws.path());
-    let c_seq = agentd_appends(&d.socket, 1, n, |_| "seq".into());
+    create(&socket, "seq", ws.path());
+    let c_seq = appends(&socket, 1, n, |_| "seq".into());
     println!(
         "(c) agentd 1 session, 1 client           {c_seq:>10.0} ops/s  ({:.2}x a, target >= 0.8x)",
         c_seq / a
     );
-    create(&d.socket, "shared", ws.path());
+    create(&socket, "shared", ws.path());
     let per = (n / 4).max(16);
-    let c_64w = agentd_appends(&d.socket, 64, per, |_| "shared".into());
+    let c_64w = appends(&socket, 64, per, |_| "shared".into());
     println!(
         "(c) agentd 1 session, 64 clients         {c_64w:>10.0} ops/s  ({:.2}x a, target >= 5x)",
         c_64w / a
     );
     for i in 0..64 {
-        create(&d.socket, &format!("s{i}"), ws.path());
+        create(&socket, &format!("s{i}"), ws.path());
     }
-    let c_64s = agentd_appends(&d.socket, 64, per, |i| format!("s{i}"));
+    let c_64s = appends(&socket, 64, per, |i| format!("s{i}"));
     println!(
         "(c) agentd 64 sessions, 1 client each    {c_64s:>10.0} ops/s  ({:.2}x a, target >= 5x)",
         c_64s / a
     );
-    let (h50, h99) = latency(&d.socket, 2000, "agentd/hello", json!({}));
+    let (h50, h99) = latency(&socket, 2000, "agentd/hello", json!({}));
     println!("agentd/hello round trip                  p50 {h50:>7.1} us  p99 {h99:>7.1} us");
     drop(d);
 
-    let d = Daemon::start(&base, "none");
-    create(&d.socket, "nosync", ws.path());
+    let (_home, _d, socket) = start(&base, "none");
+    create(&socket, "nosync", ws.path());
     let (a50, a99) = latency(
-        &d.socket,
+        &socket,
         2000,
         "agentd/append",
         json!({"session_id": "nosync", "events": payload()}),

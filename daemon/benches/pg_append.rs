@@ -5,7 +5,7 @@
 //! (a) raw single-row `INSERT` + `COMMIT` loop (`synchronous_commit = on`) through the
 //! `postgres` crate, one connection; (b) agentd acknowledged appends over its socket:
 //! one session with one client (target >= 0.8x a), 64 sessions with one client each
-//! (target >= 5x a, through the group-commit thread).
+//! (target >= 5x a, through group commit).
 //!
 //! Each round measures the baseline before and after agentd's 1-session run and
 //! compares against their mean.
@@ -13,13 +13,10 @@
 //! Run: `cargo bench -p agentd --bench pg_append` (env `BENCH_OPS` scales the work,
 //! `BENCH_ROUNDS` the rounds, default 3).
 
-#[allow(dead_code)] // this bench starts its daemon with start_with only
 mod support;
 
 use agentd_tests::pg::PgServer;
-use serde_json::{json, Value};
-use std::path::Path;
-use std::sync::{Arc, Barrier};
+use serde_json::json;
 use std::time::Instant;
 use support::Conn;
 
@@ -62,39 +59,6 @@ impl Raw {
     }
 }
 
-fn payload() -> Value {
-    // ~512 bytes stored with the envelope.
-    json!([{"type": "user_message", "data": {"text": "x".repeat(380)}}])
-}
-
-fn appends(socket: &Path, sids: &[String], per_client: usize) -> f64 {
-    let barrier = Arc::new(Barrier::new(sids.len() + 1));
-    let handles: Vec<_> = sids
-        .iter()
-        .map(|sid| {
-            let (socket, sid, barrier) = (socket.to_path_buf(), sid.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut c = Conn::connect(&socket).expect("connect");
-                // Load (and lease) the session outside the timed region.
-                c.call("agentd/show", json!({"session_id": sid}));
-                barrier.wait();
-                for _ in 0..per_client {
-                    c.call(
-                        "agentd/append",
-                        json!({"session_id": sid, "events": payload()}),
-                    );
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let t = Instant::now();
-    for h in handles {
-        h.join().expect("client");
-    }
-    (sids.len() * per_client) as f64 / t.elapsed().as_secs_f64()
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -118,16 +82,16 @@ fn main() {
         c.call("agentd/create", json!({"workspace": ws, "session_id": sid}));
         sid.to_string()
     };
-    let one = vec![mk(&mut c, "seq")];
+    let one = mk(&mut c, "seq");
     let many: Vec<String> = (0..64).map(|i| mk(&mut c, &format!("s{i}"))).collect();
     // Baseline and agentd alternate, so a change in the machine's load between them
     // shows as a spread across rounds rather than as a bias.
     println!("ops per measurement: {n}; rounds: {rounds}");
     for r in 1..=rounds {
         let a = raw.run(n);
-        let b1 = appends(&socket, &one, n);
+        let b1 = support::appends(&socket, 1, n, |_| one.clone());
         let a2 = raw.run(n);
-        let b64 = appends(&socket, &many, (n / 4).max(16));
+        let b64 = support::appends(&socket, many.len(), (n / 4).max(16), |i| many[i].clone());
         let base = (a + a2) / 2.0;
         println!(
             "round {r}: (a) raw INSERT+COMMIT {a:>6.0} / {a2:>6.0} ops/s | (b) agentd 1 session {b1:>6.0} ops/s ({:.2}x a, target >= 0.8x) | 64 sessions {b64:>6.0} ops/s ({:.2}x a, target >= 5x)",

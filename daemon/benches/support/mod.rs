@@ -1,6 +1,8 @@
 //! What the benchmarks that drive a real daemon over its socket share: a blocking
 //! NDJSON JSON-RPC connection and a daemon child process with its own home, socket and
-//! config, killed on drop.
+//! config, killed on drop; and the durable-append workload the append benchmarks time.
+//! Each benchmark compiles this module on its own and uses part of it.
+#![allow(dead_code)]
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -102,4 +104,43 @@ pub fn start_with(dir: &Path, config: &str, env: &[(&str, &str)]) -> (Daemon, Co
         assert!(Instant::now() < deadline, "agentd did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// One ~512-byte event (as stored, with its envelope) for `agentd/append`.
+pub fn payload() -> Value {
+    json!([{"type": "user_message", "data": {"text": "x".repeat(380)}}])
+}
+
+/// Appends `per_client` events from each of `clients` threads; `session_of(i)` picks the
+/// session of client i, loaded (and, on a database store, leased) before the clock
+/// starts. Returns acknowledged appends per second.
+pub fn appends(
+    socket: &Path,
+    clients: usize,
+    per_client: usize,
+    session_of: impl Fn(usize) -> String,
+) -> f64 {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
+    let handles: Vec<_> = (0..clients)
+        .map(|i| {
+            let (socket, sid, barrier) = (socket.to_path_buf(), session_of(i), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = Conn::connect(&socket).expect("connect");
+                c.call("agentd/show", json!({"session_id": sid}));
+                barrier.wait();
+                for _ in 0..per_client {
+                    c.call(
+                        "agentd/append",
+                        json!({"session_id": sid, "events": payload()}),
+                    );
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let t = Instant::now();
+    for h in handles {
+        h.join().expect("client thread");
+    }
+    (clients * per_client) as f64 / t.elapsed().as_secs_f64()
 }
