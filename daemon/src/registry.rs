@@ -334,6 +334,15 @@ impl Registry {
         Ok(())
     }
 
+    /// Marks an indexed session deleted (in a store's trash) or live again.
+    pub fn index_set_deleted(&self, sid: &str, deleted: bool) {
+        if let Ok(mut index) = self.index.write() {
+            if let Some(m) = index.get_mut(sid) {
+                m.deleted = deleted;
+            }
+        }
+    }
+
     /// Records that `sid` was loaded; true the first time in this process.
     pub fn mark_loaded(&self, sid: &str) -> bool {
         self.loaded_once.insert(sid.to_string())
@@ -381,6 +390,7 @@ fn meta_from_head(sid: &str, head: store::LogHead) -> SessionMeta {
     }
     meta.branch_summary = head.has_branch_summary;
     meta.archived = is_archived(&head.last_labels);
+    meta.deleted = head.trashed;
     meta
 }
 

@@ -177,7 +177,7 @@ impl Shared {
                     "UPDATE sessions SET lease_owner = $2, lease_host = $3,
                          lease_token = lease_token + 1,
                          lease_expires = now() + make_interval(secs => $4)
-                     WHERE id = $1
+                     WHERE id = $1 AND trashed_at IS NULL
                        AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires < now())
                      RETURNING lease_token",
                     &[&sid, &self.owner, &self.host, &secs],
@@ -191,7 +191,8 @@ impl Shared {
             .with_client(true, |c| {
                 c.query_opt(
                     "SELECT lease_owner, lease_host,
-                         to_char(lease_expires AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+                         to_char(lease_expires AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+                         trashed_at IS NOT NULL
                      FROM sessions WHERE id = $1",
                     &[&sid],
                 )
@@ -202,6 +203,9 @@ impl Shared {
                 .with_details(json!({"session_id": sid}))
                 .with_next_actions(&["agentctl ls"]));
         };
+        if row.get::<_, bool>(3) {
+            return Err(trashed(sid));
+        }
         let owner: Option<String> = row.get(0);
         let host: Option<String> = row.get(1);
         let until: Option<String> = row.get(2);
@@ -338,7 +342,10 @@ impl PgStore {
             .shared
             .with_client(true, |c| {
                 let mut tx = c.build_transaction().read_only(true).start()?;
-                let exists = tx.query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&sid])?;
+                let exists = tx.query_opt(
+                    "SELECT 1 FROM sessions WHERE id = $1 AND trashed_at IS NULL",
+                    &[&sid],
+                )?;
                 let rows = tx.query(
                     "SELECT line FROM events WHERE session_id = $1 ORDER BY seq",
                     &[&sid],
@@ -407,6 +414,7 @@ fn head_from_row(row: &postgres::Row) -> LogHead {
     let head: Vec<u8> = row.get(1);
     let labels: Option<String> = row.get(5);
     LogHead {
+        trashed: row.get(7),
         first: serde_json::from_slice(&head).ok(),
         line_count: row.get::<_, i64>(2) as u64,
         last_ts: row.get(3),
@@ -418,8 +426,18 @@ fn head_from_row(row: &postgres::Row) -> LogHead {
     }
 }
 
-const HEAD_COLUMNS: &str =
-    "id, head, event_count, last_ts, last_title, last_labels, has_branch_summary";
+const HEAD_COLUMNS: &str = "id, head, event_count, last_ts, last_title, last_labels,
+     has_branch_summary, trashed_at IS NOT NULL";
+
+/// `not_found` for a session in the store's trash, with the way back.
+fn trashed(sid: &str) -> AgentError {
+    AgentError::not_found("the session is in the trash")
+        .with_details(json!({"session_id": sid, "store": "postgres"}))
+        .with_next_actions(&[
+            &format!("agentctl restore {sid}"),
+            &format!("agentctl rm {sid} --purge"),
+        ])
+}
 
 impl LogStore for PgStore {
     fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
@@ -711,6 +729,106 @@ impl LogStore for PgStore {
 
     fn log_location(&self, sid: &str) -> Option<String> {
         Some(format!("{}#{sid}", self.shared.url_shown))
+    }
+
+    fn place(&self, sid: &str) -> Option<Result<crate::store::LogPlace, AgentError>> {
+        use crate::store::LogPlace;
+        if let Err(e) = agentd_proto::session_id::validate(sid) {
+            return Some(Err(e));
+        }
+        let row = self.shared.with_client(true, |c| {
+            c.query_opt(
+                "SELECT trashed_at IS NOT NULL FROM sessions WHERE id = $1",
+                &[&sid],
+            )
+        });
+        Some(
+            row.map(|r| match r {
+                None => LogPlace::Absent,
+                Some(r) if r.get::<_, bool>(0) => LogPlace::Trashed,
+                Some(_) => LogPlace::Live,
+            })
+            .map_err(|e| store_error(ErrorKind::IoError, "look up session", &e)),
+        )
+    }
+
+    fn trash(&self, sid: &str) -> Result<(), AgentError> {
+        let held = self
+            .shared
+            .held
+            .lock()
+            .ok()
+            .and_then(|h| h.get(sid).copied());
+        let Some(held) = held else {
+            return Err(commit::lease_lost(sid, None, None));
+        };
+        // Under the lease's token, like every write: a daemon that lost the session
+        // cannot delete it. The lease ends with the move.
+        let n = self
+            .shared
+            .with_client(false, |c| {
+                c.execute(
+                    "UPDATE sessions SET trashed_at = now(), lease_owner = NULL,
+                         lease_host = NULL, lease_expires = NULL
+                     WHERE id = $1 AND trashed_at IS NULL
+                       AND lease_token = $2 AND lease_owner = $3",
+                    &[&sid, &held.token, &self.shared.owner],
+                )
+            })
+            .map_err(|e| store_error(ErrorKind::LogWriteFailed, "move to trash", &e))?;
+        if n == 0 {
+            return Err(commit::lease_lost(sid, None, None));
+        }
+        if let Ok(mut m) = self.shared.held.lock() {
+            if m.get(sid).is_some_and(|h| h.token == held.token) {
+                m.remove(sid);
+            }
+        }
+        Ok(())
+    }
+
+    fn untrash(&self, sid: &str) -> Result<(), AgentError> {
+        agentd_proto::session_id::validate(sid)?;
+        let n = self
+            .shared
+            .with_client(false, |c| {
+                c.execute(
+                    "UPDATE sessions SET trashed_at = NULL WHERE id = $1 AND trashed_at IS NOT NULL",
+                    &[&sid],
+                )
+            })
+            .map_err(|e| store_error(ErrorKind::LogWriteFailed, "restore from trash", &e))?;
+        if n == 0 {
+            return Err(AgentError::not_found("no session with this id in the trash")
+                .with_details(json!({"session_id": sid}))
+                .with_next_actions(&["agentctl ls"]));
+        }
+        Ok(())
+    }
+
+    fn purge(&self, sid: &str) -> Result<(), AgentError> {
+        agentd_proto::session_id::validate(sid)?;
+        let n = self
+            .shared
+            .with_client(false, |c| {
+                let mut tx = c.transaction()?;
+                let n = tx.execute(
+                    "DELETE FROM sessions WHERE id = $1 AND trashed_at IS NOT NULL",
+                    &[&sid],
+                )?;
+                if n > 0 {
+                    tx.execute("DELETE FROM events WHERE session_id = $1", &[&sid])?;
+                }
+                tx.commit()?;
+                Ok(n)
+            })
+            .map_err(|e| store_error(ErrorKind::LogWriteFailed, "purge", &e))?;
+        if n == 0 {
+            return Err(AgentError::not_found("no session with this id in the trash")
+                .with_details(json!({"session_id": sid}))
+                .with_next_actions(&["agentctl ls"]));
+        }
+        Ok(())
     }
 
     fn read_log(&self, sid: &str) -> Option<Result<Vec<u8>, AgentError>> {

@@ -36,6 +36,11 @@ const STEPS: &[&str] = &[
     r#"
     ALTER TABLE events DROP CONSTRAINT IF EXISTS events_session_id_fkey;
     "#,
+    // 3: the trash: a deleted session keeps its row and events, marked, until restored
+    // or purged.
+    r#"
+    ALTER TABLE sessions ADD COLUMN trashed_at timestamptz;
+    "#,
 ];
 
 /// The schema version this build writes.
