@@ -251,7 +251,9 @@ impl Daemon {
         };
         let db = url.rsplit('/').next().unwrap_or_default().to_string();
         assert!(
-            session_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            session_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
             "session id {session_id:?} is not safe to quote"
         );
         let pg = pg::PgServer::shared();
@@ -315,7 +317,9 @@ impl Daemon {
         };
         let db = url.rsplit('/').next().unwrap_or_default().to_string();
         assert!(
-            session_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            session_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
             "session id {session_id:?} is not safe to quote"
         );
         let n = pg::PgServer::shared().psql(

@@ -353,10 +353,7 @@ fn export_markdown_html_jsonl_and_damage() {
     assert!(page.contains("<details") && page.contains("hi &lt;b&gt;there&lt;/b&gt;"));
     assert!(!page.contains("src=\"http") && !page.contains("href=\"http"));
     let raw = d.agentctl(["export", "ex", "--format", "jsonl"]);
-    assert_eq!(
-        raw.stdout.as_bytes(),
-        d.log_bytes("ex").as_slice()
-    );
+    assert_eq!(raw.stdout.as_bytes(), d.log_bytes("ex").as_slice());
     // Damage: a corrupt line in the middle (written while the session is not loaded
     // by this daemon: a fresh one).
     let sid2 = create(&d, &mut c, "dmg", "damaged");

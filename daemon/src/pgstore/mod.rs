@@ -799,9 +799,11 @@ impl LogStore for PgStore {
             })
             .map_err(|e| store_error(ErrorKind::LogWriteFailed, "restore from trash", &e))?;
         if n == 0 {
-            return Err(AgentError::not_found("no session with this id in the trash")
-                .with_details(json!({"session_id": sid}))
-                .with_next_actions(&["agentctl ls"]));
+            return Err(
+                AgentError::not_found("no session with this id in the trash")
+                    .with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"]),
+            );
         }
         Ok(())
     }
@@ -824,9 +826,11 @@ impl LogStore for PgStore {
             })
             .map_err(|e| store_error(ErrorKind::LogWriteFailed, "purge", &e))?;
         if n == 0 {
-            return Err(AgentError::not_found("no session with this id in the trash")
-                .with_details(json!({"session_id": sid}))
-                .with_next_actions(&["agentctl ls"]));
+            return Err(
+                AgentError::not_found("no session with this id in the trash")
+                    .with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"]),
+            );
         }
         Ok(())
     }

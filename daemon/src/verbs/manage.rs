@@ -303,11 +303,16 @@ async fn delete_in_store(
     let session_dir = registry.home.session_dir(&sid)?;
     let (_, trash_session_dir) = trash_paths(registry, &sid)?;
     let purge = |registry: &Arc<Registry>, sid: &str| {
-        let (store, s, d) = (registry.store.clone(), sid.to_string(), trash_session_dir.clone());
+        let (store, s, d) = (
+            registry.store.clone(),
+            sid.to_string(),
+            trash_session_dir.clone(),
+        );
         blocking(move || {
             store.purge(&s)?;
             if d.exists() {
-                std::fs::remove_dir_all(&d).map_err(|e| io_failed("purge session directory", &e))?;
+                std::fs::remove_dir_all(&d)
+                    .map_err(|e| io_failed("purge session directory", &e))?;
             }
             Ok(())
         })

@@ -306,6 +306,8 @@ pub async fn search(registry: &Arc<Registry>, p: SearchParams) -> Result<SearchR
             .canonicalize()
             .map_or_else(|_| ws.clone(), |c| c.display().to_string())
     });
+    // On a shared database: other daemons' sessions too.
+    registry.refresh_index().await;
     let mut candidates: Vec<Candidate> = registry.with_index(|i| {
         i.values()
             .filter(|m| !m.deleted)

@@ -209,6 +209,8 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
     }
     let since = p.since.as_deref().map(since_bound).transpose()?;
     let prices = prices(&registry.config.rest)?;
+    // On a shared database: other daemons' sessions too.
+    registry.refresh_index().await;
     let logs: Vec<(String, std::path::PathBuf)> = match &p.session_id {
         Some(sid) => {
             let path = registry.home.log_path(sid)?;
