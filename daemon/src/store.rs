@@ -289,6 +289,16 @@ pub trait LogStore: Send + Sync + 'static {
     fn heads(&self) -> Option<Result<Vec<(String, LogHead)>, AgentError>> {
         None
     }
+    /// The heads that changed since `since` (a mark this method returned before; `None`
+    /// for all of them) and the mark to pass next time, when the store keeps heads (a
+    /// database shared by several daemons); `None` means it does not.
+    #[allow(clippy::type_complexity)]
+    fn heads_since(
+        &self,
+        _since: Option<&str>,
+    ) -> Option<Result<(Vec<(String, LogHead)>, Option<String>), AgentError>> {
+        None
+    }
     /// Called once when the daemon stops, after the last commit (a database store
     /// gives back its leases).
     fn shutdown(&self) {}

@@ -834,3 +834,69 @@ fn delete_restore_and_purge_keep_the_trash_in_the_database() {
     let list = ca.call_ok("agentd/list", json!({"include_archived": true}));
     assert_eq!(list["sessions"], json!([]), "{list}");
 }
+
+#[test]
+fn list_reads_only_changed_heads_yet_follows_every_change_another_daemon_makes() {
+    let url = PgServer::shared().create_db();
+    let a = daemon_on(&url, 30.0);
+    let b = daemon_on(&url, 30.0);
+    let (mut ca, mut cb) = (a.connect(), b.connect());
+    let ids = |c: &mut RpcConn, p: Value| -> Vec<(String, String, u64)> {
+        let list = c.call_ok("agentd/list", p);
+        let mut v: Vec<(String, String, u64)> = list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["session_id"].as_str().unwrap().to_string(),
+                    s["title"].as_str().unwrap_or_default().to_string(),
+                    s["event_count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let s1 = create(&b, &mut cb, json!({"session_id": "s1", "title": "one"}));
+    assert_eq!(ids(&mut ca, json!({})), [("s1".into(), "one".into(), 1)]);
+    // Each change b makes shows on a's next list, whichever list read the heads last.
+    let s2 = create(&b, &mut cb, json!({"session_id": "s2", "title": "two"}));
+    append(&mut cb, &s1, user("more"));
+    assert_eq!(
+        ids(&mut ca, json!({})),
+        [
+            ("s1".into(), "one".into(), 2),
+            ("s2".into(), "two".into(), 1)
+        ]
+    );
+    assert_eq!(
+        ids(&mut ca, json!({})).len(),
+        2,
+        "an unchanged store lists the same"
+    );
+    cb.call_ok(
+        "agentd/rename",
+        json!({"session_id": s2, "title": "renamed"}),
+    );
+    cb.call_ok("agentd/archive", json!({"session_id": s1}));
+    assert_eq!(
+        ids(&mut ca, json!({})),
+        [("s2".into(), "renamed".into(), 2)]
+    );
+    assert_eq!(ids(&mut ca, json!({"include_archived": true})).len(), 2);
+    cb.call_ok("agentd/delete", json!({"session_id": s2}));
+    assert_eq!(
+        ids(&mut ca, json!({"include_archived": true})),
+        [("s1".into(), "one".into(), 3)]
+    );
+    // A restart of a reads them all again and agrees.
+    cb.call_ok("agentd/restore", json!({"session_id": s2}));
+    let shown = ids(&mut ca, json!({"include_archived": true}));
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    let c = Daemon::builder().env("AGENTD_STORE", &url).start();
+    assert_eq!(
+        ids(&mut c.connect(), json!({"include_archived": true})),
+        shown
+    );
+}

@@ -159,6 +159,7 @@ WITH upd AS (
         last_title = CASE WHEN u.info THEN u.title ELSE s.last_title END,
         last_labels = coalesce(u.labels, s.last_labels),
         has_branch_summary = s.has_branch_summary OR u.bs,
+        updated_at = clock_timestamp(),
         lease_expires = now() + make_interval(secs => $11)
     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
                 $6::bool[], $7::text[], $8::text[], $9::bool[])

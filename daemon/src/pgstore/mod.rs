@@ -429,6 +429,10 @@ fn head_from_row(row: &postgres::Row) -> LogHead {
 const HEAD_COLUMNS: &str = "id, head, event_count, last_ts, last_title, last_labels,
      has_branch_summary, trashed_at IS NOT NULL";
 
+/// How far before the last read's mark [`LogStore::heads_since`] looks again: longer
+/// than a commit takes from stamping its rows to landing.
+const CHANGE_WINDOW: Duration = Duration::from_secs(10);
+
 /// `not_found` for a session in the store's trash, with the way back.
 fn trashed(sid: &str) -> AgentError {
     AgentError::not_found("the session is in the trash")
@@ -582,6 +586,7 @@ impl LogStore for PgStore {
                 "UPDATE sessions SET
                      event_count = (SELECT count(*) FROM events WHERE session_id = $1),
                      byte_count = (SELECT coalesce(sum(length(line) + 1), 0) FROM events WHERE session_id = $1),
+                     updated_at = clock_timestamp(),
                      lease_expires = now() + make_interval(secs => $2),
                      lease_token = lease_token + 1
                  WHERE id = $1",
@@ -705,6 +710,43 @@ impl LogStore for PgStore {
         )
     }
 
+    fn heads_since(
+        &self,
+        since: Option<&str>,
+    ) -> Option<Result<(Vec<(String, LogHead)>, Option<String>), AgentError>> {
+        // One statement: the rows changed since a little before the mark (a commit
+        // stamps its rows before it lands, so one that began before the last read may
+        // become visible after it), each with the server's time of this read, which is
+        // the next mark. No rows: the mark stays.
+        let rows = self.shared.with_client(true, |c| match since {
+            None => c.query(
+                &format!("SELECT {HEAD_COLUMNS}, now()::text FROM sessions"),
+                &[],
+            ),
+            Some(mark) => c.query(
+                &format!(
+                    "SELECT {HEAD_COLUMNS}, now()::text FROM sessions
+                     WHERE updated_at > $1::text::timestamptz - make_interval(secs => $2)"
+                ),
+                &[&mark, &CHANGE_WINDOW.as_secs_f64()],
+            ),
+        });
+        Some(
+            rows.map(|rows| {
+                let mark = rows
+                    .first()
+                    .map(|r| r.get::<_, String>(8))
+                    .or_else(|| since.map(str::to_string));
+                let heads = rows
+                    .iter()
+                    .map(|r| (r.get::<_, String>(0), head_from_row(r)))
+                    .collect();
+                (heads, mark)
+            })
+            .map_err(|e| store_error(ErrorKind::IoError, "read sessions", &e)),
+        )
+    }
+
     fn shutdown(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
         if let Ok(mut held) = self.shared.held.lock() {
@@ -768,7 +810,8 @@ impl LogStore for PgStore {
             .shared
             .with_client(false, |c| {
                 c.execute(
-                    "UPDATE sessions SET trashed_at = now(), lease_owner = NULL,
+                    "UPDATE sessions SET trashed_at = now(), updated_at = clock_timestamp(),
+                         lease_owner = NULL,
                          lease_host = NULL, lease_expires = NULL
                      WHERE id = $1 AND trashed_at IS NULL
                        AND lease_token = $2 AND lease_owner = $3",
@@ -793,7 +836,8 @@ impl LogStore for PgStore {
             .shared
             .with_client(false, |c| {
                 c.execute(
-                    "UPDATE sessions SET trashed_at = NULL WHERE id = $1 AND trashed_at IS NOT NULL",
+                    "UPDATE sessions SET trashed_at = NULL, updated_at = clock_timestamp()
+                     WHERE id = $1 AND trashed_at IS NOT NULL",
                     &[&sid],
                 )
             })

@@ -41,6 +41,12 @@ const STEPS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN trashed_at timestamptz;
     "#,
+    // 4: when each session row last changed what the lineage index shows, so that
+    // `list` reads only the heads that changed. Not indexed: an index would cost every
+    // commit its HOT update, and a scan of the session rows is cheap beside sending them.
+    r#"
+    ALTER TABLE sessions ADD COLUMN updated_at timestamptz NOT NULL DEFAULT clock_timestamp();
+    "#,
 ];
 
 /// The schema version this build writes.
