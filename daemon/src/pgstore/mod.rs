@@ -379,23 +379,37 @@ impl PgStore {
 /// `(seq, line without its newline)` of each event of a batch.
 pub(crate) type Rows = Vec<(i64, Vec<u8>)>;
 
-/// Splits whole Log lines into rows and what they change in the session row.
+/// What the session row needs of one line, read without building its `data`.
+#[derive(serde::Deserialize)]
+struct LineHead<'a> {
+    seq: u64,
+    #[serde(borrow)]
+    ts: std::borrow::Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
+/// Splits whole Log lines into rows and what they change in the session row. Only a
+/// `session_info` line is decoded whole (for its title and labels): the rest of a batch
+/// costs a scan, not a tree of values per event.
 fn summarize(bytes: &[u8]) -> Result<(Rows, Summary), AgentError> {
+    let bad =
+        |e: serde_json::Error| AgentError::internal(format!("a Log line does not parse: {e}"));
     let mut rows = Vec::new();
     let mut sum = Summary::default();
     for line in bytes.split(|&b| b == b'\n') {
         if line.is_empty() {
             continue;
         }
-        let ev: Event = serde_json::from_slice(line)
-            .map_err(|e| AgentError::internal(format!("a Log line does not parse: {e}")))?;
-        let seq = i64::try_from(ev.seq)
+        let head: LineHead = serde_json::from_slice(line).map_err(bad)?;
+        let seq = i64::try_from(head.seq)
             .map_err(|_| AgentError::new(ErrorKind::CorruptLog, "seq does not fit the store"))?;
         sum.count += 1;
         sum.bytes += line.len() as i64 + 1;
-        sum.last_ts = Some(ev.ts.clone());
-        match ev.event_type() {
+        sum.last_ts = Some(head.ts.into_owned());
+        match EventType::parse(&head.kind) {
             EventType::SessionInfo => {
+                let ev: Event = serde_json::from_slice(line).map_err(bad)?;
                 sum.info = true;
                 sum.title = ev.str_field("title").map(str::to_string);
                 if let Some(l) = crate::history::fold::session_labels(&ev) {
