@@ -800,6 +800,38 @@ fn delete_restore_and_purge_keep_the_trash_in_the_database() {
     }
     let r = append(&mut ca, &sid, user("into the trash?"));
     assert_eq!(kind(&r), "not_found", "{r}");
+    // The id stays taken while the session is in the trash.
+    let r = ca.call(
+        "agentd/create",
+        json!({"workspace": a.workspace(), "session_id": sid}),
+    );
+    assert_eq!(kind(&r), "already_exists", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("trash"),
+        "{r}"
+    );
+    // `store copy` takes live sessions only, as from a home.
+    let other = create(&a, &mut ca, json!({"title": "live"}));
+    let dest = tempfile::tempdir().unwrap();
+    let dest_home = dest.path().join("home");
+    let out = a.agentctl([
+        "--json",
+        "store",
+        "copy",
+        "--from",
+        &url,
+        "--to",
+        dest_home.to_str().unwrap(),
+    ]);
+    out.assert_code(0);
+    let copied: Vec<&str> = out.json()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(copied, vec![other.as_str()], "{:?}", out.json());
+    ca.call_ok("agentd/delete", json!({"session_id": other, "purge": true}));
     let r = ca.call("agentd/delete", json!({"session_id": sid}));
     assert_eq!(kind(&r), "not_found", "{r}");
     assert!(

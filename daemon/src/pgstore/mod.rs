@@ -689,7 +689,12 @@ impl LogStore for PgStore {
             Ok(true) => Ok(()),
             Ok(false) => Err(AgentError::new(
                 ErrorKind::AlreadyExists,
-                "session already exists",
+                match self.place(sid) {
+                    Some(Ok(crate::store::LogPlace::Trashed)) => {
+                        "a session with this id is in the trash; purge it first"
+                    }
+                    _ => "session already exists",
+                },
             )),
             Err(e) => Err(store_error(ErrorKind::LogWriteFailed, "create log", &e)),
         }
