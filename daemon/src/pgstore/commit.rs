@@ -218,7 +218,7 @@ fn commit_group(
         // The statement failed as a whole and the connection is fine: nothing was
         // written, so each batch may be tried alone (one bad batch fails alone).
         Err(e) if jobs.len() > 1 && !c.client.is_closed() => {
-            tracing::warn!(error = %e, batches = jobs.len(), "group commit failed; committing each batch alone");
+            tracing::warn!(error = %super::conn::describe(&e).1, batches = jobs.len(), "group commit failed; committing each batch alone");
             jobs.iter()
                 .map(|j| match run_group(shared, c, std::slice::from_ref(j)) {
                     Ok(mut r) => r.pop().unwrap_or(Ok(())),

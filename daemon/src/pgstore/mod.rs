@@ -269,21 +269,51 @@ impl Shared {
             };
             let ids: Vec<&str> = held.iter().map(|(s, _)| s.as_str()).collect();
             let tokens: Vec<i64> = held.iter().map(|(_, t)| *t).collect();
-            match c.query(
+            // Rows a commit holds are skipped, never waited for: that commit renews
+            // them itself, and a renewal that waited while holding other rows could
+            // deadlock with a group commit that locks the same rows in another order.
+            let renewed = c.query(
                 "UPDATE sessions s SET lease_expires = now() + make_interval(secs => $4)
-                 FROM unnest($1::text[], $2::bigint[]) AS h(id, token)
-                 WHERE s.id = h.id AND s.lease_token = h.token AND s.lease_owner = $3
+                 FROM (SELECT s2.id FROM sessions s2
+                       JOIN unnest($1::text[], $2::bigint[]) AS h(id, token) ON s2.id = h.id
+                       WHERE s2.lease_token = h.token AND s2.lease_owner = $3
+                       FOR UPDATE OF s2 SKIP LOCKED) l
+                 WHERE s.id = l.id
                  RETURNING s.id",
                 &[&ids, &tokens, &self.owner, &self.lease.as_secs_f64()],
+            );
+            let rows = match renewed {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(error = %conn::describe(&e).1, "lease renewal failed");
+                    continue;
+                }
+            };
+            let kept: std::collections::HashSet<&str> =
+                rows.iter().map(|r| r.get::<_, &str>(0)).collect();
+            let missing: Vec<usize> = (0..held.len())
+                .filter(|&i| !kept.contains(ids[i]))
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            // Skipped or lost: a plain read (no lock) tells which are still ours.
+            let m_ids: Vec<&str> = missing.iter().map(|&i| ids[i]).collect();
+            let m_tokens: Vec<i64> = missing.iter().map(|&i| tokens[i]).collect();
+            match c.query(
+                "SELECT s.id FROM sessions s
+                 JOIN unnest($1::text[], $2::bigint[]) AS h(id, token) ON s.id = h.id
+                 WHERE s.lease_token = h.token AND s.lease_owner = $3",
+                &[&m_ids, &m_tokens, &self.owner],
             ) {
-                Ok(rows) => {
-                    let kept: std::collections::HashSet<&str> =
-                        rows.iter().map(|r| r.get::<_, &str>(0)).collect();
-                    for (sid, _) in held.iter().filter(|(s, _)| !kept.contains(s.as_str())) {
+                Ok(still) => {
+                    let still: std::collections::HashSet<&str> =
+                        still.iter().map(|r| r.get::<_, &str>(0)).collect();
+                    for sid in m_ids.iter().filter(|s| !still.contains(*s)) {
                         tracing::warn!(session = %sid, "lease lost; appends to this session are refused");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                Err(e) => tracing::warn!(error = %conn::describe(&e).1, "lease check failed"),
             }
         }
     }
