@@ -932,3 +932,39 @@ fn list_reads_only_changed_heads_yet_follows_every_change_another_daemon_makes()
         shown
     );
 }
+
+#[test]
+fn an_idle_owner_keeps_renewing_its_lease_past_its_length() {
+    let url = PgServer::shared().create_db();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let lease = 1.0;
+    let a = daemon_on(&url, lease);
+    let b = daemon_on(&url, lease);
+    let mut ca = a.connect();
+    let sid = create(&a, &mut ca, json!({}));
+    append(&mut ca, &sid, user("then idle"));
+    let expires = || -> f64 {
+        PgServer::shared()
+            .psql(
+                &db,
+                &format!(
+                    "SELECT extract(epoch FROM lease_expires) FROM sessions WHERE id = '{sid}'"
+                ),
+            )
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = expires();
+    // Renewals move the expiry on while a does nothing: three lease lengths past
+    // where it stood after the last append.
+    wait_until("the lease to be renewed past three lengths", WAIT, || {
+        (expires() > first + 3.0 * lease).then_some(())
+    });
+    let mut cb = b.connect();
+    let r = append(&mut cb, &sid, user("b while a idles"));
+    assert_eq!(kind(&r), "busy", "{r}");
+    assert_eq!(r["error"]["data"]["details"]["reason"], "leased", "{r}");
+    let r = append(&mut ca, &sid, user("a still owns it"));
+    assert_eq!(r["result"]["first_seq"], 2, "{r}");
+}
