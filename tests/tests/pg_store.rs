@@ -4,7 +4,10 @@
 //! list and tree, concurrent appenders), then what only a shared database has: one
 //! owner per session across daemons with different homes (hand-over after a clean stop,
 //! takeover after kill -9 once the lease ended, a fenced stale owner that cannot write)
-//! and a server restart in the middle of appends.
+//! and a server restart in the middle of appends; leases renewed while idle; the
+//! session verbs on the database (search, usage and export of another daemon's
+//! sessions, delete/restore/purge with the trash kept in the database); `list`
+//! following every change another daemon makes while reading only changed heads.
 
 use agentd_tests::pg::PgServer;
 use agentd_tests::{is_type, Daemon, RpcConn};
