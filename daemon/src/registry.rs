@@ -86,6 +86,9 @@ pub struct Registry {
     pub leftover_tmp_removed: AtomicU64,
     sessions: DashMap<String, SessionHandle>,
     index: RwLock<HashMap<String, SessionMeta>>,
+    /// The store's mark of the last head read ([`LogStore::heads_since`]); the lock also
+    /// keeps refreshes one at a time, so an older read never lands after a newer one.
+    heads_mark: tokio::sync::Mutex<Option<String>>,
     generation: AtomicU64,
     /// Sessions loaded at least once by this daemon process.
     loaded_once: dashmap::DashSet<String>,
@@ -105,13 +108,16 @@ impl Registry {
         config: Config,
         store: Arc<dyn LogStore>,
     ) -> std::io::Result<Arc<Registry>> {
-        let index = match store.heads() {
-            None => build_index(&home)?,
-            Some(heads) => heads
-                .map_err(|e| std::io::Error::other(e.message))?
-                .into_iter()
-                .map(|(sid, head)| (sid.clone(), meta_from_head(&sid, head)))
-                .collect(),
+        let (index, mark) = match store.heads_since(None) {
+            None => (build_index(&home)?, None),
+            Some(read) => {
+                let (heads, mark) = read.map_err(|e| std::io::Error::other(e.message))?;
+                let index = heads
+                    .into_iter()
+                    .map(|(sid, head)| (sid.clone(), meta_from_head(&sid, head)))
+                    .collect();
+                (index, mark)
+            }
         };
         Ok(Arc::new(Registry {
             store,
@@ -122,6 +128,7 @@ impl Registry {
             leftover_tmp_removed: AtomicU64::new(0),
             sessions: DashMap::new(),
             index: RwLock::new(index),
+            heads_mark: tokio::sync::Mutex::new(mark),
             generation: AtomicU64::new(1),
             loaded_once: dashmap::DashSet::new(),
         }))
@@ -283,21 +290,25 @@ impl Registry {
     }
 
     /// On a store that keeps every Log's head (a database shared by several daemons):
-    /// reads them all (one query, no events) and indexes the sessions this daemon has
-    /// not loaded, so `list` and `tree` show what other daemons created or appended.
+    /// reads the heads that changed since the last read (one query, no events; none
+    /// when nothing changed) and indexes those of sessions this daemon has not loaded,
+    /// so `list` and `tree` show what other daemons created, appended to or deleted.
     /// Sessions loaded here keep the entry their actor maintains. Does nothing on the
     /// file home, whose index this daemon alone changes. A store that cannot be read
     /// leaves the index as it was (logged): `list` still answers from memory.
     pub async fn refresh_index(self: &Arc<Self>) {
-        let this = self.clone();
-        let heads = match crate::filesystem::blocking(move || this.store.heads()).await {
+        let mut mark = self.heads_mark.lock().await;
+        let (this, since) = (self.clone(), mark.clone());
+        let read = crate::filesystem::blocking(move || this.store.heads_since(since.as_deref()));
+        let (heads, next) = match read.await {
             Ok(None) => return,
-            Ok(Some(Ok(heads))) => heads,
+            Ok(Some(Ok(read))) => read,
             Ok(Some(Err(e))) | Err(e) => {
                 tracing::warn!(error = %e, "cannot refresh the index from the store");
                 return;
             }
         };
+        *mark = next;
         let Ok(mut index) = self.index.write() else {
             return;
         };
@@ -332,6 +343,15 @@ impl Registry {
         meta.deleted = true;
         self.index_insert(meta);
         Ok(())
+    }
+
+    /// Marks an indexed session deleted (in a store's trash) or live again.
+    pub fn index_set_deleted(&self, sid: &str, deleted: bool) {
+        if let Ok(mut index) = self.index.write() {
+            if let Some(m) = index.get_mut(sid) {
+                m.deleted = deleted;
+            }
+        }
     }
 
     /// Records that `sid` was loaded; true the first time in this process.
@@ -381,6 +401,7 @@ fn meta_from_head(sid: &str, head: store::LogHead) -> SessionMeta {
     }
     meta.branch_summary = head.has_branch_summary;
     meta.archived = is_archived(&head.last_labels);
+    meta.deleted = head.trashed;
     meta
 }
 

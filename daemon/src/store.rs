@@ -289,6 +289,16 @@ pub trait LogStore: Send + Sync + 'static {
     fn heads(&self) -> Option<Result<Vec<(String, LogHead)>, AgentError>> {
         None
     }
+    /// The heads that changed since `since` (a mark this method returned before; `None`
+    /// for all of them) and the mark to pass next time, when the store keeps heads (a
+    /// database shared by several daemons); `None` means it does not.
+    #[allow(clippy::type_complexity)]
+    fn heads_since(
+        &self,
+        _since: Option<&str>,
+    ) -> Option<Result<(Vec<(String, LogHead)>, Option<String>), AgentError>> {
+        None
+    }
     /// Called once when the daemon stops, after the last commit (a database store
     /// gives back its leases).
     fn shutdown(&self) {}
@@ -307,6 +317,40 @@ pub trait LogStore: Send + Sync + 'static {
     fn read_log(&self, _sid: &str) -> Option<Result<Vec<u8>, AgentError>> {
         None
     }
+    /// Where `sid`'s Log is, when the store keeps deleted Logs itself (a database);
+    /// `None` means the home's `trash/` directory holds them and the verbs move files.
+    fn place(&self, _sid: &str) -> Option<Result<LogPlace, AgentError>> {
+        None
+    }
+    /// Moves a live Log to the store's trash: the commit point of a delete, run by the
+    /// session's actor as it retires. Only for stores whose [`place`](Self::place) answers.
+    fn trash(&self, sid: &str) -> Result<(), AgentError> {
+        Err(not_kept(sid))
+    }
+    /// Moves a trashed Log back to the live ones (`restore`).
+    fn untrash(&self, sid: &str) -> Result<(), AgentError> {
+        Err(not_kept(sid))
+    }
+    /// Removes a trashed Log for good (`rm --purge`).
+    fn purge(&self, sid: &str) -> Result<(), AgentError> {
+        Err(not_kept(sid))
+    }
+}
+
+/// Where a session's Log is in a store that keeps its own trash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogPlace {
+    Live,
+    Trashed,
+    Absent,
+}
+
+fn not_kept(sid: &str) -> AgentError {
+    AgentError::new(
+        ErrorKind::Unsupported,
+        "this store keeps deleted Logs as files of the home",
+    )
+    .with_details(json!({"session_id": sid}))
 }
 
 /// The `log_path` that results show for `sid`: the store's own location of the Log,
@@ -757,6 +801,9 @@ pub struct LogHead {
     /// Labels of the last `session_info` that carries any (`archived`).
     pub last_labels: Vec<String>,
     pub has_branch_summary: bool,
+    /// The Log is in the store's trash (a database store; files in `trash/` are not
+    /// read through heads).
+    pub trashed: bool,
 }
 
 pub fn read_head(path: &Path) -> io::Result<LogHead> {
@@ -775,6 +822,7 @@ pub fn read_head(path: &Path) -> io::Result<LogHead> {
         last_title: None,
         last_labels: Vec::new(),
         has_branch_summary: false,
+        trashed: false,
     };
     loop {
         line.clear();

@@ -67,6 +67,8 @@ impl Side {
                 .heads()
                 .unwrap_or_else(|| Ok(Vec::new()))?
                 .into_iter()
+                // Live sessions only, as from a home (whose trash is not copied).
+                .filter(|(_, head)| !head.trashed)
                 .map(|(sid, _)| sid)
                 .collect(),
         };

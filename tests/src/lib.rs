@@ -234,6 +234,115 @@ impl Daemon {
             .join(format!("{session_id}.ndjson"))
     }
 
+    /// A session's Log bytes as a file of the home holds them, wherever this daemon
+    /// stores its Logs: the file, or (on a database) the session's `events` rows in seq
+    /// order, each line with its `\n`. Works while the daemon runs or after it stopped.
+    /// Panics when there is no such Log.
+    pub fn log_bytes(&self, session_id: &str) -> Vec<u8> {
+        self.try_log_bytes(session_id)
+            .unwrap_or_else(|| panic!("no live Log of session {session_id}"))
+    }
+
+    /// [`log_bytes`](Self::log_bytes), or `None` when the session has no live Log
+    /// (never created, deleted, purged).
+    pub fn try_log_bytes(&self, session_id: &str) -> Option<Vec<u8>> {
+        let Some(url) = self.store_url() else {
+            return std::fs::read(self.log_path(session_id)).ok();
+        };
+        let db = url.rsplit('/').next().unwrap_or_default().to_string();
+        assert!(
+            session_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "session id {session_id:?} is not safe to quote"
+        );
+        let pg = pg::PgServer::shared();
+        let live = pg.psql(
+            &db,
+            &format!(
+                "SELECT count(*) FROM sessions WHERE id = '{session_id}' AND trashed_at IS NULL"
+            ),
+        );
+        if live.trim() != "1" {
+            return None;
+        }
+        let text = pg.psql(
+            &db,
+            &format!(
+                "SELECT convert_from(line, 'UTF8') FROM events
+                 WHERE session_id = '{session_id}' ORDER BY seq"
+            ),
+        );
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        Some(out)
+    }
+
+    /// Appends one raw line (no `\n`) behind the daemon's back, as damage would: to
+    /// the file, or as the next `events` row of the database.
+    pub fn append_raw_line(&self, session_id: &str, line: &[u8]) {
+        let Some(url) = self.store_url() else {
+            let mut bytes = std::fs::read(self.log_path(session_id)).expect("read Log");
+            bytes.extend_from_slice(line);
+            bytes.push(b'\n');
+            std::fs::write(self.log_path(session_id), &bytes).expect("write Log");
+            return;
+        };
+        let db = url.rsplit('/').next().unwrap_or_default().to_string();
+        let text = std::str::from_utf8(line).expect("a UTF-8 line");
+        pg::PgServer::shared().psql(
+            &db,
+            &format!(
+                "INSERT INTO events (session_id, seq, line)
+                 SELECT '{sid}', coalesce(max(seq), -1) + 1, convert_to('{text}', 'UTF8')
+                 FROM events WHERE session_id = '{sid}'",
+                sid = session_id.replace('\'', "''"),
+                text = text.replace('\'', "''"),
+            ),
+        );
+    }
+
+    /// Whether a session's Log is in the trash: `<home>/trash/<sid>.ndjson`, or a row of
+    /// the database marked trashed.
+    pub fn in_trash(&self, session_id: &str) -> bool {
+        let Some(url) = self.store_url() else {
+            return self
+                .home
+                .join("trash")
+                .join(format!("{session_id}.ndjson"))
+                .exists();
+        };
+        let db = url.rsplit('/').next().unwrap_or_default().to_string();
+        assert!(
+            session_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "session id {session_id:?} is not safe to quote"
+        );
+        let n = pg::PgServer::shared().psql(
+            &db,
+            &format!(
+                "SELECT count(*) FROM sessions WHERE id = '{session_id}' AND trashed_at IS NOT NULL"
+            ),
+        );
+        n.trim() == "1"
+    }
+
+    /// Whether a session has a live Log (a file of the home, or a row of the database
+    /// not in its trash).
+    pub fn has_log(&self, session_id: &str) -> bool {
+        self.try_log_bytes(session_id).is_some()
+    }
+
+    /// A session's Log parsed line by line (see [`log_bytes`](Self::log_bytes) and
+    /// [`parse_log_lines`]).
+    pub fn log_lines(&self, session_id: &str) -> Vec<Value> {
+        parse_log_lines(&self.log_bytes(session_id), session_id)
+    }
+
     /// The daemon's stdout+stderr so far (harness-started daemons write
     /// `<tmp>/agentd.out`; auto-started ones `<home>/agentd.log`), for failure messages.
     pub fn daemon_output(&self) -> String {
@@ -708,10 +817,15 @@ impl RpcConn {
 /// `\n`).
 pub fn read_log_lines(path: &Path) -> Vec<Value> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    parse_log_lines(&bytes, &path.display().to_string())
+}
+
+/// Parses Log bytes as JSON objects, one a line (see [`read_log_lines`]); `name` names
+/// the Log in panics.
+pub fn parse_log_lines(bytes: &[u8], name: &str) -> Vec<Value> {
     assert!(
         bytes.is_empty() || bytes.ends_with(b"\n"),
-        "{} does not end with a newline; tail: {:?}",
-        path.display(),
+        "{name} does not end with a newline; tail: {:?}",
         String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(200)..])
     );
     bytes
@@ -721,8 +835,7 @@ pub fn read_log_lines(path: &Path) -> Vec<Value> {
         .map(|(i, l)| match serde_json::from_slice::<Value>(l) {
             Ok(v) if v.is_object() => v,
             _ => panic!(
-                "{} line {} is not a JSON object: {:?}",
-                path.display(),
+                "{name} line {} is not a JSON object: {:?}",
                 i + 1,
                 String::from_utf8_lossy(l)
             ),

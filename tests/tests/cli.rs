@@ -1,7 +1,7 @@
 //! `agentctl` against the real daemon (DESIGN §12): the create/append/log round trip,
 //! `--json` printing exactly one document, exit codes by error kind, and auto-start.
 
-use agentd_tests::{read_log_lines, Daemon, Output, RpcConn};
+use agentd_tests::{Daemon, Output, RpcConn};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -47,13 +47,13 @@ fn new_append_log_show_ls_round_trip() {
     let ws = d.workspace().display().to_string();
     let created = ok_doc(&d.agentctl(["--json", "new", "--workspace", &ws, "--title", "cli rt"]));
     let sid = created["session_id"].as_str().unwrap().to_string();
-    assert!(d.log_path(&sid).is_file());
+    assert!(d.has_log(&sid));
 
     // Human `new` prints the id alone.
     let human = d.agentctl(["new", "--title", "second"]);
     human.assert_code(0);
     let sid2 = human.stdout.trim().to_string();
-    assert!(d.log_path(&sid2).is_file(), "{human:?}");
+    assert!(d.has_log(&sid2), "{human:?}");
 
     let a = ok_doc(&d.agentctl([
         "--json",
@@ -112,7 +112,7 @@ fn new_append_log_show_ls_round_trip() {
     assert_eq!(events[1]["data"]["text"], "hello from the cli");
     assert_eq!(events[2]["type"], "assistant_message");
     assert_eq!(events[2]["data"]["text"], "answer via stdin");
-    assert_eq!(&read_log_lines(&d.log_path(&sid)), events);
+    assert_eq!(&d.log_lines(&sid), events);
 
     // Human log: one line per event with seq and type.
     let hl = d.agentctl(["log", &sid]);

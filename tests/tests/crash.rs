@@ -3,7 +3,7 @@
 //! leaves a Log whose every line parses; clients of a killed daemon see the connection
 //! end instead of hanging.
 
-use agentd_tests::{read_log_lines, Daemon, RpcConn};
+use agentd_tests::{Daemon, RpcConn};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -45,7 +45,7 @@ fn check_acked(d: &Daemon, sid: &str, acked: &[(String, u64)]) -> usize {
             "acknowledged event {id} (seq {seq}) lost or moved"
         );
     }
-    let disk = read_log_lines(&d.log_path(sid));
+    let disk = d.log_lines(sid);
     assert_eq!(disk, events, "Log file differs from served events");
     events
         .iter()

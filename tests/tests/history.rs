@@ -127,6 +127,11 @@ fn file_hash(p: &Path) -> String {
     sha256(&std::fs::read(p).unwrap_or_else(|e| panic!("read {p:?}: {e}")))
 }
 
+/// The sha256 of a session's Log bytes, wherever the daemon stores them.
+fn log_hash(d: &Daemon, sid: &str) -> String {
+    sha256(&d.log_bytes(sid))
+}
+
 /// Every file and directory under `root` (relative path → sha256, `dir` for directories).
 fn hash_tree(root: &Path) -> BTreeMap<String, String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
@@ -225,8 +230,8 @@ fn reconcile_lists_then_records_sorted_closures_once() {
             result("c3", "a.txt"),
         ],
     );
-    let log = d.log_path("rec");
-    let before = file_hash(&log);
+    let log = "rec";
+    let before = log_hash(&d, log);
 
     let dry = ctl(&d, &["reconcile", "rec", "--dry-run"]);
     let pending: Vec<(&str, &str)> = dry["pending"]
@@ -237,7 +242,7 @@ fn reconcile_lists_then_records_sorted_closures_once() {
         .collect();
     assert_eq!(pending, [("c1", "read_file"), ("c2", "shell")]);
     assert_eq!(dry["recorded"], json!([]));
-    assert_eq!(file_hash(&log), before, "dry run changed the Log");
+    assert_eq!(log_hash(&d, log), before, "dry run changed the Log");
 
     let real = ctl(&d, &["reconcile", "rec"]);
     let recorded = real["recorded"].as_array().unwrap();
@@ -269,12 +274,12 @@ fn reconcile_lists_then_records_sorted_closures_once() {
         ["c1", "c2"]
     );
 
-    let after_first = file_hash(&log);
+    let after_first = log_hash(&d, log);
     let again = ctl(&d, &["reconcile", "rec"]);
     assert_eq!(again["pending"], json!([]));
     assert_eq!(again["recorded"], json!([]));
     assert_eq!(
-        file_hash(&log),
+        log_hash(&d, log),
         after_first,
         "second reconcile changed the Log"
     );
@@ -859,8 +864,8 @@ fn fork_child_starts_with_session_fork_and_copies_the_prefix() {
     let d = daemon();
     fork_parent(&d, "par");
     ctl(&d, &["compact", "par", "--tail-events", "4"]);
-    let parent_log = d.log_path("par");
-    let parent_hash = file_hash(&parent_log);
+    let parent_log = "par";
+    let parent_hash = log_hash(&d, parent_log);
     let parent = events(&d, "par");
     let last = parent.last().unwrap()["seq"].as_u64().unwrap();
 
@@ -871,7 +876,7 @@ fn fork_child_starts_with_session_fork_and_copies_the_prefix() {
     assert_eq!(r["fork_root_session_id"], "par");
     assert_eq!(r["to_seq"], last);
     assert_eq!(
-        file_hash(&parent_log),
+        log_hash(&d, parent_log),
         parent_hash,
         "fork modified the parent"
     );
@@ -945,7 +950,7 @@ fn fork_refuses_a_seq_that_does_not_exist() {
     assert_eq!(out.json()["ok"], false);
     assert_eq!(out.json()["error"]["kind"], "invalid_args");
     assert_eq!(hash_tree(d.home()), before);
-    assert!(!d.log_path("nope").exists());
+    assert!(!d.has_log("nope"));
     let out = run(&d, &["fork", "missing-parent"]);
     out.assert_code(2);
     assert_eq!(out.json()["error"]["kind"], "not_found");
@@ -955,7 +960,7 @@ fn fork_refuses_a_seq_that_does_not_exist() {
 fn fork_cut_closes_orphans_in_the_child_only() {
     let d = daemon();
     let seqs = fork_parent(&d, "p3");
-    let parent_hash = file_hash(&d.log_path("p3"));
+    let parent_hash = log_hash(&d, "p3");
     let parent = events(&d, "p3");
     // Cut right after tool_call c2, inside turn t2.
     let c2 = parent
@@ -995,7 +1000,7 @@ fn fork_cut_closes_orphans_in_the_child_only() {
     let ctx = ctl(&d, &["context", "cut"]);
     assert_pairs(&ctx);
     assert_eq!(ctx["stats"]["synthetic_orphan_closures"], json!([]));
-    assert_eq!(file_hash(&d.log_path("p3")), parent_hash);
+    assert_eq!(log_hash(&d, "p3"), parent_hash);
     assert_eq!(ctl(&d, &["show", "p3"])["pending_tool_calls"], json!([]));
 }
 
@@ -1314,14 +1319,14 @@ fn context_and_checkpoint_are_identical_after_a_restart() {
     let ctx = ctl(&d, &["context", "rs"]);
     let cp = ctl(&d, &["checkpoint", "rs"]);
     let show = ctl(&d, &["show", "rs"]);
-    let log = file_hash(&d.log_path("rs"));
+    let log = log_hash(&d, "rs");
     d.restart();
     assert_eq!(ctl(&d, &["context", "rs"]), ctx);
     assert_eq!(ctl(&d, &["checkpoint", "rs"]), cp);
     let again = ctl(&d, &["show", "rs"]);
     assert_eq!(again["checkpoint_to_seq"], show["checkpoint_to_seq"]);
     assert_eq!(again["event_count"], show["event_count"]);
-    assert_eq!(file_hash(&d.log_path("rs")), log, "loading rewrote the Log");
+    assert_eq!(log_hash(&d, "rs"), log, "loading rewrote the Log");
 }
 
 #[test]

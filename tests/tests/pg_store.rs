@@ -4,7 +4,10 @@
 //! list and tree, concurrent appenders), then what only a shared database has: one
 //! owner per session across daemons with different homes (hand-over after a clean stop,
 //! takeover after kill -9 once the lease ended, a fenced stale owner that cannot write)
-//! and a server restart in the middle of appends.
+//! and a server restart in the middle of appends; leases renewed while idle; the
+//! session verbs on the database (search, usage and export of another daemon's
+//! sessions, delete/restore/purge with the trash kept in the database); `list`
+//! following every change another daemon makes while reading only changed heads.
 
 use agentd_tests::pg::PgServer;
 use agentd_tests::{is_type, Daemon, RpcConn};
@@ -712,4 +715,259 @@ fn store_copy_moves_a_home_into_a_database_and_back_byte_exact() {
             .count(),
         1
     );
+}
+
+#[test]
+fn search_usage_and_export_read_every_daemons_sessions_from_the_database() {
+    let url = PgServer::shared().create_db();
+    let a = daemon_on(&url, 30.0);
+    let b = daemon_on(&url, 30.0);
+    let (mut ca, mut cb) = (a.connect(), b.connect());
+    let sid = create(&b, &mut cb, json!({"title": "zebra notes"}));
+    let r = append(
+        &mut cb,
+        &sid,
+        json!([
+            {"type": "user_message", "data": {"text": "where is the Zebra config?"}},
+            {"type": "provider_usage", "data": {"provider": "p", "model": "m1",
+                "usage": {"input_tokens": 1200, "output_tokens": 34}}},
+        ]),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    // a never loaded the session (b holds its lease) and finds it all the same.
+    let hits = ca.call_ok("agentd/search", json!({"query": "zebra"}));
+    let refs: Vec<&str> = hits["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["ref"].as_str().unwrap())
+        .collect();
+    assert_eq!(refs, vec![format!("{sid}@1")], "{hits}");
+    assert_eq!(hits["sessions_scanned"], 1, "{hits}");
+    assert!(hits["bytes_scanned"].as_u64().unwrap() > 0, "{hits}");
+    let usage = ca.call_ok("agentd/usage", json!({}));
+    assert_eq!(usage["total"]["calls"], 1, "{usage}");
+    assert_eq!(usage["total"]["input_tokens"], 1200, "{usage}");
+    let one = ca.call_ok("agentd/usage", json!({"session_id": sid, "by": "session"}));
+    assert_eq!(one["rows"][0]["key"], sid.as_str(), "{one}");
+    let r = ca.call("agentd/usage", json!({"session_id": "nope"}));
+    assert_eq!(kind(&r), "not_found", "{r}");
+    // Export through a is byte-exact with what the database holds.
+    let ex = ca.call_ok(
+        "agentd/export",
+        json!({"session_id": sid, "format": "jsonl"}),
+    );
+    assert_eq!(
+        ex["content"].as_str().unwrap().as_bytes(),
+        b.log_bytes(&sid)
+    );
+    // b still owns the session: nothing above took its lease.
+    let r = append(&mut cb, &sid, user("b still owns it"));
+    assert!(r.get("result").is_some(), "{r}");
+}
+
+#[test]
+fn delete_restore_and_purge_keep_the_trash_in_the_database() {
+    let url = PgServer::shared().create_db();
+    let mut a = daemon_on(&url, 30.0);
+    let mut ca = a.connect();
+    let sid = create(&a, &mut ca, json!({"title": "to the trash"}));
+    append(&mut ca, &sid, user("keep me"));
+    let b = daemon_on(&url, 30.0);
+    let mut cb = b.connect();
+    // b cannot delete a session a owns: busy, naming the owner's host.
+    let r = cb.call("agentd/delete", json!({"session_id": sid}));
+    assert_eq!(kind(&r), "busy", "{r}");
+    assert_eq!(
+        r["error"]["data"]["details"]["owner_host"],
+        hostname().as_str(),
+        "{r}"
+    );
+    // The owner deletes it: the rows stay, marked, and every daemon stops listing it.
+    let del = ca.call_ok("agentd/delete", json!({"session_id": sid}));
+    assert_eq!(del["outcome"], "trashed", "{del}");
+    assert!(del["trash_path"].as_str().unwrap().contains(&sid), "{del}");
+    assert!(a.in_trash(&sid) && !a.has_log(&sid));
+    assert!(!a
+        .home()
+        .join("trash")
+        .join(format!("{sid}.ndjson"))
+        .exists());
+    for c in [&mut ca, &mut cb] {
+        let list = c.call_ok("agentd/list", json!({}));
+        assert_eq!(list["sessions"], json!([]), "{list}");
+        let r = c.call("agentd/show", json!({"session_id": sid}));
+        assert_eq!(kind(&r), "not_found", "{r}");
+        let r = c.call("agentd/search", json!({"query": "keep"}));
+        assert_eq!(r["result"]["hits"], json!([]), "{r}");
+    }
+    let r = append(&mut ca, &sid, user("into the trash?"));
+    assert_eq!(kind(&r), "not_found", "{r}");
+    // The id stays taken while the session is in the trash.
+    let r = ca.call(
+        "agentd/create",
+        json!({"workspace": a.workspace(), "session_id": sid}),
+    );
+    assert_eq!(kind(&r), "already_exists", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("trash"),
+        "{r}"
+    );
+    // `store copy` takes live sessions only, as from a home.
+    let other = create(&a, &mut ca, json!({"title": "live"}));
+    let dest = tempfile::tempdir().unwrap();
+    let dest_home = dest.path().join("home");
+    let out = a.agentctl([
+        "--json",
+        "store",
+        "copy",
+        "--from",
+        &url,
+        "--to",
+        dest_home.to_str().unwrap(),
+    ]);
+    out.assert_code(0);
+    let copied: Vec<&str> = out.json()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(copied, vec![other.as_str()], "{:?}", out.json());
+    ca.call_ok("agentd/delete", json!({"session_id": other, "purge": true}));
+    let r = ca.call("agentd/delete", json!({"session_id": sid}));
+    assert_eq!(kind(&r), "not_found", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("trash"),
+        "{r}"
+    );
+    // Another daemon restores it, and takes it over with everything in place.
+    let res = cb.call_ok("agentd/restore", json!({"session_id": sid}));
+    assert!(res["log_path"].as_str().unwrap().ends_with(&sid), "{res}");
+    let r = cb.call("agentd/restore", json!({"session_id": sid}));
+    assert_eq!(kind(&r), "already_exists", "{r}");
+    let r = append(&mut cb, &sid, user("back on b"));
+    assert_eq!(r["result"]["first_seq"], 2, "{r}");
+    let texts: Vec<String> = all_events(&mut cb, &sid)
+        .iter()
+        .filter_map(|e| e["data"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(texts, vec!["keep me", "back on b"]);
+    // Purge: gone from the database, across a restart of a.
+    cb.call_ok("agentd/delete", json!({"session_id": sid, "purge": true}));
+    assert!(!a.in_trash(&sid) && !a.has_log(&sid));
+    let n = PgServer::shared().psql(
+        url.rsplit('/').next().unwrap(),
+        &format!("SELECT count(*) FROM events WHERE session_id = '{sid}'"),
+    );
+    assert_eq!(n.trim(), "0");
+    drop(ca);
+    a.restart();
+    let mut ca = a.connect();
+    let r = ca.call("agentd/restore", json!({"session_id": sid}));
+    assert_eq!(kind(&r), "not_found", "{r}");
+    let list = ca.call_ok("agentd/list", json!({"include_archived": true}));
+    assert_eq!(list["sessions"], json!([]), "{list}");
+}
+
+#[test]
+fn list_reads_only_changed_heads_yet_follows_every_change_another_daemon_makes() {
+    let url = PgServer::shared().create_db();
+    let a = daemon_on(&url, 30.0);
+    let b = daemon_on(&url, 30.0);
+    let (mut ca, mut cb) = (a.connect(), b.connect());
+    let ids = |c: &mut RpcConn, p: Value| -> Vec<(String, String, u64)> {
+        let list = c.call_ok("agentd/list", p);
+        let mut v: Vec<(String, String, u64)> = list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["session_id"].as_str().unwrap().to_string(),
+                    s["title"].as_str().unwrap_or_default().to_string(),
+                    s["event_count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let s1 = create(&b, &mut cb, json!({"session_id": "s1", "title": "one"}));
+    assert_eq!(ids(&mut ca, json!({})), [("s1".into(), "one".into(), 1)]);
+    // Each change b makes shows on a's next list, whichever list read the heads last.
+    let s2 = create(&b, &mut cb, json!({"session_id": "s2", "title": "two"}));
+    append(&mut cb, &s1, user("more"));
+    assert_eq!(
+        ids(&mut ca, json!({})),
+        [
+            ("s1".into(), "one".into(), 2),
+            ("s2".into(), "two".into(), 1)
+        ]
+    );
+    assert_eq!(
+        ids(&mut ca, json!({})).len(),
+        2,
+        "an unchanged store lists the same"
+    );
+    cb.call_ok(
+        "agentd/rename",
+        json!({"session_id": s2, "title": "renamed"}),
+    );
+    cb.call_ok("agentd/archive", json!({"session_id": s1}));
+    assert_eq!(
+        ids(&mut ca, json!({})),
+        [("s2".into(), "renamed".into(), 2)]
+    );
+    assert_eq!(ids(&mut ca, json!({"include_archived": true})).len(), 2);
+    cb.call_ok("agentd/delete", json!({"session_id": s2}));
+    assert_eq!(
+        ids(&mut ca, json!({"include_archived": true})),
+        [("s1".into(), "one".into(), 3)]
+    );
+    // A restart of a reads them all again and agrees.
+    cb.call_ok("agentd/restore", json!({"session_id": s2}));
+    let shown = ids(&mut ca, json!({"include_archived": true}));
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    let c = Daemon::builder().env("AGENTD_STORE", &url).start();
+    assert_eq!(
+        ids(&mut c.connect(), json!({"include_archived": true})),
+        shown
+    );
+}
+
+#[test]
+fn an_idle_owner_keeps_renewing_its_lease_past_its_length() {
+    let url = PgServer::shared().create_db();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let lease = 1.0;
+    let a = daemon_on(&url, lease);
+    let b = daemon_on(&url, lease);
+    let mut ca = a.connect();
+    let sid = create(&a, &mut ca, json!({}));
+    append(&mut ca, &sid, user("then idle"));
+    let expires = || -> f64 {
+        PgServer::shared()
+            .psql(
+                &db,
+                &format!(
+                    "SELECT extract(epoch FROM lease_expires) FROM sessions WHERE id = '{sid}'"
+                ),
+            )
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = expires();
+    // Renewals move the expiry on while a does nothing: three lease lengths past
+    // where it stood after the last append.
+    wait_until("the lease to be renewed past three lengths", WAIT, || {
+        (expires() > first + 3.0 * lease).then_some(())
+    });
+    let mut cb = b.connect();
+    let r = append(&mut cb, &sid, user("b while a idles"));
+    assert_eq!(kind(&r), "busy", "{r}");
+    assert_eq!(r["error"]["data"]["details"]["reason"], "leased", "{r}");
+    let r = append(&mut ca, &sid, user("a still owns it"));
+    assert_eq!(r["result"]["first_seq"], 2, "{r}");
 }

@@ -527,7 +527,7 @@ fn fork_restore_puts_the_files_back_to_the_fork_point() {
     let mut c = d.connect();
     let (sid, t1, _t2) = two_turns(&d, &mut c);
     let end1 = t1["last_seq"].as_u64().unwrap();
-    let parent_lines = agentd_tests::read_log_lines(&d.log_path(&sid)).len();
+    let parent_lines = d.log_lines(&sid).len();
 
     std::fs::write(d.workspace().join("a.txt"), "user edit\n").unwrap();
     let refused = c.call(
@@ -561,7 +561,7 @@ fn fork_restore_puts_the_files_back_to_the_fork_point() {
     assert!(is_type(last, "workspace_revert"), "{last}");
     assert_eq!(last["data"]["reason"], "fork_restore");
     assert_eq!(
-        agentd_tests::read_log_lines(&d.log_path(&sid)).len(),
+        d.log_lines(&sid).len(),
         parent_lines,
         "the parent Log is never modified"
     );

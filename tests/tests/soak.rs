@@ -6,7 +6,7 @@
 //! session loads with no corrupt line, every replay is balanced, and the daemon's RSS
 //! stayed under a bound.
 
-use agentd_tests::{read_log_lines, Daemon, RpcConn};
+use agentd_tests::{Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -390,7 +390,7 @@ fn soak() {
     let mut per_session: BTreeMap<&str, usize> = BTreeMap::new();
     let mut total_lines = 0usize;
     for sid in &all {
-        let lines = read_log_lines(&d.log_path(sid));
+        let lines = d.log_lines(sid);
         total_lines += lines.len();
         let mut ids = HashSet::new();
         let mut markers = HashSet::new();

@@ -619,7 +619,7 @@ fn shutdown_ends_running_turns_durably() {
         .expect("a delta");
     drop(c);
     assert!(d.shutdown(WAIT).is_some(), "daemon did not stop");
-    let log = std::fs::read_to_string(d.log_path(&sid)).unwrap();
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
     let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "turn_ended", "{log}");
     assert_eq!(last["data"]["status"], "interrupted");
@@ -767,7 +767,7 @@ fn provider_keys_never_reach_the_log_through_tools() {
     assert_eq!(results.len(), 1, "{evs:#?}");
     let out = results[0]["data"]["output"].as_str().unwrap();
     assert!(out.contains("[redacted]"), "{out}");
-    let log = std::fs::read_to_string(d.log_path(&sid)).unwrap();
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
     assert!(!log.contains("sk-live-TOPSECRET123"), "{log}");
     assert!(!log.contains("TOPSECRET"), "{log}");
 }

@@ -60,7 +60,7 @@ fn first_run_without_a_key_creates_nothing_and_names_the_fix() {
     let mut c = d.connect();
     let r = c.call("agentd/turn", json!({"session_id": sid, "input": "hi"}));
     assert_eq!(err_kind(&r), "invalid_args", "{r}");
-    let log = agentd_tests::read_log_lines(&d.log_path(&sid));
+    let log = d.log_lines(&sid);
     assert_eq!(log.len(), 1, "{log:?}");
     // The built-ins carry default models: only the key is missing for openai.
     let r = c.call("agentd/preflight", json!({"provider": "openai"}));
@@ -108,7 +108,7 @@ fn rename_shows_at_once_and_refuses_bad_titles() {
     assert_eq!(listed(&d, &[])[0]["title"], "New name");
     let tree = c.call_ok("agentd/tree", json!({"session_id": sid}));
     assert_eq!(tree["tree"]["title"], "New name");
-    let evs = agentd_tests::read_log_lines(&d.log_path(&sid));
+    let evs = d.log_lines(&sid);
     assert_eq!(evs.last().unwrap()["type"], "session_info");
     // Same title again: nothing recorded.
     let r = c.call_ok(
@@ -136,7 +136,7 @@ fn rename_shows_at_once_and_refuses_bad_titles() {
     assert_eq!(err_kind(&r), "invalid_args");
     assert!(!r.to_string().contains("../etc"), "hostile id echoed: {r}");
     d.agentctl(["rename", "nope", "x"]).assert_code(2);
-    assert_eq!(agentd_tests::read_log_lines(&d.log_path(&sid)).len(), 2);
+    assert_eq!(d.log_lines(&sid).len(), 2);
 }
 
 #[test]
@@ -186,8 +186,8 @@ fn rm_moves_to_trash_restore_brings_back_purge_removes() {
     let out = d.agentctl(["--json", "rm", "parent"]);
     out.assert_code(0);
     assert_eq!(out.json()["forks"], json!(["kid"]));
-    assert!(!d.log_path("parent").exists());
-    assert!(d.home().join("trash/parent.ndjson").exists());
+    assert!(!d.has_log("parent"));
+    assert!(d.in_trash("parent"));
     assert_eq!(ids(&listed(&d, &["--all"])), ["kid"]);
     let r = c.call("agentd/show", json!({"session_id": "parent"}));
     assert_eq!(err_kind(&r), "not_found", "{r}");
@@ -223,11 +223,11 @@ fn rm_moves_to_trash_restore_brings_back_purge_removes() {
     // Purge needs confirmation when not on a terminal.
     let out = d.agentctl(["--json", "rm", "parent", "--purge"]);
     out.assert_code(2);
-    assert!(d.log_path("parent").exists());
+    assert!(d.has_log("parent"));
     d.agentctl(["rm", "parent", "--purge", "--yes"])
         .assert_code(0);
-    assert!(!d.log_path("parent").exists());
-    assert!(!d.home().join("trash/parent.ndjson").exists());
+    assert!(!d.has_log("parent"));
+    assert!(!d.in_trash("parent"));
     assert!(!d.home().join("trash/parent").exists());
     d.agentctl(["restore", "parent"]).assert_code(2);
     d.agentctl(["rm", "nope"]).assert_code(2);
@@ -254,7 +254,7 @@ fn rm_refuses_while_a_turn_runs() {
     let out = d.agentctl(["--json", "rm", sid.as_str()]);
     out.assert_code(5);
     assert_eq!(out.json()["error"]["kind"], "busy");
-    assert!(d.log_path(&sid).exists());
+    assert!(d.has_log(&sid));
     c.call_ok("agentd/interrupt", json!({"session_id": sid}));
     d.agentctl(["rm", sid.as_str()]).assert_code(0);
 }
@@ -353,16 +353,11 @@ fn export_markdown_html_jsonl_and_damage() {
     assert!(page.contains("<details") && page.contains("hi &lt;b&gt;there&lt;/b&gt;"));
     assert!(!page.contains("src=\"http") && !page.contains("href=\"http"));
     let raw = d.agentctl(["export", "ex", "--format", "jsonl"]);
-    assert_eq!(
-        raw.stdout.as_bytes(),
-        std::fs::read(d.log_path("ex")).unwrap().as_slice()
-    );
+    assert_eq!(raw.stdout.as_bytes(), d.log_bytes("ex").as_slice());
     // Damage: a corrupt line in the middle (written while the session is not loaded
     // by this daemon: a fresh one).
     let sid2 = create(&d, &mut c, "dmg", "damaged");
-    let mut log = std::fs::read(d.log_path(&sid2)).unwrap();
-    log.extend_from_slice(b"{\"not\": json\n");
-    std::fs::write(d.log_path(&sid2), &log).unwrap();
+    d.append_raw_line(&sid2, b"{\"not\": json");
     let r = c.call_ok(
         "agentd/export",
         json!({"session_id": "dmg", "format": "markdown"}),

@@ -159,6 +159,7 @@ WITH upd AS (
         last_title = CASE WHEN u.info THEN u.title ELSE s.last_title END,
         last_labels = coalesce(u.labels, s.last_labels),
         has_branch_summary = s.has_branch_summary OR u.bs,
+        updated_at = clock_timestamp(),
         lease_expires = now() + make_interval(secs => $11)
     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
                 $6::bool[], $7::text[], $8::text[], $9::bool[])
@@ -217,7 +218,7 @@ fn commit_group(
         // The statement failed as a whole and the connection is fine: nothing was
         // written, so each batch may be tried alone (one bad batch fails alone).
         Err(e) if jobs.len() > 1 && !c.client.is_closed() => {
-            tracing::warn!(error = %e, batches = jobs.len(), "group commit failed; committing each batch alone");
+            tracing::warn!(error = %super::conn::describe(&e).1, batches = jobs.len(), "group commit failed; committing each batch alone");
             jobs.iter()
                 .map(|j| match run_group(shared, c, std::slice::from_ref(j)) {
                     Ok(mut r) => r.pop().unwrap_or(Ok(())),

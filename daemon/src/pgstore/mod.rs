@@ -177,7 +177,7 @@ impl Shared {
                     "UPDATE sessions SET lease_owner = $2, lease_host = $3,
                          lease_token = lease_token + 1,
                          lease_expires = now() + make_interval(secs => $4)
-                     WHERE id = $1
+                     WHERE id = $1 AND trashed_at IS NULL
                        AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires < now())
                      RETURNING lease_token",
                     &[&sid, &self.owner, &self.host, &secs],
@@ -191,7 +191,8 @@ impl Shared {
             .with_client(true, |c| {
                 c.query_opt(
                     "SELECT lease_owner, lease_host,
-                         to_char(lease_expires AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+                         to_char(lease_expires AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+                         trashed_at IS NOT NULL
                      FROM sessions WHERE id = $1",
                     &[&sid],
                 )
@@ -202,6 +203,9 @@ impl Shared {
                 .with_details(json!({"session_id": sid}))
                 .with_next_actions(&["agentctl ls"]));
         };
+        if row.get::<_, bool>(3) {
+            return Err(trashed(sid));
+        }
         let owner: Option<String> = row.get(0);
         let host: Option<String> = row.get(1);
         let until: Option<String> = row.get(2);
@@ -265,21 +269,51 @@ impl Shared {
             };
             let ids: Vec<&str> = held.iter().map(|(s, _)| s.as_str()).collect();
             let tokens: Vec<i64> = held.iter().map(|(_, t)| *t).collect();
-            match c.query(
+            // Rows a commit holds are skipped, never waited for: that commit renews
+            // them itself, and a renewal that waited while holding other rows could
+            // deadlock with a group commit that locks the same rows in another order.
+            let renewed = c.query(
                 "UPDATE sessions s SET lease_expires = now() + make_interval(secs => $4)
-                 FROM unnest($1::text[], $2::bigint[]) AS h(id, token)
-                 WHERE s.id = h.id AND s.lease_token = h.token AND s.lease_owner = $3
+                 FROM (SELECT s2.id FROM sessions s2
+                       JOIN unnest($1::text[], $2::bigint[]) AS h(id, token) ON s2.id = h.id
+                       WHERE s2.lease_token = h.token AND s2.lease_owner = $3
+                       FOR UPDATE OF s2 SKIP LOCKED) l
+                 WHERE s.id = l.id
                  RETURNING s.id",
                 &[&ids, &tokens, &self.owner, &self.lease.as_secs_f64()],
+            );
+            let rows = match renewed {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(error = %conn::describe(&e).1, "lease renewal failed");
+                    continue;
+                }
+            };
+            let kept: std::collections::HashSet<&str> =
+                rows.iter().map(|r| r.get::<_, &str>(0)).collect();
+            let missing: Vec<usize> = (0..held.len())
+                .filter(|&i| !kept.contains(ids[i]))
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            // Skipped or lost: a plain read (no lock) tells which are still ours.
+            let m_ids: Vec<&str> = missing.iter().map(|&i| ids[i]).collect();
+            let m_tokens: Vec<i64> = missing.iter().map(|&i| tokens[i]).collect();
+            match c.query(
+                "SELECT s.id FROM sessions s
+                 JOIN unnest($1::text[], $2::bigint[]) AS h(id, token) ON s.id = h.id
+                 WHERE s.lease_token = h.token AND s.lease_owner = $3",
+                &[&m_ids, &m_tokens, &self.owner],
             ) {
-                Ok(rows) => {
-                    let kept: std::collections::HashSet<&str> =
-                        rows.iter().map(|r| r.get::<_, &str>(0)).collect();
-                    for (sid, _) in held.iter().filter(|(s, _)| !kept.contains(s.as_str())) {
+                Ok(still) => {
+                    let still: std::collections::HashSet<&str> =
+                        still.iter().map(|r| r.get::<_, &str>(0)).collect();
+                    for sid in m_ids.iter().filter(|s| !still.contains(*s)) {
                         tracing::warn!(session = %sid, "lease lost; appends to this session are refused");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                Err(e) => tracing::warn!(error = %conn::describe(&e).1, "lease check failed"),
             }
         }
     }
@@ -338,7 +372,10 @@ impl PgStore {
             .shared
             .with_client(true, |c| {
                 let mut tx = c.build_transaction().read_only(true).start()?;
-                let exists = tx.query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&sid])?;
+                let exists = tx.query_opt(
+                    "SELECT 1 FROM sessions WHERE id = $1 AND trashed_at IS NULL",
+                    &[&sid],
+                )?;
                 let rows = tx.query(
                     "SELECT line FROM events WHERE session_id = $1 ORDER BY seq",
                     &[&sid],
@@ -372,23 +409,37 @@ impl PgStore {
 /// `(seq, line without its newline)` of each event of a batch.
 pub(crate) type Rows = Vec<(i64, Vec<u8>)>;
 
-/// Splits whole Log lines into rows and what they change in the session row.
+/// What the session row needs of one line, read without building its `data`.
+#[derive(serde::Deserialize)]
+struct LineHead<'a> {
+    seq: u64,
+    #[serde(borrow)]
+    ts: std::borrow::Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
+/// Splits whole Log lines into rows and what they change in the session row. Only a
+/// `session_info` line is decoded whole (for its title and labels): the rest of a batch
+/// costs a scan, not a tree of values per event.
 fn summarize(bytes: &[u8]) -> Result<(Rows, Summary), AgentError> {
+    let bad =
+        |e: serde_json::Error| AgentError::internal(format!("a Log line does not parse: {e}"));
     let mut rows = Vec::new();
     let mut sum = Summary::default();
     for line in bytes.split(|&b| b == b'\n') {
         if line.is_empty() {
             continue;
         }
-        let ev: Event = serde_json::from_slice(line)
-            .map_err(|e| AgentError::internal(format!("a Log line does not parse: {e}")))?;
-        let seq = i64::try_from(ev.seq)
+        let head: LineHead = serde_json::from_slice(line).map_err(bad)?;
+        let seq = i64::try_from(head.seq)
             .map_err(|_| AgentError::new(ErrorKind::CorruptLog, "seq does not fit the store"))?;
         sum.count += 1;
         sum.bytes += line.len() as i64 + 1;
-        sum.last_ts = Some(ev.ts.clone());
-        match ev.event_type() {
+        sum.last_ts = Some(head.ts.into_owned());
+        match EventType::parse(&head.kind) {
             EventType::SessionInfo => {
+                let ev: Event = serde_json::from_slice(line).map_err(bad)?;
                 sum.info = true;
                 sum.title = ev.str_field("title").map(str::to_string);
                 if let Some(l) = crate::history::fold::session_labels(&ev) {
@@ -407,6 +458,7 @@ fn head_from_row(row: &postgres::Row) -> LogHead {
     let head: Vec<u8> = row.get(1);
     let labels: Option<String> = row.get(5);
     LogHead {
+        trashed: row.get(7),
         first: serde_json::from_slice(&head).ok(),
         line_count: row.get::<_, i64>(2) as u64,
         last_ts: row.get(3),
@@ -418,8 +470,22 @@ fn head_from_row(row: &postgres::Row) -> LogHead {
     }
 }
 
-const HEAD_COLUMNS: &str =
-    "id, head, event_count, last_ts, last_title, last_labels, has_branch_summary";
+const HEAD_COLUMNS: &str = "id, head, event_count, last_ts, last_title, last_labels,
+     has_branch_summary, trashed_at IS NOT NULL";
+
+/// How far before the last read's mark [`LogStore::heads_since`] looks again: longer
+/// than a commit takes from stamping its rows to landing.
+const CHANGE_WINDOW: Duration = Duration::from_secs(10);
+
+/// `not_found` for a session in the store's trash, with the way back.
+fn trashed(sid: &str) -> AgentError {
+    AgentError::not_found("the session is in the trash")
+        .with_details(json!({"session_id": sid, "store": "postgres"}))
+        .with_next_actions(&[
+            &format!("agentctl restore {sid}"),
+            &format!("agentctl rm {sid} --purge"),
+        ])
+}
 
 impl LogStore for PgStore {
     fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
@@ -564,6 +630,7 @@ impl LogStore for PgStore {
                 "UPDATE sessions SET
                      event_count = (SELECT count(*) FROM events WHERE session_id = $1),
                      byte_count = (SELECT coalesce(sum(length(line) + 1), 0) FROM events WHERE session_id = $1),
+                     updated_at = clock_timestamp(),
                      lease_expires = now() + make_interval(secs => $2),
                      lease_token = lease_token + 1
                  WHERE id = $1",
@@ -652,7 +719,12 @@ impl LogStore for PgStore {
             Ok(true) => Ok(()),
             Ok(false) => Err(AgentError::new(
                 ErrorKind::AlreadyExists,
-                "session already exists",
+                match self.place(sid) {
+                    Some(Ok(crate::store::LogPlace::Trashed)) => {
+                        "a session with this id is in the trash; purge it first"
+                    }
+                    _ => "session already exists",
+                },
             )),
             Err(e) => Err(store_error(ErrorKind::LogWriteFailed, "create log", &e)),
         }
@@ -687,6 +759,43 @@ impl LogStore for PgStore {
         )
     }
 
+    fn heads_since(
+        &self,
+        since: Option<&str>,
+    ) -> Option<Result<(Vec<(String, LogHead)>, Option<String>), AgentError>> {
+        // One statement: the rows changed since a little before the mark (a commit
+        // stamps its rows before it lands, so one that began before the last read may
+        // become visible after it), each with the server's time of this read, which is
+        // the next mark. No rows: the mark stays.
+        let rows = self.shared.with_client(true, |c| match since {
+            None => c.query(
+                &format!("SELECT {HEAD_COLUMNS}, now()::text FROM sessions"),
+                &[],
+            ),
+            Some(mark) => c.query(
+                &format!(
+                    "SELECT {HEAD_COLUMNS}, now()::text FROM sessions
+                     WHERE updated_at > $1::text::timestamptz - make_interval(secs => $2)"
+                ),
+                &[&mark, &CHANGE_WINDOW.as_secs_f64()],
+            ),
+        });
+        Some(
+            rows.map(|rows| {
+                let mark = rows
+                    .first()
+                    .map(|r| r.get::<_, String>(8))
+                    .or_else(|| since.map(str::to_string));
+                let heads = rows
+                    .iter()
+                    .map(|r| (r.get::<_, String>(0), head_from_row(r)))
+                    .collect();
+                (heads, mark)
+            })
+            .map_err(|e| store_error(ErrorKind::IoError, "read sessions", &e)),
+        )
+    }
+
     fn shutdown(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
         if let Ok(mut held) = self.shared.held.lock() {
@@ -711,6 +820,112 @@ impl LogStore for PgStore {
 
     fn log_location(&self, sid: &str) -> Option<String> {
         Some(format!("{}#{sid}", self.shared.url_shown))
+    }
+
+    fn place(&self, sid: &str) -> Option<Result<crate::store::LogPlace, AgentError>> {
+        use crate::store::LogPlace;
+        if let Err(e) = agentd_proto::session_id::validate(sid) {
+            return Some(Err(e));
+        }
+        let row = self.shared.with_client(true, |c| {
+            c.query_opt(
+                "SELECT trashed_at IS NOT NULL FROM sessions WHERE id = $1",
+                &[&sid],
+            )
+        });
+        Some(
+            row.map(|r| match r {
+                None => LogPlace::Absent,
+                Some(r) if r.get::<_, bool>(0) => LogPlace::Trashed,
+                Some(_) => LogPlace::Live,
+            })
+            .map_err(|e| store_error(ErrorKind::IoError, "look up session", &e)),
+        )
+    }
+
+    fn trash(&self, sid: &str) -> Result<(), AgentError> {
+        let held = self
+            .shared
+            .held
+            .lock()
+            .ok()
+            .and_then(|h| h.get(sid).copied());
+        let Some(held) = held else {
+            return Err(commit::lease_lost(sid, None, None));
+        };
+        // Under the lease's token, like every write: a daemon that lost the session
+        // cannot delete it. The lease ends with the move.
+        let n = self
+            .shared
+            .with_client(false, |c| {
+                c.execute(
+                    "UPDATE sessions SET trashed_at = now(), updated_at = clock_timestamp(),
+                         lease_owner = NULL,
+                         lease_host = NULL, lease_expires = NULL
+                     WHERE id = $1 AND trashed_at IS NULL
+                       AND lease_token = $2 AND lease_owner = $3",
+                    &[&sid, &held.token, &self.shared.owner],
+                )
+            })
+            .map_err(|e| store_error(ErrorKind::LogWriteFailed, "move to trash", &e))?;
+        if n == 0 {
+            return Err(commit::lease_lost(sid, None, None));
+        }
+        if let Ok(mut m) = self.shared.held.lock() {
+            if m.get(sid).is_some_and(|h| h.token == held.token) {
+                m.remove(sid);
+            }
+        }
+        Ok(())
+    }
+
+    fn untrash(&self, sid: &str) -> Result<(), AgentError> {
+        agentd_proto::session_id::validate(sid)?;
+        let n = self
+            .shared
+            .with_client(false, |c| {
+                c.execute(
+                    "UPDATE sessions SET trashed_at = NULL, updated_at = clock_timestamp()
+                     WHERE id = $1 AND trashed_at IS NOT NULL",
+                    &[&sid],
+                )
+            })
+            .map_err(|e| store_error(ErrorKind::LogWriteFailed, "restore from trash", &e))?;
+        if n == 0 {
+            return Err(
+                AgentError::not_found("no session with this id in the trash")
+                    .with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"]),
+            );
+        }
+        Ok(())
+    }
+
+    fn purge(&self, sid: &str) -> Result<(), AgentError> {
+        agentd_proto::session_id::validate(sid)?;
+        let n = self
+            .shared
+            .with_client(false, |c| {
+                let mut tx = c.transaction()?;
+                let n = tx.execute(
+                    "DELETE FROM sessions WHERE id = $1 AND trashed_at IS NOT NULL",
+                    &[&sid],
+                )?;
+                if n > 0 {
+                    tx.execute("DELETE FROM events WHERE session_id = $1", &[&sid])?;
+                }
+                tx.commit()?;
+                Ok(n)
+            })
+            .map_err(|e| store_error(ErrorKind::LogWriteFailed, "purge", &e))?;
+        if n == 0 {
+            return Err(
+                AgentError::not_found("no session with this id in the trash")
+                    .with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"]),
+            );
+        }
+        Ok(())
     }
 
     fn read_log(&self, sid: &str) -> Option<Result<Vec<u8>, AgentError>> {

@@ -36,6 +36,17 @@ const STEPS: &[&str] = &[
     r#"
     ALTER TABLE events DROP CONSTRAINT IF EXISTS events_session_id_fkey;
     "#,
+    // 3: the trash: a deleted session keeps its row and events, marked, until restored
+    // or purged.
+    r#"
+    ALTER TABLE sessions ADD COLUMN trashed_at timestamptz;
+    "#,
+    // 4: when each session row last changed what the lineage index shows, so that
+    // `list` reads only the heads that changed. Not indexed: an index would cost every
+    // commit its HOT update, and a scan of the session rows is cheap beside sending them.
+    r#"
+    ALTER TABLE sessions ADD COLUMN updated_at timestamptz NOT NULL DEFAULT clock_timestamp();
+    "#,
 ];
 
 /// The schema version this build writes.

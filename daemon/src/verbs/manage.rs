@@ -172,6 +172,12 @@ pub async fn delete(
     p: DeleteParams,
 ) -> Result<DeleteResult, AgentError> {
     let sid = p.session_id.clone();
+    session_id::validate(&sid)?;
+    let store = registry.store.clone();
+    let s = sid.clone();
+    if let Some(place) = blocking(move || store.place(&s).transpose()).await? {
+        return delete_in_store(registry, turns, p, place).await;
+    }
     let log = registry.home.log_path(&sid)?;
     let session_dir = registry.home.session_dir(&sid)?;
     let (trash_log, trash_session_dir) = trash_paths(registry, &sid)?;
@@ -264,9 +270,170 @@ pub async fn delete(
     })
 }
 
+/// The shown place of a Log in a store's trash.
+fn store_trash_path(registry: &Registry, sid: &str) -> String {
+    match registry.store.log_location(sid) {
+        Some(l) => format!("{l} (trash)"),
+        None => sid.to_string(),
+    }
+}
+
+/// Moves the session's resource directory (a file of the home whatever the store) to
+/// or from `trash/`, if there is one and the destination is free.
+fn move_session_dir(from: &Path, to: &Path) -> Result<(), AgentError> {
+    if from.exists() && !to.exists() {
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_failed("create trash", &e))?;
+        }
+        std::fs::rename(from, to).map_err(|e| io_failed("move session directory", &e))?;
+    }
+    Ok(())
+}
+
+/// `agentd/delete` on a store that keeps its own trash (a database): the store's
+/// move, run by the retiring actor, is the commit point; the resource directory
+/// follows as a file of the home.
+async fn delete_in_store(
+    registry: &Arc<Registry>,
+    turns: &crate::turn::TurnManager,
+    p: DeleteParams,
+    place: store::LogPlace,
+) -> Result<DeleteResult, AgentError> {
+    let sid = p.session_id.clone();
+    let session_dir = registry.home.session_dir(&sid)?;
+    let (_, trash_session_dir) = trash_paths(registry, &sid)?;
+    let purge = |registry: &Arc<Registry>, sid: &str| {
+        let (store, s, d) = (
+            registry.store.clone(),
+            sid.to_string(),
+            trash_session_dir.clone(),
+        );
+        blocking(move || {
+            store.purge(&s)?;
+            if d.exists() {
+                std::fs::remove_dir_all(&d)
+                    .map_err(|e| io_failed("purge session directory", &e))?;
+            }
+            Ok(())
+        })
+    };
+    match place {
+        store::LogPlace::Absent => {
+            return Err(AgentError::not_found("no such session")
+                .with_details(json!({"session_id": sid}))
+                .with_next_actions(&["agentctl ls"]))
+        }
+        store::LogPlace::Trashed if !p.purge => {
+            return Err(AgentError::not_found("the session is already in the trash")
+                .with_details(
+                    json!({"session_id": sid, "trash_path": store_trash_path(registry, &sid)}),
+                )
+                .with_next_actions(&[
+                    &format!("agentctl restore {sid}"),
+                    &format!("agentctl rm {sid} --purge"),
+                ]))
+        }
+        store::LogPlace::Trashed => {
+            purge(registry, &sid).await?;
+            registry.index_remove(&sid);
+            return Ok(DeleteResult {
+                forks: forks_of(registry, &sid),
+                session_id: sid,
+                outcome: "purged".into(),
+                trash_path: None,
+            });
+        }
+        store::LogPlace::Live => {}
+    }
+    let busy = || {
+        AgentError::new(ErrorKind::Busy, "a turn is running in this session")
+            .with_details(json!({"session_id": sid}))
+            .with_next_actions(&[&format!("agentctl interrupt {sid}")])
+    };
+    if turns.is_running(&sid) {
+        return Err(busy());
+    }
+    let h = registry.get(&sid).await?;
+    let (store, s, td) = (
+        registry.store.clone(),
+        sid.clone(),
+        trash_session_dir.clone(),
+    );
+    let busy_err = busy();
+    h.retire(move |st| {
+        if st.running_turn.is_some() {
+            return Err(busy_err);
+        }
+        store.trash(&s)?;
+        move_session_dir(&session_dir, &td)
+    })
+    .await?;
+    let forks = forks_of(registry, &sid);
+    if p.purge {
+        purge(registry, &sid).await?;
+        registry.index_remove(&sid);
+        return Ok(DeleteResult {
+            session_id: sid,
+            outcome: "purged".into(),
+            trash_path: None,
+            forks,
+        });
+    }
+    registry.index_set_deleted(&sid, true);
+    Ok(DeleteResult {
+        trash_path: Some(store_trash_path(registry, &sid)),
+        session_id: sid,
+        outcome: "trashed".into(),
+        forks,
+    })
+}
+
+/// `agentd/restore` on a store that keeps its own trash.
+async fn restore_in_store(
+    registry: &Arc<Registry>,
+    sid: &str,
+    place: store::LogPlace,
+) -> Result<RestoreResult, AgentError> {
+    match place {
+        store::LogPlace::Trashed => {}
+        store::LogPlace::Live => {
+            return Err(AgentError::new(
+                ErrorKind::AlreadyExists,
+                "a live session with this id exists",
+            )
+            .with_details(json!({"session_id": sid})))
+        }
+        store::LogPlace::Absent => {
+            return Err(
+                AgentError::not_found("no session with this id in the trash")
+                    .with_details(json!({"session_id": sid}))
+                    .with_next_actions(&["agentctl ls"]),
+            )
+        }
+    }
+    let session_dir = registry.home.session_dir(sid)?;
+    let (_, trash_session_dir) = trash_paths(registry, sid)?;
+    let (store, s) = (registry.store.clone(), sid.to_string());
+    blocking(move || {
+        move_session_dir(&trash_session_dir, &session_dir)?;
+        store.untrash(&s)
+    })
+    .await?;
+    registry.index_new_log(sid).await?;
+    Ok(RestoreResult {
+        session_id: sid.to_string(),
+        log_path: store::shown_log_path(registry.store.as_ref(), &registry.home, sid)?,
+    })
+}
+
 /// `agentd/restore`: moves a trashed session back (directory first, then the Log,
 /// whose move is again the commit point).
 pub async fn restore(registry: &Arc<Registry>, sid: &str) -> Result<RestoreResult, AgentError> {
+    session_id::validate(sid)?;
+    let (store, s) = (registry.store.clone(), sid.to_string());
+    if let Some(place) = blocking(move || store.place(&s).transpose()).await? {
+        return restore_in_store(registry, sid, place).await;
+    }
     let log = registry.home.log_path(sid)?;
     let session_dir = registry.home.session_dir(sid)?;
     let (trash_log, trash_session_dir) = trash_paths(registry, sid)?;

@@ -306,6 +306,8 @@ pub async fn search(registry: &Arc<Registry>, p: SearchParams) -> Result<SearchR
             .canonicalize()
             .map_or_else(|_| ws.clone(), |c| c.display().to_string())
     });
+    // On a shared database: other daemons' sessions too.
+    registry.refresh_index().await;
     let mut candidates: Vec<Candidate> = registry.with_index(|i| {
         i.values()
             .filter(|m| !m.deleted)
@@ -325,10 +327,35 @@ pub async fn search(registry: &Arc<Registry>, p: SearchParams) -> Result<SearchR
         candidates.retain(|c| (&c.updated_at, &c.sid) <= (ts, sid));
     }
     let cursor_pos = cursor.map(|(_, sid, seq)| (sid, seq));
-    super::manage::blocking(move || Ok(run(candidates, &matcher, &types, cursor_pos, limit))).await
+    let store = registry.store.clone();
+    super::manage::blocking(move || {
+        Ok(run(
+            store.as_ref(),
+            candidates,
+            &matcher,
+            &types,
+            cursor_pos,
+            limit,
+        ))
+    })
+    .await
+}
+
+/// A Log's bytes as a file would hold them: from the store when it keeps them (a
+/// database), else the file; `None` when it is gone (deleted meanwhile).
+pub(crate) fn read_log_bytes(
+    store: &dyn crate::store::LogStore,
+    sid: &str,
+    path: &std::path::Path,
+) -> Option<Vec<u8>> {
+    match store.read_log(sid) {
+        Some(read) => read.ok(),
+        None => std::fs::read(path).ok(),
+    }
 }
 
 fn run(
+    store: &dyn crate::store::LogStore,
     candidates: Vec<Candidate>,
     m: &Matcher,
     types: &[String],
@@ -355,7 +382,7 @@ fn run(
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some(c) = chunk.get(i) else { break };
-                            let Ok(bytes) = std::fs::read(&c.path) else {
+                            let Some(bytes) = read_log_bytes(store, &c.sid, &c.path) else {
                                 continue; // deleted meanwhile
                             };
                             let before = cursor

@@ -209,10 +209,18 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
     }
     let since = p.since.as_deref().map(since_bound).transpose()?;
     let prices = prices(&registry.config.rest)?;
+    // On a shared database: other daemons' sessions too.
+    registry.refresh_index().await;
     let logs: Vec<(String, std::path::PathBuf)> = match &p.session_id {
         Some(sid) => {
             let path = registry.home.log_path(sid)?;
-            if !path.exists() {
+            let (store, s) = (registry.store.clone(), sid.clone());
+            let exists = super::manage::blocking(move || match store.place(&s) {
+                Some(place) => place.map(|p| p == crate::store::LogPlace::Live),
+                None => store.exists(&s),
+            })
+            .await?;
+            if !exists {
                 return Err(AgentError::not_found("no such session")
                     .with_details(json!({"session_id": sid}))
                     .with_next_actions(&["agentctl ls"]));
@@ -231,7 +239,9 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
                 .collect()
         }),
     };
+    let store = registry.store.clone();
     super::manage::blocking(move || {
+        let store = store.as_ref();
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, 16);
@@ -243,7 +253,8 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
                     s.spawn(move || {
                         part.iter()
                             .filter_map(|(sid, path)| {
-                                Some(records(sid, &std::fs::read(path).ok()?))
+                                let bytes = super::search::read_log_bytes(store, sid, path)?;
+                                Some(records(sid, &bytes))
                             })
                             .flatten()
                             .collect::<Vec<_>>()
