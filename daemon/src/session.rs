@@ -562,6 +562,12 @@ struct Pending {
     reply: Reply,
 }
 
+/// A batch handed to the writer thread, applied to the state once its outcome is in.
+struct InFlight {
+    staged: Vec<Event>,
+    done: store::WriteOutcome,
+}
+
 /// The answer of one append: called once, on the session's writer thread, after its
 /// batch is durable or failed.
 pub type AppendDone = Box<dyn FnOnce(Result<AppendResult, AgentError>) + Send>;
@@ -612,6 +618,7 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
                     writer: Some(store::WriterThread::spawn(writer, &sid)),
                     acked_bytes: None,
                     writer_error: None,
+                    in_flight: None,
                     rx,
                     handle: actor_handle,
                 };
@@ -743,6 +750,9 @@ struct Actor {
     acked_bytes: Option<u64>,
     /// Why the writer stopped (answered to appends until it is rebuilt).
     writer_error: Option<AgentError>,
+    /// The batch handed to the writer and not yet applied to the state (see
+    /// [`Actor::settle`]).
+    in_flight: Option<InFlight>,
     rx: mpsc::Receiver<Cmd>,
     handle: SessionHandle,
 }
@@ -835,11 +845,14 @@ impl Actor {
                     Err(_) => {
                         // Closing stops new commands; the loop drains what is queued and
                         // ends on `None`, so an evicted actor never drops acknowledged work.
+                        self.settle().await;
                         self.try_evict();
                         continue;
                     }
                 },
             };
+            // The last batch is in the state before any command is served.
+            self.settle().await;
             match cmd {
                 Cmd::Query(f, Exec::Inline) => f(&self.state),
                 Cmd::Query(f, Exec::Blocking) => {
@@ -884,6 +897,7 @@ impl Actor {
                 }
             }
         }
+        self.settle().await;
         self.env
             .observer
             .stopped(&self.state.id, self.handle.generation);
@@ -960,10 +974,12 @@ impl Actor {
     ///
     /// The writer thread answers: right after the `fdatasync` it updates the index,
     /// publishes the lines and sends every reply, so an appender is woken straight
-    /// from the commit rather than through this task. The actor applies the batch to
-    /// its state when the write resolves, before it reads its next command, so any
-    /// command a client sends after its answer sees the batch.
+    /// from the commit rather than through this task. The actor does not wait for the
+    /// write: it applies the batch to its state ([`settle`](Self::settle)) before it
+    /// serves its next command, so any command a client sends after its answer sees the
+    /// batch.
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
+        self.settle().await;
         let mut staged: Vec<Event> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
@@ -1042,16 +1058,34 @@ impl Actor {
         if self.writer.is_none() {
             self.recover_writer().await;
         }
-        let res = match &self.writer {
-            Some(w) => w.write_then(buf, sync, Some(answer)).await,
+        match &self.writer {
+            Some(w) => {
+                // Not awaited here: the actor takes its next command while the batch is
+                // written, and applies it (`settle`) before serving that command.
+                let done = w.submit(buf, sync, Some(answer));
+                self.in_flight = Some(InFlight { staged, done });
+            }
             None => {
                 let e = self.writer_error.clone().unwrap_or_else(|| {
                     AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable")
                 });
                 answer(&Err(e.clone()));
-                Err(e)
+                self.written(Vec::new(), Err(e)).await;
             }
-        };
+        }
+    }
+
+    /// Waits for the batch handed to the writer, if any, and applies it to the state.
+    /// Runs before every command, so a command sent after an append's answer sees it;
+    /// the writer sends the outcome before the answer, so this rarely waits.
+    async fn settle(&mut self) {
+        if let Some(f) = self.in_flight.take() {
+            let res = store::outcome(f.done).await;
+            self.written(f.staged, res).await;
+        }
+    }
+
+    async fn written(&mut self, staged: Vec<Event>, res: Result<(), AgentError>) {
         match res {
             Ok(()) => {
                 for ev in staged {

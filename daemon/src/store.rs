@@ -622,6 +622,9 @@ struct WriteJob {
     done: tokio::sync::oneshot::Sender<Result<(), AgentError>>,
 }
 
+/// The outcome of one write handed to a [`WriterThread`], sent as soon as it is known.
+pub type WriteOutcome = tokio::sync::oneshot::Receiver<Result<(), AgentError>>;
+
 impl WriterThread {
     pub fn spawn(mut writer: Box<dyn LogAppender>, sid: &str) -> WriterThread {
         let (jobs, rx) = std::sync::mpsc::channel::<WriteJob>();
@@ -631,10 +634,17 @@ impl WriterThread {
             .spawn(move || {
                 while let Ok(job) = rx.recv() {
                     let res = writer.append(&job.bytes, job.sync);
-                    if let Some(after) = job.after {
-                        after(&res);
+                    // The outcome first: the actor applies the batch without being
+                    // woken when it reads its next command, and answers go out after.
+                    match job.after {
+                        Some(after) => {
+                            let _ = job.done.send(res.clone());
+                            after(&res);
+                        }
+                        None => {
+                            let _ = job.done.send(res);
+                        }
                     }
-                    let _ = job.done.send(res);
                 }
             });
         if let Err(e) = spawned {
@@ -657,6 +667,13 @@ impl WriterThread {
         sync: bool,
         after: Option<AfterWrite>,
     ) -> Result<(), AgentError> {
+        outcome(self.submit(bytes, sync, after)).await
+    }
+
+    /// Hands a write to the thread without waiting: `after` runs on the writer thread
+    /// with the outcome, which the returned receiver also carries (see [`outcome`]).
+    /// If the thread is gone, `after` runs here with that error.
+    pub fn submit(&self, bytes: Vec<u8>, sync: bool, after: Option<AfterWrite>) -> WriteOutcome {
         let (done, rx) = tokio::sync::oneshot::channel();
         let job = WriteJob {
             bytes,
@@ -665,15 +682,23 @@ impl WriterThread {
             done,
         };
         if let Err(std::sync::mpsc::SendError(job)) = self.jobs.send(job) {
-            let e = AgentError::new(ErrorKind::LogWriteFailed, "log writer thread is gone");
+            let e = writer_gone();
             if let Some(after) = job.after {
                 after(&Err(e.clone()));
             }
-            return Err(e);
+            let _ = job.done.send(Err(e));
         }
-        rx.await
-            .map_err(|_| AgentError::new(ErrorKind::LogWriteFailed, "log writer thread is gone"))?
+        rx
     }
+}
+
+/// Waits for the outcome of a write handed to a [`WriterThread`].
+pub async fn outcome(rx: WriteOutcome) -> Result<(), AgentError> {
+    rx.await.map_err(|_| writer_gone())?
+}
+
+fn writer_gone() -> AgentError {
+    AgentError::new(ErrorKind::LogWriteFailed, "log writer thread is gone")
 }
 
 /// Serializes an event as one Log line (with `\n`).
