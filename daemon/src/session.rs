@@ -5,7 +5,7 @@
 //! [`SessionHandle::record`], which queue a command to the actor. The actor drains all
 //! queued appends into one batch, stamps seqs, writes them with a single `write` and a
 //! single `fdatasync`, and only then acknowledges them: concurrent appenders share one
-//! sync (group commit). Each actor syncs on a blocking-pool thread of its own, so
+//! sync (group commit). Each actor syncs on a writer thread of its own, so
 //! different sessions sync in parallel.
 //!
 //! The actor never names its container: what the registry needs to know (a durable
