@@ -194,7 +194,7 @@ impl Listener {
 const BIG_MESSAGE: usize = 1 << 20;
 
 /// The write side of a connection, shared by its writer task and by whoever answers a
-/// direct call (a session's writer thread, right after the commit). A message goes
+/// direct call (a commit thread, right after the session's batch is durable). A message goes
 /// straight to the socket with a non-blocking write when nothing is queued before it, so
 /// answering an append wakes no task; what the socket does not take at once is queued,
 /// in order, and the writer task finishes it when the socket drains.

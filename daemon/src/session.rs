@@ -5,8 +5,8 @@
 //! [`SessionHandle::record`], which queue a command to the actor. The actor drains all
 //! queued appends into one batch, stamps seqs, writes them with a single `write` and a
 //! single `fdatasync`, and only then acknowledges them: concurrent appenders share one
-//! sync (group commit). Each actor syncs on a writer thread of its own, so
-//! different sessions sync in parallel.
+//! sync (group commit). Actors sync on the process's shared commit threads
+//! (`store::WriterThread`), so different sessions sync in parallel.
 //!
 //! The actor never names its container: what the registry needs to know (a durable
 //! batch, a stopped actor, a first load) is reported through the [`SessionObserver`]
@@ -48,7 +48,7 @@ pub trait SessionObserver: Send + Sync + 'static {
     /// After a change of the running turn (and once after load): the whole state.
     fn changed(&self, state: &SessionState, last: Option<&Event>);
     /// A batch is durable: what it changes in the session's summary. Called on the
-    /// session's writer thread, before any appender of the batch is answered.
+    /// commit thread, before any appender of the batch is answered.
     fn appended(&self, sid: &str, delta: &AppendDelta);
     /// The actor of `generation` stopped (evicted, or its load failed).
     fn stopped(&self, sid: &str, generation: u64);
@@ -221,7 +221,7 @@ impl SessionHandle {
         rx.await.map_err(|_| Self::closed())?
     }
 
-    /// Queues an append whose answer is `done`, called on the session's writer thread
+    /// Queues an append whose answer is `done`, called on a commit thread
     /// right after the batch is durable (or failed): no task waits for it. Never waits:
     /// when the actor's queue is full or the actor was evicted, the drafts and `done`
     /// come back for [`append_then`](Self::append_then).
@@ -562,13 +562,13 @@ struct Pending {
     reply: Reply,
 }
 
-/// A batch handed to the writer thread, applied to the state once its outcome is in.
+/// A batch handed to a commit thread, applied to the state once its outcome is in.
 struct InFlight {
     staged: Vec<Event>,
     done: store::WriteOutcome,
 }
 
-/// The answer of one append: called once, on the session's writer thread, after its
+/// The answer of one append: called once, on a commit thread, after its
 /// batch is durable or failed.
 pub type AppendDone = Box<dyn FnOnce(Result<AppendResult, AgentError>) + Send>;
 
@@ -972,7 +972,7 @@ impl Actor {
     /// after the batch is durable. A command that fails validation fails alone (all or
     /// nothing per command); a failed write fails every command of the batch.
     ///
-    /// The writer thread answers: right after the `fdatasync` it updates the index,
+    /// The commit thread answers: right after the `fdatasync` it updates the index,
     /// publishes the lines and sends every reply, so an appender is woken straight
     /// from the commit rather than through this task. The actor does not wait for the
     /// write: it applies the batch to its state ([`settle`](Self::settle)) before it
