@@ -54,7 +54,7 @@ pub type Respond = Box<dyn FnOnce(Vec<u8>) + Send>;
 /// The calls the transport hands straight to their session instead of the generic
 /// per-call task and the method table's `Value` results: `agentd/append` (params parsed
 /// once, the drafts go to the session actor from the connection's reader, and the
-/// session's writer thread writes the response right after the commit) and
+/// commit thread writes the response right after the commit) and
 /// `agentd/context` (the result text comes from the session's rendered prefix and is
 /// written as it is). Responses (`{"jsonrpc","id","result"|"error"}`) are exactly what
 /// the method table would answer.

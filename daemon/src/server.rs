@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
@@ -193,24 +193,128 @@ impl Listener {
 /// Direct responses from this size on are written in parts rather than copied.
 const BIG_MESSAGE: usize = 1 << 20;
 
-/// One framed message for the connection's writer.
-enum Frame {
-    One(Vec<u8>),
-    /// Framing before, the message, framing after.
-    Parts(Vec<u8>, Vec<u8>, &'static [u8]),
+/// The write side of a connection, shared by its writer task and by whoever answers a
+/// direct call (a commit thread, right after the session's batch is durable). A message goes
+/// straight to the socket with a non-blocking write when nothing is queued before it, so
+/// answering an append wakes no task; what the socket does not take at once is queued,
+/// in order, and the writer task finishes it when the socket drains.
+struct Outbox {
+    wr: tokio::net::unix::OwnedWriteHalf,
+    /// Set by the reader once the first bytes show the framing; nothing is written
+    /// before that, since every message answers or follows something the peer sent.
+    framing: std::sync::OnceLock<Framing>,
+    queue: std::sync::Mutex<OutQueue>,
+    /// Tells the writer task that bytes wait in the queue.
+    wake: tokio::sync::Notify,
 }
 
-impl Frame {
-    async fn write_to(&self, wr: &mut tokio::net::unix::OwnedWriteHalf) -> std::io::Result<()> {
-        match self {
-            Frame::One(m) => wr.write_all(m).await,
-            Frame::Parts(head, body, tail) => {
-                if !head.is_empty() {
-                    wr.write_all(head).await?;
+#[derive(Default)]
+struct OutQueue {
+    /// Framed bytes not yet written, each with how much of it was.
+    parts: std::collections::VecDeque<(Vec<u8>, usize)>,
+    /// The socket failed or the writer ended: nothing more is written.
+    closed: bool,
+}
+
+impl Outbox {
+    fn framing(&self) -> Framing {
+        self.framing.get().copied().unwrap_or(Framing::Lines)
+    }
+
+    /// Frames one message and writes it, or queues what the socket does not take now.
+    fn send(&self, msg: &[u8]) {
+        self.push([crate::framing::encode_bytes(self.framing(), msg)]);
+    }
+
+    /// [`send`](Self::send) for a message already owned: a large one (a context) is
+    /// written around, not copied into its framing.
+    fn send_owned(&self, msg: Vec<u8>) {
+        if msg.len() < BIG_MESSAGE {
+            return self.send(&msg);
+        }
+        match self.framing() {
+            Framing::Lines => self.push([msg, b"\n".to_vec()]),
+            Framing::Headers => self.push([
+                format!("Content-Length: {}\r\n\r\n", msg.len()).into_bytes(),
+                msg,
+            ]),
+        }
+    }
+
+    fn push<const N: usize>(&self, parts: [Vec<u8>; N]) {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return;
+        }
+        let was_empty = q.parts.is_empty();
+        q.parts
+            .extend(parts.into_iter().filter(|p| !p.is_empty()).map(|p| (p, 0)));
+        if was_empty {
+            match self.write_queued(&mut q) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(_) => {
+                    q.closed = true;
+                    q.parts.clear();
                 }
-                wr.write_all(body).await?;
-                wr.write_all(tail).await
             }
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Writes queued bytes until the socket would block; `Ok(true)` once all are written.
+    fn write_queued(&self, q: &mut OutQueue) -> std::io::Result<bool> {
+        while let Some((part, done)) = q.parts.front_mut() {
+            match self.wr.try_write(&part[*done..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    *done += n;
+                    if *done == part.len() {
+                        q.parts.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes everything queued, waiting for the socket as long as it takes.
+    async fn flush(&self) -> std::io::Result<()> {
+        loop {
+            {
+                let mut q = lock(&self.queue);
+                if q.closed {
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                }
+                match self.write_queued(&mut q) {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        q.closed = true;
+                        q.parts.clear();
+                        return Err(e);
+                    }
+                }
+            }
+            self.wr.writable().await?;
+        }
+    }
+
+    /// Stops all writing and shuts the write side down (the peer sees EOF).
+    fn close(&self) {
+        let mut q = lock(&self.queue);
+        q.closed = true;
+        q.parts.clear();
+        use std::os::fd::AsRawFd;
+        let fd = self.wr.as_ref().as_raw_fd();
+        // SAFETY: `fd` is the connection's open socket, owned by `self.wr`; shutdown
+        // neither closes nor invalidates it.
+        unsafe {
+            libc::shutdown(fd, libc::SHUT_WR);
         }
     }
 }
@@ -234,66 +338,45 @@ impl Connection {
     }
 
     async fn serve(self, stream: UnixStream) {
-        let (mut rd, mut wr) = stream.into_split();
+        let (mut rd, wr) = stream.into_split();
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
-        // Responses of direct calls, written by the session's writer thread as text.
-        // Unbounded in type only: each holds an in-flight permit until it is queued.
-        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
         let writer_stop = stop_writer.clone();
-        // Set by the reader once the first bytes show the framing; nothing is written
-        // before that, since every message answers or follows something the peer sent.
-        let framing = Arc::new(std::sync::OnceLock::<Framing>::new());
-        let writer_framing = framing.clone();
+        // Responses of direct calls are written by whoever answers them (see `Outbox`);
+        // the writer task writes the method table's and finishes what the socket did
+        // not take at once.
+        let outbox = Arc::new(Outbox {
+            wr,
+            framing: std::sync::OnceLock::new(),
+            queue: std::sync::Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        });
+        let writer_out = outbox.clone();
         let writer = tokio::spawn(async move {
-            let write = |msg: &[u8]| {
-                let f = writer_framing.get().copied().unwrap_or(Framing::Lines);
-                Frame::One(crate::framing::encode_bytes(f, msg))
-            };
-            // A large direct response (a context) is written around, not copied into
-            // its framing.
-            let write_owned = |msg: Vec<u8>| {
-                if msg.len() < BIG_MESSAGE {
-                    return write(&msg);
-                }
-                match writer_framing.get().copied().unwrap_or(Framing::Lines) {
-                    Framing::Lines => Frame::Parts(Vec::new(), msg, b"\n"),
-                    Framing::Headers => Frame::Parts(
-                        format!("Content-Length: {}\r\n\r\n", msg.len()).into_bytes(),
-                        msg,
-                        b"",
-                    ),
-                }
-            };
+            let out = writer_out;
             loop {
-                let msg = tokio::select! {
-                    m = rx.recv() => m.map(|m| write(m.get().as_bytes())),
-                    Some(d) = direct_rx.recv() => Some(write_owned(d)),
+                tokio::select! {
+                    m = rx.recv() => match m {
+                        Some(m) => out.send(m.get().as_bytes()),
+                        None => break,
+                    },
+                    _ = out.wake.notified() => {}
                     _ = writer_stop.cancelled() => {
                         // Drain what is queued (the peer may have half-closed), then end.
                         rx.close();
-                        direct_rx.close();
-                        let mut queued: Vec<Frame> = Vec::new();
-                        while let Ok(d) = direct_rx.try_recv() {
-                            queued.push(write_owned(d));
-                        }
                         while let Some(m) = rx.recv().await {
-                            queued.push(write(m.get().as_bytes()));
+                            out.send(m.get().as_bytes());
                         }
-                        for m in queued {
-                            let w = tokio::time::timeout(DRAIN_TIMEOUT, m.write_to(&mut wr)).await;
-                            if !matches!(w, Ok(Ok(()))) { break; }
-                        }
+                        let _ = tokio::time::timeout(DRAIN_TIMEOUT, out.flush()).await;
                         break;
                     }
-                };
-                let Some(m) = msg else { break };
-                if m.write_to(&mut wr).await.is_err() {
+                }
+                if out.flush().await.is_err() {
                     break;
                 }
             }
-            let _ = wr.shutdown().await;
+            out.close();
         });
         let conn_sink = ConnSink {
             sink: sink.clone(),
@@ -310,11 +393,11 @@ impl Connection {
             // request queued behind a bad one is never stalled.
             let decoded = codec.next(&mut buf, eof);
             if let Some(f) = codec.framing() {
-                let _ = framing.set(f);
+                let _ = outbox.framing.set(f);
             }
             match decoded {
                 Ok(Some(text)) => {
-                    self.route(text, &sink, &direct_tx, &conn_sink, &subs, &mut calls)
+                    self.route(text, &sink, &outbox, &conn_sink, &subs, &mut calls)
                         .await;
                     continue;
                 }
@@ -389,7 +472,7 @@ impl Connection {
         &self,
         line: String,
         sink: &MethodSink,
-        direct_tx: &mpsc::UnboundedSender<Vec<u8>>,
+        outbox: &Arc<Outbox>,
         conn_sink: &ConnSink,
         subs: &BoundedSubscriptions,
         calls: &mut JoinSet<()>,
@@ -404,9 +487,9 @@ impl Connection {
             if let Ok(req) = serde_json::from_str::<Request>(trimmed) {
                 if let Some(direct) = self.direct.as_ref().filter(|d| d.takes(&req.method)) {
                     let permit = self.permit().await;
-                    let tx = direct_tx.clone();
+                    let out = outbox.clone();
                     let respond: crate::api::Respond = Box::new(move |text| {
-                        let _ = tx.send(text);
+                        out.send_owned(text);
                         drop(permit);
                     });
                     if direct.try_call(&req, respond).is_ok() {

@@ -5,8 +5,8 @@
 //! [`SessionHandle::record`], which queue a command to the actor. The actor drains all
 //! queued appends into one batch, stamps seqs, writes them with a single `write` and a
 //! single `fdatasync`, and only then acknowledges them: concurrent appenders share one
-//! sync (group commit). Each actor syncs on a blocking-pool thread of its own, so
-//! different sessions sync in parallel.
+//! sync (group commit). Actors sync on the process's shared commit threads
+//! (`store::WriterThread`), so different sessions sync in parallel.
 //!
 //! The actor never names its container: what the registry needs to know (a durable
 //! batch, a stopped actor, a first load) is reported through the [`SessionObserver`]
@@ -48,7 +48,7 @@ pub trait SessionObserver: Send + Sync + 'static {
     /// After a change of the running turn (and once after load): the whole state.
     fn changed(&self, state: &SessionState, last: Option<&Event>);
     /// A batch is durable: what it changes in the session's summary. Called on the
-    /// session's writer thread, before any appender of the batch is answered.
+    /// commit thread, before any appender of the batch is answered.
     fn appended(&self, sid: &str, delta: &AppendDelta);
     /// The actor of `generation` stopped (evicted, or its load failed).
     fn stopped(&self, sid: &str, generation: u64);
@@ -221,7 +221,7 @@ impl SessionHandle {
         rx.await.map_err(|_| Self::closed())?
     }
 
-    /// Queues an append whose answer is `done`, called on the session's writer thread
+    /// Queues an append whose answer is `done`, called on a commit thread
     /// right after the batch is durable (or failed): no task waits for it. Never waits:
     /// when the actor's queue is full or the actor was evicted, the drafts and `done`
     /// come back for [`append_then`](Self::append_then).
@@ -562,7 +562,13 @@ struct Pending {
     reply: Reply,
 }
 
-/// The answer of one append: called once, on the session's writer thread, after its
+/// A batch handed to a commit thread, applied to the state once its outcome is in.
+struct InFlight {
+    staged: Vec<Event>,
+    done: store::WriteOutcome,
+}
+
+/// The answer of one append: called once, on a commit thread, after its
 /// batch is durable or failed.
 pub type AppendDone = Box<dyn FnOnce(Result<AppendResult, AgentError>) + Send>;
 
@@ -612,6 +618,7 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
                     writer: Some(store::WriterThread::spawn(writer, &sid)),
                     acked_bytes: None,
                     writer_error: None,
+                    in_flight: None,
                     rx,
                     handle: actor_handle,
                 };
@@ -743,6 +750,9 @@ struct Actor {
     acked_bytes: Option<u64>,
     /// Why the writer stopped (answered to appends until it is rebuilt).
     writer_error: Option<AgentError>,
+    /// The batch handed to the writer and not yet applied to the state (see
+    /// [`Actor::settle`]).
+    in_flight: Option<InFlight>,
     rx: mpsc::Receiver<Cmd>,
     handle: SessionHandle,
 }
@@ -835,11 +845,14 @@ impl Actor {
                     Err(_) => {
                         // Closing stops new commands; the loop drains what is queued and
                         // ends on `None`, so an evicted actor never drops acknowledged work.
+                        self.settle().await;
                         self.try_evict();
                         continue;
                     }
                 },
             };
+            // The last batch is in the state before any command is served.
+            self.settle().await;
             match cmd {
                 Cmd::Query(f, Exec::Inline) => f(&self.state),
                 Cmd::Query(f, Exec::Blocking) => {
@@ -884,6 +897,7 @@ impl Actor {
                 }
             }
         }
+        self.settle().await;
         self.env
             .observer
             .stopped(&self.state.id, self.handle.generation);
@@ -958,12 +972,14 @@ impl Actor {
     /// after the batch is durable. A command that fails validation fails alone (all or
     /// nothing per command); a failed write fails every command of the batch.
     ///
-    /// The writer thread answers: right after the `fdatasync` it updates the index,
+    /// The commit thread answers: right after the `fdatasync` it updates the index,
     /// publishes the lines and sends every reply, so an appender is woken straight
-    /// from the commit rather than through this task. The actor applies the batch to
-    /// its state when the write resolves, before it reads its next command, so any
-    /// command a client sends after its answer sees the batch.
+    /// from the commit rather than through this task. The actor does not wait for the
+    /// write: it applies the batch to its state ([`settle`](Self::settle)) before it
+    /// serves its next command, so any command a client sends after its answer sees the
+    /// batch.
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
+        self.settle().await;
         let mut staged: Vec<Event> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
@@ -1042,16 +1058,34 @@ impl Actor {
         if self.writer.is_none() {
             self.recover_writer().await;
         }
-        let res = match &self.writer {
-            Some(w) => w.write_then(buf, sync, Some(answer)).await,
+        match &self.writer {
+            Some(w) => {
+                // Not awaited here: the actor takes its next command while the batch is
+                // written, and applies it (`settle`) before serving that command.
+                let done = w.submit(buf, sync, Some(answer));
+                self.in_flight = Some(InFlight { staged, done });
+            }
             None => {
                 let e = self.writer_error.clone().unwrap_or_else(|| {
                     AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable")
                 });
                 answer(&Err(e.clone()));
-                Err(e)
+                self.written(Vec::new(), Err(e)).await;
             }
-        };
+        }
+    }
+
+    /// Waits for the batch handed to the writer, if any, and applies it to the state.
+    /// Runs before every command, so a command sent after an append's answer sees it;
+    /// the writer sends the outcome before the answer, so this rarely waits.
+    async fn settle(&mut self) {
+        if let Some(f) = self.in_flight.take() {
+            let res = store::outcome(f.done).await;
+            self.written(f.staged, res).await;
+        }
+    }
+
+    async fn written(&mut self, staged: Vec<Event>, res: Result<(), AgentError>) {
         match res {
             Ok(()) => {
                 for ev in staged {
