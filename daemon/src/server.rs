@@ -190,29 +190,52 @@ impl Listener {
     }
 }
 
-/// Direct responses from this size on are written in parts rather than copied.
+/// Direct responses from this size on are written in their pieces rather than copied.
 const BIG_MESSAGE: usize = 1 << 20;
 
 /// One framed message for the connection's writer.
 enum Frame {
     One(Vec<u8>),
-    /// Framing before, the message, framing after.
-    Parts(Vec<u8>, Vec<u8>, &'static [u8]),
+    /// Framing, message and framing as pieces, written with vectored writes.
+    Pieces(Vec<bytes::Bytes>),
 }
 
 impl Frame {
     async fn write_to(&self, wr: &mut tokio::net::unix::OwnedWriteHalf) -> std::io::Result<()> {
         match self {
             Frame::One(m) => wr.write_all(m).await,
-            Frame::Parts(head, body, tail) => {
-                if !head.is_empty() {
-                    wr.write_all(head).await?;
-                }
-                wr.write_all(body).await?;
-                wr.write_all(tail).await
-            }
+            Frame::Pieces(pieces) => write_pieces(wr, pieces).await,
         }
     }
+}
+
+/// Writes `pieces` one after the other, several per system call.
+async fn write_pieces(
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+    pieces: &[bytes::Bytes],
+) -> std::io::Result<()> {
+    let (mut i, mut off) = (0, 0);
+    while i < pieces.len() {
+        let mut slices = Vec::with_capacity(16);
+        slices.push(std::io::IoSlice::new(&pieces[i][off..]));
+        slices.extend(
+            pieces[i + 1..]
+                .iter()
+                .take(15)
+                .map(|p| std::io::IoSlice::new(p)),
+        );
+        let mut n = wr.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while i < pieces.len() && n >= pieces[i].len() - off {
+            n -= pieces[i].len() - off;
+            i += 1;
+            off = 0;
+        }
+        off += n;
+    }
+    Ok(())
 }
 
 struct Connection {
@@ -238,7 +261,7 @@ impl Connection {
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
         // Responses of direct calls, written by the session's writer thread as text.
         // Unbounded in type only: each holds an in-flight permit until it is queued.
-        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (direct_tx, mut direct_rx) = mpsc::unbounded_channel::<Vec<bytes::Bytes>>();
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
         let writer_stop = stop_writer.clone();
@@ -251,20 +274,24 @@ impl Connection {
                 let f = writer_framing.get().copied().unwrap_or(Framing::Lines);
                 Frame::One(crate::framing::encode_bytes(f, msg))
             };
-            // A large direct response (a context) is written around, not copied into
-            // its framing.
-            let write_owned = |msg: Vec<u8>| {
-                if msg.len() < BIG_MESSAGE {
-                    return write(&msg);
+            // A large direct response (a context) is written in its pieces, framing
+            // around them, without copying.
+            let write_owned = |mut pieces: Vec<bytes::Bytes>| {
+                let len: usize = pieces.iter().map(bytes::Bytes::len).sum();
+                if len < BIG_MESSAGE {
+                    return match &pieces[..] {
+                        [one] => write(one),
+                        _ => write(&pieces.concat()),
+                    };
                 }
                 match writer_framing.get().copied().unwrap_or(Framing::Lines) {
-                    Framing::Lines => Frame::Parts(Vec::new(), msg, b"\n"),
-                    Framing::Headers => Frame::Parts(
-                        format!("Content-Length: {}\r\n\r\n", msg.len()).into_bytes(),
-                        msg,
-                        b"",
+                    Framing::Lines => pieces.push(bytes::Bytes::from_static(b"\n")),
+                    Framing::Headers => pieces.insert(
+                        0,
+                        format!("Content-Length: {len}\r\n\r\n").into_bytes().into(),
                     ),
                 }
+                Frame::Pieces(pieces)
             };
             loop {
                 let msg = tokio::select! {
@@ -389,7 +416,7 @@ impl Connection {
         &self,
         line: String,
         sink: &MethodSink,
-        direct_tx: &mpsc::UnboundedSender<Vec<u8>>,
+        direct_tx: &mpsc::UnboundedSender<Vec<bytes::Bytes>>,
         conn_sink: &ConnSink,
         subs: &BoundedSubscriptions,
         calls: &mut JoinSet<()>,
