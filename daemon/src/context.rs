@@ -18,39 +18,10 @@
 
 use crate::history::fold::{Fold, ReplayContext, ReplayMark};
 use crate::history::replay::ReplayStats;
-use crate::provider::dialect;
+use crate::provider::dialect::{self, Render};
 use agentd_proto::replay::{Dialect, ReplayItem};
 use bytes::Bytes;
 use serde_json::Value;
-
-/// How replay items become provider input: the dialect, and whether reasoning items
-/// without `encrypted_content` are left out (the Responses API with `store:false`
-/// cannot resolve them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Render {
-    pub dialect: Dialect,
-    pub encrypted_reasoning_only: bool,
-}
-
-impl Render {
-    /// What `agentd/context` shows: every replayed item.
-    pub fn all(dialect: Dialect) -> Render {
-        Render {
-            dialect,
-            encrypted_reasoning_only: false,
-        }
-    }
-
-    /// Whether `item` is sent.
-    pub fn keeps(&self, item: &ReplayItem) -> bool {
-        match item {
-            ReplayItem::Reasoning { item, .. } if self.encrypted_reasoning_only => {
-                item.get("encrypted_content").is_some_and(|v| !v.is_null())
-            }
-            _ => true,
-        }
-    }
-}
 
 /// A rendered replay: the elements of the dialect's JSON array (comma-separated, no
 /// brackets) as pieces to be written one after the other, and the replay's stats.
@@ -424,4 +395,84 @@ mod tests {
             .context_json(&fold, &ctx(), Dialect::Anthropic, None)
             .is_none());
     }
+
+    /// A turn step's request body built from the kept rendering equals the body built
+    /// from the replay items (what every step did before), for each HTTP wire format,
+    /// after every append, across calls, orphan closures, reasoning of two models (with
+    /// and without `encrypted_content`) and a compaction.
+    #[test]
+    fn request_bodies_from_the_cache_equal_bodies_from_the_items() {
+        use crate::provider::{Provider, ProviderConfig, ProviderKind, ProviderRequest};
+        let providers: Vec<Provider> = [
+            ProviderKind::OpenaiResponses,
+            ProviderKind::OpenaiChat,
+            ProviderKind::Anthropic,
+        ]
+        .into_iter()
+        .map(|k| {
+            let mut cfg = ProviderConfig::new("p", k);
+            cfg.model = Some("m1".into());
+            cfg.reasoning_effort = Some("low".into());
+            Provider::new(cfg).unwrap()
+        })
+        .collect();
+        let tools = vec![agentd_proto::replay::ToolSpec {
+            name: "shell".into(),
+            description: "run".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let mut log = TestLog::new();
+        log.push(
+            "session_started",
+            json!({"workspace": "/w", "agentd_version": "0", "log_format": 1}),
+        );
+        let mut cache = ContextCache::default();
+        let mut fold = Fold::from_events(&log.events);
+        let mut from_cache = 0;
+        for i in 0..120 {
+            step(&mut log, i);
+            if i % 9 == 1 && i % 4 == 1 {
+                log.push("reasoning", json!({"item": {"type": "reasoning", "id": i, "encrypted_content": "e"}, "model": "m1"}));
+                fold.push(&log.events[log.events.len() - 2]);
+            }
+            fold.push(log.events.last().unwrap());
+            if i == 70 {
+                log.push("history_compaction", json!({"strategy": "deterministic_v1", "range": {"from_seq": 0, "to_seq": 30}, "summary": "S"}));
+                fold.push(log.events.last().unwrap());
+            }
+            for p in &providers {
+                let old = ProviderRequest {
+                    model: String::new(),
+                    items: fold.replay(&ctx()).items,
+                    rendered: None,
+                    tools: tools.clone(),
+                    max_output_tokens: Some(100),
+                };
+                let want = p.request_body(&old).unwrap();
+                let Some(r) = p.render() else {
+                    assert!(!want.is_empty());
+                    continue;
+                };
+                let got = cache.items(&fold, &ctx(), r, None).unwrap();
+                from_cache += 1;
+                let new = ProviderRequest {
+                    items: Vec::new(),
+                    rendered: Some(got.parts),
+                    ..old
+                };
+                let body = p.request_body(&new).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&body),
+                    String::from_utf8_lossy(&want),
+                    "step {i} {:?}",
+                    r.dialect
+                );
+                // Interleaved with agentd/context's own render of the dialect.
+                let _ = cache.context_json(&fold, &ctx(), r.dialect, None);
+            }
+        }
+        assert_eq!(from_cache, 240);
+        assert!(cache.bytes() > 0);
+    }
+
 }
