@@ -394,6 +394,35 @@ impl Conn {
         (line, t.elapsed())
     }
 
+    /// The size of a call's response line and how long it took to its last byte, the
+    /// bytes read into one reused buffer and dropped (a client that discards them).
+    fn timed_discard(&mut self, method: &str, params: Value) -> (usize, Duration) {
+        self.id += 1;
+        let mut msg = serde_json::to_vec(
+            &json!({"jsonrpc":"2.0","id":self.id,"method":method,"params":params}),
+        )
+        .expect("serialize");
+        msg.push(b'\n');
+        let t = Instant::now();
+        self.w.write_all(&msg).expect("send");
+        let mut n = 0;
+        loop {
+            let buf = self.r.fill_buf().expect("read");
+            assert!(!buf.is_empty(), "connection closed");
+            match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    self.r.consume(i + 1);
+                    return (n + i + 1, t.elapsed());
+                }
+                None => {
+                    let k = buf.len();
+                    n += k;
+                    self.r.consume(k);
+                }
+            }
+        }
+    }
+
     /// The result of a call, and how long the round trip took (response parsed).
     fn timed(&mut self, method: &str, params: Value) -> (Value, Duration) {
         let t = Instant::now();
@@ -507,13 +536,13 @@ fn big_session(base: &Path) {
     let mut resp_items = stats_of(&line)["items"].as_u64().unwrap_or(0);
     let mut times = Vec::new();
     for _ in 0..7 {
-        let (_, dt) = c.timed_raw("agentd/context", json!({"session_id": sid}));
+        let (_, dt) = c.timed_discard("agentd/context", json!({"session_id": sid}));
         times.push(dt);
     }
     let warm = p50(times);
     let mut times = Vec::new();
     for _ in 0..3 {
-        let (_, dt) = c.timed_raw(
+        let (_, dt) = c.timed_discard(
             "agentd/context",
             json!({"session_id": sid, "dialect": "anthropic"}),
         );
@@ -548,7 +577,7 @@ fn big_session(base: &Path) {
         .unwrap_or(0);
     let mut times = Vec::new();
     for k in 0..7u64 {
-        let (_, dt) = c.timed_raw(
+        let (_, dt) = c.timed_discard(
             "agentd/context",
             json!({"session_id": sid, "after_seq": last.saturating_sub(100 + k)}),
         );

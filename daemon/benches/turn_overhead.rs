@@ -97,10 +97,15 @@ fn chat_server(iters: usize) -> String {
             if r.read_exact(&mut body).is_err() {
                 continue;
             }
-            let reply = if n % (iters + 1) == iters { &stop } else { &call };
+            let reply = if n % (iters + 1) == iters {
+                &stop
+            } else {
+                &call
+            };
             n += 1;
             let mut w = stream;
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
             let _ = w.write_all(head.as_bytes());
             let _ = w.write_all(reply.as_bytes());
         }

@@ -367,11 +367,7 @@ mod tests {
             }
             for d in [Dialect::Responses, Dialect::Chat] {
                 let got = cache.context_json(&fold, &ctx(), d, None).unwrap();
-                assert_eq!(
-                    text(got),
-                    full(&log, d, None),
-                    "step {i} {d:?}"
-                );
+                assert_eq!(text(got), full(&log, d, None), "step {i} {d:?}");
                 let last = log.events.last().unwrap().seq;
                 for back in [3, 20, 55] {
                     let upto = last.saturating_sub(back);
@@ -474,5 +470,4 @@ mod tests {
         assert_eq!(from_cache, 240);
         assert!(cache.bytes() > 0);
     }
-
 }

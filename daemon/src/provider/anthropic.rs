@@ -7,7 +7,8 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, cut_short, parse_data, Input, render_input, u64_at, Attempt, HttpCall, Step, Wire, WireFormat,
+    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Input, Step, Wire,
+    WireFormat,
 };
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};

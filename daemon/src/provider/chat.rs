@@ -8,8 +8,7 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, bearer, cut_short, parse_data, Input, u64_at, Attempt, HttpCall, Step, Wire,
-    WireFormat,
+    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Input, Step, Wire, WireFormat,
 };
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ToolSpec};

@@ -57,7 +57,7 @@ impl HttpProvider {
     pub(crate) fn call<F: WireFormat>(
         &self,
         req: &ProviderRequest,
-    ) -> Result<(HttpCall, String, Option<String>), ProviderFailure> {
+    ) -> Result<(HttpCall, String, Option<String>), AgentError> {
         let cfg = &self.config;
         let model = if req.model.is_empty() {
             cfg.model.clone().unwrap_or_default()
@@ -65,18 +65,18 @@ impl HttpProvider {
             req.model.clone()
         };
         if model.is_empty() {
-            return Err(ProviderFailure::new(AgentError::invalid_args(format!(
+            return Err(AgentError::invalid_args(format!(
                 "provider '{}' needs a model: pass one with the turn or set `model` in [providers.{}]",
                 cfg.name, cfg.name
-            ))));
+            )));
         }
-        let key = read_api_key(cfg).map_err(ProviderFailure::new)?;
+        let key = read_api_key(cfg)?;
         let items;
         let input = match &req.rendered {
             Some(_) if F::WIRE == Wire::Anthropic => {
-                return Err(ProviderFailure::new(AgentError::internal(
+                return Err(AgentError::internal(
                     "this wire format takes replay items, not a rendered input",
-                )))
+                ))
             }
             Some(parts) => Input::Rendered(parts),
             None => {
@@ -105,7 +105,7 @@ impl HttpProvider {
         cancel: CancellationToken,
     ) -> Result<ProviderResponse, ProviderFailure> {
         let cfg = &self.config;
-        let (call, model, key) = self.call::<F>(&req)?;
+        let (call, model, key) = self.call::<F>(&req).map_err(ProviderFailure::new)?;
         drop(req);
         let mut driver = Driver {
             provider: self,

@@ -200,7 +200,7 @@ impl Provider {
     }
 
     /// The body of the HTTP request `req` makes (none for the script provider).
-    pub fn request_body(&self, req: &ProviderRequest) -> Result<bytes::Bytes, ProviderFailure> {
+    pub fn request_body(&self, req: &ProviderRequest) -> Result<bytes::Bytes, AgentError> {
         Ok(match self {
             Provider::OpenaiResponses(p) => p.call::<responses::Responses>(req)?.0.body,
             Provider::OpenaiChat(p) => p.call::<chat::Chat>(req)?.0.body,

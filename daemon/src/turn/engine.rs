@@ -41,13 +41,13 @@ use crate::history::compaction::{CompactOptions, CompactStrategy, Trigger};
 use crate::history::memory::{self, EvidenceLookup};
 use crate::history::reconcile::{self, ReconcileReason};
 use crate::history::replay::ReplayStats;
-use agentd_proto::replay::ReplayItem;
 use crate::provider::{
     OutputItem, ProviderFailure, ProviderRequest, ProviderResponse, StreamEvent,
 };
 use crate::registry::Registry;
 use crate::session::{SessionHandle, SessionState};
 use crate::tools::{self, ToolContext, ToolOutcome};
+use agentd_proto::replay::ReplayItem;
 use agentd_proto::rpc::{AppendResult, TurnResult};
 use agentd_proto::{AgentError, ErrorKind, EventDraft, EventType};
 use serde_json::{json, Value};
@@ -357,10 +357,7 @@ impl Runner<'_> {
                     "pressure": pressure(estimated, window),
                 }),
             );
-            let input = (
-                std::mem::take(&mut replay.items),
-                replay.rendered.take(),
-            );
+            let input = (std::mem::take(&mut replay.items), replay.rendered.take());
             match self.stream(input).await {
                 Ok(resp) => return Ok(Ok((resp, replay.stats.estimated_tokens))),
                 Err(f) if f.kind() == ErrorKind::ContextOverflow && !self.cancel.is_cancelled() => {
