@@ -433,6 +433,34 @@ impl Conn {
     }
 }
 
+/// p50 of the time `len` bytes, already in memory, take through a Unix socket to a
+/// reader that discards them as `Conn::timed_discard` does: the floor under a context
+/// of that size, measured in the same run.
+fn socket_floor(len: usize) -> Duration {
+    let (mut a, b) = UnixStream::pair().expect("socket pair");
+    let mut r = BufReader::with_capacity(1 << 20, b);
+    let mut msg = vec![b'x'; len.max(1)];
+    *msg.last_mut().expect("byte") = b'\n';
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| a.write_all(&msg).expect("write"));
+            loop {
+                let buf = r.fill_buf().expect("read");
+                let k = buf.len();
+                let end = buf.iter().position(|&b| b == b'\n');
+                r.consume(end.map_or(k, |i| i + 1));
+                if end.is_some() {
+                    break;
+                }
+            }
+        });
+        times.push(t.elapsed());
+    }
+    p50(times)
+}
+
 fn p50(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -570,6 +598,11 @@ fn big_session(base: &Path) {
         "{:<44} {:>14}",
         "  (response bytes)",
         format!("{:.1} MB", resp_bytes as f64 / 1e6)
+    );
+    println!(
+        "{:<44} {:>14}",
+        "  (floor: as many bytes through a socket)",
+        format!("{:.1} ms", ms(socket_floor(resp_bytes)))
     );
     let last = c
         .try_call("agentd/show", json!({"session_id": sid}))

@@ -61,7 +61,7 @@ fn boundary(d: Dialect) -> Option<fn(&ReplayItem) -> Option<bool>> {
 
 /// Entries between the resumable points kept inside a prefix (for `after_seq`).
 #[cfg(not(test))]
-const POINT_EVERY: usize = 512;
+const POINT_EVERY: usize = 256;
 #[cfg(test)]
 const POINT_EVERY: usize = 7;
 
