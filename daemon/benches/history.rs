@@ -4,8 +4,9 @@
 //! and assistant messages, tool calls with 1–8 KiB outputs, usage records) is written
 //! straight into `<home>/sessions/<sid>.ndjson` before the daemon starts. Measured: cold
 //! load (the first `agentd/show` after start) in MB/s; warm `agentd/context` p50 without
-//! a checkpoint and after `agentd/compact`; the compaction itself; a fork at the midpoint;
-//! the daemon's peak RSS (`VmHWM`).
+//! a checkpoint (to the last byte, read by a client that discards the bytes, beside the
+//! same run's time for as many bytes through a Unix socket) and after `agentd/compact`;
+//! the compaction itself; a fork at the midpoint; the daemon's peak RSS (`VmHWM`).
 //!
 //! Part 2, many sessions: 10,000 small Logs (one in ten a fork child) in one home.
 //! Measured: time from spawning the daemon until `agentd/hello` answers, and warm
