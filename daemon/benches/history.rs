@@ -4,8 +4,9 @@
 //! and assistant messages, tool calls with 1–8 KiB outputs, usage records) is written
 //! straight into `<home>/sessions/<sid>.ndjson` before the daemon starts. Measured: cold
 //! load (the first `agentd/show` after start) in MB/s; warm `agentd/context` p50 without
-//! a checkpoint and after `agentd/compact`; the compaction itself; a fork at the midpoint;
-//! the daemon's peak RSS (`VmHWM`).
+//! a checkpoint (to the last byte, read by a client that discards the bytes, beside the
+//! same run's time for as many bytes through a Unix socket) and after `agentd/compact`;
+//! the compaction itself; a fork at the midpoint; the daemon's peak RSS (`VmHWM`).
 //!
 //! Part 2, many sessions: 10,000 small Logs (one in ten a fork child) in one home.
 //! Measured: time from spawning the daemon until `agentd/hello` answers, and warm
@@ -394,6 +395,35 @@ impl Conn {
         (line, t.elapsed())
     }
 
+    /// The size of a call's response line and how long it took to its last byte, the
+    /// bytes read into one reused buffer and dropped (a client that discards them).
+    fn timed_discard(&mut self, method: &str, params: Value) -> (usize, Duration) {
+        self.id += 1;
+        let mut msg = serde_json::to_vec(
+            &json!({"jsonrpc":"2.0","id":self.id,"method":method,"params":params}),
+        )
+        .expect("serialize");
+        msg.push(b'\n');
+        let t = Instant::now();
+        self.w.write_all(&msg).expect("send");
+        let mut n = 0;
+        loop {
+            let buf = self.r.fill_buf().expect("read");
+            assert!(!buf.is_empty(), "connection closed");
+            match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    self.r.consume(i + 1);
+                    return (n + i + 1, t.elapsed());
+                }
+                None => {
+                    let k = buf.len();
+                    n += k;
+                    self.r.consume(k);
+                }
+            }
+        }
+    }
+
     /// The result of a call, and how long the round trip took (response parsed).
     fn timed(&mut self, method: &str, params: Value) -> (Value, Duration) {
         let t = Instant::now();
@@ -402,6 +432,34 @@ impl Conn {
             .unwrap_or_else(|| panic!("{method} {params} failed"));
         (v, t.elapsed())
     }
+}
+
+/// p50 of the time `len` bytes, already in memory, take through a Unix socket to a
+/// reader that discards them as `Conn::timed_discard` does: the floor under a context
+/// of that size, measured in the same run.
+fn socket_floor(len: usize) -> Duration {
+    let (mut a, b) = UnixStream::pair().expect("socket pair");
+    let mut r = BufReader::with_capacity(1 << 20, b);
+    let mut msg = vec![b'x'; len.max(1)];
+    *msg.last_mut().expect("byte") = b'\n';
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| a.write_all(&msg).expect("write"));
+            loop {
+                let buf = r.fill_buf().expect("read");
+                let k = buf.len();
+                let end = buf.iter().position(|&b| b == b'\n');
+                r.consume(end.map_or(k, |i| i + 1));
+                if end.is_some() {
+                    break;
+                }
+            }
+        });
+        times.push(t.elapsed());
+    }
+    p50(times)
 }
 
 fn p50(mut v: Vec<Duration>) -> Duration {
@@ -507,13 +565,13 @@ fn big_session(base: &Path) {
     let mut resp_items = stats_of(&line)["items"].as_u64().unwrap_or(0);
     let mut times = Vec::new();
     for _ in 0..7 {
-        let (_, dt) = c.timed_raw("agentd/context", json!({"session_id": sid}));
+        let (_, dt) = c.timed_discard("agentd/context", json!({"session_id": sid}));
         times.push(dt);
     }
     let warm = p50(times);
     let mut times = Vec::new();
     for _ in 0..3 {
-        let (_, dt) = c.timed_raw(
+        let (_, dt) = c.timed_discard(
             "agentd/context",
             json!({"session_id": sid, "dialect": "anthropic"}),
         );
@@ -542,13 +600,18 @@ fn big_session(base: &Path) {
         "  (response bytes)",
         format!("{:.1} MB", resp_bytes as f64 / 1e6)
     );
+    println!(
+        "{:<44} {:>14}",
+        "  (floor: as many bytes through a socket)",
+        format!("{:.1} ms", ms(socket_floor(resp_bytes)))
+    );
     let last = c
         .try_call("agentd/show", json!({"session_id": sid}))
         .and_then(|v| v["last_seq"].as_u64())
         .unwrap_or(0);
     let mut times = Vec::new();
     for k in 0..7u64 {
-        let (_, dt) = c.timed_raw(
+        let (_, dt) = c.timed_discard(
             "agentd/context",
             json!({"session_id": sid, "after_seq": last.saturating_sub(100 + k)}),
         );

@@ -47,9 +47,9 @@ fn parse_str<T: DeserializeOwned>(text: &str) -> Result<T, AgentError> {
     serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
 }
 
-/// Where a direct call's response object (its JSON text) goes; called once, from any
-/// thread.
-pub type Respond = Box<dyn FnOnce(Vec<u8>) + Send>;
+/// Where a direct call's response object goes, as pieces of JSON text to be written one
+/// after the other (a large result is shared, not copied); called once, from any thread.
+pub type Respond = Box<dyn FnOnce(Vec<bytes::Bytes>) + Send>;
 
 /// The calls the transport hands straight to their session instead of the generic
 /// per-call task and the method table's `Value` results: `agentd/append` (params parsed
@@ -102,7 +102,7 @@ impl DirectCalls {
                     },
                     Err(e) => Err(e),
                 };
-                answer.send_raw(res);
+                answer.send_parts(res);
             });
             return Ok(());
         }
@@ -147,33 +147,46 @@ impl Answer {
     fn send<T: Serialize>(mut self, res: Result<T, AgentError>) {
         self.finish(res.and_then(|r| {
             serde_json::to_vec(&r)
+                .map(|v| vec![bytes::Bytes::from(v)])
                 .map_err(|e| AgentError::internal(format!("serialize result: {e}")))
         }));
     }
 
-    /// Answers with a result already serialized (JSON text).
-    fn send_raw(mut self, res: Result<Vec<u8>, AgentError>) {
+    /// Answers with a result already serialized, in pieces of JSON text.
+    fn send_parts(mut self, res: Result<Vec<bytes::Bytes>, AgentError>) {
         self.finish(res);
     }
 
-    fn finish(&mut self, res: Result<Vec<u8>, AgentError>) {
+    fn finish(&mut self, res: Result<Vec<bytes::Bytes>, AgentError>) {
         let (Some(head), Some(respond)) = (self.head.take(), self.respond.take()) else {
             return;
         };
         let (body, key) = match res {
             Ok(body) => (body, "result"),
             Err(e) => (
-                serde_json::to_vec(&error_object(&e)).unwrap_or_default(),
+                vec![serde_json::to_vec(&error_object(&e))
+                    .unwrap_or_default()
+                    .into()],
                 "error",
             ),
         };
-        let mut text = Vec::with_capacity(head.len() + body.len() + 12);
-        text.extend_from_slice(head.as_bytes());
-        text.extend_from_slice(b",\"");
-        text.extend_from_slice(key.as_bytes());
-        text.extend_from_slice(b"\":");
-        text.extend_from_slice(&body);
-        text.push(b'}');
+        let mut first = head.into_bytes();
+        first.extend_from_slice(b",\"");
+        first.extend_from_slice(key.as_bytes());
+        first.extend_from_slice(b"\":");
+        let mut text = Vec::with_capacity(body.len() + 2);
+        // A small answer (an append's) goes as one piece.
+        if let [one] = &body[..] {
+            if one.len() < 4096 {
+                first.extend_from_slice(one);
+                first.push(b'}');
+                respond(vec![first.into()]);
+                return;
+            }
+        }
+        text.push(first.into());
+        text.extend(body);
+        text.push(bytes::Bytes::from_static(b"}"));
         respond(text);
     }
 }

@@ -1,23 +1,46 @@
 //! The rendered provider input of a session, kept from one request to the next
-//! (DESIGN §7.1 `agentd/context`).
+//! (DESIGN §7.1 `agentd/context`, and the input of every turn step).
 //!
 //! A replay only changes after its last stable point: once every call emitted so far
 //! has its output and the dialect's renderer is at an element boundary, the items
 //! before that point are final until the next compaction. [`ContextCache`] keeps, per
-//! dialect, those items rendered (the JSON array's elements as bytes) with the
-//! [`ReplayMark`] to resume from, so a request renders only the items after the mark:
-//! `agentd/context` of a long session costs a copy of bytes already rendered plus the
-//! work for the latest events. The output is byte for byte what rendering the whole
-//! replay gives (`context::tests`, `history::proptests`).
+//! [`Render`] (dialect and reasoning filter), those items rendered (the JSON array's
+//! elements as shared byte chunks) with the [`ReplayMark`] to resume from, so a request
+//! renders only the items after the mark: `agentd/context` of a long session and a turn
+//! step's request body cost the work for the latest events, and the kept bytes are
+//! handed out as [`Bytes`] (no copy) to be written around. The output is byte for byte
+//! what rendering the whole replay gives (`context::tests`, `history::proptests`,
+//! `provider::tests`).
 //!
-//! Architecture invariant: the cache is keyed by dialect, replay context and the
+//! Architecture invariant: the cache is keyed by render, replay context and the
 //! compaction it was built under; anything else (a damaged Log's disordered entries, the
 //! Anthropic renderer that merges turns across any point) is served by a full render.
 
 use crate::history::fold::{Fold, ReplayContext, ReplayMark};
-use crate::provider::dialect;
+use crate::history::replay::ReplayStats;
+use crate::provider::dialect::{self, Render};
 use agentd_proto::replay::{Dialect, ReplayItem};
+use bytes::Bytes;
 use serde_json::Value;
+
+/// A rendered replay: the elements of the dialect's JSON array (comma-separated, no
+/// brackets) as pieces to be written one after the other, and the replay's stats.
+#[derive(Debug, Clone)]
+pub struct RenderedItems {
+    pub parts: Vec<Bytes>,
+    pub stats: ReplayStats,
+}
+
+impl RenderedItems {
+    /// Bytes of the elements.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// Whether `dialect`'s renderer is at an element boundary after `item` (`None`: the
 /// item leaves it as it was). `None` for a dialect whose rendering has no such points.
@@ -38,74 +61,152 @@ fn boundary(d: Dialect) -> Option<fn(&ReplayItem) -> Option<bool>> {
 
 /// Entries between the resumable points kept inside a prefix (for `after_seq`).
 #[cfg(not(test))]
-const POINT_EVERY: usize = 2048;
+const POINT_EVERY: usize = 256;
 #[cfg(test)]
 const POINT_EVERY: usize = 7;
 
+/// Bytes kept as a few immutable chunks: an appended chunk is merged with the ones
+/// before it while they are not much larger, so there are O(log n) chunks and each byte
+/// is copied O(log n) times over the prefix's life, and readers share the chunks.
+#[derive(Default)]
+struct Chunks {
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+impl Chunks {
+    fn push(&mut self, b: Bytes) {
+        if b.is_empty() {
+            return;
+        }
+        self.len += b.len();
+        self.chunks.push(b);
+        while let [.., a, b] = &self.chunks[..] {
+            if a.len() > 2 * b.len() {
+                break;
+            }
+            let mut v = Vec::with_capacity(a.len() + b.len());
+            v.extend_from_slice(a);
+            v.extend_from_slice(b);
+            self.chunks.truncate(self.chunks.len() - 2);
+            self.chunks.push(Bytes::from(v));
+        }
+    }
+
+    /// The first `len` bytes, sharing the chunks.
+    fn prefix(&self, mut len: usize, out: &mut Vec<Bytes>) {
+        for c in &self.chunks {
+            if len == 0 {
+                break;
+            }
+            let n = c.len().min(len);
+            out.push(c.slice(..n));
+            len -= n;
+        }
+    }
+}
+
 struct Slot {
-    dialect: Dialect,
+    render: Render,
     ctx: ReplayContext,
     compaction: Option<u64>,
     mark: ReplayMark,
     /// The rendered elements of the items before `mark`, comma-separated.
-    bytes: Vec<u8>,
+    bytes: Chunks,
     /// Earlier stable points inside `bytes`, with the length of the prefix before each:
     /// a context as of an earlier seq resumes from the latest one at or before it.
     points: Vec<(ReplayMark, usize)>,
+    /// Request counter value when last used (the least recently used slot of a dialect
+    /// goes first).
+    used: u64,
 }
 
-/// Rendered replay prefixes of one session, one per dialect.
+/// Slots kept per dialect: `agentd/context`'s and a turn's renders of one dialect may
+/// differ (reasoning filter, permission mode), and neither should evict the other.
+const SLOTS_PER_DIALECT: usize = 2;
+
+/// Rendered replay prefixes of one session, per render.
 #[derive(Default)]
 pub struct ContextCache {
     slots: Vec<Slot>,
+    uses: u64,
 }
 
-fn push_elements(out: &mut Vec<u8>, items: &[ReplayItem], d: Dialect) {
+/// Renders `items` (those `r` keeps) as elements appended to `out`; `first` says
+/// whether no element precedes them in the list `out` ends.
+fn push_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, first: &mut bool) {
     if items.is_empty() {
         return;
     }
-    if let Value::Array(elems) = dialect::render(items, d) {
+    let rendered = if items.iter().all(|i| r.keeps(i)) {
+        dialect::render(items, r.dialect)
+    } else {
+        let kept: Vec<ReplayItem> = items.iter().filter(|i| r.keeps(i)).cloned().collect();
+        dialect::render(&kept, r.dialect)
+    };
+    if let Value::Array(elems) = rendered {
         for e in elems {
-            push_sep(out);
+            if !std::mem::take(first) {
+                out.push(b',');
+            }
             // A Value always serializes.
             let _ = serde_json::to_writer(&mut *out, &e);
         }
     }
 }
 
-fn push_sep(out: &mut Vec<u8>) {
-    if !matches!(out.last(), None | Some(b'[')) {
-        out.push(b',');
-    }
-}
-
 impl ContextCache {
     /// Bytes of the rendered prefixes held (for memory accounting).
     pub fn bytes(&self) -> usize {
-        self.slots.iter().map(|s| s.bytes.len()).sum()
+        self.slots.iter().map(|s| s.bytes.len).sum()
     }
 
     /// The text of `agentd/context`'s result (`{"dialect","items","stats"}`) for the
-    /// replay of `fold` as of `upto` (all when `None`), extending the cached prefix of
-    /// `dialect`. `None` when it cannot be served from here (see the module docs).
+    /// replay of `fold` as of `upto` (all when `None`), in pieces. `None` when it cannot
+    /// be served from here (see the module docs).
     pub fn context_json(
         &mut self,
         fold: &Fold,
         ctx: &ReplayContext,
         d: Dialect,
         upto: Option<u64>,
-    ) -> Option<Vec<u8>> {
-        let at_boundary = boundary(d)?;
+    ) -> Option<Vec<Bytes>> {
+        let items = self.items(fold, ctx, Render::all(d), upto)?;
+        let mut head = b"{\"dialect\":".to_vec();
+        let _ = serde_json::to_writer(&mut head, &d);
+        head.extend_from_slice(b",\"items\":[");
+        let mut tail = b"],\"stats\":".to_vec();
+        let _ = serde_json::to_writer(&mut tail, &items.stats);
+        tail.push(b'}');
+        let mut out = Vec::with_capacity(items.parts.len() + 2);
+        out.push(Bytes::from(head));
+        out.extend(items.parts);
+        out.push(Bytes::from(tail));
+        Some(out)
+    }
+
+    /// The replay of `fold` as of `upto` (all when `None`) rendered by `r`, extending
+    /// the cached prefix. `None` when it cannot be served from here (see the module
+    /// docs).
+    pub fn items(
+        &mut self,
+        fold: &Fold,
+        ctx: &ReplayContext,
+        r: Render,
+        upto: Option<u64>,
+    ) -> Option<RenderedItems> {
+        let at_boundary = boundary(r.dialect)?;
         let compaction = fold.compaction_seq();
+        self.uses += 1;
         let covers = |m: &ReplayMark| upto.is_none_or(|u| m.last_seq.is_none_or(|l| l <= u));
         let slot = self
             .slots
             .iter()
-            .position(|s| s.dialect == d && s.ctx == *ctx && s.compaction == compaction);
+            .position(|s| s.render == r && s.ctx == *ctx && s.compaction == compaction);
         // Resume from the prefix's end, or (as of an earlier seq) from the latest point
         // inside it; only a resume from the end extends the prefix.
         let (from, prefix_len, extend) = match slot.map(|i| &self.slots[i]) {
-            Some(s) if covers(&s.mark) => (Some(&s.mark), s.bytes.len(), true),
+            Some(s) if covers(&s.mark) => (Some(&s.mark), s.bytes.len, true),
             Some(s) => match s.points.iter().rposition(|(m, _)| covers(m)) {
                 Some(p) => (Some(&s.points[p].0), s.points[p].1, false),
                 None => (None, 0, false),
@@ -115,32 +216,41 @@ impl ContextCache {
         let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY)?;
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
         // Rendered in segments cut at the points (each a renderer boundary), so each
-        // point's offset in the prefix is known.
+        // point's offset in the prefix is known. Each element after the first of the
+        // whole list carries its separator, so `fresh` and `rest` append as they are.
+        let mut first = prefix_len == 0;
         let mut fresh = Vec::new();
         let mut seg = 0;
         let mut fresh_points = Vec::new();
         for (n, m) in tail.points {
-            push_elements(&mut fresh, &tail.items[seg..n], d);
-            fresh_points.push((m, fresh.len()));
+            push_elements(&mut fresh, &tail.items[seg..n], r, &mut first);
+            fresh_points.push((m, prefix_len + fresh.len()));
             seg = n;
         }
-        push_elements(&mut fresh, &tail.items[seg..stable_n], d);
+        push_elements(&mut fresh, &tail.items[seg..stable_n], r, &mut first);
+        let fresh = Bytes::from(fresh);
         let mut rest = Vec::new();
-        push_elements(&mut rest, &tail.items[stable_n..], d);
-        let prefix: &[u8] = slot.map_or(&[], |i| &self.slots[i].bytes[..prefix_len]);
-        let mut out = Vec::with_capacity(prefix.len() + fresh.len() + rest.len() + 512);
-        out.extend_from_slice(b"{\"dialect\":");
-        let _ = serde_json::to_writer(&mut out, &d);
-        out.extend_from_slice(b",\"items\":[");
-        for part in [prefix, &fresh, &rest] {
-            if !part.is_empty() {
-                push_sep(&mut out);
-                out.extend_from_slice(part);
-            }
+        push_elements(&mut rest, &tail.items[stable_n..], r, &mut first);
+        let rest_elems = !rest.is_empty();
+
+        let mut parts = Vec::new();
+        if let Some(i) = slot {
+            self.slots[i].bytes.prefix(prefix_len, &mut parts);
         }
-        out.extend_from_slice(b"],\"stats\":");
-        let _ = serde_json::to_writer(&mut out, &tail.stats);
-        out.push(b'}');
+        if !fresh.is_empty() {
+            parts.push(fresh.clone());
+        }
+        if rest_elems {
+            parts.push(Bytes::from(rest));
+        }
+        let out = RenderedItems {
+            parts,
+            stats: tail.stats,
+        };
+        let used = self.uses;
+        if let Some(i) = slot {
+            self.slots[i].used = used;
+        }
         let Some((_, mark)) = tail.stable else {
             return Some(out);
         };
@@ -150,12 +260,8 @@ impl ContextCache {
         match slot {
             Some(i) => {
                 let slot = &mut self.slots[i];
-                let old_len = slot.bytes.len();
-                let base = old_len + usize::from(old_len > 0 && !fresh.is_empty());
-                for (m, len) in fresh_points {
-                    let at = if len == 0 { old_len } else { base + len };
-                    slot.points.push((m, at));
-                }
+                let old_len = slot.bytes.len;
+                slot.points.extend(fresh_points);
                 let old = std::mem::replace(&mut slot.mark, mark);
                 let spaced = slot
                     .points
@@ -165,22 +271,32 @@ impl ContextCache {
                     slot.points.push((old, old_len));
                 }
                 slot.points.sort_by_key(|(m, _)| m.entries);
-                if !fresh.is_empty() {
-                    if old_len > 0 {
-                        slot.bytes.push(b',');
-                    }
-                    slot.bytes.extend_from_slice(&fresh);
-                }
+                slot.bytes.push(fresh);
             }
             None => {
-                self.slots.retain(|s| s.dialect != d);
+                let mut same: Vec<usize> = (0..self.slots.len())
+                    .filter(|&i| self.slots[i].render.dialect == r.dialect)
+                    .collect();
+                // The same render and context under another compaction is stale.
+                let stale = same
+                    .iter()
+                    .position(|&i| self.slots[i].render == r && self.slots[i].ctx == *ctx);
+                if let Some(p) = stale {
+                    self.slots.remove(same[p]);
+                } else if same.len() >= SLOTS_PER_DIALECT {
+                    same.sort_by_key(|&i| self.slots[i].used);
+                    self.slots.remove(same[0]);
+                }
+                let mut bytes = Chunks::default();
+                bytes.push(fresh);
                 self.slots.push(Slot {
-                    dialect: d,
+                    render: r,
                     ctx: ctx.clone(),
                     compaction,
                     mark,
-                    bytes: fresh,
+                    bytes,
                     points: fresh_points,
+                    used,
                 });
             }
         }
@@ -201,6 +317,10 @@ mod tests {
             permission_mode: "auto".into(),
             model: Some("m1".into()),
         }
+    }
+
+    fn text(parts: Vec<Bytes>) -> String {
+        String::from_utf8(parts.concat()).unwrap()
     }
 
     /// What `agentd/context` answered before the cache: the whole replay rendered.
@@ -247,18 +367,14 @@ mod tests {
             }
             for d in [Dialect::Responses, Dialect::Chat] {
                 let got = cache.context_json(&fold, &ctx(), d, None).unwrap();
-                assert_eq!(
-                    String::from_utf8(got).unwrap(),
-                    full(&log, d, None),
-                    "step {i} {d:?}"
-                );
+                assert_eq!(text(got), full(&log, d, None), "step {i} {d:?}");
                 let last = log.events.last().unwrap().seq;
                 for back in [3, 20, 55] {
                     let upto = last.saturating_sub(back);
                     let got = cache.context_json(&fold, &ctx(), d, Some(upto));
                     if let Some(got) = got {
                         assert_eq!(
-                            String::from_utf8(got).unwrap(),
+                            text(got),
                             full(&log, d, Some(upto)),
                             "step {i} {d:?} upto {upto}"
                         );
@@ -274,5 +390,84 @@ mod tests {
         assert!(cache
             .context_json(&fold, &ctx(), Dialect::Anthropic, None)
             .is_none());
+    }
+
+    /// A turn step's request body built from the kept rendering equals the body built
+    /// from the replay items (what every step did before), for each HTTP wire format,
+    /// after every append, across calls, orphan closures, reasoning of two models (with
+    /// and without `encrypted_content`) and a compaction.
+    #[test]
+    fn request_bodies_from_the_cache_equal_bodies_from_the_items() {
+        use crate::provider::{Provider, ProviderConfig, ProviderKind, ProviderRequest};
+        let providers: Vec<Provider> = [
+            ProviderKind::OpenaiResponses,
+            ProviderKind::OpenaiChat,
+            ProviderKind::Anthropic,
+        ]
+        .into_iter()
+        .map(|k| {
+            let mut cfg = ProviderConfig::new("p", k);
+            cfg.model = Some("m1".into());
+            cfg.reasoning_effort = Some("low".into());
+            Provider::new(cfg).unwrap()
+        })
+        .collect();
+        let tools = vec![agentd_proto::replay::ToolSpec {
+            name: "shell".into(),
+            description: "run".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let mut log = TestLog::new();
+        log.push(
+            "session_started",
+            json!({"workspace": "/w", "agentd_version": "0", "log_format": 1}),
+        );
+        let mut cache = ContextCache::default();
+        let mut fold = Fold::from_events(&log.events);
+        let mut from_cache = 0;
+        for i in 0..120 {
+            step(&mut log, i);
+            if i % 9 == 1 && i % 4 == 1 {
+                log.push("reasoning", json!({"item": {"type": "reasoning", "id": i, "encrypted_content": "e"}, "model": "m1"}));
+                fold.push(&log.events[log.events.len() - 2]);
+            }
+            fold.push(log.events.last().unwrap());
+            if i == 70 {
+                log.push("history_compaction", json!({"strategy": "deterministic_v1", "range": {"from_seq": 0, "to_seq": 30}, "summary": "S"}));
+                fold.push(log.events.last().unwrap());
+            }
+            for p in &providers {
+                let old = ProviderRequest {
+                    model: String::new(),
+                    items: fold.replay(&ctx()).items,
+                    rendered: None,
+                    tools: tools.clone(),
+                    max_output_tokens: Some(100),
+                };
+                let want = p.request_body(&old).unwrap();
+                let Some(r) = p.render() else {
+                    assert!(!want.is_empty());
+                    continue;
+                };
+                let got = cache.items(&fold, &ctx(), r, None).unwrap();
+                from_cache += 1;
+                let new = ProviderRequest {
+                    items: Vec::new(),
+                    rendered: Some(got.parts),
+                    ..old
+                };
+                let body = p.request_body(&new).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&body),
+                    String::from_utf8_lossy(&want),
+                    "step {i} {:?}",
+                    r.dialect
+                );
+                // Interleaved with agentd/context's own render of the dialect.
+                let _ = cache.context_json(&fold, &ctx(), r.dialect, None);
+            }
+        }
+        assert_eq!(from_cache, 240);
+        assert!(cache.bytes() > 0);
     }
 }

@@ -186,14 +186,14 @@ pub async fn context(
     })
 }
 
-/// `agentd/context`'s result as JSON text (the serialization of [`ContextOutcome`],
-/// byte for byte): from the session's rendered replay prefix when it can serve it
-/// (`crate::context`), else rendered whole.
+/// `agentd/context`'s result as JSON text in pieces (the serialization of
+/// [`ContextOutcome`], byte for byte): from the session's rendered replay prefix when it
+/// can serve it (`crate::context`), else rendered whole.
 pub async fn context_json(
     h: &SessionHandle,
     after_seq: Option<u64>,
     dialect: Dialect,
-) -> Result<Vec<u8>, AgentError> {
+) -> Result<Vec<bytes::Bytes>, AgentError> {
     h.query_blocking(move |st| {
         let ctx = replay_context(st, "auto", session_model(st));
         let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
@@ -210,7 +210,9 @@ pub async fn context_json(
             items: crate::provider::dialect::render(&replay.items, dialect),
             stats: replay.stats,
         };
-        serde_json::to_vec(&out).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
+        serde_json::to_vec(&out)
+            .map(|v| vec![v.into()])
+            .map_err(|e| AgentError::internal(format!("serialize result: {e}")))
     })
     .await?
 }

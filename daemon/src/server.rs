@@ -190,7 +190,7 @@ impl Listener {
     }
 }
 
-/// Direct responses from this size on are written in parts rather than copied.
+/// Direct responses from this size on are written in their pieces rather than copied.
 const BIG_MESSAGE: usize = 1 << 20;
 
 /// The write side of a connection, shared by its writer task and by whoever answers a
@@ -210,8 +210,8 @@ struct Outbox {
 
 #[derive(Default)]
 struct OutQueue {
-    /// Framed bytes not yet written, each with how much of it was.
-    parts: std::collections::VecDeque<(Vec<u8>, usize)>,
+    /// Framed pieces not yet written, each with how much of it was.
+    parts: std::collections::VecDeque<(bytes::Bytes, usize)>,
     /// The socket failed or the writer ended: nothing more is written.
     closed: bool,
 }
@@ -223,25 +223,33 @@ impl Outbox {
 
     /// Frames one message and writes it, or queues what the socket does not take now.
     fn send(&self, msg: &[u8]) {
-        self.push([crate::framing::encode_bytes(self.framing(), msg)]);
+        self.push(vec![
+            crate::framing::encode_bytes(self.framing(), msg).into()
+        ]);
     }
 
-    /// [`send`](Self::send) for a message already owned: a large one (a context) is
-    /// written around, not copied into its framing.
-    fn send_owned(&self, msg: Vec<u8>) {
-        if msg.len() < BIG_MESSAGE {
-            return self.send(&msg);
+    /// [`send`](Self::send) for a message that comes as pieces of JSON text: a large
+    /// one (a context) is written in its pieces with the framing around them, by
+    /// vectored writes, never copied into one buffer.
+    fn send_owned(&self, mut pieces: Vec<bytes::Bytes>) {
+        let len: usize = pieces.iter().map(bytes::Bytes::len).sum();
+        if len < BIG_MESSAGE {
+            return match &pieces[..] {
+                [one] => self.send(one),
+                _ => self.send(&pieces.concat()),
+            };
         }
         match self.framing() {
-            Framing::Lines => self.push([msg, b"\n".to_vec()]),
-            Framing::Headers => self.push([
-                format!("Content-Length: {}\r\n\r\n", msg.len()).into_bytes(),
-                msg,
-            ]),
+            Framing::Lines => pieces.push(bytes::Bytes::from_static(b"\n")),
+            Framing::Headers => pieces.insert(
+                0,
+                format!("Content-Length: {len}\r\n\r\n").into_bytes().into(),
+            ),
         }
+        self.push(pieces);
     }
 
-    fn push<const N: usize>(&self, parts: [Vec<u8>; N]) {
+    fn push(&self, parts: Vec<bytes::Bytes>) {
         let mut q = lock(&self.queue);
         if q.closed {
             return;
@@ -263,15 +271,29 @@ impl Outbox {
         self.wake.notify_one();
     }
 
-    /// Writes queued bytes until the socket would block; `Ok(true)` once all are written.
+    /// Writes queued pieces (several per system call) until the socket would block;
+    /// `Ok(true)` once all are written.
     fn write_queued(&self, q: &mut OutQueue) -> std::io::Result<bool> {
-        while let Some((part, done)) = q.parts.front_mut() {
-            match self.wr.try_write(&part[*done..]) {
+        while !q.parts.is_empty() {
+            let slices: Vec<std::io::IoSlice<'_>> = q
+                .parts
+                .iter()
+                .take(16)
+                .map(|(part, done)| std::io::IoSlice::new(&part[*done..]))
+                .collect();
+            match self.wr.try_write_vectored(&slices) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    *done += n;
-                    if *done == part.len() {
-                        q.parts.pop_front();
+                Ok(mut n) => {
+                    while n > 0 {
+                        let (part, done) = q.parts.front_mut().expect("written bytes were queued");
+                        let left = part.len() - *done;
+                        if n >= left {
+                            n -= left;
+                            q.parts.pop_front();
+                        } else {
+                            *done += n;
+                            n = 0;
+                        }
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),

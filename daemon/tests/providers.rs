@@ -290,6 +290,7 @@ fn request() -> ProviderRequest {
     ProviderRequest {
         model: String::new(),
         items: items(),
+        rendered: None,
         tools: tools(),
         max_output_tokens: Some(100),
     }
@@ -1120,6 +1121,7 @@ fn script_request(path: &std::path::Path, items: Vec<ReplayItem>) -> ProviderReq
     ProviderRequest {
         model: format!("script:{}", path.display()),
         items,
+        rendered: None,
         tools: tools(),
         max_output_tokens: None,
     }

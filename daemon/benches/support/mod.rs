@@ -79,7 +79,9 @@ pub fn start_with(dir: &Path, config: &str, env: &[(&str, &str)]) -> (Daemon, Co
     let socket = dir.join("run").join("agentd.sock");
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, config).expect("config");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentd"));
+    // `BENCH_AGENTD` runs another build (e.g. an earlier commit's) for a comparison.
+    let bin = std::env::var("BENCH_AGENTD").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentd").into());
+    let mut cmd = Command::new(bin);
     cmd.env("AGENTD_HOME", dir.join("home"))
         .env("AGENTD_SOCKET", &socket)
         .env("AGENTD_CONFIG", &cfg)

@@ -7,7 +7,8 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire, WireFormat,
+    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Input, Step, Wire,
+    WireFormat,
 };
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
 use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
@@ -47,7 +48,10 @@ pub(crate) fn build(
     HttpCall {
         url: format!("{base}/v1/messages"),
         headers,
-        body: Value::Object(body),
+        // A Value always serializes.
+        body: serde_json::to_vec(&Value::Object(body))
+            .unwrap_or_default()
+            .into(),
     }
 }
 
@@ -266,12 +270,17 @@ impl WireFormat for Anthropic {
     fn build(
         base: &str,
         model: &str,
-        items: &[ReplayItem],
+        input: Input<'_>,
         tools: &[ToolSpec],
         max_output_tokens: Option<u32>,
         _cfg: &ProviderConfig,
         key: Option<&str>,
     ) -> HttpCall {
+        // Its messages merge across items: it always takes the items (`Provider::render`).
+        let items = match input {
+            Input::Items(items) => items,
+            Input::Rendered(_) => &[],
+        };
         build(base, model, items, tools, max_output_tokens, key)
     }
     fn decoder(provider: &str, model: &str) -> Decoder {

@@ -8,25 +8,25 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, bearer, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire,
-    WireFormat,
+    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Input, Step, Wire, WireFormat,
 };
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
-use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
+use agentd_proto::replay::{Dialect, ToolSpec};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
 pub(crate) fn build(
     base: &str,
     model: &str,
-    items: &[ReplayItem],
+    input: Input<'_>,
     tools: &[ToolSpec],
     max_output_tokens: Option<u32>,
     key: Option<&str>,
 ) -> HttpCall {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("messages".into(), render_input(items, Wire::Chat));
+    // Its place in the body; filled by `body_with_input`.
+    body.insert("messages".into(), Value::Null);
     if !tools.is_empty() {
         body.insert("tools".into(), render_tools(tools, Dialect::Chat));
     }
@@ -38,7 +38,7 @@ pub(crate) fn build(
     HttpCall {
         url: format!("{base}/chat/completions"),
         headers: bearer(key),
-        body: Value::Object(body),
+        body: wire::body_with_input(body, "messages", input, Wire::Chat),
     }
 }
 
@@ -213,13 +213,13 @@ impl WireFormat for Chat {
     fn build(
         base: &str,
         model: &str,
-        items: &[ReplayItem],
+        input: Input<'_>,
         tools: &[ToolSpec],
         max_output_tokens: Option<u32>,
         _cfg: &ProviderConfig,
         key: Option<&str>,
     ) -> HttpCall {
-        build(base, model, items, tools, max_output_tokens, key)
+        build(base, model, input, tools, max_output_tokens, key)
     }
     fn decoder(provider: &str, model: &str) -> Decoder {
         Decoder::new(provider, model)

@@ -19,6 +19,35 @@ pub fn render(items: &[ReplayItem], dialect: Dialect) -> Value {
     }
 }
 
+/// How replay items become a provider's input: the dialect, and whether reasoning items
+/// without `encrypted_content` are left out (the Responses API with `store:false` cannot
+/// resolve them). Rendering the items `keeps` with `dialect` gives the input array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Render {
+    pub dialect: Dialect,
+    pub encrypted_reasoning_only: bool,
+}
+
+impl Render {
+    /// What `agentd/context` shows: every replayed item.
+    pub fn all(dialect: Dialect) -> Render {
+        Render {
+            dialect,
+            encrypted_reasoning_only: false,
+        }
+    }
+
+    /// Whether `item` is sent.
+    pub fn keeps(&self, item: &ReplayItem) -> bool {
+        match item {
+            ReplayItem::Reasoning { item, .. } if self.encrypted_reasoning_only => {
+                item.get("encrypted_content").is_some_and(|v| !v.is_null())
+            }
+            _ => true,
+        }
+    }
+}
+
 /// Tool definitions in `dialect`'s shape.
 pub fn render_tools(tools: &[ToolSpec], dialect: Dialect) -> Value {
     let out: Vec<Value> = tools

@@ -8,7 +8,7 @@
 //! ever placed in a request header; error texts are scrubbed of it as a last guard.
 
 use super::sse::SseParser;
-use super::wire::{Attempt, Decoder, HttpCall, Step, Wire, WireFormat};
+use super::wire::{Attempt, Decoder, HttpCall, Input, Step, Wire, WireFormat};
 use super::{
     classify_provider_error, ProviderConfig, ProviderFailure, ProviderRequest, ProviderResponse,
     StreamEvent,
@@ -53,12 +53,11 @@ impl HttpProvider {
         Ok(HttpProvider { config, client })
     }
 
-    pub(crate) async fn stream<F: WireFormat>(
+    /// The request `req` makes with wire format `F`, its model and the API key.
+    pub(crate) fn call<F: WireFormat>(
         &self,
-        req: ProviderRequest,
-        tx: mpsc::Sender<StreamEvent>,
-        cancel: CancellationToken,
-    ) -> Result<ProviderResponse, ProviderFailure> {
+        req: &ProviderRequest,
+    ) -> Result<(HttpCall, String, Option<String>), AgentError> {
         let cfg = &self.config;
         let model = if req.model.is_empty() {
             cfg.model.clone().unwrap_or_default()
@@ -66,24 +65,48 @@ impl HttpProvider {
             req.model.clone()
         };
         if model.is_empty() {
-            return Err(ProviderFailure::new(AgentError::invalid_args(format!(
+            return Err(AgentError::invalid_args(format!(
                 "provider '{}' needs a model: pass one with the turn or set `model` in [providers.{}]",
                 cfg.name, cfg.name
-            ))));
+            )));
         }
-        let key = read_api_key(cfg).map_err(ProviderFailure::new)?;
-        let items = replayable_items(&req.items, &model, F::WIRE);
+        let key = read_api_key(cfg)?;
+        let items;
+        let input = match &req.rendered {
+            Some(_) if F::WIRE == Wire::Anthropic => {
+                return Err(AgentError::internal(
+                    "this wire format takes replay items, not a rendered input",
+                ))
+            }
+            Some(parts) => Input::Rendered(parts),
+            None => {
+                items = replayable_items(&req.items, &model, F::WIRE);
+                Input::Items(&items)
+            }
+        };
         let max_out = req.max_output_tokens.or(cfg.max_output_tokens);
         let base = cfg.base_url();
         let call = F::build(
             &base,
             &model,
-            &items,
+            input,
             &req.tools,
             max_out,
             cfg,
             key.as_deref(),
         );
+        Ok((call, model, key))
+    }
+
+    pub(crate) async fn stream<F: WireFormat>(
+        &self,
+        req: ProviderRequest,
+        tx: mpsc::Sender<StreamEvent>,
+        cancel: CancellationToken,
+    ) -> Result<ProviderResponse, ProviderFailure> {
+        let cfg = &self.config;
+        let (call, model, key) = self.call::<F>(&req).map_err(ProviderFailure::new)?;
+        drop(req);
         let mut driver = Driver {
             provider: self,
             tx: &tx,
@@ -247,7 +270,12 @@ impl Driver<'_> {
         call: &HttpCall,
         mut decoder: impl Decoder,
     ) -> Result<ProviderResponse, Attempt> {
-        let mut rb = self.provider.client.post(&call.url).json(&call.body);
+        let mut rb = self
+            .provider
+            .client
+            .post(&call.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(call.body.clone());
         for (k, v) in &call.headers {
             rb = rb.header(*k, v);
         }

@@ -45,6 +45,9 @@ pub struct ProviderRequest {
     /// `script:PATH` names the script file.
     pub model: String,
     pub items: Vec<ReplayItem>,
+    /// The input already rendered as [`Provider::render`] says (the elements of the
+    /// input array, in pieces), used instead of `items` when set.
+    pub rendered: Option<Vec<bytes::Bytes>>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: Option<u32>,
 }
@@ -180,6 +183,30 @@ impl Provider {
             Provider::OpenaiChat(_) => Dialect::Chat,
             Provider::Anthropic(_) => Dialect::Anthropic,
         }
+    }
+
+    /// How this provider renders its input, when a request may carry it already
+    /// rendered ([`ProviderRequest::rendered`]); `None` when it takes the items (script:
+    /// it reads them; Anthropic: its messages merge across any item).
+    pub fn render(&self) -> Option<dialect::Render> {
+        match self {
+            Provider::OpenaiResponses(_) => Some(dialect::Render {
+                dialect: Dialect::Responses,
+                encrypted_reasoning_only: true,
+            }),
+            Provider::OpenaiChat(_) => Some(dialect::Render::all(Dialect::Chat)),
+            Provider::Anthropic(_) | Provider::Script(_) => None,
+        }
+    }
+
+    /// The body of the HTTP request `req` makes (none for the script provider).
+    pub fn request_body(&self, req: &ProviderRequest) -> Result<bytes::Bytes, AgentError> {
+        Ok(match self {
+            Provider::OpenaiResponses(p) => p.call::<responses::Responses>(req)?.0.body,
+            Provider::OpenaiChat(p) => p.call::<chat::Chat>(req)?.0.body,
+            Provider::Anthropic(p) => p.call::<anthropic::Anthropic>(req)?.0.body,
+            Provider::Script(_) => bytes::Bytes::new(),
+        })
     }
 
     /// The model a request with `requested` (possibly empty) would use.

@@ -9,18 +9,17 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, bearer, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Step, Wire,
-    WireFormat,
+    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Input, Step, Wire, WireFormat,
 };
 use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
-use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
+use agentd_proto::replay::{Dialect, ToolSpec};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
 pub(crate) fn build(
     base: &str,
     model: &str,
-    items: &[ReplayItem],
+    input: Input<'_>,
     tools: &[ToolSpec],
     max_output_tokens: Option<u32>,
     cfg: &ProviderConfig,
@@ -28,7 +27,8 @@ pub(crate) fn build(
 ) -> HttpCall {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("input".into(), render_input(items, Wire::Responses));
+    // Its place in the body; filled by `body_with_input`.
+    body.insert("input".into(), Value::Null);
     if !tools.is_empty() {
         body.insert("tools".into(), render_tools(tools, Dialect::Responses));
     }
@@ -49,7 +49,7 @@ pub(crate) fn build(
     HttpCall {
         url: format!("{base}/responses"),
         headers: bearer(key),
-        body: Value::Object(body),
+        body: wire::body_with_input(body, "input", input, Wire::Responses),
     }
 }
 
@@ -278,13 +278,13 @@ impl WireFormat for Responses {
     fn build(
         base: &str,
         model: &str,
-        items: &[ReplayItem],
+        input: Input<'_>,
         tools: &[ToolSpec],
         max_output_tokens: Option<u32>,
         cfg: &ProviderConfig,
         key: Option<&str>,
     ) -> HttpCall {
-        build(base, model, items, tools, max_output_tokens, cfg, key)
+        build(base, model, input, tools, max_output_tokens, cfg, key)
     }
     fn decoder(provider: &str, model: &str) -> Decoder {
         Decoder::new(provider, model)

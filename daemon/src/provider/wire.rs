@@ -9,7 +9,7 @@ use super::sse::SseEvent;
 use super::{classify_provider_error, dialect, ProviderConfig, ProviderResponse, StreamEvent};
 use agentd_proto::replay::{ReplayItem, ToolSpec};
 use agentd_proto::{AgentError, ErrorKind};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::time::Duration;
 
 /// One wire format: how a request is built and how its event stream is decoded.
@@ -19,7 +19,7 @@ pub(crate) trait WireFormat {
     fn build(
         base: &str,
         model: &str,
-        items: &[ReplayItem],
+        input: Input<'_>,
         tools: &[ToolSpec],
         max_output_tokens: Option<u32>,
         cfg: &ProviderConfig,
@@ -96,11 +96,63 @@ pub(crate) trait Decoder {
     fn finish(&mut self, at_eof: bool) -> Result<ProviderResponse, Attempt>;
 }
 
-/// A fully built HTTP request.
+/// A request's input: the replay items, or their rendering for the format's dialect
+/// (the elements of the input array, in pieces).
+#[derive(Clone, Copy)]
+pub(crate) enum Input<'a> {
+    Items(&'a [ReplayItem]),
+    Rendered(&'a [bytes::Bytes]),
+}
+
+/// A fully built HTTP request; `body` is JSON text.
 pub(crate) struct HttpCall {
     pub url: String,
     pub headers: Vec<(&'static str, String)>,
-    pub body: Value,
+    pub body: bytes::Bytes,
+}
+
+/// The JSON text of `fields` with `input` as the value of `key` (whose place in
+/// `fields` it takes): items rendered for `wire`, or the rendered elements spliced in
+/// as they are. Both give the same bytes (`provider::tests`).
+pub(crate) fn body_with_input(
+    mut fields: Map<String, Value>,
+    key: &str,
+    input: Input<'_>,
+    wire: Wire,
+) -> bytes::Bytes {
+    let parts = match input {
+        Input::Items(items) => {
+            if let Some(v) = fields.get_mut(key) {
+                *v = render_input(items, wire);
+            }
+            // A Value always serializes.
+            return serde_json::to_vec(&Value::Object(fields))
+                .unwrap_or_default()
+                .into();
+        }
+        Input::Rendered(parts) => parts,
+    };
+    let len: usize = parts.iter().map(bytes::Bytes::len).sum();
+    let mut out = Vec::with_capacity(len + 4096);
+    out.push(b'{');
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, k);
+        out.push(b':');
+        if k == key {
+            out.push(b'[');
+            for p in parts {
+                out.extend_from_slice(p);
+            }
+            out.push(b']');
+        } else {
+            let _ = serde_json::to_writer(&mut out, v);
+        }
+    }
+    out.push(b'}');
+    out.into()
 }
 
 /// The rendered input for a wire, used by the request builders.

@@ -149,6 +149,7 @@ async fn model_summary(
             },
             ReplayItem::User { text: request },
         ],
+        rendered: None,
         tools: Vec::new(),
         max_output_tokens: None,
     };

@@ -40,13 +40,14 @@ use super::{RunningTurn, Started, TurnManager};
 use crate::history::compaction::{CompactOptions, CompactStrategy, Trigger};
 use crate::history::memory::{self, EvidenceLookup};
 use crate::history::reconcile::{self, ReconcileReason};
-use crate::history::replay::Replay;
+use crate::history::replay::ReplayStats;
 use crate::provider::{
     OutputItem, ProviderFailure, ProviderRequest, ProviderResponse, StreamEvent,
 };
 use crate::registry::Registry;
 use crate::session::{SessionHandle, SessionState};
 use crate::tools::{self, ToolContext, ToolOutcome};
+use agentd_proto::replay::ReplayItem;
 use agentd_proto::rpc::{AppendResult, TurnResult};
 use agentd_proto::{AgentError, ErrorKind, EventDraft, EventType};
 use serde_json::{json, Value};
@@ -94,6 +95,14 @@ struct Runner<'a> {
 }
 
 /// Runs a whole turn; returns its result and the call ids an interrupt closed.
+/// One step's provider input (items, or their rendering when the provider takes that)
+/// and the replay's stats.
+struct StepInput {
+    items: Vec<ReplayItem>,
+    rendered: Option<Vec<bytes::Bytes>>,
+    stats: ReplayStats,
+}
+
 pub(super) async fn run(
     turns: &Arc<TurnManager>,
     h: &SessionHandle,
@@ -275,18 +284,37 @@ impl Runner<'_> {
         Ok(End::Completed(Some("max_iterations"), None))
     }
 
-    async fn replay(&self) -> Result<Replay, AgentError> {
+    /// The provider input as of now: rendered from the session's kept prefix
+    /// (`crate::context`, the rendering `agentd/context` serves) when the provider takes
+    /// it so, else the replay items.
+    async fn replay(&self) -> Result<StepInput, AgentError> {
         let ctx_mode = self.spec.permission_mode.as_str();
         let model = self.spec.model.clone();
+        let render = self.spec.provider.render();
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
-                st.fold.replay(&ctx)
+                if let Some(r) = render {
+                    let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(out) = cache.items(&st.fold, &ctx, r, None) {
+                        return StepInput {
+                            items: Vec::new(),
+                            rendered: Some(out.parts),
+                            stats: out.stats,
+                        };
+                    }
+                }
+                let replay = st.fold.replay(&ctx);
+                StepInput {
+                    items: replay.items,
+                    rendered: None,
+                    stats: replay.stats,
+                }
             })
             .await
     }
 
-    fn corrected(&self, replay: &Replay) -> u64 {
+    fn corrected(&self, replay: &StepInput) -> u64 {
         (replay.stats.estimated_tokens as f64 * self.ratio).ceil() as u64
     }
 
@@ -329,7 +357,8 @@ impl Runner<'_> {
                     "pressure": pressure(estimated, window),
                 }),
             );
-            match self.stream(replay.items.clone()).await {
+            let input = (std::mem::take(&mut replay.items), replay.rendered.take());
+            match self.stream(input).await {
                 Ok(resp) => return Ok(Ok((resp, replay.stats.estimated_tokens))),
                 Err(f) if f.kind() == ErrorKind::ContextOverflow && !self.cancel.is_cancelled() => {
                     let mut compacted = false;
@@ -356,13 +385,14 @@ impl Runner<'_> {
     /// before this returns, so subscribers see them ahead of the step's events.
     async fn stream(
         &self,
-        items: Vec<agentd_proto::replay::ReplayItem>,
+        (items, rendered): (Vec<ReplayItem>, Option<Vec<bytes::Bytes>>),
     ) -> Result<ProviderResponse, ProviderFailure> {
         let mut specs = tools::specs();
         specs.push(memory::tool_spec());
         let req = ProviderRequest {
             model: self.spec.request_model.clone(),
             items,
+            rendered,
             tools: specs,
             max_output_tokens: None,
         };
