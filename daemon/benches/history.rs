@@ -332,10 +332,19 @@ impl Daemon {
 
     /// Peak resident set size in MiB (`VmHWM`).
     fn peak_rss_mib(&self) -> Option<f64> {
+        self.status_mib("VmHWM:")
+    }
+
+    /// Resident set size now, in MiB (`VmRSS`).
+    fn rss_mib(&self) -> Option<f64> {
+        self.status_mib("VmRSS:")
+    }
+
+    fn status_mib(&self, field: &str) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
         let kb: f64 = status
             .lines()
-            .find(|l| l.starts_with("VmHWM:"))?
+            .find(|l| l.starts_with(field))?
             .split_whitespace()
             .nth(1)?
             .parse()
@@ -469,6 +478,8 @@ fn big_session(base: &Path) {
     }
     let d = daemon.expect("a daemon");
     let mut c = d.conn();
+    let log_mib = size as f64 / (1024.0 * 1024.0);
+    let loaded_rss = d.rss_mib();
     let first = mb / loads[0].as_secs_f64();
     let best = mb / loads.iter().min().expect("loads").as_secs_f64();
     report(
@@ -503,6 +514,7 @@ fn big_session(base: &Path) {
         v["result"]["stats"].clone()
     };
     let (line, first) = c.timed_raw("agentd/context", json!({"session_id": sid}));
+    let after_context = (d.rss_mib(), d.peak_rss_mib());
     let resp_bytes = line.len();
     let mut resp_items = stats_of(&line)["items"].as_u64().unwrap_or(0);
     let mut times = Vec::new();
@@ -520,6 +532,31 @@ fn big_session(base: &Path) {
         times.push(dt);
     }
     let whole = p50(times);
+    // Memory beside the Log's size: what the loaded session keeps, and the peak while
+    // the first context (no checkpoint) renders everything.
+    let ratio = |what: &str, mib: Option<f64>, limit: f64| match mib {
+        Some(m) => report(
+            what,
+            format!("{m:.0} MiB {:.2}x", m / log_mib),
+            &format!("<= {limit}x Log"),
+            m / log_mib <= limit,
+        ),
+        None => println!("{what}: /proc not available"),
+    };
+    println!("{:<44} {:>14}", "  (Log size)", format!("{log_mib:.1} MiB"));
+    ratio("RSS after cold load (VmRSS)", loaded_rss, 1.5);
+    ratio(
+        "peak RSS through first context (VmHWM)",
+        after_context.1,
+        2.0,
+    );
+    if let Some(m) = after_context.0 {
+        println!(
+            "{:<44} {:>14}",
+            "  (VmRSS after first context)",
+            format!("{m:.0} MiB {:.2}x", m / log_mib)
+        );
+    }
     report(
         "context, first request (renders all)",
         format!("{:.1} ms", ms(first)),

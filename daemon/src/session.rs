@@ -21,6 +21,7 @@ use crate::config::Durability;
 use crate::history::checkpoint::{Checkpoint, CheckpointState};
 use crate::history::fold::Fold;
 use crate::history::reconcile::{self, ReconcileReason};
+use crate::history::stored::StoredEvent;
 use crate::store::{self, Home, LogAppender, LogStore};
 use agentd_proto::event::{new_event_id, now_ts, validate_draft};
 use agentd_proto::rpc::{AppendResult, CorruptLine};
@@ -401,7 +402,9 @@ impl SessionHandle {
 pub struct SessionState {
     pub id: String,
     pub log_path: PathBuf,
-    pub events: Vec<Event>,
+    /// Every event of the Log as its line (see [`StoredEvent`]); `data` is parsed
+    /// where a reader needs it.
+    pub events: Vec<StoredEvent>,
     /// Folded state extended per event: counts, pending calls, open turn, replay items
     /// since the latest compaction.
     pub fold: Fold,
@@ -440,8 +443,8 @@ impl SessionState {
         }
     }
 
-    fn push(&mut self, ev: Event) {
-        self.fold.push(&ev);
+    fn push(&mut self, ev: Event, stored: StoredEvent) {
+        self.fold.push_stored(&ev, stored.shared_line());
         self.checkpoint.apply(&ev);
         if matches!(
             ev.event_type(),
@@ -452,7 +455,7 @@ impl SessionState {
             }
         }
         self.next_seq = self.next_seq.max(ev.seq.saturating_add(1));
-        self.events.push(ev);
+        self.events.push(stored);
     }
 
     /// The workspace from `session_started` / `session_fork` (empty if neither says).
@@ -505,7 +508,7 @@ impl SessionState {
     }
 
     /// Events with `seq > after` (the Log is in seq order except for reported anomalies).
-    pub fn events_after(&self, after: Option<u64>) -> &[Event] {
+    pub fn events_after(&self, after: Option<u64>) -> &[StoredEvent] {
         match after {
             None => &self.events,
             Some(a) => {
@@ -525,8 +528,8 @@ impl SessionState {
     /// Up to `limit` events with `after < seq <= upto`.
     /// A subscriber's backlog page: events after `after` up to `upto`, already
     /// serialized, at most `limit` of them and at most about `max_bytes` (at least one).
-    /// Serialized lines are a fraction of the memory of cloned `Event` trees, and a page
-    /// waiting on a subscriber that does not read is bounded by bytes, not only count.
+    /// The Log lines are copied as they are, and a page waiting on a subscriber that
+    /// does not read is bounded by bytes, not only count.
     pub fn backlog_page(
         &self,
         after: Option<u64>,
@@ -545,7 +548,7 @@ impl SessionState {
             if out.len() >= limit || (bytes >= max_bytes && !out.is_empty()) {
                 break;
             }
-            let Ok(raw) = serde_json::value::to_raw_value(e) else {
+            let Ok(raw) = serde_json::value::RawValue::from_string(e.line().to_string()) else {
                 continue;
             };
             bytes += raw.get().len();
@@ -663,38 +666,41 @@ fn load_blocking(
     events_tx: broadcast::Sender<Arc<str>>,
 ) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
     let started = std::time::Instant::now();
-    let (events, report) = env.store.load(sid)?;
-    let writer = env.store.open_appender(sid)?;
-    let parsed = started.elapsed();
-    let bytes = report.bytes;
     let mut state = SessionState {
         id: sid.to_string(),
         log_path: env.home.log_path(sid)?,
-        events: Vec::with_capacity(events.len() + 16),
+        events: Vec::new(),
         fold: Fold::new(),
         checkpoint: CheckpointState::new(),
-        corrupt_lines: report.corrupt_lines,
-        seq_anomalies: report.seq_anomalies,
+        corrupt_lines: Vec::new(),
+        seq_anomalies: Vec::new(),
         running_turn: None,
         next_seq: 0,
         events_tx,
         pending_repair: Vec::new(),
         context: Default::default(),
     };
-    for ev in events {
-        state.push(ev);
-    }
+    // Each event is folded as it is parsed and then kept only as its line.
+    let report = env
+        .store
+        .load_into(sid, &mut |ev, stored| state.push(ev, stored))?;
+    state.events.shrink_to_fit();
+    let writer = env.store.open_appender(sid)?;
+    let parsed = started.elapsed();
+    let bytes = report.bytes;
+    state.corrupt_lines = report.corrupt_lines;
+    state.seq_anomalies = report.seq_anomalies;
     if let Some((torn_bytes, qpath)) = report.torn {
         tracing::warn!(session = sid, torn_bytes, "torn Log tail quarantined");
         state.pending_repair.push((torn_bytes, qpath));
     }
     // A crash between cutting a torn tail and recording `log_repaired` leaves a
     // quarantine file no event names: record it now, so every cut is in the Log.
-    let recorded: std::collections::HashSet<&str> = state
+    let recorded: std::collections::HashSet<String> = state
         .events
         .iter()
         .filter(|e| e.event_type() == EventType::LogRepaired)
-        .filter_map(|e| e.str_field("quarantine_path"))
+        .filter_map(|e| e.event().str_field("quarantine_path").map(str::to_string))
         .collect();
     let mut unrecorded = Vec::new();
     if let Ok(dir) = std::fs::read_dir(env.home.quarantine_dir()) {
@@ -757,7 +763,7 @@ impl Actor {
         };
         let store = self.env.store.clone();
         let sid = self.state.id.clone();
-        let last = self.state.events.last().cloned();
+        let last = self.state.events.last().map(StoredEvent::event);
         let res =
             tokio::task::spawn_blocking(move || store.recover_appender(&sid, acked, last.as_ref()))
                 .await
@@ -965,6 +971,7 @@ impl Actor {
     /// command a client sends after its answer sees the batch.
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
         let mut staged: Vec<Event> = Vec::new();
+        let mut stored: Vec<StoredEvent> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
         // Nobody subscribes while a commit runs (subscribing is a command of this
@@ -981,11 +988,13 @@ impl Actor {
                         let start = buf.len();
                         // A struct of Strings and a Value always serializes.
                         let _ = serde_json::to_writer(&mut buf, ev);
+                        // JSON text is UTF-8.
+                        let line: Arc<str> =
+                            Arc::from(std::str::from_utf8(&buf[start..]).unwrap_or_default());
                         if publish {
-                            if let Ok(line) = std::str::from_utf8(&buf[start..]) {
-                                lines.push(Arc::from(line));
-                            }
+                            lines.push(line.clone());
                         }
+                        stored.push(StoredEvent::new(ev, line));
                         buf.push(b'\n');
                     }
                     next += events.len() as u64;
@@ -1054,8 +1063,8 @@ impl Actor {
         };
         match res {
             Ok(()) => {
-                for ev in staged {
-                    self.state.push(ev);
+                for (ev, line) in staged.into_iter().zip(stored) {
+                    self.state.push(ev, line);
                 }
             }
             Err(e) if e.details.get("writer_stopped") == Some(&json!(true)) => {

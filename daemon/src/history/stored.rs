@@ -1,0 +1,197 @@
+//! A loaded session's events as the bytes of their Log lines.
+//!
+//! A [`StoredEvent`] keeps its line (without the newline) plus a small header — seq,
+//! type, where `data` starts — instead of an [`Event`] with a `serde_json::Value` tree,
+//! which takes about three times the line's size. The line is what `agentd/events`,
+//! subscriptions and export copy as it is; `data` is parsed only where a reader needs it
+//! ([`StoredEvent::event`]). The line is shared (`Arc<str>`): the broadcast to
+//! subscribers and the replay fold's large items refer to the same bytes.
+//!
+//! Invariant: `line` is exactly what the `Event` serializes to (the form agentd writes),
+//! so copying it is byte-identical to serializing the parsed event. A Log line in any
+//! other form (spaces, another key order of the envelope, extra envelope fields) is
+//! kept in the serialized form instead ([`StoredEvent::from_line`]).
+
+use agentd_proto::{Event, EventType};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// One event of a loaded session: its Log line and a header.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub seq: u64,
+    line: Arc<str>,
+    /// Byte offset of `data`'s value in `line` (it runs to the closing `}`).
+    data_at: u32,
+    ty: EventType,
+    /// The type name when it is not one agentd knows.
+    unknown: Option<Box<str>>,
+}
+
+impl StoredEvent {
+    /// The stored form of `ev` whose serialization is `line` (no newline).
+    pub fn new(ev: &Event, line: Arc<str>) -> StoredEvent {
+        debug_assert!(line.ends_with('}'));
+        // `data` is the envelope's last field: its value ends before the closing `}`
+        // and is as long as its serialization.
+        let data_len = data_len_of(ev);
+        let data_at = (line.len() - 1).saturating_sub(data_len) as u32;
+        let ty = ev.event_type();
+        StoredEvent {
+            seq: ev.seq,
+            data_at,
+            ty,
+            unknown: (ty == EventType::Unknown).then(|| ev.kind.clone().into_boxed_str()),
+            line,
+        }
+    }
+
+    /// The stored form of a Log line and the event it parses to; `None` if it is not
+    /// an envelope. `scratch` is a reusable buffer. The line is kept as it is when it
+    /// is exactly the event's serialization, else the serialization is kept.
+    pub fn from_line(line: &[u8], scratch: &mut Vec<u8>) -> serde_json::Result<(Event, Self)> {
+        let ev: Event = serde_json::from_slice(line)?;
+        scratch.clear();
+        serde_json::to_writer(&mut *scratch, &ev)?;
+        let text: Arc<str> = if scratch.as_slice() == line {
+            // Valid UTF-8: it parsed as JSON text.
+            Arc::from(std::str::from_utf8(line).unwrap_or_default())
+        } else {
+            Arc::from(std::str::from_utf8(scratch).unwrap_or_default())
+        };
+        let stored = StoredEvent::new(&ev, text);
+        Ok((ev, stored))
+    }
+
+    /// The stored form of `ev`, serializing it.
+    pub fn of(ev: &Event) -> StoredEvent {
+        // A struct of Strings and a Value always serializes.
+        let line = serde_json::to_string(ev).unwrap_or_default();
+        StoredEvent::new(ev, Arc::from(line))
+    }
+
+    /// The Log line, without its newline: the event's JSON text.
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+
+    /// The shared Log line (for a broadcast or a replay item that reads it later).
+    pub fn shared_line(&self) -> &Arc<str> {
+        &self.line
+    }
+
+    /// `data` as JSON text.
+    pub fn data_text(&self) -> &str {
+        let at = (self.data_at as usize).min(self.line.len().saturating_sub(1));
+        &self.line[at..self.line.len() - 1]
+    }
+
+    pub fn event_type(&self) -> EventType {
+        self.ty
+    }
+
+    /// The `type` name.
+    pub fn kind(&self) -> &str {
+        self.unknown.as_deref().unwrap_or_else(|| self.ty.as_str())
+    }
+
+    /// The whole event, parsed from the line.
+    pub fn event(&self) -> Event {
+        serde_json::from_str(&self.line).unwrap_or_else(|_| Event {
+            id: String::new(),
+            session_id: String::new(),
+            seq: self.seq,
+            ts: String::new(),
+            kind: self.kind().to_string(),
+            data: Value::Object(Default::default()),
+        })
+    }
+
+    /// `data`, parsed.
+    pub fn data(&self) -> Value {
+        serde_json::from_str(self.data_text()).unwrap_or(Value::Null)
+    }
+
+    /// `data[key]` as a string, if present (parses `data`).
+    pub fn str_field(&self, key: &str) -> Option<String> {
+        match self.data().get_mut(key).map(Value::take) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The event id (read from the line without building `data`).
+    pub fn id(&self) -> String {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            id: String,
+        }
+        serde_json::from_str::<Head>(&self.line).map_or_else(|_| String::new(), |h| h.id)
+    }
+}
+
+fn data_len_of(ev: &Event) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, &ev.data);
+    c.0
+}
+
+/// Parses stored events back into [`Event`]s (for projections over event slices).
+pub fn parse_all<'a>(events: impl IntoIterator<Item = &'a StoredEvent>) -> Vec<Event> {
+    events.into_iter().map(StoredEvent::event).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(kind: &str, data: Value) -> Event {
+        Event {
+            id: "e1".into(),
+            session_id: "s".into(),
+            seq: 7,
+            ts: "2026-11-01T00:00:00.000000Z".into(),
+            kind: kind.into(),
+            data,
+        }
+    }
+
+    #[test]
+    fn a_line_in_agentd_form_is_kept_byte_for_byte() {
+        let e = ev(
+            "future_type",
+            json!({"z": 1, "a": {"y": [1, 2.5, "x\n\"q\""], "b": null}, "m": "é😀"}),
+        );
+        let line = serde_json::to_vec(&e).unwrap();
+        let (parsed, s) = StoredEvent::from_line(&line, &mut Vec::new()).unwrap();
+        assert_eq!(parsed, e);
+        assert_eq!(s.line().as_bytes(), &line[..]);
+        assert_eq!(s.kind(), "future_type");
+        assert_eq!(s.event_type(), EventType::Unknown);
+        assert_eq!(s.data_text(), serde_json::to_string(&e.data).unwrap());
+        assert_eq!(s.data(), e.data);
+        assert_eq!(s.event(), e);
+        assert_eq!(StoredEvent::of(&e).line(), s.line());
+    }
+
+    #[test]
+    fn a_line_in_another_form_is_kept_as_the_event_serializes() {
+        let text = r#"{ "seq": 7, "id": "e1", "session_id": "s", "ts": "t", "type": "user_message", "extra": 1, "data": {"text": "a,\"data\":b"} }"#;
+        let (parsed, s) = StoredEvent::from_line(text.as_bytes(), &mut Vec::new()).unwrap();
+        assert_eq!(s.line(), serde_json::to_string(&parsed).unwrap());
+        assert_eq!(s.data_text(), r#"{"text":"a,\"data\":b"}"#);
+        assert_eq!(s.event_type(), EventType::UserMessage);
+        assert_eq!(s.kind(), "user_message");
+    }
+}
