@@ -21,7 +21,7 @@ use crate::config::Durability;
 use crate::history::checkpoint::{Checkpoint, CheckpointState};
 use crate::history::fold::Fold;
 use crate::history::reconcile::{self, ReconcileReason};
-use crate::history::stored::StoredEvent;
+use crate::history::stored::{Line, StoredEvent};
 use crate::store::{self, Home, LogAppender, LogStore};
 use agentd_proto::event::{new_event_id, now_ts, validate_draft};
 use agentd_proto::rpc::{AppendResult, CorruptLine};
@@ -444,7 +444,7 @@ impl SessionState {
     }
 
     fn push(&mut self, ev: Event, stored: StoredEvent) {
-        self.fold.push_stored(&ev, stored.shared_line());
+        self.fold.push_stored(&ev, stored.line_ref());
         self.checkpoint.apply(&ev);
         if matches!(
             ev.event_type(),
@@ -971,7 +971,8 @@ impl Actor {
     /// command a client sends after its answer sees the batch.
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
         let mut staged: Vec<Event> = Vec::new();
-        let mut stored: Vec<StoredEvent> = Vec::new();
+        // Where each staged event's line is in `buf`.
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
         // Nobody subscribes while a commit runs (subscribing is a command of this
@@ -988,13 +989,12 @@ impl Actor {
                         let start = buf.len();
                         // A struct of Strings and a Value always serializes.
                         let _ = serde_json::to_writer(&mut buf, ev);
-                        // JSON text is UTF-8.
-                        let line: Arc<str> =
-                            Arc::from(std::str::from_utf8(&buf[start..]).unwrap_or_default());
                         if publish {
-                            lines.push(line.clone());
+                            if let Ok(line) = std::str::from_utf8(&buf[start..]) {
+                                lines.push(Arc::from(line));
+                            }
                         }
-                        stored.push(StoredEvent::new(ev, line));
+                        ranges.push(start..buf.len());
                         buf.push(b'\n');
                     }
                     next += events.len() as u64;
@@ -1011,6 +1011,16 @@ impl Actor {
         if staged.is_empty() {
             return;
         }
+        // The batch's lines, kept as one chunk by the state (JSON text is UTF-8).
+        let chunk: Arc<str> = Arc::from(std::str::from_utf8(&buf).unwrap_or_default());
+        let stored: Vec<StoredEvent> = staged
+            .iter()
+            .zip(ranges)
+            .map(|(ev, r)| match Line::new(&chunk, r) {
+                Some(l) => StoredEvent::new(ev, l),
+                None => StoredEvent::of(ev),
+            })
+            .collect();
         let replies: Vec<(Reply, AppendResult)> = pending
             .into_iter()
             .map(|p| {

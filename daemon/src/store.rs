@@ -8,7 +8,7 @@
 //! Architecture invariant: nothing in a Log is ever truncated or rewritten except a
 //! torn tail (bytes after the last `\n`), which is copied to `quarantine/` first.
 
-use crate::history::stored::StoredEvent;
+use crate::history::stored::{Line, StoredEvent};
 use agentd_proto::rpc::CorruptLine;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
 use serde_json::{json, Value};
@@ -215,7 +215,10 @@ fn parse_lines(
     }
     cursor.line_no = line_no;
     cursor.offset += bytes.len() as u64;
-    type Parsed = Vec<(Event, StoredEvent)>;
+    // The block's bytes, kept as one chunk the stored events refer to (a Log that is
+    // not UTF-8 somewhere has its events stored one by one).
+    let chunk: Option<std::sync::Arc<str>> = std::str::from_utf8(bytes).ok().map(Into::into);
+    type Parsed = Vec<(Event, Option<std::ops::Range<usize>>)>;
     let parsed: Vec<(Parsed, Vec<CorruptLine>)> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
@@ -228,7 +231,12 @@ fn parse_lines(
     });
     for (evs, corrupt) in parsed {
         report.corrupt_lines.extend(corrupt);
-        for (ev, stored) in evs {
+        for (ev, at) in evs {
+            let line = at.and_then(|r| Line::new(chunk.as_ref()?, r.start - base..r.end - base));
+            let stored = match line {
+                Some(l) => StoredEvent::new(&ev, l),
+                None => StoredEvent::of(&ev),
+            };
             if let Some(n) = cursor.next_seq {
                 if ev.seq != n {
                     report.seq_anomalies.push(json!({
@@ -244,11 +252,17 @@ fn parse_lines(
     }
 }
 
+/// The events of complete lines, each with the byte range of its line in the file when
+/// the line is exactly the event's serialization (see `StoredEvent::parse_line`).
+#[allow(clippy::type_complexity)]
 fn parse_chunk(
     chunk: &[u8],
     base: usize,
     first_line: u64,
-) -> (Vec<(Event, StoredEvent)>, Vec<CorruptLine>) {
+) -> (
+    Vec<(Event, Option<std::ops::Range<usize>>)>,
+    Vec<CorruptLine>,
+) {
     let mut events = Vec::with_capacity(chunk.len() / 512 + 1);
     let mut corrupt = Vec::new();
     let mut scratch = Vec::new();
@@ -258,8 +272,8 @@ fn parse_chunk(
         let end = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
         let line = &chunk[pos..end];
         if !line.iter().all(u8::is_ascii_whitespace) {
-            match StoredEvent::from_line(line, &mut scratch) {
-                Ok(pair) => events.push(pair),
+            match StoredEvent::parse_line(line, &mut scratch) {
+                Ok((ev, same)) => events.push((ev, same.then_some(base + pos..base + end))),
                 Err(e) => corrupt.push(CorruptLine {
                     line: line_no,
                     byte_offset: (base + pos) as u64,

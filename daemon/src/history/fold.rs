@@ -15,6 +15,7 @@ pub use super::replay::{
     developer_text, pairing_violation, Replay, ReplayContext, ReplayMark, ReplayStats, ReplayTail,
     SyntheticClosure,
 };
+use super::stored::Line;
 use agentd_proto::replay::ReplayItem;
 use agentd_proto::{Event, EventType};
 use serde::{Deserialize, Serialize};
@@ -72,11 +73,11 @@ impl Fold {
     /// [`Fold::push`] for an event whose Log line the caller keeps: a large replay item
     /// then holds that line instead of its own copy of the text, and is rebuilt from it
     /// when a replay emits it.
-    pub fn push_stored(&mut self, ev: &Event, line: &std::sync::Arc<str>) {
+    pub fn push_stored(&mut self, ev: &Event, line: &Line) {
         self.push_line(ev, Some(line));
     }
 
-    fn push_line(&mut self, ev: &Event, line: Option<&std::sync::Arc<str>>) {
+    fn push_line(&mut self, ev: &Event, line: Option<&Line>) {
         self.event_count += 1;
         self.last_seq = Some(self.last_seq.map_or(ev.seq, |s| s.max(ev.seq)));
         bump(&mut self.event_counts, &ev.kind);
@@ -463,7 +464,7 @@ mod tests {
         let owned = Fold::from_events(&log.events);
         let mut lazy = Fold::new();
         for e in &log.events {
-            let line: std::sync::Arc<str> = serde_json::to_string(e).unwrap().into();
+            let line = Line::owned(&serde_json::to_string(e).unwrap());
             lazy.push_stored(e, &line);
         }
         assert_eq!(lazy.entries.iter().filter(|e| e.is_lazy()).count(), 5);

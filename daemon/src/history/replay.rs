@@ -9,12 +9,12 @@
 //! the produced items, not assumed.
 
 use super::render;
+use super::stored::Line;
 use agentd_proto::replay::ReplayItem;
 use agentd_proto::{Event, EventType};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 /// What replay needs besides the Log: the developer context and the request model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -62,7 +62,7 @@ pub(super) struct Entry {
     pub(super) seq: u64,
     pub(super) chars: u64,
     pub(super) item: ReplayItem,
-    line: Option<Arc<str>>,
+    line: Option<Line>,
 }
 
 /// Items with less text than this keep their own copy (a parse per emit costs more
@@ -81,7 +81,7 @@ impl Entry {
         let Some(line) = &self.line else {
             return self.item.clone();
         };
-        serde_json::from_str::<Event>(line)
+        serde_json::from_str::<Event>(line.as_str())
             .ok()
             .and_then(|ev| replay_item(&ev))
             .unwrap_or_else(|| self.item.clone())
@@ -113,7 +113,7 @@ pub(super) fn entry(seq: u64, item: ReplayItem) -> Entry {
 
 /// An entry of `item`, converted from the event whose Log line is `line`: a large item
 /// refers to the line (see [`Entry`]).
-pub(super) fn lazy_entry(seq: u64, mut item: ReplayItem, line: &Arc<str>) -> Entry {
+pub(super) fn lazy_entry(seq: u64, mut item: ReplayItem, line: &Line) -> Entry {
     let chars = item_chars(&item);
     let big = match &mut item {
         ReplayItem::User { text } | ReplayItem::Assistant { text } => text,

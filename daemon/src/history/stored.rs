@@ -4,24 +4,60 @@
 //! type, where `data` starts — instead of an [`Event`] with a `serde_json::Value` tree,
 //! which takes about three times the line's size. The line is what `agentd/events`,
 //! subscriptions and export copy as it is; `data` is parsed only where a reader needs it
-//! ([`StoredEvent::event`]). The line is shared (`Arc<str>`): the broadcast to
-//! subscribers and the replay fold's large items refer to the same bytes.
+//! ([`StoredEvent::event`]). Lines live in shared chunks ([`Line`]): a loaded Log's
+//! blocks as they were read, so a line costs no allocation of its own, and the replay
+//! fold's large items refer to the same bytes.
 //!
 //! Invariant: `line` is exactly what the `Event` serializes to (the form agentd writes),
 //! so copying it is byte-identical to serializing the parsed event. A Log line in any
 //! other form (spaces, another key order of the envelope, extra envelope fields) is
-//! kept in the serialized form instead ([`StoredEvent::from_line`]).
+//! kept in the serialized form instead ([`StoredEvent::parse_line`]).
 
 use agentd_proto::{Event, EventType};
 use serde_json::Value;
 use std::sync::Arc;
 
+/// A line of text inside a shared chunk: a loaded Log keeps the bytes of each block it
+/// read as one chunk (no allocation per line), an append batch its buffer.
+#[derive(Debug, Clone)]
+pub struct Line {
+    chunk: Arc<str>,
+    start: u32,
+    end: u32,
+}
+
+impl Line {
+    /// `chunk[range]`; `None` unless the range falls on character boundaries of a
+    /// chunk shorter than 4 GiB.
+    pub fn new(chunk: &Arc<str>, range: std::ops::Range<usize>) -> Option<Line> {
+        chunk.get(range.clone())?;
+        Some(Line {
+            chunk: chunk.clone(),
+            start: u32::try_from(range.start).ok()?,
+            end: u32::try_from(range.end).ok()?,
+        })
+    }
+
+    /// A line of its own.
+    pub fn owned(text: &str) -> Line {
+        Line {
+            chunk: Arc::from(text),
+            start: 0,
+            end: text.len() as u32,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.chunk[self.start as usize..self.end as usize]
+    }
+}
+
 /// One event of a loaded session: its Log line and a header.
 #[derive(Debug, Clone)]
 pub struct StoredEvent {
     pub seq: u64,
-    line: Arc<str>,
-    /// Byte offset of `data`'s value in `line` (it runs to the closing `}`).
+    line: Line,
+    /// Byte offset of `data`'s value in the line (it runs to the closing `}`).
     data_at: u32,
     ty: EventType,
     /// The type name when it is not one agentd knows.
@@ -30,12 +66,12 @@ pub struct StoredEvent {
 
 impl StoredEvent {
     /// The stored form of `ev` whose serialization is `line` (no newline).
-    pub fn new(ev: &Event, line: Arc<str>) -> StoredEvent {
-        debug_assert!(line.ends_with('}'));
+    pub fn new(ev: &Event, line: Line) -> StoredEvent {
+        let text = line.as_str();
+        debug_assert!(text.ends_with('}'));
         // `data` is the envelope's last field: its value ends before the closing `}`
         // and is as long as its serialization.
-        let data_len = data_len_of(ev);
-        let data_at = (line.len() - 1).saturating_sub(data_len) as u32;
+        let data_at = (text.len().saturating_sub(1)).saturating_sub(data_len_of(ev)) as u32;
         let ty = ev.event_type();
         StoredEvent {
             seq: ev.seq,
@@ -46,44 +82,39 @@ impl StoredEvent {
         }
     }
 
-    /// The stored form of a Log line and the event it parses to; `None` if it is not
-    /// an envelope. `scratch` is a reusable buffer. The line is kept as it is when it
-    /// is exactly the event's serialization, else the serialization is kept.
-    pub fn from_line(line: &[u8], scratch: &mut Vec<u8>) -> serde_json::Result<(Event, Self)> {
+    /// Parses a Log line. `Ok((event, true))` when the line is exactly the event's
+    /// serialization (it may be stored as it is), `Ok((event, false))` when it must be
+    /// stored as [`StoredEvent::of`] the event. `scratch` is a reusable buffer.
+    pub fn parse_line(line: &[u8], scratch: &mut Vec<u8>) -> serde_json::Result<(Event, bool)> {
         let ev: Event = serde_json::from_slice(line)?;
         scratch.clear();
         serde_json::to_writer(&mut *scratch, &ev)?;
-        let text: Arc<str> = if scratch.as_slice() == line {
-            // Valid UTF-8: it parsed as JSON text.
-            Arc::from(std::str::from_utf8(line).unwrap_or_default())
-        } else {
-            Arc::from(std::str::from_utf8(scratch).unwrap_or_default())
-        };
-        let stored = StoredEvent::new(&ev, text);
-        Ok((ev, stored))
+        let same = scratch.as_slice() == line;
+        Ok((ev, same))
     }
 
     /// The stored form of `ev`, serializing it.
     pub fn of(ev: &Event) -> StoredEvent {
         // A struct of Strings and a Value always serializes.
         let line = serde_json::to_string(ev).unwrap_or_default();
-        StoredEvent::new(ev, Arc::from(line))
+        StoredEvent::new(ev, Line::owned(&line))
     }
 
     /// The Log line, without its newline: the event's JSON text.
     pub fn line(&self) -> &str {
-        &self.line
+        self.line.as_str()
     }
 
-    /// The shared Log line (for a broadcast or a replay item that reads it later).
-    pub fn shared_line(&self) -> &Arc<str> {
+    /// The line as shared (for a replay item that reads it later).
+    pub fn line_ref(&self) -> &Line {
         &self.line
     }
 
     /// `data` as JSON text.
     pub fn data_text(&self) -> &str {
-        let at = (self.data_at as usize).min(self.line.len().saturating_sub(1));
-        &self.line[at..self.line.len() - 1]
+        let line = self.line();
+        let at = (self.data_at as usize).min(line.len().saturating_sub(1));
+        &line[at..line.len().saturating_sub(1)]
     }
 
     pub fn event_type(&self) -> EventType {
@@ -97,7 +128,7 @@ impl StoredEvent {
 
     /// The whole event, parsed from the line.
     pub fn event(&self) -> Event {
-        serde_json::from_str(&self.line).unwrap_or_else(|_| Event {
+        serde_json::from_str(self.line()).unwrap_or_else(|_| Event {
             id: String::new(),
             session_id: String::new(),
             seq: self.seq,
@@ -126,7 +157,7 @@ impl StoredEvent {
         struct Head {
             id: String,
         }
-        serde_json::from_str::<Head>(&self.line).map_or_else(|_| String::new(), |h| h.id)
+        serde_json::from_str::<Head>(self.line()).map_or_else(|_| String::new(), |h| h.id)
     }
 }
 
@@ -174,8 +205,11 @@ mod tests {
             json!({"z": 1, "a": {"y": [1, 2.5, "x\n\"q\""], "b": null}, "m": "é😀"}),
         );
         let line = serde_json::to_vec(&e).unwrap();
-        let (parsed, s) = StoredEvent::from_line(&line, &mut Vec::new()).unwrap();
+        let (parsed, same) = StoredEvent::parse_line(&line, &mut Vec::new()).unwrap();
+        assert!(same);
         assert_eq!(parsed, e);
+        let chunk: Arc<str> = Arc::from(format!("xx\n{}\n", std::str::from_utf8(&line).unwrap()));
+        let s = StoredEvent::new(&parsed, Line::new(&chunk, 3..3 + line.len()).unwrap());
         assert_eq!(s.line().as_bytes(), &line[..]);
         assert_eq!(s.kind(), "future_type");
         assert_eq!(s.event_type(), EventType::Unknown);
@@ -188,7 +222,9 @@ mod tests {
     #[test]
     fn a_line_in_another_form_is_kept_as_the_event_serializes() {
         let text = r#"{ "seq": 7, "id": "e1", "session_id": "s", "ts": "t", "type": "user_message", "extra": 1, "data": {"text": "a,\"data\":b"} }"#;
-        let (parsed, s) = StoredEvent::from_line(text.as_bytes(), &mut Vec::new()).unwrap();
+        let (parsed, same) = StoredEvent::parse_line(text.as_bytes(), &mut Vec::new()).unwrap();
+        assert!(!same);
+        let s = StoredEvent::of(&parsed);
         assert_eq!(s.line(), serde_json::to_string(&parsed).unwrap());
         assert_eq!(s.data_text(), r#"{"text":"a,\"data\":b"}"#);
         assert_eq!(s.event_type(), EventType::UserMessage);
