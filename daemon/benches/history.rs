@@ -459,6 +459,7 @@ fn big_session(base: &Path) {
     // round is a new daemon process loading a Log it has not seen.
     let mut loads = Vec::new();
     let mut daemon = None;
+    let mut idle_rss = None;
     for round in 0..3 {
         drop(daemon.take());
         let (d, ready) = Daemon::start(root.path());
@@ -470,6 +471,9 @@ fn big_session(base: &Path) {
                 true,
             );
         }
+        // The daemon before it loads anything: what a loaded session adds is measured
+        // against it.
+        idle_rss = d.rss_mib();
         let mut c = d.conn();
         let (show, cold) = c.timed("agentd/show", json!({"session_id": sid}));
         assert_eq!(show["event_count"], n, "{show}");
@@ -479,7 +483,11 @@ fn big_session(base: &Path) {
     let d = daemon.expect("a daemon");
     let mut c = d.conn();
     let log_mib = size as f64 / (1024.0 * 1024.0);
-    let loaded_rss = d.rss_mib();
+    let loaded_rss = d
+        .rss_mib()
+        .zip(d.status_mib("RssAnon:"))
+        .zip(d.status_mib("RssFile:"))
+        .map(|((r, a), f)| (r, a, f));
     let first = mb / loads[0].as_secs_f64();
     let best = mb / loads.iter().min().expect("loads").as_secs_f64();
     report(
@@ -544,7 +552,22 @@ fn big_session(base: &Path) {
         None => println!("{what}: /proc not available"),
     };
     println!("{:<44} {:>14}", "  (Log size)", format!("{log_mib:.1} MiB"));
-    ratio("RSS after cold load (VmRSS)", loaded_rss, 1.5);
+    ratio("RSS after cold load (VmRSS)", loaded_rss.map(|r| r.0), 1.5);
+    if let Some(((loaded, _, _), idle)) = loaded_rss.zip(idle_rss) {
+        ratio(
+            "  the session alone (minus the idle daemon)",
+            Some(loaded - idle),
+            1.5,
+        );
+        println!("{:<44} {:>14}", "  (idle daemon)", format!("{idle:.0} MiB"));
+    }
+    if let Some((_, anon, file)) = loaded_rss {
+        println!(
+            "{:<44} {:>14}",
+            "  (of which anonymous / file-backed)",
+            format!("{anon:.0} / {file:.0} MiB")
+        );
+    }
     ratio(
         "peak RSS through first context (VmHWM)",
         after_context.1,

@@ -43,6 +43,12 @@ type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentEr
 type QueryFn = Box<dyn FnOnce(&SessionState) + Send>;
 type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
 
+/// Hands memory the allocator holds freed back to the OS; the binary installs its
+/// allocator's collect here. Loading a Log frees a parse tree per event on threads that
+/// are gone by then, and an allocator that purges lazily (on later allocations) would
+/// keep those pages resident while the daemon idles.
+pub static RELEASE_FREED: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
 /// What a session actor reports upward. The registry implements it; the actor holds it
 /// as a trait object, so this module never imports its container.
 pub trait SessionObserver: Send + Sync + 'static {
@@ -728,6 +734,10 @@ fn load_blocking(
     }
     unrecorded.sort_by(|a, b| a.1.cmp(&b.1));
     state.pending_repair.extend(unrecorded);
+    state.fold.shrink_to_fit();
+    if let Some(release) = RELEASE_FREED.get() {
+        release();
+    }
     tracing::info!(
         session = sid,
         events = state.events.len(),

@@ -160,6 +160,11 @@ impl Fold {
     pub fn last_seq(&self) -> Option<u64> {
         self.last_seq
     }
+
+    /// Gives back spare capacity (after a bulk load).
+    pub fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+    }
     pub fn event_count(&self) -> u64 {
         self.event_count
     }

@@ -67,7 +67,7 @@ pub(super) struct Entry {
 
 /// Items with less text than this keep their own copy (a parse per emit costs more
 /// than they take).
-const LAZY_MIN: usize = 256;
+const LAZY_MIN: usize = 64;
 
 impl Entry {
     /// Whether the item's large text is read back from the Log line.
