@@ -690,7 +690,7 @@ fn load_blocking(
     let report = env
         .store
         .load_into(sid, &mut |ev, stored| state.push(ev, stored))?;
-    state.events.shrink_to_fit();
+    state.events = exact(std::mem::take(&mut state.events));
     let writer = env.store.open_appender(sid)?;
     let parsed = started.elapsed();
     let bytes = report.bytes;
@@ -747,6 +747,14 @@ fn load_blocking(
         "session loaded"
     );
     Ok((state, writer))
+}
+
+/// `v` in an allocation of its length (an allocator may shrink in place and keep the
+/// spare capacity resident).
+fn exact<T>(mut v: Vec<T>) -> Vec<T> {
+    let mut out = Vec::with_capacity(v.len());
+    out.append(&mut v);
+    out
 }
 
 struct Actor {

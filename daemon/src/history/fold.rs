@@ -161,9 +161,12 @@ impl Fold {
         self.last_seq
     }
 
-    /// Gives back spare capacity (after a bulk load).
+    /// Gives back spare capacity (after a bulk load), moving the replay entries into an
+    /// allocation of their length (an allocator may shrink in place and keep the rest).
     pub fn shrink_to_fit(&mut self) {
-        self.entries.shrink_to_fit();
+        let mut exact = Vec::with_capacity(self.entries.len());
+        exact.append(&mut self.entries);
+        self.entries = exact;
     }
     pub fn event_count(&self) -> u64 {
         self.event_count

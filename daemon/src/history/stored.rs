@@ -69,9 +69,9 @@ impl StoredEvent {
     pub fn new(ev: &Event, line: Line) -> StoredEvent {
         let text = line.as_str();
         debug_assert!(text.ends_with('}'));
-        // `data` is the envelope's last field: its value ends before the closing `}`
-        // and is as long as its serialization.
-        let data_at = (text.len().saturating_sub(1)).saturating_sub(data_len_of(ev)) as u32;
+        // `data` is the envelope's last field, after the fixed keys and the short
+        // values before it (so `data` itself is never serialized again here).
+        let data_at = envelope_len(ev).min(text.len().saturating_sub(1)) as u32;
         let ty = ev.event_type();
         StoredEvent {
             seq: ev.seq,
@@ -161,7 +161,9 @@ impl StoredEvent {
     }
 }
 
-fn data_len_of(ev: &Event) -> usize {
+/// Bytes of the serialized envelope before `data`'s value:
+/// `{"id":…,"session_id":…,"seq":…,"ts":…,"type":…,"data":`.
+fn envelope_len(ev: &Event) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -173,8 +175,11 @@ fn data_len_of(ev: &Event) -> usize {
         }
     }
     let mut c = Count(0);
-    let _ = serde_json::to_writer(&mut c, &ev.data);
-    c.0
+    for s in [&ev.id, &ev.session_id, &ev.ts, &ev.kind] {
+        let _ = serde_json::to_writer(&mut c, s);
+    }
+    let keys = r#"{"id":,"session_id":,"seq":,"ts":,"type":,"data":"#.len();
+    c.0 + keys + ev.seq.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Parses stored events back into [`Event`]s (for projections over event slices).
@@ -217,6 +222,25 @@ mod tests {
         assert_eq!(s.data(), e.data);
         assert_eq!(s.event(), e);
         assert_eq!(StoredEvent::of(&e).line(), s.line());
+    }
+
+    #[test]
+    fn data_is_found_whatever_the_seq_and_escapes_before_it() {
+        for seq in [0, 9, 10, 99, 12345, u64::MAX - 1] {
+            let mut e = ev("x\"type\u{1}", json!({"k": "v\"data\":", "n": [seq]}));
+            e.seq = seq;
+            e.id = "a\\b\"c".into();
+            e.ts = "é\n".into();
+            let s = StoredEvent::of(&e);
+            assert_eq!(
+                s.data_text(),
+                serde_json::to_string(&e.data).unwrap(),
+                "{seq}"
+            );
+            assert_eq!(s.data(), e.data);
+            assert_eq!(s.id(), e.id);
+            assert_eq!(s.kind(), e.kind);
+        }
     }
 
     #[test]
