@@ -333,10 +333,19 @@ impl Daemon {
 
     /// Peak resident set size in MiB (`VmHWM`).
     fn peak_rss_mib(&self) -> Option<f64> {
+        self.status_mib("VmHWM:")
+    }
+
+    /// Resident set size now, in MiB (`VmRSS`).
+    fn rss_mib(&self) -> Option<f64> {
+        self.status_mib("VmRSS:")
+    }
+
+    fn status_mib(&self, field: &str) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
         let kb: f64 = status
             .lines()
-            .find(|l| l.starts_with("VmHWM:"))?
+            .find(|l| l.starts_with(field))?
             .split_whitespace()
             .nth(1)?
             .parse()
@@ -508,6 +517,7 @@ fn big_session(base: &Path) {
     // round is a new daemon process loading a Log it has not seen.
     let mut loads = Vec::new();
     let mut daemon = None;
+    let mut idle_rss = None;
     for round in 0..3 {
         drop(daemon.take());
         let (d, ready) = Daemon::start(root.path());
@@ -519,6 +529,9 @@ fn big_session(base: &Path) {
                 true,
             );
         }
+        // The daemon before it loads anything: what a loaded session adds is measured
+        // against it.
+        idle_rss = d.rss_mib();
         let mut c = d.conn();
         let (show, cold) = c.timed("agentd/show", json!({"session_id": sid}));
         assert_eq!(show["event_count"], n, "{show}");
@@ -527,6 +540,12 @@ fn big_session(base: &Path) {
     }
     let d = daemon.expect("a daemon");
     let mut c = d.conn();
+    let log_mib = size as f64 / (1024.0 * 1024.0);
+    let loaded_rss = d
+        .rss_mib()
+        .zip(d.status_mib("RssAnon:"))
+        .zip(d.status_mib("RssFile:"))
+        .map(|((r, a), f)| (r, a, f));
     let first = mb / loads[0].as_secs_f64();
     let best = mb / loads.iter().min().expect("loads").as_secs_f64();
     report(
@@ -561,6 +580,7 @@ fn big_session(base: &Path) {
         v["result"]["stats"].clone()
     };
     let (line, first) = c.timed_raw("agentd/context", json!({"session_id": sid}));
+    let after_context = (d.rss_mib(), d.peak_rss_mib());
     let resp_bytes = line.len();
     let mut resp_items = stats_of(&line)["items"].as_u64().unwrap_or(0);
     let mut times = Vec::new();
@@ -578,6 +598,46 @@ fn big_session(base: &Path) {
         times.push(dt);
     }
     let whole = p50(times);
+    // Memory beside the Log's size: what the loaded session keeps, and the peak while
+    // the first context (no checkpoint) renders everything.
+    let ratio = |what: &str, mib: Option<f64>, limit: f64| match mib {
+        Some(m) => report(
+            what,
+            format!("{m:.0} MiB {:.2}x", m / log_mib),
+            &format!("<= {limit}x Log"),
+            m / log_mib <= limit,
+        ),
+        None => println!("{what}: /proc not available"),
+    };
+    println!("{:<44} {:>14}", "  (Log size)", format!("{log_mib:.1} MiB"));
+    ratio("RSS after cold load (VmRSS)", loaded_rss.map(|r| r.0), 1.5);
+    if let Some(((loaded, _, _), idle)) = loaded_rss.zip(idle_rss) {
+        ratio(
+            "  the session alone (minus the idle daemon)",
+            Some(loaded - idle),
+            1.5,
+        );
+        println!("{:<44} {:>14}", "  (idle daemon)", format!("{idle:.0} MiB"));
+    }
+    if let Some((_, anon, file)) = loaded_rss {
+        println!(
+            "{:<44} {:>14}",
+            "  (of which anonymous / file-backed)",
+            format!("{anon:.0} / {file:.0} MiB")
+        );
+    }
+    ratio(
+        "peak RSS through first context (VmHWM)",
+        after_context.1,
+        2.0,
+    );
+    if let Some(m) = after_context.0 {
+        println!(
+            "{:<44} {:>14}",
+            "  (VmRSS after first context)",
+            format!("{m:.0} MiB {:.2}x", m / log_mib)
+        );
+    }
     report(
         "context, first request (renders all)",
         format!("{:.1} ms", ms(first)),

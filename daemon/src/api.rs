@@ -579,7 +579,7 @@ fn events(
     let mut next = None;
     for ev in st.events_after(p.after_seq) {
         if let Some(types) = &p.types {
-            if !types.iter().any(|t| t == &ev.kind) {
+            if !types.iter().any(|t| t == ev.kind()) {
                 continue;
             }
         }
@@ -590,8 +590,8 @@ fn events(
         if count > 0 {
             buf.push(b',');
         }
-        serde_json::to_writer(&mut buf, ev)
-            .map_err(|e| AgentError::internal(format!("serialize event: {e}")))?;
+        // The Log line as it is: the event's serialization (see `StoredEvent`).
+        buf.extend_from_slice(ev.line().as_bytes());
         count += 1;
         last = Some(ev.seq);
     }
@@ -692,5 +692,186 @@ async fn subscribe(
                 Err(RecvError::Closed) => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::{self, Home};
+    use agentd_proto::{Event, EventDraft};
+    use serde_json::json;
+
+    fn event(sid: &str, seq: u64, kind: &str, data: Value) -> Event {
+        Event {
+            id: format!("ev{seq:04}"),
+            session_id: sid.to_string(),
+            seq,
+            ts: "2026-11-01T00:00:00.000000Z".into(),
+            kind: kind.into(),
+            data,
+        }
+    }
+
+    /// Events pages, a subscriber's backlog and the jsonl export hand out each event
+    /// exactly as its Log line reads: unknown types, key order (not sorted), escapes and
+    /// non-ASCII text, large items the replay reads from the line, and events appended
+    /// after the load.
+    #[tokio::test]
+    async fn events_pages_backlog_and_export_are_the_log_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(&dir.path().join("home")).unwrap();
+        let registry = Registry::open(home, Config::default()).unwrap();
+        let sid = agentd_proto::session_id::generate();
+        let big = "line \"quoted\" \\ tab\t é 😀\n".repeat(40);
+        let loaded = [
+            event(
+                &sid,
+                0,
+                "session_started",
+                json!({"workspace": dir.path(), "log_format": 1, "agentd_version": "t", "zeta": {"b": 1, "a": [2.5, null]}}),
+            ),
+            event(
+                &sid,
+                1,
+                "future_type",
+                json!({"z": 1, "y": {"k": "v"}, "a": true}),
+            ),
+            event(
+                &sid,
+                2,
+                "user_message",
+                json!({"text": big, "extra": {"z": 0, "a": 0}}),
+            ),
+            event(
+                &sid,
+                3,
+                "tool_call",
+                json!({"call_id": "c1", "name": "shell", "args": {"command": big, "b": 1, "a": 2}}),
+            ),
+            event(
+                &sid,
+                4,
+                "tool_result",
+                json!({"call_id": "c1", "ok": true, "output": big, "exit_code": 0}),
+            ),
+        ];
+        let mut file: Vec<u8> = loaded.iter().flat_map(store::event_line).collect();
+        let path = registry.home.log_path(&sid).unwrap();
+        store::create_atomic(&path, |f| f.write_all(&file)).unwrap();
+        registry.index_log(&sid).unwrap();
+        let h = registry.get(&sid).await.unwrap();
+        h.append(
+            vec![
+                EventDraft {
+                    kind: "another_future_type".into(),
+                    data: json!({"q": [1, {"y": 2, "x": 1}], "b": "é\u{1}"}),
+                },
+                EventDraft::new(
+                    agentd_proto::EventType::AssistantMessage,
+                    json!({"text": big, "z": 1, "a": 2}),
+                ),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+        // The appended lines, as the Log now holds them.
+        file = std::fs::read(&path).unwrap();
+        let lines: Vec<&[u8]> = file
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        assert_eq!(lines.len(), 7);
+
+        let want: Vec<String> = lines
+            .iter()
+            .map(|l| String::from_utf8(l.to_vec()).unwrap())
+            .collect();
+        let p = EventsParams {
+            session_id: sid.clone(),
+            after_seq: None,
+            limit: Some(3),
+            types: None,
+        };
+        for (after, part, next) in [
+            (None, &want[0..3], Some(2)),
+            (Some(2), &want[3..6], Some(5)),
+            (Some(5), &want[6..], None),
+        ] {
+            let q = EventsParams {
+                after_seq: after,
+                ..p.clone()
+            };
+            let page = h.query(move |st| events(st, &q)).await.unwrap().unwrap();
+            let tail = next.map_or(String::new(), |n| format!(",\"next_after_seq\":{n}"));
+            assert_eq!(
+                page.get(),
+                format!("{{\"events\":[{}]{tail}}}", part.join(",")),
+                "events pages copy the Log lines"
+            );
+        }
+
+        let only = EventsParams {
+            types: Some(vec!["future_type".into(), "another_future_type".into()]),
+            ..p.clone()
+        };
+        let page = h.query(move |st| events(st, &only)).await.unwrap().unwrap();
+        assert_eq!(
+            page.get(),
+            format!("{{\"events\":[{},{}]}}", want[1], want[5])
+        );
+
+        let (backlog, last) = h
+            .query(|st| st.backlog_page(None, 6, 100, 1 << 20))
+            .await
+            .unwrap();
+        assert_eq!(last, Some(6));
+        let backlog: Vec<&str> = backlog.iter().map(|r| r.get()).collect();
+        assert_eq!(backlog, want, "a subscriber's backlog copies the Log lines");
+
+        // Every stored event parses back to the event its line holds, and the replay
+        // built from the lines carries the large texts whole.
+        let parsed = h
+            .query(|st| crate::history::stored::parse_all(&st.events))
+            .await
+            .unwrap();
+        for (ev, line) in parsed.iter().zip(&want) {
+            assert_eq!(&serde_json::to_string(ev).unwrap(), line);
+        }
+        let replay = h
+            .query(|st| {
+                st.fold
+                    .replay(&crate::ops::replay_context(st, "auto", None))
+            })
+            .await
+            .unwrap();
+        let outputs: Vec<&str> = replay
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                agentd_proto::replay::ReplayItem::FunctionCallOutput { output, .. } => {
+                    Some(output.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(outputs, [big.as_str()]);
+
+        let export = crate::verbs::export::export(
+            &registry,
+            agentd_proto::rpc::ExportParams {
+                session_id: sid.clone(),
+                format: "jsonl".into(),
+                output_path: None,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            export.content.as_deref().map(str::as_bytes),
+            Some(&file[..])
+        );
     }
 }

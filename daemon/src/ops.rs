@@ -13,6 +13,7 @@ use crate::history::fold::replay_as_of;
 use crate::history::fork;
 use crate::history::reconcile::{self, ReconcileReason};
 use crate::history::replay::{Replay, ReplayContext, ReplayStats};
+use crate::history::stored::{self, StoredEvent};
 use crate::history::tree::{self, LineageEntry};
 use crate::history::view::{view_v1, Caps};
 use crate::registry::{Registry, SessionMeta};
@@ -36,8 +37,30 @@ pub const MAX_TREE_DEPTH: usize = 48;
 pub fn session_model(st: &SessionState) -> Option<String> {
     st.events
         .first()
-        .and_then(|e| e.str_field("model"))
-        .map(str::to_string)
+        .map(StoredEvent::event)
+        .and_then(|e| e.str_field("model").map(str::to_string))
+}
+
+/// What a fork plan reads of the parent, parsed from its lines: the events with seq ≤
+/// `to_seq` (all when `None`) and the one with the last seq.
+fn fork_sources(st: &SessionState, to_seq: Option<u64>) -> Vec<agentd_proto::Event> {
+    let mut out = stored::parse_all(
+        st.events
+            .iter()
+            .filter(|e| to_seq.is_none_or(|t| e.seq <= t)),
+    );
+    let last = st.events.iter().max_by_key(|e| e.seq);
+    if let Some(l) = last.filter(|l| out.iter().all(|e| e.seq != l.seq)) {
+        out.push(l.event());
+    }
+    out
+}
+
+/// The replay as of `upto` (events with seq ≤ it), folded afresh from the Log's lines.
+fn replay_upto(st: &SessionState, upto: u64, ctx: &ReplayContext) -> Replay {
+    let end = st.events.partition_point(|e| e.seq <= upto);
+    let upto_events = stored::parse_all(&st.events[..end]);
+    replay_as_of(&upto_events, Some(upto), ctx)
 }
 
 pub fn replay_context(
@@ -174,7 +197,7 @@ pub async fn context(
             let ctx = replay_context(st, "auto", session_model(st));
             match after_seq {
                 None => st.fold.replay(&ctx),
-                Some(a) => replay_as_of(&st.events, Some(a), &ctx),
+                Some(a) => replay_upto(st, a, &ctx),
             }
         })
         .await?;
@@ -203,7 +226,7 @@ pub async fn context_json(
         drop(cache);
         let replay = match after_seq {
             None => st.fold.replay(&ctx),
-            Some(a) => replay_as_of(&st.events, Some(a), &ctx),
+            Some(a) => replay_upto(st, a, &ctx),
         };
         let out = ContextOutcome {
             dialect,
@@ -299,7 +322,7 @@ fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
         if ev.seq > to_seq {
             break;
         }
-        state.apply(ev);
+        state.apply(&ev.event());
     }
     let ws = std::path::PathBuf::from(st.workspace());
     let res = st.resources_dir();
@@ -309,7 +332,8 @@ fn checkpoint_as_of(st: &SessionState, to_seq: u64) -> Checkpoint {
 /// Builds the compaction plan from the session state, with the checkpoint as of the
 /// cut embedded (`data.checkpoint`) and its rendered `view_v1` (`data.view`).
 pub fn plan_compaction(st: &SessionState, opts: &CompactOptions) -> compaction::CompactionPlan {
-    let mut plan = compaction::plan(&st.events, st.fold.latest_compaction(), opts, Value::Null);
+    let events = stored::parse_all(&st.events);
+    let mut plan = compaction::plan(&events, st.fold.latest_compaction(), opts, Value::Null);
     if let (true, Some(range)) = (plan.compactable, plan.range) {
         let cp = checkpoint_as_of(st, range.to_seq);
         let view = view_v1(&cp, &Caps::default());
@@ -441,7 +465,7 @@ pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome
     let mut plan = parent
         .query_blocking(move |st| {
             fork::plan(
-                &st.events,
+                &fork_sources(st, to_seq),
                 &parent_id,
                 parent_root.as_deref(),
                 st.workspace(),

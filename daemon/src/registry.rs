@@ -206,9 +206,9 @@ impl Registry {
         let Ok(mut index) = self.index.write() else {
             return;
         };
-        let meta = index
-            .entry(state.id.clone())
-            .or_insert_with(|| SessionMeta::from_first(&state.id, state.events.first()));
+        let meta = index.entry(state.id.clone()).or_insert_with(|| {
+            SessionMeta::from_first(&state.id, state.events.first().map(|e| e.event()).as_ref())
+        });
         meta.event_count = state.events.len() as u64;
         if let Some(ev) = last {
             meta.updated_at = ev.ts.clone();

@@ -21,6 +21,7 @@ use crate::config::Durability;
 use crate::history::checkpoint::{Checkpoint, CheckpointState};
 use crate::history::fold::Fold;
 use crate::history::reconcile::{self, ReconcileReason};
+use crate::history::stored::{Line, StoredEvent};
 use crate::store::{self, Home, LogAppender, LogStore};
 use agentd_proto::event::{new_event_id, now_ts, validate_draft};
 use agentd_proto::rpc::{AppendResult, CorruptLine};
@@ -41,6 +42,12 @@ const MAX_BATCH_COMMANDS: usize = 1024;
 type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentError> + Send>;
 type QueryFn = Box<dyn FnOnce(&SessionState) + Send>;
 type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
+
+/// Hands memory the allocator holds freed back to the OS; the binary installs its
+/// allocator's collect here. Loading a Log frees a parse tree per event on threads that
+/// are gone by then, and an allocator that purges lazily (on later allocations) would
+/// keep those pages resident while the daemon idles.
+pub static RELEASE_FREED: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// What a session actor reports upward. The registry implements it; the actor holds it
 /// as a trait object, so this module never imports its container.
@@ -401,7 +408,9 @@ impl SessionHandle {
 pub struct SessionState {
     pub id: String,
     pub log_path: PathBuf,
-    pub events: Vec<Event>,
+    /// Every event of the Log as its line (see [`StoredEvent`]); `data` is parsed
+    /// where a reader needs it.
+    pub events: Vec<StoredEvent>,
     /// Folded state extended per event: counts, pending calls, open turn, replay items
     /// since the latest compaction.
     pub fold: Fold,
@@ -440,8 +449,8 @@ impl SessionState {
         }
     }
 
-    fn push(&mut self, ev: Event) {
-        self.fold.push(&ev);
+    fn push(&mut self, ev: Event, stored: StoredEvent) {
+        self.fold.push_stored(&ev, stored.line_ref());
         self.checkpoint.apply(&ev);
         if matches!(
             ev.event_type(),
@@ -452,7 +461,7 @@ impl SessionState {
             }
         }
         self.next_seq = self.next_seq.max(ev.seq.saturating_add(1));
-        self.events.push(ev);
+        self.events.push(stored);
     }
 
     /// The workspace from `session_started` / `session_fork` (empty if neither says).
@@ -505,7 +514,7 @@ impl SessionState {
     }
 
     /// Events with `seq > after` (the Log is in seq order except for reported anomalies).
-    pub fn events_after(&self, after: Option<u64>) -> &[Event] {
+    pub fn events_after(&self, after: Option<u64>) -> &[StoredEvent] {
         match after {
             None => &self.events,
             Some(a) => {
@@ -525,8 +534,8 @@ impl SessionState {
     /// Up to `limit` events with `after < seq <= upto`.
     /// A subscriber's backlog page: events after `after` up to `upto`, already
     /// serialized, at most `limit` of them and at most about `max_bytes` (at least one).
-    /// Serialized lines are a fraction of the memory of cloned `Event` trees, and a page
-    /// waiting on a subscriber that does not read is bounded by bytes, not only count.
+    /// The Log lines are copied as they are, and a page waiting on a subscriber that
+    /// does not read is bounded by bytes, not only count.
     pub fn backlog_page(
         &self,
         after: Option<u64>,
@@ -545,7 +554,7 @@ impl SessionState {
             if out.len() >= limit || (bytes >= max_bytes && !out.is_empty()) {
                 break;
             }
-            let Ok(raw) = serde_json::value::to_raw_value(e) else {
+            let Ok(raw) = serde_json::value::RawValue::from_string(e.line().to_string()) else {
                 continue;
             };
             bytes += raw.get().len();
@@ -565,6 +574,8 @@ struct Pending {
 /// A batch handed to a commit thread, applied to the state once its outcome is in.
 struct InFlight {
     staged: Vec<Event>,
+    /// The staged events as the state keeps them (their lines in the batch's chunk).
+    stored: Vec<StoredEvent>,
     done: store::WriteOutcome,
 }
 
@@ -670,38 +681,41 @@ fn load_blocking(
     events_tx: broadcast::Sender<Arc<str>>,
 ) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
     let started = std::time::Instant::now();
-    let (events, report) = env.store.load(sid)?;
-    let writer = env.store.open_appender(sid)?;
-    let parsed = started.elapsed();
-    let bytes = report.bytes;
     let mut state = SessionState {
         id: sid.to_string(),
         log_path: env.home.log_path(sid)?,
-        events: Vec::with_capacity(events.len() + 16),
+        events: Vec::new(),
         fold: Fold::new(),
         checkpoint: CheckpointState::new(),
-        corrupt_lines: report.corrupt_lines,
-        seq_anomalies: report.seq_anomalies,
+        corrupt_lines: Vec::new(),
+        seq_anomalies: Vec::new(),
         running_turn: None,
         next_seq: 0,
         events_tx,
         pending_repair: Vec::new(),
         context: Default::default(),
     };
-    for ev in events {
-        state.push(ev);
-    }
+    // Each event is folded as it is parsed and then kept only as its line.
+    let report = env
+        .store
+        .load_into(sid, &mut |ev, stored| state.push(ev, stored))?;
+    state.events = exact(std::mem::take(&mut state.events));
+    let writer = env.store.open_appender(sid)?;
+    let parsed = started.elapsed();
+    let bytes = report.bytes;
+    state.corrupt_lines = report.corrupt_lines;
+    state.seq_anomalies = report.seq_anomalies;
     if let Some((torn_bytes, qpath)) = report.torn {
         tracing::warn!(session = sid, torn_bytes, "torn Log tail quarantined");
         state.pending_repair.push((torn_bytes, qpath));
     }
     // A crash between cutting a torn tail and recording `log_repaired` leaves a
     // quarantine file no event names: record it now, so every cut is in the Log.
-    let recorded: std::collections::HashSet<&str> = state
+    let recorded: std::collections::HashSet<String> = state
         .events
         .iter()
         .filter(|e| e.event_type() == EventType::LogRepaired)
-        .filter_map(|e| e.str_field("quarantine_path"))
+        .filter_map(|e| e.event().str_field("quarantine_path").map(str::to_string))
         .collect();
     let mut unrecorded = Vec::new();
     if let Ok(dir) = std::fs::read_dir(env.home.quarantine_dir()) {
@@ -729,6 +743,10 @@ fn load_blocking(
     }
     unrecorded.sort_by(|a, b| a.1.cmp(&b.1));
     state.pending_repair.extend(unrecorded);
+    state.fold.shrink_to_fit();
+    if let Some(release) = RELEASE_FREED.get() {
+        release();
+    }
     tracing::info!(
         session = sid,
         events = state.events.len(),
@@ -738,6 +756,14 @@ fn load_blocking(
         "session loaded"
     );
     Ok((state, writer))
+}
+
+/// `v` in an allocation of its length (an allocator may shrink in place and keep the
+/// spare capacity resident).
+fn exact<T>(mut v: Vec<T>) -> Vec<T> {
+    let mut out = Vec::with_capacity(v.len());
+    out.append(&mut v);
+    out
 }
 
 struct Actor {
@@ -767,7 +793,7 @@ impl Actor {
         };
         let store = self.env.store.clone();
         let sid = self.state.id.clone();
-        let last = self.state.events.last().cloned();
+        let last = self.state.events.last().map(StoredEvent::event);
         let res =
             tokio::task::spawn_blocking(move || store.recover_appender(&sid, acked, last.as_ref()))
                 .await
@@ -981,6 +1007,8 @@ impl Actor {
     async fn commit(&mut self, batch: Vec<(Vec<EventDraft>, Option<u64>, Reply)>) {
         self.settle().await;
         let mut staged: Vec<Event> = Vec::new();
+        // Where each staged event's line is in `buf`.
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
         // Nobody subscribes while a commit runs (subscribing is a command of this
@@ -1002,6 +1030,7 @@ impl Actor {
                                 lines.push(Arc::from(line));
                             }
                         }
+                        ranges.push(start..buf.len());
                         buf.push(b'\n');
                     }
                     next += events.len() as u64;
@@ -1018,6 +1047,16 @@ impl Actor {
         if staged.is_empty() {
             return;
         }
+        // The batch's lines, kept as one chunk by the state (JSON text is UTF-8).
+        let chunk: Arc<str> = Arc::from(std::str::from_utf8(&buf).unwrap_or_default());
+        let stored: Vec<StoredEvent> = staged
+            .iter()
+            .zip(ranges)
+            .map(|(ev, r)| match Line::new(&chunk, r) {
+                Some(l) => StoredEvent::new(ev, l),
+                None => StoredEvent::of(ev),
+            })
+            .collect();
         let replies: Vec<(Reply, AppendResult)> = pending
             .into_iter()
             .map(|p| {
@@ -1063,14 +1102,18 @@ impl Actor {
                 // Not awaited here: the actor takes its next command while the batch is
                 // written, and applies it (`settle`) before serving that command.
                 let done = w.submit(buf, sync, Some(answer));
-                self.in_flight = Some(InFlight { staged, done });
+                self.in_flight = Some(InFlight {
+                    staged,
+                    stored,
+                    done,
+                });
             }
             None => {
                 let e = self.writer_error.clone().unwrap_or_else(|| {
                     AgentError::new(ErrorKind::LogWriteFailed, "log writer unavailable")
                 });
                 answer(&Err(e.clone()));
-                self.written(Vec::new(), Err(e)).await;
+                self.written(Vec::new(), Vec::new(), Err(e)).await;
             }
         }
     }
@@ -1081,15 +1124,20 @@ impl Actor {
     async fn settle(&mut self) {
         if let Some(f) = self.in_flight.take() {
             let res = store::outcome(f.done).await;
-            self.written(f.staged, res).await;
+            self.written(f.staged, f.stored, res).await;
         }
     }
 
-    async fn written(&mut self, staged: Vec<Event>, res: Result<(), AgentError>) {
+    async fn written(
+        &mut self,
+        staged: Vec<Event>,
+        stored: Vec<StoredEvent>,
+        res: Result<(), AgentError>,
+    ) {
         match res {
             Ok(()) => {
-                for ev in staged {
-                    self.state.push(ev);
+                for (ev, line) in staged.into_iter().zip(stored) {
+                    self.state.push(ev, line);
                 }
             }
             Err(e) if e.details.get("writer_stopped") == Some(&json!(true)) => {

@@ -8,6 +8,7 @@
 //! Architecture invariant: nothing in a Log is ever truncated or rewritten except a
 //! torn tail (bytes after the last `\n`), which is copied to `quarantine/` first.
 
+use crate::history::stored::{Line, StoredEvent};
 use agentd_proto::rpc::CorruptLine;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
 use serde_json::{json, Value};
@@ -99,6 +100,19 @@ pub struct LoadReport {
 /// `log_repaired`. Complete lines that are not valid envelopes are reported, never
 /// rewritten.
 pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
+    let mut events = Vec::new();
+    let report = load_log_into(home, sid, &mut |ev, _| events.push(ev))?;
+    Ok((events, report))
+}
+
+/// [`load_log`] handing each valid event, in file order, to `sink` together with its
+/// stored form (the Log line): a block's parsed events are gone before the next block
+/// is read, so a load holds the lines plus one block of parsed events at most.
+pub fn load_log_into(
+    home: &Home,
+    sid: &str,
+    sink: &mut dyn FnMut(Event, StoredEvent),
+) -> Result<LoadReport, AgentError> {
     let path = home.log_path(sid)?;
     let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
         Ok(f) => f,
@@ -124,7 +138,6 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
         line_no: 1,
         offset: 0,
     };
-    let mut events = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
     loop {
         if let Some(f) = crate::fault::check(crate::fault::Op::Read, &path) {
@@ -136,7 +149,7 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
             .map_err(|e| read_failed("read log", &e, sid))?;
         let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
         if complete > 0 {
-            parse_lines(&buf[..complete], &mut cursor, &mut report, &mut events);
+            parse_lines(&buf[..complete], &mut cursor, &mut report, sink);
             buf.drain(..complete);
         }
         if n < BLOCK {
@@ -155,7 +168,7 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
         report.torn = Some((torn.len() as u64, qpath));
     }
     report.bytes = cursor.offset;
-    Ok((events, report))
+    Ok(report)
 }
 
 /// Where parsing stands between blocks.
@@ -173,7 +186,7 @@ fn parse_lines(
     bytes: &[u8],
     cursor: &mut ParseCursor,
     report: &mut LoadReport,
-    events: &mut Vec<Event>,
+    sink: &mut dyn FnMut(Event, StoredEvent),
 ) {
     const PARALLEL_MIN: usize = 1 << 20;
     let threads = std::thread::available_parallelism()
@@ -203,7 +216,11 @@ fn parse_lines(
     }
     cursor.line_no = line_no;
     cursor.offset += bytes.len() as u64;
-    let parsed: Vec<(Vec<Event>, Vec<CorruptLine>)> = std::thread::scope(|s| {
+    // The block's bytes, kept as one chunk the stored events refer to (a Log that is
+    // not UTF-8 somewhere has its events stored one by one).
+    let chunk: Option<std::sync::Arc<str>> = std::str::from_utf8(bytes).ok().map(Into::into);
+    type Parsed = Vec<(Event, Option<std::ops::Range<usize>>)>;
+    let parsed: Vec<(Parsed, Vec<CorruptLine>)> = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
             .map(|&(off, line, chunk)| s.spawn(move || parse_chunk(chunk, off, line)))
@@ -215,7 +232,12 @@ fn parse_lines(
     });
     for (evs, corrupt) in parsed {
         report.corrupt_lines.extend(corrupt);
-        for ev in evs {
+        for (ev, at) in evs {
+            let line = at.and_then(|r| Line::new(chunk.as_ref()?, r.start - base..r.end - base));
+            let stored = match line {
+                Some(l) => StoredEvent::new(&ev, l),
+                None => StoredEvent::of(&ev),
+            };
             if let Some(n) = cursor.next_seq {
                 if ev.seq != n {
                     report.seq_anomalies.push(json!({
@@ -226,22 +248,33 @@ fn parse_lines(
             }
             let after = ev.seq.saturating_add(1);
             cursor.next_seq = Some(cursor.next_seq.map_or(after, |n| n.max(after)));
-            events.push(ev);
+            sink(ev, stored);
         }
     }
 }
 
-fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> (Vec<Event>, Vec<CorruptLine>) {
+/// The events of complete lines, each with the byte range of its line in the file when
+/// the line is exactly the event's serialization (see `StoredEvent::parse_line`).
+#[allow(clippy::type_complexity)]
+fn parse_chunk(
+    chunk: &[u8],
+    base: usize,
+    first_line: u64,
+) -> (
+    Vec<(Event, Option<std::ops::Range<usize>>)>,
+    Vec<CorruptLine>,
+) {
     let mut events = Vec::with_capacity(chunk.len() / 512 + 1);
     let mut corrupt = Vec::new();
+    let mut scratch = Vec::new();
     let mut pos = 0;
     let mut line_no = first_line;
     while pos < chunk.len() {
         let end = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
         let line = &chunk[pos..end];
         if !line.iter().all(u8::is_ascii_whitespace) {
-            match serde_json::from_slice::<Event>(line) {
-                Ok(ev) => events.push(ev),
+            match StoredEvent::parse_line(line, &mut scratch) {
+                Ok((ev, same)) => events.push((ev, same.then_some(base + pos..base + end))),
                 Err(e) => corrupt.push(CorruptLine {
                     line: line_no,
                     byte_offset: (base + pos) as u64,
@@ -263,6 +296,20 @@ pub trait LogStore: Send + Sync + 'static {
     /// Reads a Log, repairing a torn tail; the valid events in order plus what else
     /// the read found (see [`load_log`]).
     fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError>;
+    /// [`LogStore::load`] handing each event and its stored form (the Log line) to
+    /// `sink` in order, so the caller need not hold every parsed event at once.
+    fn load_into(
+        &self,
+        sid: &str,
+        sink: &mut dyn FnMut(Event, StoredEvent),
+    ) -> Result<LoadReport, AgentError> {
+        let (events, report) = self.load(sid)?;
+        for ev in events {
+            let stored = StoredEvent::of(&ev);
+            sink(ev, stored);
+        }
+        Ok(report)
+    }
     /// The append side of a Log that exists.
     fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError>;
     /// A new append side for a Log whose appender stopped after a failed sync, once the
@@ -379,6 +426,13 @@ pub struct FileStore {
 impl LogStore for FileStore {
     fn load(&self, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
         load_log(&self.home, sid)
+    }
+    fn load_into(
+        &self,
+        sid: &str,
+        sink: &mut dyn FnMut(Event, StoredEvent),
+    ) -> Result<LoadReport, AgentError> {
+        load_log_into(&self.home, sid, sink)
     }
     fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError> {
         open_appender(&self.home.log_path(sid)?)

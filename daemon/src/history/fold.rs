@@ -10,11 +10,12 @@
 //! re-exported here.
 
 use super::render;
-use super::replay::{build, build_tail, entry, replay_item, Entry};
+use super::replay::{build, build_tail, entry, lazy_entry, replay_item, Entry};
 pub use super::replay::{
     developer_text, pairing_violation, Replay, ReplayContext, ReplayMark, ReplayStats, ReplayTail,
     SyntheticClosure,
 };
+use super::stored::Line;
 use agentd_proto::replay::ReplayItem;
 use agentd_proto::{Event, EventType};
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,17 @@ impl Fold {
     }
 
     pub fn push(&mut self, ev: &Event) {
+        self.push_line(ev, None);
+    }
+
+    /// [`Fold::push`] for an event whose Log line the caller keeps: a large replay item
+    /// then holds that line instead of its own copy of the text, and is rebuilt from it
+    /// when a replay emits it.
+    pub fn push_stored(&mut self, ev: &Event, line: &Line) {
+        self.push_line(ev, Some(line));
+    }
+
+    fn push_line(&mut self, ev: &Event, line: Option<&Line>) {
         self.event_count += 1;
         self.last_seq = Some(self.last_seq.map_or(ev.seq, |s| s.max(ev.seq)));
         bump(&mut self.event_counts, &ev.kind);
@@ -115,7 +127,11 @@ impl Fold {
             if self.entries.last().is_some_and(|l| l.seq > ev.seq) {
                 self.disordered = true;
             }
-            self.entries.push(entry(ev.seq, item));
+            let e = match line {
+                Some(l) => lazy_entry(ev.seq, item, l),
+                None => entry(ev.seq, item),
+            };
+            self.entries.push(e);
         }
     }
 
@@ -143,6 +159,14 @@ impl Fold {
 
     pub fn last_seq(&self) -> Option<u64> {
         self.last_seq
+    }
+
+    /// Gives back spare capacity (after a bulk load), moving the replay entries into an
+    /// allocation of their length (an allocator may shrink in place and keep the rest).
+    pub fn shrink_to_fit(&mut self) {
+        let mut exact = Vec::with_capacity(self.entries.len());
+        exact.append(&mut self.entries);
+        self.entries = exact;
     }
     pub fn event_count(&self) -> u64 {
         self.event_count
@@ -408,6 +432,57 @@ mod tests {
         let before = replay_as_of(&log.events, Some(9), &ctx());
         assert_eq!(before.stats.items, 11);
         assert_eq!(before.stats.checkpoint_to_seq, None);
+    }
+
+    #[test]
+    fn items_read_back_from_log_lines_replay_identically() {
+        let mut log = TestLog::new();
+        let big = "x\n\"é\" ".repeat(100);
+        log.push(
+            "session_started",
+            json!({"workspace": "/w/proj", "agentd_version": "0.1", "log_format": 1}),
+        );
+        log.push("user_message", json!({"text": big}));
+        log.push("user_message", json!({"text": "short"}));
+        log.push(
+            "reasoning",
+            json!({"item": {"id": "r1", "t": big}, "model": "m1"}),
+        );
+        log.push(
+            "tool_call",
+            json!({"call_id": "c1", "name": "shell", "args": {"command": big}}),
+        );
+        log.push(
+            "tool_call",
+            json!({"call_id": "c2", "name": "read_file", "args": {"path": "a"}}),
+        );
+        log.push(
+            "tool_result",
+            json!({"call_id": "c2", "ok": true, "output": big}),
+        );
+        log.push(
+            "tool_result",
+            json!({"call_id": "c1", "ok": false, "error": {"message": big}}),
+        );
+        log.push(
+            "assistant_message",
+            json!({"text": big, "metadata": {"partial": true}}),
+        );
+        log.push("assistant_message", json!({"text": big}));
+        let owned = Fold::from_events(&log.events);
+        let mut lazy = Fold::new();
+        for e in &log.events {
+            let line = Line::owned(&serde_json::to_string(e).unwrap());
+            lazy.push_stored(e, &line);
+        }
+        assert_eq!(lazy.entries.iter().filter(|e| e.is_lazy()).count(), 5);
+        assert_eq!(lazy.replay(&ctx()), owned.replay(&ctx()));
+        let never = |_: &ReplayItem| None;
+        let (a, b) = (
+            lazy.replay_tail(&ctx(), None, None, &never, 2).unwrap(),
+            owned.replay_tail(&ctx(), None, None, &never, 2).unwrap(),
+        );
+        assert_eq!((a.items, a.stats), (b.items, b.stats));
     }
 
     #[test]

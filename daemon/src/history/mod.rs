@@ -33,6 +33,7 @@ pub mod reconcile;
 pub mod render;
 pub mod replay;
 pub mod snapshots;
+pub mod stored;
 pub mod tree;
 pub mod view;
 

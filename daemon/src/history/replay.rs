@@ -9,6 +9,7 @@
 //! the produced items, not assumed.
 
 use super::render;
+use super::stored::Line;
 use agentd_proto::replay::ReplayItem;
 use agentd_proto::{Event, EventType};
 use serde::{Deserialize, Serialize};
@@ -51,11 +52,40 @@ pub struct Replay {
 }
 
 /// A replayable event, converted once at push time.
+///
+/// A large item (its text at least [`LAZY_MIN`] bytes) whose Log line is kept by the
+/// session holds that line instead of the text: `item` keeps every field but the large
+/// one (emptied), which is rebuilt from the line when a replay emits the item
+/// ([`Entry::full`]). The small fields pairing reads (call ids, names, models) stay.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub(super) seq: u64,
     pub(super) chars: u64,
     pub(super) item: ReplayItem,
+    line: Option<Line>,
+}
+
+/// Items with less text than this keep their own copy (a parse per emit costs more
+/// than they take).
+const LAZY_MIN: usize = 64;
+
+impl Entry {
+    /// Whether the item's large text is read back from the Log line.
+    #[cfg(test)]
+    pub(super) fn is_lazy(&self) -> bool {
+        self.line.is_some()
+    }
+
+    /// The complete item.
+    pub(super) fn full(&self) -> ReplayItem {
+        let Some(line) = &self.line else {
+            return self.item.clone();
+        };
+        serde_json::from_str::<Event>(line.as_str())
+            .ok()
+            .and_then(|ev| replay_item(&ev))
+            .unwrap_or_else(|| self.item.clone())
+    }
 }
 
 fn item_chars(item: &ReplayItem) -> u64 {
@@ -77,6 +107,41 @@ pub(super) fn entry(seq: u64, item: ReplayItem) -> Entry {
         seq,
         chars: item_chars(&item),
         item,
+        line: None,
+    }
+}
+
+/// An entry of `item`, converted from the event whose Log line is `line`: a large item
+/// refers to the line (see [`Entry`]).
+pub(super) fn lazy_entry(seq: u64, mut item: ReplayItem, line: &Line) -> Entry {
+    let chars = item_chars(&item);
+    let big = match &mut item {
+        ReplayItem::User { text } | ReplayItem::Assistant { text } => text,
+        ReplayItem::FunctionCall { arguments, .. } => arguments,
+        ReplayItem::FunctionCallOutput { output, .. } => output,
+        ReplayItem::Developer { .. } | ReplayItem::Reasoning { .. } => {
+            return Entry {
+                seq,
+                chars,
+                item,
+                line: None,
+            }
+        }
+    };
+    if big.len() < LAZY_MIN {
+        return Entry {
+            seq,
+            chars,
+            item,
+            line: None,
+        };
+    }
+    *big = String::new();
+    Entry {
+        seq,
+        chars,
+        item,
+        line: Some(line.clone()),
     }
 }
 
@@ -431,7 +496,7 @@ struct Guard {
 impl Guard {
     fn emit(&mut self, e: &Entry) {
         self.chars += e.chars;
-        self.items.push(e.item.clone());
+        self.items.push(e.full());
     }
 
     fn close(&mut self) {

@@ -104,9 +104,19 @@ fn request_text(st: &crate::session::SessionState, data: &Value, to_seq: u64) ->
     out.push_str(data["summary"].as_str().unwrap_or("").trim_end());
     out.push_str("\n\n[MESSAGES]\n");
     let start = st.events.partition_point(|e| e.seq < from);
-    let msgs: Vec<(&str, &str)> = st.events[start..]
+    let messages: Vec<agentd_proto::Event> = st.events[start..]
         .iter()
         .take_while(|e| e.seq <= to_seq)
+        .filter(|e| {
+            matches!(
+                e.event_type(),
+                EventType::UserMessage | EventType::AssistantMessage
+            )
+        })
+        .map(|e| e.event())
+        .collect();
+    let msgs: Vec<(&str, &str)> = messages
+        .iter()
         .filter_map(|e| {
             let role = match e.event_type() {
                 EventType::UserMessage => "user",

@@ -224,6 +224,7 @@ fn usage_ratio(st: &SessionState) -> f64 {
         .rev()
         .take(4096)
         .find(|e| e.event_type() == EventType::ProviderUsage)
+        .map(|e| e.event())
         .and_then(|e| {
             let est = e.data.get("estimated_tokens")?.as_u64()?;
             let input = e.data.get("usage")?.get("input_tokens")?.as_u64()?;
@@ -697,13 +698,12 @@ struct StateLookup<'a>(&'a SessionState);
 
 impl EvidenceLookup for StateLookup<'_> {
     fn has_event_id(&self, id: &str) -> bool {
-        self.0.events.iter().any(|e| e.id == id)
+        self.0.events.iter().any(|e| e.id() == id)
     }
     fn has_call_id(&self, id: &str) -> bool {
-        self.0
-            .events
-            .iter()
-            .any(|e| e.event_type() == EventType::ToolCall && e.str_field("call_id") == Some(id))
+        self.0.events.iter().any(|e| {
+            e.event_type() == EventType::ToolCall && e.str_field("call_id").as_deref() == Some(id)
+        })
     }
     fn has_artifact(&self, uri: &str) -> bool {
         self.0.checkpoint.artifact(uri).is_some()

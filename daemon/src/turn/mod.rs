@@ -355,7 +355,7 @@ async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> Engine
                     matches!(
                         e.event_type(),
                         EventType::TurnStarted | EventType::TurnEnded
-                    ) && e.str_field("turn_id") == Some(tid.as_str())
+                    ) && e.str_field("turn_id").as_deref() == Some(tid.as_str())
                 })
                 .is_some_and(|e| e.event_type() == EventType::TurnStarted);
             if !open {
@@ -509,7 +509,10 @@ mod tests {
         assert_eq!(err.error.unwrap().kind, ErrorKind::Internal);
         assert!(turns.running.is_empty());
         assert_eq!(turns.running_count(), 0);
-        let evs = h.query(|st| st.events.clone()).await.unwrap();
+        let evs = h
+            .query(|st| crate::history::stored::parse_all(&st.events))
+            .await
+            .unwrap();
         let last = &evs[evs.len() - 1];
         assert_eq!(last.event_type(), EventType::TurnEnded);
         assert_eq!(last.data["status"], "failed");

@@ -72,8 +72,13 @@ pub async fn session_choice(
     h: &SessionHandle,
 ) -> Result<(Option<String>, Option<String>), AgentError> {
     h.query(|st| {
-        let first = st.events.first();
-        let get = |k: &str| first.and_then(|e| e.str_field(k)).map(str::to_string);
+        let first = st.events.first().map(|e| e.event());
+        let get = |k: &str| {
+            first
+                .as_ref()
+                .and_then(|e| e.str_field(k))
+                .map(str::to_string)
+        };
         (get("provider"), get("model"))
     })
     .await

@@ -69,13 +69,13 @@ async fn session_view(h: &SessionHandle) -> Result<(Vec<Event>, String, bool), A
                         | EventType::TurnEnded
                 )
             })
-            .cloned()
+            .map(|e| e.event())
             .collect();
         let mut events = events;
         // The last seq rides along so ranges can end at it.
         if let Some(last) = st.events.last() {
             if events.last().map(|e| e.seq) != Some(last.seq) {
-                events.push(last.clone());
+                events.push(last.event());
             }
         }
         (

@@ -7,7 +7,7 @@ use crate::config::SnapshotConfig;
 use crate::history::snapshots::{self, REASON_AFTER, REASON_BEFORE};
 use crate::session::SessionHandle;
 use crate::snapshot::{Scope, Shadow};
-use agentd_proto::EventDraft;
+use agentd_proto::{EventDraft, EventType};
 use serde_json::{json, Value};
 use std::path::{Component, Path, PathBuf};
 
@@ -44,7 +44,19 @@ impl TurnSnapshots {
         self.shadow.as_ref()?;
         self.started = true;
         self.previous = h
-            .query(|st| snapshots::latest_tree(&st.events))
+            .query(|st| {
+                // The latest snapshot or revert that names a tree.
+                st.events
+                    .iter()
+                    .rev()
+                    .filter(|e| {
+                        matches!(
+                            e.event_type(),
+                            EventType::WorkspaceSnapshot | EventType::WorkspaceRevert
+                        )
+                    })
+                    .find_map(|e| snapshots::latest_tree(&[e.event()]))
+            })
             .await
             .ok()
             .flatten();
