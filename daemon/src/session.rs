@@ -1119,8 +1119,10 @@ impl Actor {
     }
 
     /// Waits for the batch handed to the writer, if any, and applies it to the state.
-    /// Runs before every command, so a command sent after an append's answer sees it;
-    /// the writer sends the outcome before the answer, so this rarely waits.
+    /// Runs before every command, so a command sent after an append's answer sees it.
+    /// The writer sends the outcome right after the batch's broadcast and answers, so
+    /// this waits at most for that hand-off; a subscriber that joins after it gets the
+    /// batch in its backlog only, never live as well.
     async fn settle(&mut self) {
         if let Some(f) = self.in_flight.take() {
             let res = store::outcome(f.done).await;

@@ -735,17 +735,14 @@ impl WriteJob {
                 "the Log writer failed earlier",
             )),
         };
-        // The outcome first: the actor applies the batch without being woken when it
-        // reads its next command, and answers go out after.
-        match self.after {
-            Some(after) => {
-                let _ = self.done.send(res.clone());
-                after(&res);
-            }
-            None => {
-                let _ = self.done.send(res);
-            }
+        // Publication and answers first, the outcome last: once the actor has applied
+        // the batch (after the outcome), its lines have been broadcast, so a subscriber
+        // that joins then gets them in its backlog and never also live
+        // (`soak`, `transport.rs::subscription_catch_up_has_no_gap_and_no_duplicate`).
+        if let Some(after) = self.after {
+            after(&res);
         }
+        let _ = self.done.send(res);
     }
 }
 
