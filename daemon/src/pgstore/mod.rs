@@ -892,11 +892,7 @@ impl LogStore for PgStore {
             })
             .map_err(|e| store_error(ErrorKind::LogWriteFailed, "restore from trash", &e))?;
         if n == 0 {
-            return Err(
-                AgentError::not_found("no session with this id in the trash")
-                    .with_details(json!({"session_id": sid}))
-                    .with_next_actions(&["agentctl ls"]),
-            );
+            return Err(not_in_trash(sid));
         }
         Ok(())
     }
@@ -919,11 +915,7 @@ impl LogStore for PgStore {
             })
             .map_err(|e| store_error(ErrorKind::LogWriteFailed, "purge", &e))?;
         if n == 0 {
-            return Err(
-                AgentError::not_found("no session with this id in the trash")
-                    .with_details(json!({"session_id": sid}))
-                    .with_next_actions(&["agentctl ls"]),
-            );
+            return Err(not_in_trash(sid));
         }
         Ok(())
     }
@@ -993,4 +985,11 @@ impl Drop for PgAppender {
             self.shared.release(&self.sid, self.token);
         }
     }
+}
+
+/// `not_found` for an id that has no trashed session.
+fn not_in_trash(sid: &str) -> AgentError {
+    AgentError::not_found("no session with this id in the trash")
+        .with_details(json!({"session_id": sid}))
+        .with_next_actions(&["agentctl ls"])
 }
