@@ -17,7 +17,7 @@
 //! Anthropic renderer that merges turns across any point) is served by a full render.
 
 use crate::history::fold::{Fold, ReplayContext, ReplayMark};
-use crate::history::replay::ReplayStats;
+use crate::history::replay::{ReplayStats, Splice, SPLICE_MARK_JSON};
 use crate::provider::dialect::{self, Render};
 use agentd_proto::replay::{Dialect, ReplayItem};
 use bytes::Bytes;
@@ -65,9 +65,9 @@ const POINT_EVERY: usize = 256;
 #[cfg(test)]
 const POINT_EVERY: usize = 7;
 
-/// Bytes kept as a few immutable chunks: an appended chunk is merged with the ones
-/// before it while they are not much larger, so there are O(log n) chunks and each byte
-/// is copied O(log n) times over the prefix's life, and readers share the chunks.
+/// Bytes kept as immutable pieces: the rendered framing of each segment, and the
+/// large strings as the Log lines' own bytes (see [`Splice`]), so a kept prefix costs
+/// little beyond the Log the session already holds, and readers share the pieces.
 #[derive(Default)]
 struct Chunks {
     chunks: Vec<Bytes>,
@@ -75,21 +75,12 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn push(&mut self, b: Bytes) {
-        if b.is_empty() {
-            return;
-        }
-        self.len += b.len();
-        self.chunks.push(b);
-        while let [.., a, b] = &self.chunks[..] {
-            if a.len() > 2 * b.len() {
-                break;
+    fn push(&mut self, parts: Vec<Bytes>) {
+        for b in parts {
+            if !b.is_empty() {
+                self.len += b.len();
+                self.chunks.push(b);
             }
-            let mut v = Vec::with_capacity(a.len() + b.len());
-            v.extend_from_slice(a);
-            v.extend_from_slice(b);
-            self.chunks.truncate(self.chunks.len() - 2);
-            self.chunks.push(Bytes::from(v));
         }
     }
 
@@ -134,7 +125,7 @@ pub struct ContextCache {
 
 /// Renders `items` (those `r` keeps) as elements appended to `out`; `first` says
 /// whether no element precedes them in the list `out` ends.
-fn push_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, first: &mut bool) {
+fn write_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, first: &mut bool) {
     if items.is_empty() {
         return;
     }
@@ -152,6 +143,73 @@ fn push_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, first: &mut
             // A Value always serializes.
             let _ = serde_json::to_writer(&mut *out, &e);
         }
+    }
+}
+
+/// A replay's items with the large strings left in their Log lines
+/// ([`ReplayTail::splices`](crate::history::replay::ReplayTail::splices)).
+struct Spliced<'a> {
+    items: &'a [ReplayItem],
+    splices: &'a [(usize, Splice)],
+}
+
+impl Spliced<'_> {
+    /// Renders `items[range]` as elements appended to `out` as pieces: the rendered
+    /// text, cut where a spliced string's mark is, and the line's bytes in its place.
+    /// Returns the bytes appended. `first` as in [`write_elements`].
+    fn render(
+        &self,
+        out: &mut Vec<Bytes>,
+        range: std::ops::Range<usize>,
+        r: Render,
+        first: &mut bool,
+    ) -> usize {
+        if range.is_empty() {
+            return 0;
+        }
+        let items = &self.items[range.clone()];
+        let lo = self.splices.partition_point(|(i, _)| *i < range.start);
+        let hi = self.splices.partition_point(|(i, _)| *i < range.end);
+        let mine = &self.splices[lo..hi];
+        let kept: Vec<&Splice> = mine
+            .iter()
+            .filter(|(i, _)| r.keeps(&self.items[*i]))
+            .map(|(_, s)| s)
+            .collect();
+        let was_first = *first;
+        let mut buf = Vec::new();
+        write_elements(&mut buf, items, r, first);
+        let marks: Vec<usize> = if kept.is_empty() {
+            Vec::new()
+        } else {
+            memchr::memmem::find_iter(&buf, SPLICE_MARK_JSON.as_bytes()).collect()
+        };
+        if marks.len() == kept.len() {
+            let own = Bytes::from(buf);
+            let mut n = own.len();
+            let mut from = 0;
+            for (&at, s) in marks.iter().zip(kept) {
+                out.push(own.slice(from..at));
+                let b = s.bytes();
+                n = n - SPLICE_MARK_JSON.len() + b.len();
+                out.push(b);
+                from = at + SPLICE_MARK_JSON.len();
+            }
+            out.push(own.slice(from..));
+            return n;
+        }
+        // The mark where no splice put it (a string that holds it): every string in
+        // its place instead.
+        let mut full = items.to_vec();
+        for (i, s) in mine {
+            s.restore(&mut full[i - range.start]);
+        }
+        *first = was_first;
+        let mut buf = Vec::new();
+        write_elements(&mut buf, &full, r, first);
+        let n = buf.len();
+        out.push(Bytes::from(buf));
+        n
     }
 }
 
@@ -213,36 +271,35 @@ impl ContextCache {
             },
             None => (None, 0, true),
         };
-        let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY)?;
+        let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true)?;
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
+        let spliced = Spliced {
+            items: &tail.items,
+            splices: &tail.splices,
+        };
         // Rendered in segments cut at the points (each a renderer boundary), so each
         // point's offset in the prefix is known. Each element after the first of the
         // whole list carries its separator, so `fresh` and `rest` append as they are.
         let mut first = prefix_len == 0;
         let mut fresh = Vec::new();
+        let mut fresh_len = 0;
         let mut seg = 0;
         let mut fresh_points = Vec::new();
         for (n, m) in tail.points {
-            push_elements(&mut fresh, &tail.items[seg..n], r, &mut first);
-            fresh_points.push((m, prefix_len + fresh.len()));
+            fresh_len += spliced.render(&mut fresh, seg..n, r, &mut first);
+            fresh_points.push((m, prefix_len + fresh_len));
             seg = n;
         }
-        push_elements(&mut fresh, &tail.items[seg..stable_n], r, &mut first);
-        let fresh = Bytes::from(fresh);
+        spliced.render(&mut fresh, seg..stable_n, r, &mut first);
         let mut rest = Vec::new();
-        push_elements(&mut rest, &tail.items[stable_n..], r, &mut first);
-        let rest_elems = !rest.is_empty();
+        spliced.render(&mut rest, stable_n..tail.items.len(), r, &mut first);
 
         let mut parts = Vec::new();
         if let Some(i) = slot {
             self.slots[i].bytes.prefix(prefix_len, &mut parts);
         }
-        if !fresh.is_empty() {
-            parts.push(fresh.clone());
-        }
-        if rest_elems {
-            parts.push(Bytes::from(rest));
-        }
+        parts.extend(fresh.iter().filter(|b| !b.is_empty()).cloned());
+        parts.extend(rest.into_iter().filter(|b| !b.is_empty()));
         let out = RenderedItems {
             parts,
             stats: tail.stats,
@@ -308,6 +365,7 @@ impl ContextCache {
 mod tests {
     use super::*;
     use crate::history::fold::replay_as_of;
+    use crate::history::stored::Line;
     use crate::history::testutil::TestLog;
     use serde_json::json;
 
@@ -333,8 +391,22 @@ mod tests {
         v.to_string()
     }
 
+    /// Folds `ev` as a loaded session does: large items keep only its Log line.
+    fn push(fold: &mut Fold, ev: &agentd_proto::Event) {
+        let line = Line::owned(&serde_json::to_string(ev).unwrap());
+        fold.push_stored(ev, &line);
+    }
+
+    /// Text long enough to stay in its Log line, with escapes and non-ASCII.
+    fn long(i: usize) -> String {
+        format!("line {i}\n\"quoted\" \\ tab\t é ✓ \u{7} ").repeat(4)
+    }
+
     fn step(log: &mut TestLog, i: usize) {
         let _ = match i % 9 {
+            0 if i.is_multiple_of(2) => log.push("user_message", json!({"text": long(i)})),
+            5 if i % 4 == 1 => log.push("tool_result", json!({"call_id": format!("c{}", i - 2), "ok": true, "output": long(i)})),
+            2 if i % 4 == 2 => log.push("assistant_message", json!({"text": long(i)})),
             0 => log.push("user_message", json!({"text": format!("u{i}")})),
             1 => log.push("reasoning", json!({"item": {"type": "reasoning", "id": i}, "model": if i.is_multiple_of(2) { "m1" } else { "m2" }})),
             2 => log.push("assistant_message", json!({"text": format!("a{i}")})),
@@ -360,10 +432,10 @@ mod tests {
         let mut fold = Fold::from_events(&log.events);
         for i in 0..160 {
             step(&mut log, i);
-            fold.push(log.events.last().unwrap());
+            push(&mut fold, log.events.last().unwrap());
             if i == 90 {
                 log.push("history_compaction", json!({"strategy": "deterministic_v1", "range": {"from_seq": 0, "to_seq": 40}, "summary": "S"}));
-                fold.push(log.events.last().unwrap());
+                push(&mut fold, log.events.last().unwrap());
             }
             for d in [Dialect::Responses, Dialect::Chat] {
                 let got = cache.context_json(&fold, &ctx(), d, None).unwrap();
@@ -383,6 +455,10 @@ mod tests {
             }
         }
         assert!(cache.bytes() > 0, "a prefix was kept");
+        let f = fold
+            .replay_tail(&ctx(), None, None, &|_: &ReplayItem| None, 7, true)
+            .unwrap();
+        assert!(f.splices.len() > 5, "large strings stayed in their lines");
         assert!(
             cache.slots.iter().all(|s| !s.points.is_empty()),
             "points to resume earlier contexts from were kept"
@@ -390,6 +466,37 @@ mod tests {
         assert!(cache
             .context_json(&fold, &ctx(), Dialect::Anthropic, None)
             .is_none());
+    }
+
+    /// Strings that hold the splice mark themselves (short ones, which are not spliced,
+    /// next to spliced ones; and a long one) render as the full render does.
+    #[test]
+    fn a_string_holding_the_splice_mark_renders_as_a_full_render() {
+        use crate::history::replay::SPLICE_MARK;
+        let mut log = TestLog::new();
+        log.push(
+            "session_started",
+            json!({"workspace": "/w", "agentd_version": "0", "log_format": 1}),
+        );
+        log.push("user_message", json!({"text": long(1)}));
+        log.push(
+            "assistant_message",
+            json!({"text": format!("a{SPLICE_MARK}")}),
+        );
+        log.push(
+            "user_message",
+            json!({"text": format!("{}{SPLICE_MARK}", long(2))}),
+        );
+        log.push("assistant_message", json!({"text": long(3)}));
+        let mut fold = Fold::new();
+        for e in &log.events {
+            push(&mut fold, e);
+        }
+        for d in [Dialect::Responses, Dialect::Chat] {
+            let mut cache = ContextCache::default();
+            let got = cache.context_json(&fold, &ctx(), d, None).unwrap();
+            assert_eq!(text(got), full(&log, d, None), "{d:?}");
+        }
     }
 
     /// A turn step's request body built from the kept rendering equals the body built
@@ -429,12 +536,12 @@ mod tests {
             step(&mut log, i);
             if i % 9 == 1 && i % 4 == 1 {
                 log.push("reasoning", json!({"item": {"type": "reasoning", "id": i, "encrypted_content": "e"}, "model": "m1"}));
-                fold.push(&log.events[log.events.len() - 2]);
+                push(&mut fold, &log.events[log.events.len() - 2]);
             }
-            fold.push(log.events.last().unwrap());
+            push(&mut fold, log.events.last().unwrap());
             if i == 70 {
                 log.push("history_compaction", json!({"strategy": "deterministic_v1", "range": {"from_seq": 0, "to_seq": 30}, "summary": "S"}));
-                fold.push(log.events.last().unwrap());
+                push(&mut fold, log.events.last().unwrap());
             }
             for p in &providers {
                 let old = ProviderRequest {

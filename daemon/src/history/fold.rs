@@ -211,8 +211,10 @@ impl Fold {
     }
 
     /// The replay continued from `from` (see [`ReplayMark`]) over entries with seq ≤
-    /// `upto`, noting a stable point about every `every` entries; `None` when this fold cannot resume (a damaged Log's entries out of
-    /// order, or `upto` before the latest compaction, which the entries no longer hold).
+    /// `upto`, noting a stable point about every `every` entries; with `splice`, large
+    /// strings stay in their Log lines (see [`ReplayTail::splices`]). `None` when this
+    /// fold cannot resume (a damaged Log's entries out of order, or `upto` before the
+    /// latest compaction, which the entries no longer hold).
     pub fn replay_tail(
         &self,
         ctx: &ReplayContext,
@@ -220,6 +222,7 @@ impl Fold {
         upto: Option<u64>,
         boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
         every: usize,
+        splice: bool,
     ) -> Option<ReplayTail> {
         if self.disordered {
             return None;
@@ -238,6 +241,7 @@ impl Fold {
             upto,
             boundary,
             every,
+            splice,
         ))
     }
 
@@ -479,9 +483,30 @@ mod tests {
         assert_eq!(lazy.replay(&ctx()), owned.replay(&ctx()));
         let never = |_: &ReplayItem| None;
         let (a, b) = (
-            lazy.replay_tail(&ctx(), None, None, &never, 2).unwrap(),
-            owned.replay_tail(&ctx(), None, None, &never, 2).unwrap(),
+            lazy.replay_tail(&ctx(), None, None, &never, 2, false)
+                .unwrap(),
+            owned
+                .replay_tail(&ctx(), None, None, &never, 2, false)
+                .unwrap(),
         );
+        // Spliced: the user, output and final assistant strings stay in their lines
+        // (the call's arguments and the error object are not strings of the line).
+        let s = lazy
+            .replay_tail(&ctx(), None, None, &never, 2, true)
+            .unwrap();
+        assert_eq!(s.splices.len(), 3);
+        let mut items = s.items;
+        for (i, sp) in &s.splices {
+            assert_eq!(
+                serde_json::to_string(&crate::history::replay::SPLICE_MARK).unwrap(),
+                format!("\"{}\"", crate::history::replay::SPLICE_MARK_JSON)
+            );
+            assert!(std::str::from_utf8(&sp.bytes())
+                .unwrap()
+                .contains("\\\"é\\\""));
+            sp.restore(&mut items[*i]);
+        }
+        assert_eq!((items, s.stats), (b.items.clone(), b.stats.clone()));
         assert_eq!((a.items, a.stats), (b.items, b.stats));
     }
 

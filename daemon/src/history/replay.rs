@@ -76,6 +76,30 @@ impl Entry {
         self.line.is_some()
     }
 
+    /// The item with its large string left in the Log line: the string is
+    /// [`SPLICE_MARK`] and the [`Splice`] says where the line holds its JSON text.
+    /// `None` for an item that keeps its own text or whose line cannot stand in for it
+    /// (see [`Line::string_field`]); [`Entry::full`] serves those.
+    pub(super) fn spliced(&self) -> Option<(ReplayItem, Splice)> {
+        let line = self.line.as_ref()?;
+        let mut item = self.item.clone();
+        let (kind, field, big) = match &mut item {
+            ReplayItem::User { text } => ("user_message", "text", text),
+            ReplayItem::Assistant { text } => ("assistant_message", "text", text),
+            ReplayItem::FunctionCallOutput { output, .. } => ("tool_result", "output", output),
+            _ => return None,
+        };
+        let range = line.string_field(kind, field)?;
+        *big = SPLICE_MARK.to_string();
+        Some((
+            item,
+            Splice {
+                line: line.clone(),
+                range,
+            },
+        ))
+    }
+
     /// The complete item.
     pub(super) fn full(&self) -> ReplayItem {
         let Some(line) = &self.line else {
@@ -85,6 +109,44 @@ impl Entry {
             .ok()
             .and_then(|ev| replay_item(&ev))
             .unwrap_or_else(|| self.item.clone())
+    }
+}
+
+/// The text a spliced item carries in place of its large string. Control characters
+/// make it unlike anything a model or a tool writes; a renderer that finds it where no
+/// splice was made renders the items in full instead.
+pub const SPLICE_MARK: &str = "\u{1}agentd:splice\u{1}";
+
+/// [`SPLICE_MARK`] as the JSON text agentd writes for it (without quotes).
+pub const SPLICE_MARK_JSON: &str = "\\u0001agentd:splice\\u0001";
+
+/// Where a Log line holds the JSON text (escaped, without quotes) of an item's string.
+#[derive(Debug, Clone)]
+pub struct Splice {
+    pub line: Line,
+    pub range: std::ops::Range<usize>,
+}
+
+impl Splice {
+    /// The JSON text, sharing the line's bytes.
+    pub fn bytes(&self) -> bytes::Bytes {
+        self.line.share(self.range.clone())
+    }
+
+    /// Puts the string back into `item` (the item [`Entry::spliced`] gave with it).
+    pub fn restore(&self, item: &mut ReplayItem) {
+        match item {
+            ReplayItem::User { text } | ReplayItem::Assistant { text } => *text = self.text(),
+            ReplayItem::FunctionCallOutput { output, .. } => *output = self.text(),
+            _ => {}
+        }
+    }
+
+    /// The string itself.
+    pub fn text(&self) -> String {
+        let raw = &self.line.as_str()[self.range.clone()];
+        // The range was checked to be a valid JSON string's text.
+        serde_json::from_str(&format!("\"{raw}\"")).unwrap_or_default()
     }
 }
 
@@ -290,6 +352,9 @@ pub struct ReplayMark {
 pub struct ReplayTail {
     /// Items after the mark (all items when started from the start).
     pub items: Vec<ReplayItem>,
+    /// When asked for: the items (by index, ascending) whose large string is
+    /// [`SPLICE_MARK`], with where their Log line holds it.
+    pub splices: Vec<(usize, Splice)>,
     /// Stats of the whole replay, identical to [`build`]'s.
     pub stats: ReplayStats,
     /// The last stable point inside `items`: `items[..n]` never change, and the replay
@@ -315,8 +380,12 @@ pub(super) fn build_tail(
     upto: Option<u64>,
     boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
     every: usize,
+    splice: bool,
 ) -> ReplayTail {
-    let mut g = Guard::default();
+    let mut g = Guard {
+        splice,
+        ..Guard::default()
+    };
     let mut check = PairingCheck::default();
     let (mut calls, mut outputs, base_items, start);
     let mut closures_before: Vec<SyntheticClosure>;
@@ -439,6 +508,7 @@ pub(super) fn build_tail(
     };
     ReplayTail {
         items: g.items,
+        splices: g.splices,
         stats,
         stable,
         points,
@@ -491,11 +561,21 @@ struct Guard {
     /// The current step's outputs have begun; a further call starts a new step.
     outputs_begun: bool,
     closures: Vec<SyntheticClosure>,
+    /// Leave large strings in their Log lines (see [`Entry::spliced`]).
+    splice: bool,
+    splices: Vec<(usize, Splice)>,
 }
 
 impl Guard {
     fn emit(&mut self, e: &Entry) {
         self.chars += e.chars;
+        if self.splice {
+            if let Some((item, s)) = e.spliced() {
+                self.splices.push((self.items.len(), s));
+                self.items.push(item);
+                return;
+            }
+        }
         self.items.push(e.full());
     }
 

@@ -14,7 +14,11 @@
 //! kept in the serialized form instead ([`StoredEvent::parse_line`]).
 
 use agentd_proto::{Event, EventType};
+use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::Value;
+use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// A line of text inside a shared chunk: a loaded Log keeps the bytes of each block it
@@ -50,6 +54,81 @@ impl Line {
     pub fn as_str(&self) -> &str {
         &self.chunk[self.start as usize..self.end as usize]
     }
+
+    /// `as_str()[range]` as shared bytes: the chunk stays alive while they do, nothing
+    /// is copied.
+    pub fn share(&self, range: Range<usize>) -> Bytes {
+        struct Chunk(Arc<str>);
+        impl AsRef<[u8]> for Chunk {
+            fn as_ref(&self) -> &[u8] {
+                self.0.as_bytes()
+            }
+        }
+        let s = self.start as usize;
+        Bytes::from_owner(Chunk(self.chunk.clone())).slice(s + range.start..s + range.end)
+    }
+
+    /// Where the line's `data[field]` string is, as JSON text without its quotes, when
+    /// the event's `type` is `kind` and the string is escaped exactly as agentd's
+    /// serializer escapes it (so the bytes can stand for the string in any JSON agentd
+    /// writes). `None` otherwise: another type, no such string, a duplicate key, or
+    /// another escape form (`\/`, `\u00e9`).
+    pub fn string_field(&self, kind: &str, field: &str) -> Option<Range<usize>> {
+        #[derive(serde::Deserialize)]
+        struct Envelope<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Cow<'a, str>,
+            #[serde(borrow)]
+            data: &'a RawValue,
+        }
+        let line = self.as_str();
+        let env: Envelope<'_> = serde_json::from_str(line).ok()?;
+        if env.kind != kind {
+            return None;
+        }
+        let fields: std::collections::BTreeMap<Cow<'_, str>, &RawValue> =
+            serde_json::from_str(env.data.get()).ok()?;
+        let raw = fields.get(field)?.get();
+        let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+        if !escaped_as_agentd_does(inner.as_bytes()) {
+            return None;
+        }
+        let at = inner.as_ptr() as usize - line.as_ptr() as usize;
+        Some(at..at + inner.len())
+    }
+}
+
+/// Whether the JSON string text `s` (valid, without quotes) uses exactly the escapes
+/// serde_json writes: `\"`, `\\`, `\b \t \n \f \r`, and `\u00xx` (lowercase hex)
+/// for the other control characters; nothing else is escaped.
+pub fn escaped_as_agentd_does(s: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(p) = memchr::memchr(b'\\', &s[i..]) {
+        let at = i + p + 1;
+        match s.get(at) {
+            Some(b'"' | b'\\' | b'b' | b't' | b'n' | b'f' | b'r') => i = at + 1,
+            Some(b'u') => {
+                let Some(&[b'0', b'0', hi, lo]) = s.get(at + 1..at + 5) else {
+                    return false;
+                };
+                let hex = |c: u8| match c {
+                    b'0'..=b'9' => Some(c - b'0'),
+                    b'a'..=b'f' => Some(c - b'a' + 10),
+                    _ => None,
+                };
+                let (Some(h), Some(l)) = (hex(hi), hex(lo)) else {
+                    return false;
+                };
+                let c = h * 16 + l;
+                if c >= 0x20 || matches!(c, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+                    return false;
+                }
+                i = at + 5;
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// One event of a loaded session: its Log line and a header.
