@@ -546,6 +546,7 @@ fn big_session(base: &Path) {
         .zip(d.status_mib("RssAnon:"))
         .zip(d.status_mib("RssFile:"))
         .map(|((r, a), f)| (r, a, f));
+    let load_peak = d.peak_rss_mib();
     let first = mb / loads[0].as_secs_f64();
     let best = mb / loads.iter().min().expect("loads").as_secs_f64();
     report(
@@ -626,6 +627,7 @@ fn big_session(base: &Path) {
             format!("{anon:.0} / {file:.0} MiB")
         );
     }
+    ratio("peak RSS through the load (VmHWM)", load_peak, 2.0);
     ratio(
         "peak RSS through first context (VmHWM)",
         after_context.1,

@@ -12,9 +12,17 @@
 //! what rendering the whole replay gives (`context::tests`, `history::proptests`,
 //! `provider::tests`).
 //!
+//! Anthropic's messages merge consecutive turns of one role, so a later item may extend
+//! the last message: the kept bytes leave that message's content array open, and the
+//! open role is kept with each point ([`RenderState`]); a response closes it.
+//!
+//! Large strings (message text, tool output) are not copied: a replay leaves them in
+//! the Log lines the session already holds ([`Splice`]), and the kept pieces are those
+//! lines' bytes between the rendered framing.
+//!
 //! Architecture invariant: the cache is keyed by render, replay context and the
-//! compaction it was built under; anything else (a damaged Log's disordered entries, the
-//! Anthropic renderer that merges turns across any point) is served by a full render.
+//! compaction it was built under; anything else (a damaged Log's disordered entries) is
+//! served by a full render.
 
 use crate::history::fold::{Fold, ReplayContext, ReplayMark};
 use crate::history::replay::{ReplayStats, Splice, SPLICE_MARK_JSON};
@@ -28,6 +36,8 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub struct RenderedItems {
     pub parts: Vec<Bytes>,
+    /// Anthropic: the `system` text (the developer texts joined), when there is one.
+    pub system: Option<String>,
     pub stats: ReplayStats,
 }
 
@@ -39,6 +49,28 @@ impl RenderedItems {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A request's rendered input for `d` ([`ProviderRequest::rendered`]): the
+    /// elements, or for Anthropic the `system` and `messages` members around them.
+    ///
+    /// [`ProviderRequest::rendered`]: crate::provider::ProviderRequest::rendered
+    pub fn input(self, d: Dialect) -> Vec<Bytes> {
+        if d != Dialect::Anthropic {
+            return self.parts;
+        }
+        let mut head = Vec::new();
+        if let Some(system) = &self.system {
+            head.extend_from_slice(b"\"system\":");
+            let _ = serde_json::to_writer(&mut head, system);
+            head.push(b',');
+        }
+        head.extend_from_slice(b"\"messages\":[");
+        let mut out = Vec::with_capacity(self.parts.len() + 2);
+        out.push(Bytes::from(head));
+        out.extend(self.parts);
+        out.push(Bytes::from_static(b"]"));
+        out
     }
 }
 
@@ -54,9 +86,21 @@ fn boundary(d: Dialect) -> Option<fn(&ReplayItem) -> Option<bool>> {
             ReplayItem::Reasoning { .. } => None,
             _ => Some(true),
         }),
-        // Consecutive same-role turns merge: a later item may extend any message.
-        Dialect::Anthropic => None,
+        // A block extends the open message or opens the next one: the bytes before
+        // any item are final once the open role is kept with them ([`RenderState`]).
+        Dialect::Anthropic => Some(|_| Some(true)),
     }
+}
+
+/// What the bytes rendered so far leave open, kept with each resumable point.
+#[derive(Debug, Clone, Default)]
+struct RenderState {
+    /// Some element was written (the next one is preceded by a comma).
+    started: bool,
+    /// Anthropic: the role of the message whose content array is still open.
+    open: Option<&'static str>,
+    /// Anthropic: the developer texts, sent as `system`.
+    system: Vec<String>,
 }
 
 /// Entries between the resumable points kept inside a prefix (for `after_seq`).
@@ -104,9 +148,12 @@ struct Slot {
     mark: ReplayMark,
     /// The rendered elements of the items before `mark`, comma-separated.
     bytes: Chunks,
-    /// Earlier stable points inside `bytes`, with the length of the prefix before each:
-    /// a context as of an earlier seq resumes from the latest one at or before it.
-    points: Vec<(ReplayMark, usize)>,
+    /// The renderer's state at `mark`.
+    state: RenderState,
+    /// Earlier stable points inside `bytes`, with the length of the prefix before each
+    /// and the renderer's state there: a context as of an earlier seq resumes from the
+    /// latest one at or before it.
+    points: Vec<(ReplayMark, usize, RenderState)>,
     /// Request counter value when last used (the least recently used slot of a dialect
     /// goes first).
     used: u64,
@@ -123,10 +170,38 @@ pub struct ContextCache {
     uses: u64,
 }
 
-/// Renders `items` (those `r` keeps) as elements appended to `out`; `first` says
-/// whether no element precedes them in the list `out` ends.
-fn write_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, first: &mut bool) {
+/// Renders `items` (those `r` keeps) as elements appended to `out`, continuing from
+/// `st`: the array's elements, or for Anthropic the `messages` elements (the open
+/// message's content array left open) and the `system` texts.
+fn write_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, st: &mut RenderState) {
     if items.is_empty() {
+        return;
+    }
+    if r.dialect == Dialect::Anthropic {
+        for item in items.iter().filter(|i| r.keeps(i)) {
+            if let ReplayItem::Developer { text } = item {
+                st.system.push(text.clone());
+            }
+            let Some((role, block)) = dialect::anthropic_block(item) else {
+                continue;
+            };
+            if st.open == Some(role) {
+                out.push(b',');
+            } else {
+                if st.open.is_some() {
+                    out.extend_from_slice(b"]}");
+                }
+                if std::mem::replace(&mut st.started, true) {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"role\":");
+                let _ = serde_json::to_writer(&mut *out, role);
+                out.extend_from_slice(b",\"content\":[");
+                st.open = Some(role);
+            }
+            // A Value always serializes.
+            let _ = serde_json::to_writer(&mut *out, &block);
+        }
         return;
     }
     let rendered = if items.iter().all(|i| r.keeps(i)) {
@@ -137,13 +212,18 @@ fn write_elements(out: &mut Vec<u8>, items: &[ReplayItem], r: Render, first: &mu
     };
     if let Value::Array(elems) = rendered {
         for e in elems {
-            if !std::mem::take(first) {
+            if std::mem::replace(&mut st.started, true) {
                 out.push(b',');
             }
             // A Value always serializes.
             let _ = serde_json::to_writer(&mut *out, &e);
         }
     }
+}
+
+/// What closes the elements rendered up to `st` (Anthropic: the open message).
+fn closing(st: &RenderState) -> Option<Bytes> {
+    st.open.map(|_| Bytes::from_static(b"]}"))
 }
 
 /// A replay's items with the large strings left in their Log lines
@@ -156,13 +236,13 @@ struct Spliced<'a> {
 impl Spliced<'_> {
     /// Renders `items[range]` as elements appended to `out` as pieces: the rendered
     /// text, cut where a spliced string's mark is, and the line's bytes in its place.
-    /// Returns the bytes appended. `first` as in [`write_elements`].
+    /// Returns the bytes appended. `st` as in [`write_elements`].
     fn render(
         &self,
         out: &mut Vec<Bytes>,
         range: std::ops::Range<usize>,
         r: Render,
-        first: &mut bool,
+        st: &mut RenderState,
     ) -> usize {
         if range.is_empty() {
             return 0;
@@ -176,9 +256,9 @@ impl Spliced<'_> {
             .filter(|(i, _)| r.keeps(&self.items[*i]))
             .map(|(_, s)| s)
             .collect();
-        let was_first = *first;
+        let before = st.clone();
         let mut buf = Vec::new();
-        write_elements(&mut buf, items, r, first);
+        write_elements(&mut buf, items, r, st);
         let marks: Vec<usize> = if kept.is_empty() {
             Vec::new()
         } else {
@@ -204,9 +284,9 @@ impl Spliced<'_> {
         for (i, s) in mine {
             s.restore(&mut full[i - range.start]);
         }
-        *first = was_first;
+        *st = before;
         let mut buf = Vec::new();
-        write_elements(&mut buf, &full, r, first);
+        write_elements(&mut buf, &full, r, st);
         let n = buf.len();
         out.push(Bytes::from(buf));
         n
@@ -232,13 +312,21 @@ impl ContextCache {
         let items = self.items(fold, ctx, Render::all(d), upto)?;
         let mut head = b"{\"dialect\":".to_vec();
         let _ = serde_json::to_writer(&mut head, &d);
-        head.extend_from_slice(b",\"items\":[");
-        let mut tail = b"],\"stats\":".to_vec();
+        // Anthropic's input is an object of `system` and `messages`, the others' an
+        // array.
+        let (open, close): (&[u8], &[u8]) = match d {
+            Dialect::Anthropic => (b"{", b"}"),
+            _ => (b"[", b"]"),
+        };
+        head.extend_from_slice(b",\"items\":");
+        head.extend_from_slice(open);
+        let mut tail = close.to_vec();
+        tail.extend_from_slice(b",\"stats\":");
         let _ = serde_json::to_writer(&mut tail, &items.stats);
         tail.push(b'}');
-        let mut out = Vec::with_capacity(items.parts.len() + 2);
+        let mut out = Vec::with_capacity(items.parts.len() + 4);
         out.push(Bytes::from(head));
-        out.extend(items.parts);
+        out.extend(items.input(d));
         out.push(Bytes::from(tail));
         Some(out)
     }
@@ -263,13 +351,16 @@ impl ContextCache {
             .position(|s| s.render == r && s.ctx == *ctx && s.compaction == compaction);
         // Resume from the prefix's end, or (as of an earlier seq) from the latest point
         // inside it; only a resume from the end extends the prefix.
-        let (from, prefix_len, extend) = match slot.map(|i| &self.slots[i]) {
-            Some(s) if covers(&s.mark) => (Some(&s.mark), s.bytes.len, true),
-            Some(s) => match s.points.iter().rposition(|(m, _)| covers(m)) {
-                Some(p) => (Some(&s.points[p].0), s.points[p].1, false),
-                None => (None, 0, false),
+        let (from, prefix_len, state, extend) = match slot.map(|i| &self.slots[i]) {
+            Some(s) if covers(&s.mark) => (Some(&s.mark), s.bytes.len, s.state.clone(), true),
+            Some(s) => match s.points.iter().rposition(|(m, _, _)| covers(m)) {
+                Some(p) => {
+                    let (m, len, st) = &s.points[p];
+                    (Some(m), *len, st.clone(), false)
+                }
+                None => (None, 0, RenderState::default(), false),
             },
-            None => (None, 0, true),
+            None => (None, 0, RenderState::default(), true),
         };
         let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true)?;
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
@@ -280,19 +371,20 @@ impl ContextCache {
         // Rendered in segments cut at the points (each a renderer boundary), so each
         // point's offset in the prefix is known. Each element after the first of the
         // whole list carries its separator, so `fresh` and `rest` append as they are.
-        let mut first = prefix_len == 0;
+        let mut st = state;
         let mut fresh = Vec::new();
         let mut fresh_len = 0;
         let mut seg = 0;
         let mut fresh_points = Vec::new();
         for (n, m) in tail.points {
-            fresh_len += spliced.render(&mut fresh, seg..n, r, &mut first);
-            fresh_points.push((m, prefix_len + fresh_len));
+            fresh_len += spliced.render(&mut fresh, seg..n, r, &mut st);
+            fresh_points.push((m, prefix_len + fresh_len, st.clone()));
             seg = n;
         }
-        spliced.render(&mut fresh, seg..stable_n, r, &mut first);
+        spliced.render(&mut fresh, seg..stable_n, r, &mut st);
+        let stable_state = st.clone();
         let mut rest = Vec::new();
-        spliced.render(&mut rest, stable_n..tail.items.len(), r, &mut first);
+        spliced.render(&mut rest, stable_n..tail.items.len(), r, &mut st);
 
         let mut parts = Vec::new();
         if let Some(i) = slot {
@@ -300,8 +392,10 @@ impl ContextCache {
         }
         parts.extend(fresh.iter().filter(|b| !b.is_empty()).cloned());
         parts.extend(rest.into_iter().filter(|b| !b.is_empty()));
+        parts.extend(closing(&st));
         let out = RenderedItems {
             parts,
+            system: (!st.system.is_empty()).then(|| st.system.join("\n\n")),
             stats: tail.stats,
         };
         let used = self.uses;
@@ -320,14 +414,15 @@ impl ContextCache {
                 let old_len = slot.bytes.len;
                 slot.points.extend(fresh_points);
                 let old = std::mem::replace(&mut slot.mark, mark);
+                let old_state = std::mem::replace(&mut slot.state, stable_state);
                 let spaced = slot
                     .points
                     .last()
-                    .is_none_or(|(m, _)| old.entries >= m.entries.saturating_add(POINT_EVERY));
+                    .is_none_or(|(m, _, _)| old.entries >= m.entries.saturating_add(POINT_EVERY));
                 if spaced {
-                    slot.points.push((old, old_len));
+                    slot.points.push((old, old_len, old_state));
                 }
-                slot.points.sort_by_key(|(m, _)| m.entries);
+                slot.points.sort_by_key(|(m, _, _)| m.entries);
                 slot.bytes.push(fresh);
             }
             None => {
@@ -351,6 +446,7 @@ impl ContextCache {
                     ctx: ctx.clone(),
                     compaction,
                     mark,
+                    state: stable_state,
                     bytes,
                     points: fresh_points,
                     used,
@@ -408,6 +504,8 @@ mod tests {
             5 if i % 4 == 1 => log.push("tool_result", json!({"call_id": format!("c{}", i - 2), "ok": true, "output": long(i)})),
             2 if i % 4 == 2 => log.push("assistant_message", json!({"text": long(i)})),
             0 => log.push("user_message", json!({"text": format!("u{i}")})),
+            // Anthropic's thinking blocks are sent back, other reasoning is not.
+            1 if i % 4 == 1 => log.push("reasoning", json!({"item": {"type": "thinking", "thinking": format!("t{i}"), "signature": "s"}, "model": "m1"})),
             1 => log.push("reasoning", json!({"item": {"type": "reasoning", "id": i}, "model": if i.is_multiple_of(2) { "m1" } else { "m2" }})),
             2 => log.push("assistant_message", json!({"text": format!("a{i}")})),
             3 | 4 => log.push("tool_call", json!({"call_id": format!("c{i}"), "name": "shell", "args": {"i": i}})),
@@ -437,7 +535,7 @@ mod tests {
                 log.push("history_compaction", json!({"strategy": "deterministic_v1", "range": {"from_seq": 0, "to_seq": 40}, "summary": "S"}));
                 push(&mut fold, log.events.last().unwrap());
             }
-            for d in [Dialect::Responses, Dialect::Chat] {
+            for d in [Dialect::Responses, Dialect::Chat, Dialect::Anthropic] {
                 let got = cache.context_json(&fold, &ctx(), d, None).unwrap();
                 assert_eq!(text(got), full(&log, d, None), "step {i} {d:?}");
                 let last = log.events.last().unwrap().seq;
@@ -463,9 +561,6 @@ mod tests {
             cache.slots.iter().all(|s| !s.points.is_empty()),
             "points to resume earlier contexts from were kept"
         );
-        assert!(cache
-            .context_json(&fold, &ctx(), Dialect::Anthropic, None)
-            .is_none());
     }
 
     /// Strings that hold the splice mark themselves (short ones, which are not spliced,
@@ -492,7 +587,7 @@ mod tests {
         for e in &log.events {
             push(&mut fold, e);
         }
-        for d in [Dialect::Responses, Dialect::Chat] {
+        for d in [Dialect::Responses, Dialect::Chat, Dialect::Anthropic] {
             let mut cache = ContextCache::default();
             let got = cache.context_json(&fold, &ctx(), d, None).unwrap();
             assert_eq!(text(got), full(&log, d, None), "{d:?}");
@@ -560,7 +655,7 @@ mod tests {
                 from_cache += 1;
                 let new = ProviderRequest {
                     items: Vec::new(),
-                    rendered: Some(got.parts),
+                    rendered: Some(got.input(r.dialect)),
                     ..old
                 };
                 let body = p.request_body(&new).unwrap();
@@ -574,7 +669,7 @@ mod tests {
                 let _ = cache.context_json(&fold, &ctx(), r.dialect, None);
             }
         }
-        assert_eq!(from_cache, 240);
+        assert_eq!(from_cache, 360);
         assert!(cache.bytes() > 0);
     }
 }

@@ -41,6 +41,41 @@ pub(crate) fn build(
         body.insert("tools".into(), render_tools(tools, Dialect::Anthropic));
     }
     body.insert("stream".into(), json!(true));
+    // A Value always serializes.
+    let body = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
+    call(base, body, key)
+}
+
+/// [`build`] for an input already rendered: `members` are the body's `system` and
+/// `messages` members as JSON text in pieces (`context::RenderedItems::input`), put
+/// where `build` puts them, so both give the same bytes.
+fn build_rendered(
+    base: &str,
+    model: &str,
+    members: &[bytes::Bytes],
+    tools: &[ToolSpec],
+    max_output_tokens: Option<u32>,
+    key: Option<&str>,
+) -> HttpCall {
+    let len: usize = members.iter().map(bytes::Bytes::len).sum();
+    let mut body = Vec::with_capacity(len + 4096);
+    body.extend_from_slice(b"{\"model\":");
+    let _ = serde_json::to_writer(&mut body, model);
+    body.extend_from_slice(b",\"max_tokens\":");
+    let _ = serde_json::to_writer(&mut body, &max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
+    body.push(b',');
+    for m in members {
+        body.extend_from_slice(m);
+    }
+    if !tools.is_empty() {
+        body.extend_from_slice(b",\"tools\":");
+        let _ = serde_json::to_writer(&mut body, &render_tools(tools, Dialect::Anthropic));
+    }
+    body.extend_from_slice(b",\"stream\":true}");
+    call(base, body, key)
+}
+
+fn call(base: &str, body: Vec<u8>, key: Option<&str>) -> HttpCall {
     let mut headers = vec![("anthropic-version", "2023-06-01".to_string())];
     if let Some(k) = key {
         headers.push(("x-api-key", k.to_string()));
@@ -48,10 +83,7 @@ pub(crate) fn build(
     HttpCall {
         url: format!("{base}/v1/messages"),
         headers,
-        // A Value always serializes.
-        body: serde_json::to_vec(&Value::Object(body))
-            .unwrap_or_default()
-            .into(),
+        body: body.into(),
     }
 }
 
@@ -276,12 +308,12 @@ impl WireFormat for Anthropic {
         _cfg: &ProviderConfig,
         key: Option<&str>,
     ) -> HttpCall {
-        // Its messages merge across items: it always takes the items (`Provider::render`).
-        let items = match input {
-            Input::Items(items) => items,
-            Input::Rendered(_) => &[],
-        };
-        build(base, model, items, tools, max_output_tokens, key)
+        match input {
+            Input::Items(items) => build(base, model, items, tools, max_output_tokens, key),
+            Input::Rendered(members) => {
+                build_rendered(base, model, members, tools, max_output_tokens, key)
+            }
+        }
     }
     fn decoder(provider: &str, model: &str) -> Decoder {
         Decoder::new(provider, model)

@@ -175,56 +175,66 @@ fn render_chat(items: &[ReplayItem]) -> Value {
     Value::Array(out)
 }
 
+/// The Anthropic content block an item adds and the role of the message it belongs to;
+/// `None` for an item that adds none (the developer text goes to `system`; empty text
+/// and other providers' reasoning are not sent).
+pub fn anthropic_block(item: &ReplayItem) -> Option<(&'static str, Value)> {
+    match item {
+        ReplayItem::Developer { .. } => None,
+        // The API refuses empty text blocks.
+        ReplayItem::User { text } if !text.is_empty() => {
+            Some(("user", json!({"type": "text", "text": text})))
+        }
+        ReplayItem::Assistant { text } if !text.is_empty() => {
+            Some(("assistant", json!({"type": "text", "text": text})))
+        }
+        ReplayItem::User { .. } | ReplayItem::Assistant { .. } => None,
+        ReplayItem::Reasoning { item, .. } => {
+            let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
+            // Only Anthropic's own thinking blocks can be sent back.
+            (kind == "thinking" || kind == "redacted_thinking").then(|| ("assistant", item.clone()))
+        }
+        ReplayItem::FunctionCall {
+            call_id,
+            name,
+            arguments,
+        } => Some((
+            "assistant",
+            json!({"type": "tool_use", "id": call_id, "name": name, "input": parse_args(arguments)}),
+        )),
+        ReplayItem::FunctionCallOutput {
+            call_id,
+            output,
+            ok,
+            ..
+        } => {
+            let mut block = Map::new();
+            block.insert("type".into(), json!("tool_result"));
+            block.insert("tool_use_id".into(), json!(call_id));
+            block.insert("content".into(), json!(output));
+            if !ok {
+                block.insert("is_error".into(), json!(true));
+            }
+            Some(("user", Value::Object(block)))
+        }
+    }
+}
+
 fn render_anthropic(items: &[ReplayItem]) -> Value {
     let mut system: Vec<&str> = Vec::new();
     // (role, content blocks); consecutive same-role turns are merged because the
     // Messages API requires user and assistant turns to alternate.
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, block: Value| match messages.last_mut() {
-        Some((r, blocks)) if *r == role => blocks.push(block),
-        _ => messages.push((role, vec![block])),
-    };
     for item in items {
-        match item {
-            ReplayItem::Developer { text } => system.push(text),
-            // The API refuses empty text blocks.
-            ReplayItem::User { text } if !text.is_empty() => {
-                push("user", json!({"type": "text", "text": text}))
-            }
-            ReplayItem::Assistant { text } if !text.is_empty() => {
-                push("assistant", json!({"type": "text", "text": text}))
-            }
-            ReplayItem::User { .. } | ReplayItem::Assistant { .. } => {}
-            ReplayItem::Reasoning { item, .. } => {
-                let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
-                // Only Anthropic's own thinking blocks can be sent back.
-                if kind == "thinking" || kind == "redacted_thinking" {
-                    push("assistant", item.clone());
-                }
-            }
-            ReplayItem::FunctionCall {
-                call_id,
-                name,
-                arguments,
-            } => push(
-                "assistant",
-                json!({"type": "tool_use", "id": call_id, "name": name, "input": parse_args(arguments)}),
-            ),
-            ReplayItem::FunctionCallOutput {
-                call_id,
-                output,
-                ok,
-                ..
-            } => {
-                let mut block = Map::new();
-                block.insert("type".into(), json!("tool_result"));
-                block.insert("tool_use_id".into(), json!(call_id));
-                block.insert("content".into(), json!(output));
-                if !ok {
-                    block.insert("is_error".into(), json!(true));
-                }
-                push("user", Value::Object(block));
-            }
+        if let ReplayItem::Developer { text } = item {
+            system.push(text);
+        }
+        let Some((role, block)) = anthropic_block(item) else {
+            continue;
+        };
+        match messages.last_mut() {
+            Some((r, blocks)) if *r == role => blocks.push(block),
+            _ => messages.push((role, vec![block])),
         }
     }
     let messages: Vec<Value> = messages

@@ -73,11 +73,6 @@ impl HttpProvider {
         let key = read_api_key(cfg)?;
         let items;
         let input = match &req.rendered {
-            Some(_) if F::WIRE == Wire::Anthropic => {
-                return Err(AgentError::internal(
-                    "this wire format takes replay items, not a rendered input",
-                ))
-            }
             Some(parts) => Input::Rendered(parts),
             None => {
                 items = replayable_items(&req.items, &model, F::WIRE);

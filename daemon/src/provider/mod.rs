@@ -45,8 +45,9 @@ pub struct ProviderRequest {
     /// `script:PATH` names the script file.
     pub model: String,
     pub items: Vec<ReplayItem>,
-    /// The input already rendered as [`Provider::render`] says (the elements of the
-    /// input array, in pieces), used instead of `items` when set.
+    /// The input already rendered as [`Provider::render`] says, in pieces, used instead
+    /// of `items` when set: the elements of the input array, or for Anthropic the
+    /// body's `system` and `messages` members (`context::RenderedItems::input`).
     pub rendered: Option<Vec<bytes::Bytes>>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: Option<u32>,
@@ -187,7 +188,7 @@ impl Provider {
 
     /// How this provider renders its input, when a request may carry it already
     /// rendered ([`ProviderRequest::rendered`]); `None` when it takes the items (script:
-    /// it reads them; Anthropic: its messages merge across any item).
+    /// it reads them).
     pub fn render(&self) -> Option<dialect::Render> {
         match self {
             Provider::OpenaiResponses(_) => Some(dialect::Render {
@@ -195,7 +196,8 @@ impl Provider {
                 encrypted_reasoning_only: true,
             }),
             Provider::OpenaiChat(_) => Some(dialect::Render::all(Dialect::Chat)),
-            Provider::Anthropic(_) | Provider::Script(_) => None,
+            Provider::Anthropic(_) => Some(dialect::Render::all(Dialect::Anthropic)),
+            Provider::Script(_) => None,
         }
     }
 

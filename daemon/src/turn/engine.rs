@@ -298,10 +298,11 @@ impl Runner<'_> {
                 if let Some(r) = render {
                     let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(out) = cache.items(&st.fold, &ctx, r, None) {
+                        let stats = out.stats.clone();
                         return StepInput {
                             items: Vec::new(),
-                            rendered: Some(out.parts),
-                            stats: out.stats,
+                            rendered: Some(out.input(r.dialect)),
+                            stats,
                         };
                     }
                 }
