@@ -574,8 +574,8 @@ fn big_session(base: &Path) {
 
     // Context to the last byte of the response, the client discarding the bytes. The
     // first request renders the whole replay and keeps its stable prefix; later ones
-    // render only what follows. The baseline, in the same run, is the dialect that is
-    // always rendered whole (anthropic: its turns merge across any point).
+    // render only what follows. The same for the anthropic dialect (its kept prefix
+    // leaves the last message open).
     let stats_of = |line: &[u8]| -> Value {
         let v: Value = serde_json::from_slice(line).expect("context response");
         v["result"]["stats"].clone()
@@ -590,12 +590,11 @@ fn big_session(base: &Path) {
         times.push(dt);
     }
     let warm = p50(times);
+    let anthropic = json!({"session_id": sid, "dialect": "anthropic"});
+    let (_, anthropic_first) = c.timed_discard("agentd/context", anthropic.clone());
     let mut times = Vec::new();
-    for _ in 0..3 {
-        let (_, dt) = c.timed_discard(
-            "agentd/context",
-            json!({"session_id": sid, "dialect": "anthropic"}),
-        );
+    for _ in 0..5 {
+        let (_, dt) = c.timed_discard("agentd/context", anthropic.clone());
         times.push(dt);
     }
     let whole = p50(times);
@@ -652,10 +651,16 @@ fn big_session(base: &Path) {
         "<= 60 ms",
         warm <= Duration::from_millis(60),
     );
+    report(
+        "warm context p50, anthropic dialect",
+        format!("{:.1} ms", ms(whole)),
+        "<= 60 ms",
+        whole <= Duration::from_millis(60),
+    );
     println!(
         "{:<44} {:>14}",
-        "  (baseline: anthropic, rendered whole)",
-        format!("{:.1} ms", ms(whole))
+        "  (anthropic, first request: renders all)",
+        format!("{:.1} ms", ms(anthropic_first))
     );
     println!(
         "{:<44} {:>14}",

@@ -845,6 +845,109 @@ fn anthropic_stop(text: &str, stop: &str) -> String {
     ])
 }
 
+/// Anthropic turns send the kept rendering: the developer text as `system`, and
+/// messages that merge consecutive blocks of one role (a tool result joins the next
+/// user text) and alternate, across steps and turns; `agentd/context` shows the same.
+#[test]
+fn anthropic_provider_over_a_local_sse_server_merges_roles_across_steps() {
+    let tool_step = typed_sse(&[
+        json!({"type": "message_start", "message": {"model": "m1", "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Listing."}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_a", "name": "list_dir", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"path\":\".\"}"}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let (base, server) = sse_server(vec![
+        tool_step,
+        anthropic_stop("One file.", "end_turn"),
+        anthropic_stop("Still one.", "end_turn"),
+    ]);
+    let base = base.trim_end_matches("/v1").to_string();
+    let config = format!(
+        "default_provider = \"anth\"\n[providers.anth]\nkind = \"anthropic\"\nbase_url = \"{base}\"\nmodel = \"m1\"\ncontext_window = 4096\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    std::fs::write(d.workspace().join("a.txt"), "a").unwrap();
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, None);
+    let r = turn(&mut c, &sid, "what is here?", json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["output_text"], "One file.");
+    let r = turn(&mut c, &sid, "and now?", json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let bodies = server.join().unwrap();
+    assert_eq!(bodies.len(), 3);
+    let system = bodies[1]["system"].as_str().unwrap_or_default();
+    assert!(system.contains("workspace root"), "{}", bodies[1]);
+    let roles = |b: &Value| -> Vec<String> {
+        b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        roles(&bodies[1]),
+        ["user", "assistant", "user"],
+        "{}",
+        bodies[1]
+    );
+    let m = &bodies[1]["messages"];
+    assert_eq!(
+        m[1]["content"][0],
+        json!({"type": "text", "text": "Listing."})
+    );
+    assert_eq!(
+        m[1]["content"][1],
+        json!({"type": "tool_use", "id": "toolu_a", "name": "list_dir", "input": {"path": "."}})
+    );
+    assert_eq!(m[2]["content"][0]["type"], "tool_result");
+    assert_eq!(m[2]["content"][0]["tool_use_id"], "toolu_a");
+    assert!(
+        m[2]["content"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("a.txt"),
+        "{m}"
+    );
+    // The second turn's body: the first turn's answer, then the new prompt.
+    assert_eq!(
+        roles(&bodies[2]),
+        ["user", "assistant", "user", "assistant", "user"],
+        "{}",
+        bodies[2]
+    );
+    assert_eq!(
+        bodies[2]["messages"].as_array().unwrap()[..3],
+        bodies[1]["messages"].as_array().unwrap()[..]
+    );
+    assert_eq!(
+        bodies[2]["messages"][4]["content"],
+        json!([{"type": "text", "text": "and now?"}])
+    );
+    // agentd/context shows what the next request would carry.
+    let ctx = c.call_ok(
+        "agentd/context",
+        json!({"session_id": sid, "dialect": "anthropic"}),
+    );
+    assert_eq!(ctx["items"]["system"], bodies[2]["system"]);
+    let msgs = ctx["items"]["messages"].as_array().unwrap();
+    assert_eq!(msgs[..5], bodies[2]["messages"].as_array().unwrap()[..]);
+    assert_eq!(
+        msgs[5],
+        json!({"role": "assistant", "content": [{"type": "text", "text": "Still one."}]})
+    );
+    assert_balanced(&mut c, &sid);
+}
+
 /// Output limits and refusals, as each wire format reports them, end the turn with
 /// `stop_reason` on `turn_ended` and in the response; an ordinary end has neither.
 #[test]
