@@ -226,6 +226,13 @@ fn closing(st: &RenderState) -> Option<Bytes> {
     st.open.map(|_| Bytes::from_static(b"]}"))
 }
 
+/// Strings at least this long are written from the Log line's bytes; shorter ones are
+/// copied into the rendered text.
+#[cfg(not(test))]
+const SHARE_MIN: usize = 1024;
+#[cfg(test)]
+const SHARE_MIN: usize = 100;
+
 /// A replay's items with the large strings left in their Log lines
 /// ([`ReplayTail::splices`](crate::history::replay::ReplayTail::splices)).
 struct Spliced<'a> {
@@ -265,17 +272,26 @@ impl Spliced<'_> {
             memchr::memmem::find_iter(&buf, SPLICE_MARK_JSON.as_bytes()).collect()
         };
         if marks.len() == kept.len() {
-            let own = Bytes::from(buf);
-            let mut n = own.len();
+            // Strings shorter than `SHARE_MIN` are copied in: a piece per short string
+            // would cost more to keep and to write than its bytes.
+            let mut n = 0;
+            let mut own = Vec::with_capacity(buf.len());
             let mut from = 0;
             for (&at, s) in marks.iter().zip(kept) {
-                out.push(own.slice(from..at));
-                let b = s.bytes();
-                n = n - SPLICE_MARK_JSON.len() + b.len();
-                out.push(b);
+                own.extend_from_slice(&buf[from..at]);
+                let raw = s.raw();
+                if raw.len() < SHARE_MIN {
+                    own.extend_from_slice(raw.as_bytes());
+                } else {
+                    n += own.len() + raw.len();
+                    out.push(Bytes::from(std::mem::take(&mut own)));
+                    out.push(s.bytes());
+                }
                 from = at + SPLICE_MARK_JSON.len();
             }
-            out.push(own.slice(from..));
+            own.extend_from_slice(&buf[from..]);
+            n += own.len();
+            out.push(Bytes::from(own));
             return n;
         }
         // The mark where no splice put it (a string that holds it): every string in
@@ -495,7 +511,8 @@ mod tests {
 
     /// Text long enough to stay in its Log line, with escapes and non-ASCII.
     fn long(i: usize) -> String {
-        format!("line {i}\n\"quoted\" \\ tab\t é ✓ \u{7} ").repeat(4)
+        // 70 to 180 bytes: spliced below and above `SHARE_MIN`.
+        format!("line {i}\n\"quoted\" \\ tab\t é ✓ \u{7} ").repeat(2 + i % 4)
     }
 
     fn step(log: &mut TestLog, i: usize) {

@@ -130,8 +130,9 @@ pub fn load_log_into(
         Err(e) => return Err(read_failed("open log", &e, sid)),
     };
     // Read and parse in blocks: peak memory is one block plus the events, not the
-    // whole file plus the events.
-    const BLOCK: usize = 8 << 20;
+    // whole file plus the events. A block's events are parsed (about three times its
+    // size as `Value` trees) before they are stored, so blocks are kept small.
+    const BLOCK: usize = 2 << 20;
     let mut report = LoadReport::default();
     let mut cursor = ParseCursor {
         next_seq: None,

@@ -142,9 +142,14 @@ impl Splice {
         }
     }
 
+    /// The JSON text.
+    pub fn raw(&self) -> &str {
+        &self.line.as_str()[self.range.clone()]
+    }
+
     /// The string itself.
     pub fn text(&self) -> String {
-        let raw = &self.line.as_str()[self.range.clone()];
+        let raw = self.raw();
         // The range was checked to be a valid JSON string's text.
         serde_json::from_str(&format!("\"{raw}\"")).unwrap_or_default()
     }
