@@ -305,7 +305,10 @@ impl Daemon {
     fn start(root: &Path) -> (Daemon, Duration) {
         let socket = root.join("run/agentd.sock");
         let t0 = Instant::now();
-        let child = Command::new(env!("CARGO_BIN_EXE_agentd"))
+        // `BENCH_AGENTD` runs another build (e.g. an earlier commit's) for a comparison.
+        let bin =
+            std::env::var("BENCH_AGENTD").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentd").into());
+        let child = Command::new(bin)
             .env("AGENTD_HOME", root.join("home"))
             .env("AGENTD_SOCKET", &socket)
             .env("AGENTD_CONFIG", root.join("none.toml"))
