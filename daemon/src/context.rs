@@ -25,7 +25,7 @@
 //! served by a full render.
 
 use crate::history::fold::{Fold, ReplayContext, ReplayMark};
-use crate::history::replay::{ReplayStats, Splice, SPLICE_MARK_JSON};
+use crate::history::replay::{ReplayStats, ReplayTail, Splice, SPLICE_MARK_JSON};
 use crate::provider::dialect::{self, Render};
 use agentd_proto::replay::{Dialect, ReplayItem};
 use bytes::Bytes;
@@ -158,6 +158,12 @@ struct Slot {
     /// goes first).
     used: u64,
 }
+
+/// Entries replayed at once when a long stretch is rendered into a prefix.
+#[cfg(not(test))]
+const STEP_ENTRIES: usize = 4096;
+#[cfg(test)]
+const STEP_ENTRIES: usize = 10;
 
 /// Slots kept per dialect: `agentd/context`'s and a turn's renders of one dialect may
 /// differ (reasoning filter, permission mode), and neither should evict the other.
@@ -361,10 +367,40 @@ impl ContextCache {
         let compaction = fold.compaction_seq();
         self.uses += 1;
         let covers = |m: &ReplayMark| upto.is_none_or(|u| m.last_seq.is_none_or(|l| l <= u));
-        let slot = self
-            .slots
-            .iter()
-            .position(|s| s.render == r && s.ctx == *ctx && s.compaction == compaction);
+        let find = |slots: &[Slot]| {
+            slots
+                .iter()
+                .position(|s| s.render == r && s.ctx == *ctx && s.compaction == compaction)
+        };
+        // A long stretch past the kept prefix (the first request, or many appends since
+        // the last) is rendered and kept a step at a time, so only a step's replay items
+        // are materialized at once; the rest is rendered below.
+        loop {
+            let slot = find(&self.slots);
+            let from = match slot.map(|i| &self.slots[i]) {
+                Some(s) if covers(&s.mark) => Some(&s.mark),
+                Some(_) => break,
+                None => None,
+            };
+            let tail = fold.replay_tail(
+                ctx,
+                from,
+                upto,
+                &at_boundary,
+                POINT_EVERY,
+                true,
+                Some(STEP_ENTRIES),
+            )?;
+            let Some((stable_n, mark)) = tail.stable.clone().filter(|_| tail.cut) else {
+                break;
+            };
+            let (prefix_len, mut st) = slot.map_or((0, RenderState::default()), |i| {
+                (self.slots[i].bytes.len, self.slots[i].state.clone())
+            });
+            let (fresh, _, points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
+            self.keep(slot, r, ctx, compaction, mark, st, fresh, points);
+        }
+        let slot = find(&self.slots);
         // Resume from the prefix's end, or (as of an earlier seq) from the latest point
         // inside it; only a resume from the end extends the prefix.
         let (from, prefix_len, state, extend) = match slot.map(|i| &self.slots[i]) {
@@ -378,28 +414,16 @@ impl ContextCache {
             },
             None => (None, 0, RenderState::default(), true),
         };
-        let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true)?;
+        let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true, None)?;
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
+        let mut st = state;
+        let (fresh, _, fresh_points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
+        let stable_state = st.clone();
+        let mut rest = Vec::new();
         let spliced = Spliced {
             items: &tail.items,
             splices: &tail.splices,
         };
-        // Rendered in segments cut at the points (each a renderer boundary), so each
-        // point's offset in the prefix is known. Each element after the first of the
-        // whole list carries its separator, so `fresh` and `rest` append as they are.
-        let mut st = state;
-        let mut fresh = Vec::new();
-        let mut fresh_len = 0;
-        let mut seg = 0;
-        let mut fresh_points = Vec::new();
-        for (n, m) in tail.points {
-            fresh_len += spliced.render(&mut fresh, seg..n, r, &mut st);
-            fresh_points.push((m, prefix_len + fresh_len, st.clone()));
-            seg = n;
-        }
-        spliced.render(&mut fresh, seg..stable_n, r, &mut st);
-        let stable_state = st.clone();
-        let mut rest = Vec::new();
         spliced.render(&mut rest, stable_n..tail.items.len(), r, &mut st);
 
         let mut parts = Vec::new();
@@ -414,23 +438,48 @@ impl ContextCache {
             system: (!st.system.is_empty()).then(|| st.system.join("\n\n")),
             stats: tail.stats,
         };
-        let used = self.uses;
         if let Some(i) = slot {
-            self.slots[i].used = used;
+            self.slots[i].used = self.uses;
         }
-        let Some((_, mark)) = tail.stable else {
-            return Some(out);
-        };
-        if !extend {
-            return Some(out);
+        if let (Some((_, mark)), true) = (tail.stable, extend) {
+            self.keep(
+                slot,
+                r,
+                ctx,
+                compaction,
+                mark,
+                stable_state,
+                fresh,
+                fresh_points,
+            );
         }
+        Some(out)
+    }
+
+    /// Extends `slot`'s prefix (or starts one) with `fresh`, rendered from its end up
+    /// to `mark`, where the renderer's state is `state`.
+    // The slot's key and what was rendered; only `items` calls it.
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        &mut self,
+        slot: Option<usize>,
+        r: Render,
+        ctx: &ReplayContext,
+        compaction: Option<u64>,
+        mark: ReplayMark,
+        state: RenderState,
+        fresh: Vec<Bytes>,
+        fresh_points: Vec<(ReplayMark, usize, RenderState)>,
+    ) {
+        let used = self.uses;
         match slot {
             Some(i) => {
                 let slot = &mut self.slots[i];
+                slot.used = used;
                 let old_len = slot.bytes.len;
                 slot.points.extend(fresh_points);
                 let old = std::mem::replace(&mut slot.mark, mark);
-                let old_state = std::mem::replace(&mut slot.state, stable_state);
+                let old_state = std::mem::replace(&mut slot.state, state);
                 let spaced = slot
                     .points
                     .last()
@@ -462,15 +511,47 @@ impl ContextCache {
                     ctx: ctx.clone(),
                     compaction,
                     mark,
-                    state: stable_state,
+                    state,
                     bytes,
                     points: fresh_points,
                     used,
                 });
             }
         }
-        Some(out)
     }
+}
+
+/// Renders `tail.items[..stable_n]` (continuing a prefix of `prefix_len` bytes, from
+/// `st`) in segments cut at the tail's points (each a renderer boundary), so each
+/// point's offset in the prefix is known: the pieces, their length, and the points
+/// with their offsets and states. Each element after the first of the whole list
+/// carries its separator, so the pieces append to the prefix as they are.
+#[allow(clippy::type_complexity)]
+fn render_stable(
+    tail: &ReplayTail,
+    stable_n: usize,
+    prefix_len: usize,
+    r: Render,
+    st: &mut RenderState,
+) -> (Vec<Bytes>, usize, Vec<(ReplayMark, usize, RenderState)>) {
+    let spliced = Spliced {
+        items: &tail.items,
+        splices: &tail.splices,
+    };
+    let mut fresh = Vec::new();
+    let mut len = 0;
+    let mut seg = 0;
+    let mut points = Vec::new();
+    for (n, m) in &tail.points {
+        if *n > stable_n {
+            break;
+        }
+        len += spliced.render(&mut fresh, seg..*n, r, st);
+        points.push((m.clone(), prefix_len + len, st.clone()));
+        seg = *n;
+    }
+    len += spliced.render(&mut fresh, seg..stable_n, r, st);
+    (fresh, len, points)
 }
 
 #[cfg(test)]
@@ -571,7 +652,7 @@ mod tests {
         }
         assert!(cache.bytes() > 0, "a prefix was kept");
         let f = fold
-            .replay_tail(&ctx(), None, None, &|_: &ReplayItem| None, 7, true)
+            .replay_tail(&ctx(), None, None, &|_: &ReplayItem| None, 7, true, None)
             .unwrap();
         assert!(f.splices.len() > 5, "large strings stayed in their lines");
         assert!(

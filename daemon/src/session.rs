@@ -49,6 +49,9 @@ type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
 /// keep those pages resident while the daemon idles.
 pub static RELEASE_FREED: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
+/// Events loaded between two calls of [`RELEASE_FREED`] during a load.
+const RELEASE_EVERY: usize = 8192;
+
 /// What a session actor reports upward. The registry implements it; the actor holds it
 /// as a trait object, so this module never imports its container.
 pub trait SessionObserver: Send + Sync + 'static {
@@ -696,9 +699,16 @@ fn load_blocking(
         context: Default::default(),
     };
     // Each event is folded as it is parsed and then kept only as its line.
-    let report = env
-        .store
-        .load_into(sid, &mut |ev, stored| state.push(ev, stored))?;
+    let report = env.store.load_into(sid, &mut |ev, stored| {
+        state.push(ev, stored);
+        // Hand back the pages the parse trees freed as the load goes, so the peak
+        // stays near what the session keeps (see `RELEASE_FREED`).
+        if state.events.len().is_multiple_of(RELEASE_EVERY) {
+            if let Some(release) = RELEASE_FREED.get() {
+                release();
+            }
+        }
+    })?;
     state.events = exact(std::mem::take(&mut state.events));
     let writer = env.store.open_appender(sid)?;
     let parsed = started.elapsed();

@@ -212,9 +212,12 @@ impl Fold {
 
     /// The replay continued from `from` (see [`ReplayMark`]) over entries with seq ≤
     /// `upto`, noting a stable point about every `every` entries; with `splice`, large
-    /// strings stay in their Log lines (see [`ReplayTail::splices`]). `None` when this
+    /// strings stay in their Log lines (see [`ReplayTail::splices`]); with `limit`, at
+    /// most that many entries are consumed ([`ReplayTail::cut`]). `None` when this
     /// fold cannot resume (a damaged Log's entries out of order, or `upto` before the
     /// latest compaction, which the entries no longer hold).
+    // Where to resume and how: each argument is one decision of the caller's.
+    #[allow(clippy::too_many_arguments)]
     pub fn replay_tail(
         &self,
         ctx: &ReplayContext,
@@ -223,6 +226,7 @@ impl Fold {
         boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
         every: usize,
         splice: bool,
+        limit: Option<usize>,
     ) -> Option<ReplayTail> {
         if self.disordered {
             return None;
@@ -242,6 +246,7 @@ impl Fold {
             boundary,
             every,
             splice,
+            limit,
         ))
     }
 
@@ -483,16 +488,16 @@ mod tests {
         assert_eq!(lazy.replay(&ctx()), owned.replay(&ctx()));
         let never = |_: &ReplayItem| None;
         let (a, b) = (
-            lazy.replay_tail(&ctx(), None, None, &never, 2, false)
+            lazy.replay_tail(&ctx(), None, None, &never, 2, false, None)
                 .unwrap(),
             owned
-                .replay_tail(&ctx(), None, None, &never, 2, false)
+                .replay_tail(&ctx(), None, None, &never, 2, false, None)
                 .unwrap(),
         );
         // Spliced: the user, output and final assistant strings stay in their lines
         // (the call's arguments and the error object are not strings of the line).
         let s = lazy
-            .replay_tail(&ctx(), None, None, &never, 2, true)
+            .replay_tail(&ctx(), None, None, &never, 2, true, None)
             .unwrap();
         assert_eq!(s.splices.len(), 3);
         let mut items = s.items;

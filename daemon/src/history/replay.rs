@@ -365,6 +365,9 @@ pub struct ReplayTail {
     /// The last stable point inside `items`: `items[..n]` never change, and the replay
     /// resumes at the mark.
     pub stable: Option<(usize, ReplayMark)>,
+    /// The entry limit stopped it before the end (or `upto`): `items` after `stable`
+    /// and `stats` are those of a replay that ended there, not the fold's.
+    pub cut: bool,
     /// Earlier stable points, about one per `every` entries, in order (for replays as
     /// of an earlier seq).
     pub points: Vec<(usize, ReplayMark)>,
@@ -386,6 +389,7 @@ pub(super) fn build_tail(
     boundary: &dyn Fn(&ReplayItem) -> Option<bool>,
     every: usize,
     splice: bool,
+    limit: Option<usize>,
 ) -> ReplayTail {
     let mut g = Guard {
         splice,
@@ -431,7 +435,11 @@ pub(super) fn build_tail(
     let mut points: Vec<(usize, ReplayMark, usize)> = Vec::new();
     let mut next_point = start.saturating_add(every.max(1));
     let start = start.min(entries.len());
-    for (consumed, e) in entries
+    let end = limit.map_or(entries.len(), |l| {
+        start.saturating_add(l).min(entries.len())
+    });
+    let cut = end < entries.len() && upto.is_none_or(|u| entries[end].seq <= u);
+    for (consumed, e) in entries[..end]
         .iter()
         .enumerate()
         .skip(start)
@@ -512,6 +520,7 @@ pub(super) fn build_tail(
         checkpoint_to_seq,
     };
     ReplayTail {
+        cut,
         items: g.items,
         splices: g.splices,
         stats,
