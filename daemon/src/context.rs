@@ -398,7 +398,10 @@ impl ContextCache {
                 (self.slots[i].bytes.len, self.slots[i].state.clone())
             });
             let (fresh, _, points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
+            drop(tail);
             self.keep(slot, r, ctx, compaction, mark, st, fresh, points);
+            // The step's items are gone: their pages go back before the next step.
+            crate::allocator::release_freed();
         }
         let slot = find(&self.slots);
         // Resume from the prefix's end, or (as of an earlier seq) from the latest point

@@ -4,6 +4,7 @@
 //! functions over events; the actor calls them and records what they return.
 
 pub mod activation;
+pub mod allocator;
 pub mod api;
 pub mod config;
 pub mod context;

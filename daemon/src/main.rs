@@ -24,7 +24,7 @@ fn release_freed() {
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let _ = agentd::session::RELEASE_FREED.set(release_freed);
+    let _ = agentd::allocator::RELEASE_FREED.set(release_freed);
     // Not dumpable: /proc/<agentd pid>/environ (and mem, maps, …) become unreadable to
     // other processes of the same uid, so a tool's shell command cannot copy the
     // provider API keys out of the daemon's environment (`/proc/$PPID/environ`), which

@@ -43,13 +43,7 @@ type RecordFn = Box<dyn FnOnce(&SessionState) -> Result<Vec<EventDraft>, AgentEr
 type QueryFn = Box<dyn FnOnce(&SessionState) + Send>;
 type RetireFn = Box<dyn FnOnce(&SessionState) -> bool + Send>;
 
-/// Hands memory the allocator holds freed back to the OS; the binary installs its
-/// allocator's collect here. Loading a Log frees a parse tree per event on threads that
-/// are gone by then, and an allocator that purges lazily (on later allocations) would
-/// keep those pages resident while the daemon idles.
-pub static RELEASE_FREED: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
-
-/// Events loaded between two calls of [`RELEASE_FREED`] during a load.
+/// Events loaded between two calls of [`crate::allocator::release_freed`] during a load.
 const RELEASE_EVERY: usize = 8192;
 
 /// What a session actor reports upward. The registry implements it; the actor holds it
@@ -702,11 +696,9 @@ fn load_blocking(
     let report = env.store.load_into(sid, &mut |ev, stored| {
         state.push(ev, stored);
         // Hand back the pages the parse trees freed as the load goes, so the peak
-        // stays near what the session keeps (see `RELEASE_FREED`).
+        // stays near what the session keeps (`crate::allocator`).
         if state.events.len().is_multiple_of(RELEASE_EVERY) {
-            if let Some(release) = RELEASE_FREED.get() {
-                release();
-            }
+            crate::allocator::release_freed();
         }
     })?;
     state.events = exact(std::mem::take(&mut state.events));
@@ -754,9 +746,7 @@ fn load_blocking(
     unrecorded.sort_by(|a, b| a.1.cmp(&b.1));
     state.pending_repair.extend(unrecorded);
     state.fold.shrink_to_fit();
-    if let Some(release) = RELEASE_FREED.get() {
-        release();
-    }
+    crate::allocator::release_freed();
     tracing::info!(
         session = sid,
         events = state.events.len(),
