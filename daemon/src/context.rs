@@ -279,9 +279,11 @@ impl Spliced<'_> {
         };
         if marks.len() == kept.len() {
             // Strings shorter than `SHARE_MIN` are copied in: a piece per short string
-            // would cost more to keep and to write than its bytes.
-            let mut n = 0;
+            // would cost more to keep and to write than its bytes. The copied text of
+            // the range is one allocation of its exact size (it is kept), cut into the
+            // pieces between the shared strings.
             let mut own = Vec::with_capacity(buf.len());
+            let mut cuts: Vec<(usize, &Splice)> = Vec::new();
             let mut from = 0;
             for (&at, s) in marks.iter().zip(kept) {
                 own.extend_from_slice(&buf[from..at]);
@@ -289,15 +291,24 @@ impl Spliced<'_> {
                 if raw.len() < SHARE_MIN {
                     own.extend_from_slice(raw.as_bytes());
                 } else {
-                    n += own.len() + raw.len();
-                    out.push(Bytes::from(std::mem::take(&mut own)));
-                    out.push(s.bytes());
+                    cuts.push((own.len(), s));
                 }
                 from = at + SPLICE_MARK_JSON.len();
             }
             own.extend_from_slice(&buf[from..]);
-            n += own.len();
-            out.push(Bytes::from(own));
+            drop(buf);
+            own.shrink_to_fit();
+            let own = Bytes::from(own);
+            let mut n = own.len();
+            let mut at = 0;
+            for (cut, s) in cuts {
+                out.push(own.slice(at..cut));
+                let b = s.bytes();
+                n += b.len();
+                out.push(b);
+                at = cut;
+            }
+            out.push(own.slice(at..));
             return n;
         }
         // The mark where no splice put it (a string that holds it): every string in
@@ -309,6 +320,7 @@ impl Spliced<'_> {
         *st = before;
         let mut buf = Vec::new();
         write_elements(&mut buf, &full, r, st);
+        buf.shrink_to_fit();
         let n = buf.len();
         out.push(Bytes::from(buf));
         n
