@@ -409,7 +409,7 @@ impl ContextCache {
             let (prefix_len, mut st) = slot.map_or((0, RenderState::default()), |i| {
                 (self.slots[i].bytes.len, self.slots[i].state.clone())
             });
-            let (fresh, _, points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
+            let (fresh, points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
             drop(tail);
             self.keep(slot, r, ctx, compaction, mark, st, fresh, points);
             // The step's items are gone: their pages go back before the next step.
@@ -432,7 +432,7 @@ impl ContextCache {
         let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true, None)?;
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
         let mut st = state;
-        let (fresh, _, fresh_points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
+        let (fresh, fresh_points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);
         let stable_state = st.clone();
         let mut rest = Vec::new();
         let spliced = Spliced {
@@ -538,17 +538,16 @@ impl ContextCache {
 
 /// Renders `tail.items[..stable_n]` (continuing a prefix of `prefix_len` bytes, from
 /// `st`) in segments cut at the tail's points (each a renderer boundary), so each
-/// point's offset in the prefix is known: the pieces, their length, and the points
-/// with their offsets and states. Each element after the first of the whole list
+/// point's offset in the prefix is known: the pieces, and the points with their
+/// offsets and states. Each element after the first of the whole list
 /// carries its separator, so the pieces append to the prefix as they are.
-#[allow(clippy::type_complexity)]
 fn render_stable(
     tail: &ReplayTail,
     stable_n: usize,
     prefix_len: usize,
     r: Render,
     st: &mut RenderState,
-) -> (Vec<Bytes>, usize, Vec<(ReplayMark, usize, RenderState)>) {
+) -> (Vec<Bytes>, Vec<(ReplayMark, usize, RenderState)>) {
     let spliced = Spliced {
         items: &tail.items,
         splices: &tail.splices,
@@ -565,8 +564,8 @@ fn render_stable(
         points.push((m.clone(), prefix_len + len, st.clone()));
         seg = *n;
     }
-    len += spliced.render(&mut fresh, seg..stable_n, r, st);
-    (fresh, len, points)
+    spliced.render(&mut fresh, seg..stable_n, r, st);
+    (fresh, points)
 }
 
 #[cfg(test)]
