@@ -28,6 +28,9 @@ pub struct Options {
 }
 
 pub async fn run(opts: Options) -> Result<(), String> {
+    // SIGTERM and SIGINT are caught from here on, before the socket exists: a client
+    // that saw the daemon answer may stop it at once, and that stop must be clean.
+    let signals = StopSignals::install();
     let config = Config::load(&opts.config)?;
     // The socket must be 0600 from birth; a chmod after bind would race a connect.
     unsafe { libc::umask(0o077) };
@@ -89,7 +92,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
             shutdown_requested.clone(),
         ));
     }
-    wait_for_stop(&shutdown_requested).await;
+    wait_for_stop(&shutdown_requested, signals).await;
     tracing::info!("shutting down");
     activation.stopping("ending running turns");
     turns.interrupt_all("daemon_shutdown").await;
@@ -138,12 +141,25 @@ async fn open_store(
     Ok(store)
 }
 
-async fn wait_for_stop(requested: &CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+/// SIGTERM and SIGINT, caught (a signal that arrives before they are awaited waits in
+/// its stream).
+struct StopSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => StopSignals(Some((term, int))),
+            _ => StopSignals(None),
+        }
+    }
+}
+
+async fn wait_for_stop(requested: &CancellationToken, signals: StopSignals) {
+    let Some((mut term, mut int)) = signals.0 else {
         requested.cancelled().await;
         return;
     };
