@@ -386,7 +386,9 @@ impl ContextCache {
         };
         // A long stretch past the kept prefix (the first request, or many appends since
         // the last) is rendered and kept a step at a time, so only a step's replay items
-        // are materialized at once; the rest is rendered below.
+        // are materialized at once; the rest is rendered below. A tail the step limit did
+        // not cut is the whole rest: it is used below rather than replayed again.
+        let mut whole = None;
         loop {
             let slot = find(&self.slots);
             let from = match slot.map(|i| &self.slots[i]) {
@@ -403,7 +405,11 @@ impl ContextCache {
                 true,
                 Some(STEP_ENTRIES),
             )?;
-            let Some((stable_n, mark)) = tail.stable.clone().filter(|_| tail.cut) else {
+            if !tail.cut {
+                whole = Some(tail);
+                break;
+            }
+            let Some((stable_n, mark)) = tail.stable.clone() else {
                 break;
             };
             let (prefix_len, mut st) = slot.map_or((0, RenderState::default()), |i| {
@@ -429,7 +435,11 @@ impl ContextCache {
             },
             None => (None, 0, RenderState::default(), true),
         };
-        let tail = fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true, None)?;
+        let tail = match whole {
+            // Replayed from the prefix's end, the resume point chosen here too.
+            Some(t) if extend => t,
+            _ => fold.replay_tail(ctx, from, upto, &at_boundary, POINT_EVERY, true, None)?,
+        };
         let stable_n = tail.stable.as_ref().map_or(0, |(n, _)| *n);
         let mut st = state;
         let (fresh, fresh_points) = render_stable(&tail, stable_n, prefix_len, r, &mut st);

@@ -83,12 +83,7 @@ impl Entry {
     pub(super) fn spliced(&self) -> Option<(ReplayItem, Splice)> {
         let line = self.line.as_ref()?;
         let mut item = self.item.clone();
-        let (kind, field, big) = match &mut item {
-            ReplayItem::User { text } => ("user_message", "text", text),
-            ReplayItem::Assistant { text } => ("assistant_message", "text", text),
-            ReplayItem::FunctionCallOutput { output, .. } => ("tool_result", "output", output),
-            _ => return None,
-        };
+        let (kind, field, big) = spliceable(&mut item)?;
         let range = line.string_field(kind, field)?;
         *big = SPLICE_MARK.to_string();
         Some((
@@ -117,6 +112,17 @@ impl Entry {
 /// splice was made renders the items in full instead.
 pub const SPLICE_MARK: &str = "\u{1}agentd:splice\u{1}";
 
+/// The string of `item` that may stay in its Log line, with the event type and the
+/// `data` field it comes from.
+fn spliceable(item: &mut ReplayItem) -> Option<(&'static str, &'static str, &mut String)> {
+    match item {
+        ReplayItem::User { text } => Some(("user_message", "text", text)),
+        ReplayItem::Assistant { text } => Some(("assistant_message", "text", text)),
+        ReplayItem::FunctionCallOutput { output, .. } => Some(("tool_result", "output", output)),
+        _ => None,
+    }
+}
+
 /// [`SPLICE_MARK`] as the JSON text agentd writes for it (without quotes).
 pub const SPLICE_MARK_JSON: &str = "\\u0001agentd:splice\\u0001";
 
@@ -135,10 +141,8 @@ impl Splice {
 
     /// Puts the string back into `item` (the item [`Entry::spliced`] gave with it).
     pub fn restore(&self, item: &mut ReplayItem) {
-        match item {
-            ReplayItem::User { text } | ReplayItem::Assistant { text } => *text = self.text(),
-            ReplayItem::FunctionCallOutput { output, .. } => *output = self.text(),
-            _ => {}
+        if let Some((_, _, big)) = spliceable(item) {
+            *big = self.text();
         }
     }
 
