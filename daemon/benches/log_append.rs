@@ -8,7 +8,8 @@
 //! with one client each; plus p50/p99 round trips of `agentd/hello` and of a
 //! non-durable append.
 //!
-//! Run: `cargo bench -p agentd --bench log_append` (env `BENCH_OPS` scales the work).
+//! Run: `cargo bench -p agentd --bench log_append` (env `BENCH_OPS` scales the work,
+//! `BENCH_CASES` picks among agentd's cases `seq`, `w64`, `s64`).
 
 mod support;
 
