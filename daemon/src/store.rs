@@ -851,6 +851,7 @@ impl CommitPool {
                 if st.threads == 0 {
                     // Nobody would ever take it: fail it rather than hang.
                     if let Some(job) = st.queue.pop_back() {
+                        QUEUED.fetch_sub(1, Ordering::SeqCst);
                         drop(st);
                         let e = AgentError::new(
                             ErrorKind::LogWriteFailed,
