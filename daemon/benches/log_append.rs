@@ -82,14 +82,10 @@ fn raw_fsync_parallel(dir: &Path, threads: usize, per_thread: usize) -> f64 {
 fn uring_parallel(dir: &Path, files: usize, per_file: usize) -> Result<f64, String> {
     use io_uring::{opcode, squeue, types, IoUring};
     use std::os::fd::AsRawFd;
-    let mut ring = IoUring::new((files * 2).next_power_of_two() as u32)
-        .map_err(|e| format!("io_uring_setup: {e}"))?;
-    // Syncs run on the kernel's io-wq workers, bounded by default to 4 per CPU: allow
-    // one per file, as many as the threads of the raw loop above.
-    let mut max = [files as u32, files as u32];
-    ring.submitter()
-        .register_iowq_max_workers(&mut max)
-        .map_err(|e| format!("io_uring max workers: {e}"))?;
+    // The line and the files are declared before the ring, so they outlive it even
+    // when an error returns with entries in flight.
+    let mut line = vec![b'x'; 511];
+    line.push(b'\n');
     let handles: Vec<std::fs::File> = (0..files)
         .map(|i| {
             std::fs::OpenOptions::new()
@@ -101,8 +97,14 @@ fn uring_parallel(dir: &Path, files: usize, per_file: usize) -> Result<f64, Stri
         })
         .collect();
     let fds: Vec<i32> = handles.iter().map(|f| f.as_raw_fd()).collect();
-    let mut line = vec![b'x'; 511];
-    line.push(b'\n');
+    let mut ring = IoUring::new((files * 2).next_power_of_two() as u32)
+        .map_err(|e| format!("io_uring_setup: {e}"))?;
+    // Syncs run on the kernel's io-wq workers, bounded by default to 4 per CPU: allow
+    // one per file, as many as the threads of the raw loop above.
+    let mut max = [files as u32, files as u32];
+    ring.submitter()
+        .register_iowq_max_workers(&mut max)
+        .map_err(|e| format!("io_uring max workers: {e}"))?;
     let mut written = vec![0usize; files];
     let push = |ring: &mut IoUring, i: usize, n: usize| -> Result<(), String> {
         let write = opcode::Write::new(types::Fd(fds[i]), line.as_ptr(), line.len() as u32)
@@ -114,8 +116,8 @@ fn uring_parallel(dir: &Path, files: usize, per_file: usize) -> Result<f64, Stri
             .flags(types::FsyncFlags::DATASYNC)
             .build()
             .user_data(((i as u64) << 1) | 1);
-        // SAFETY: `line` and the files outlive the ring's use of them: every pushed
-        // entry is waited for before this function returns.
+        // SAFETY: `line` and the files outlive the ring (declared before it), and on
+        // success every pushed entry is waited for before this function returns.
         unsafe {
             let mut sq = ring.submission();
             sq.push(&write).map_err(|e| e.to_string())?;

@@ -16,7 +16,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Paths under the home directory.
@@ -756,12 +756,10 @@ pub const COMMIT_THREADS: usize = 16;
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 /// Commit threads running a batch.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
-/// Commit threads polling the queue right after a batch (at most [`MAX_SPINNERS`]).
-static SPINNING: AtomicUsize = AtomicUsize::new(0);
-const MAX_SPINNERS: usize = 1;
+/// A commit thread is polling the queue right after a batch (one at most).
+static SPINNING: AtomicBool = AtomicBool::new(false);
 /// How long a thread that just committed polls for the next batch before it parks.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(SPIN_MICROS);
-const SPIN_MICROS: u64 = 150;
+const SPIN: std::time::Duration = std::time::Duration::from_micros(150);
 
 /// After a batch, one commit thread polls the queue for a short while: a session's
 /// next batch usually follows its answer within a round trip, and taking it from the
@@ -773,9 +771,7 @@ fn spin_for_next() {
         return;
     }
     if SPINNING
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < MAX_SPINNERS).then_some(n + 1)
-        })
+        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
     {
         return;
@@ -788,7 +784,7 @@ fn spin_for_next() {
     }
     // Stops counting as a spinner before it looks under the lock, so a job pushed
     // after this point is signalled as usual and one pushed before is seen.
-    SPINNING.fetch_sub(1, Ordering::SeqCst);
+    SPINNING.store(false, Ordering::SeqCst);
 }
 
 /// The commit threads: started as batches find none idle, up to [`COMMIT_THREADS`],
@@ -825,10 +821,12 @@ impl CommitPool {
     fn submit(job: WriteJob) {
         let mut st = pool_lock();
         st.queue.push_back(job);
-        QUEUED.fetch_add(1, Ordering::SeqCst);
-        if SPINNING.load(Ordering::SeqCst) > 0 {
+        let ahead = QUEUED.fetch_add(1, Ordering::SeqCst);
+        if ahead == 0 && SPINNING.load(Ordering::SeqCst) {
             // A thread that just finished a batch is polling the queue: it takes this
             // one without a futex wake (and, on a VM, without waking a halted vCPU).
+            // A second batch queued meanwhile is signalled as usual, so two sessions'
+            // batches never wait on the one poller.
             return;
         }
         if st.idle > st.signaled {
@@ -1237,7 +1235,8 @@ mod tests {
     #[test]
     fn batches_arriving_around_the_spin_window_are_never_stranded() {
         let (_d, home) = home();
-        let gaps_us = [0u64, 20, SPIN_MICROS - 5, SPIN_MICROS, SPIN_MICROS + 5, 400];
+        let spin = SPIN.as_micros() as u64;
+        let gaps_us = [0u64, 20, spin - 5, spin, spin + 5, 400];
         let clients: Vec<_> = (0..4)
             .map(|i| {
                 let path = home.sessions_dir().join(format!("spin{i}.ndjson"));
