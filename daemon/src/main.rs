@@ -13,7 +13,38 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // Part of the mimalloc library the allocator above links (`mimalloc.h`).
 extern "C" {
     fn mi_collect(force: bool);
+    #[cfg(target_os = "linux")]
+    fn mi_option_set(option: libc::c_int, value: libc::c_long);
 }
+
+/// `mi_option_arena_eager_commit` in `mimalloc.h`'s `mi_option_t`.
+#[cfg(target_os = "linux")]
+const MI_OPTION_ARENA_EAGER_COMMIT: libc::c_int = 4;
+
+/// Commits mimalloc's arena memory as it is used instead of all at once. mimalloc's
+/// default on Linux commits a whole arena when it reserves it; the daemon then kept
+/// about 14 MiB more resident after loading a 65 MiB Log (107 vs 93 MiB in the history
+/// bench) and peaked 24 MiB higher through its first context, for no measured gain in
+/// speed (README, Performance). `MIMALLOC_ARENA_EAGER_COMMIT` in the environment still
+/// decides when set.
+///
+/// Runs as an ELF constructor: the option is read when the first arena is reserved,
+/// which is the first allocation, before `main`. It allocates nothing itself.
+#[cfg(target_os = "linux")]
+extern "C" fn commit_arenas_on_demand() {
+    // SAFETY: getenv reads the environment with a NUL-terminated name; nothing else
+    // runs yet. mi_option_set takes plain integers.
+    unsafe {
+        if libc::getenv(c"MIMALLOC_ARENA_EAGER_COMMIT".as_ptr()).is_null() {
+            mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0);
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static COMMIT_ARENAS_ON_DEMAND: extern "C" fn() = commit_arenas_on_demand;
 
 /// Returns the pages mimalloc holds freed to the OS now (it otherwise purges them only
 /// on later allocations, which an idle daemon does not make).
