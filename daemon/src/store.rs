@@ -417,6 +417,15 @@ pub trait LogAppender: Send + 'static {
     /// Appends whole lines and, when `sync`, makes them durable before returning. On
     /// failure nothing of `bytes` remains: a later append never glues onto half a line.
     fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError>;
+
+    /// Most commit threads that may run this kind of append at once. A file Log's
+    /// append keeps its thread busy with the write and the `fdatasync`, so more threads
+    /// than [`COMMIT_THREADS`] only add CPU contention. An append that mostly waits
+    /// (its batch joins a group another thread commits) says more, so that as many
+    /// batches as it allows can wait in one group.
+    fn commit_threads(&self) -> usize {
+        COMMIT_THREADS
+    }
 }
 
 /// Logs as NDJSON files under the home directory (DESIGN §3).
@@ -714,6 +723,8 @@ impl<F: LogFile> LogAppender for LogWriter<F> {
 /// and no batch of it is in flight.
 pub struct WriterThread {
     writer: Arc<Mutex<Box<dyn LogAppender>>>,
+    /// The appender's [`LogAppender::commit_threads`].
+    threads: usize,
 }
 
 /// Runs on the commit thread right after a write, with its outcome: the session uses it
@@ -722,6 +733,8 @@ pub type AfterWrite = Box<dyn FnOnce(&Result<(), AgentError>) + Send>;
 
 struct WriteJob {
     writer: Arc<Mutex<Box<dyn LogAppender>>>,
+    /// Most commit threads that may run while this job waits for one.
+    threads: usize,
     bytes: Vec<u8>,
     sync: bool,
     after: Option<AfterWrite>,
@@ -748,8 +761,9 @@ impl WriteJob {
     }
 }
 
-/// Most commit threads the process runs: as many Logs sync at once. Measured on a
+/// Most commit threads file Logs use: as many Logs sync at once. Measured on a
 /// 2-vCPU VM, 16 threads syncing 64 files reach what 64 threads do; fewer do not.
+/// An appender may allow more ([`LogAppender::commit_threads`]).
 pub const COMMIT_THREADS: usize = 16;
 
 /// Jobs queued and not yet taken, readable without the pool's lock.
@@ -835,7 +849,8 @@ impl CommitPool {
             POOL.ready.notify_one();
             return;
         }
-        if st.threads >= COMMIT_THREADS {
+        let limit = st.queue.back().map_or(COMMIT_THREADS, |j| j.threads);
+        if st.threads >= limit {
             return; // the next thread to finish takes it
         }
         let spawned = std::thread::Builder::new()
@@ -892,6 +907,7 @@ pub type WriteOutcome = tokio::sync::oneshot::Receiver<Result<(), AgentError>>;
 impl WriterThread {
     pub fn spawn(writer: Box<dyn LogAppender>, _sid: &str) -> WriterThread {
         WriterThread {
+            threads: writer.commit_threads().max(1),
             writer: Arc::new(Mutex::new(writer)),
         }
     }
@@ -919,6 +935,7 @@ impl WriterThread {
         let (done, rx) = tokio::sync::oneshot::channel();
         CommitPool::submit(WriteJob {
             writer: self.writer.clone(),
+            threads: self.threads,
             bytes,
             sync,
             after,
@@ -1269,6 +1286,52 @@ mod tests {
 
     /// More Logs than commit threads, each with batches in a row: every batch lands in
     /// its own Log, in order, and the outcome of each arrives.
+    /// An append that returns once `n` appends are inside `append` at once (or fails
+    /// after 10 s): like a batch that waits for the group another thread commits.
+    struct Rendezvous {
+        at: Arc<(Mutex<usize>, std::sync::Condvar)>,
+        n: usize,
+    }
+
+    impl LogAppender for Rendezvous {
+        fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
+            let (count, cv) = &*self.at;
+            let mut k = count.lock().unwrap();
+            *k += 1;
+            cv.notify_all();
+            let (_k, wait) = cv
+                .wait_timeout_while(k, std::time::Duration::from_secs(10), |k| *k < self.n)
+                .unwrap();
+            if wait.timed_out() {
+                return Err(AgentError::internal(
+                    "the appends never were all running at once",
+                ));
+            }
+            Ok(())
+        }
+
+        fn commit_threads(&self) -> usize {
+            self.n
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_that_wait_on_a_group_may_take_more_commit_threads() {
+        let n = COMMIT_THREADS * 2 + 8;
+        let at = Arc::new((Mutex::new(0), std::sync::Condvar::new()));
+        let writers: Vec<WriterThread> = (0..n)
+            .map(|_| {
+                let r = Rendezvous { at: at.clone(), n };
+                WriterThread::spawn(Box::new(r), "g")
+            })
+            .collect();
+        let outcomes =
+            futures::future::join_all(writers.iter().map(|w| w.write(b"x\n".to_vec(), true))).await;
+        for o in outcomes {
+            o.unwrap();
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn logs_share_the_commit_threads_and_keep_their_order() {
         let (_d, home) = home();

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
 
 /// Most batches in one transaction (bounds the statement's arrays).
-const MAX_GROUP: usize = 512;
+pub const MAX_GROUP: usize = 512;
 
 pub struct Job {
     pub sid: String,

@@ -975,6 +975,13 @@ impl LogAppender for PgAppender {
             Err(e) => Err(self.stop(e)),
         }
     }
+
+    /// A batch waits on its commit thread while another thread commits the group it
+    /// joins: with the file Logs' limit, at most that many batches could form a group
+    /// (64 sessions reached 19–21k appends/s with 16 threads, 28k with 64).
+    fn commit_threads(&self) -> usize {
+        commit::MAX_GROUP
+    }
 }
 
 impl Drop for PgAppender {
