@@ -1284,8 +1284,6 @@ mod tests {
         }
     }
 
-    /// More Logs than commit threads, each with batches in a row: every batch lands in
-    /// its own Log, in order, and the outcome of each arrives.
     /// An append that returns once `n` appends are inside `append` at once (or fails
     /// after 10 s): like a batch that waits for the group another thread commits.
     struct Rendezvous {
@@ -1332,6 +1330,8 @@ mod tests {
         }
     }
 
+    /// More Logs than commit threads, each with batches in a row: every batch lands in
+    /// its own Log, in order, and the outcome of each arrives.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn logs_share_the_commit_threads_and_keep_their_order() {
         let (_d, home) = home();
