@@ -1,6 +1,7 @@
 //! A private PostgreSQL server for tests of the database store: `initdb` into a temp
 //! dir and `pg_ctl start` listening only on a Unix socket in that dir, so tests never
-//! touch a system server or a TCP port. As root (CI), the server runs as the
+//! touch a system server or a TCP port ([`PgServer::start_tls`] also listens on a free
+//! port of 127.0.0.1, with TLS, for the tests of TLS). As root (CI), the server runs as the
 //! unprivileged `postgres` user (else `nobody`) through `runuser`, since PostgreSQL
 //! refuses to run as root.
 //!
@@ -61,6 +62,11 @@ pub struct PgServer {
     run_as: Option<String>,
     /// The role's password once [`PgServer::require_password`] turned it on.
     password: std::sync::Mutex<Option<String>>,
+    /// The server's port: 5432 on its socket alone, or a free TCP port on 127.0.0.1
+    /// (and the same number on its socket) for a server with TLS.
+    port: u16,
+    /// Serves TLS on 127.0.0.1 ([`PgServer::start_tls`]).
+    tls: bool,
 }
 
 fn user_exists(name: &str) -> bool {
@@ -76,6 +82,17 @@ fn user_exists(name: &str) -> bool {
 impl PgServer {
     /// `initdb` and start a new server; panics with its output on failure.
     pub fn start() -> PgServer {
+        PgServer::start_with(None)
+    }
+
+    /// [`start`](Self::start) a server that also listens on 127.0.0.1 (a free port,
+    /// [`port`](Self::port)) with TLS on, presenting `cert_pem` (its chain) and
+    /// `key_pem`. Plain-text TCP connections are accepted too.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> PgServer {
+        PgServer::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> PgServer {
         let bin = pg_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("agentd-pg")
@@ -106,12 +123,21 @@ impl PgServer {
                 .expect("chown");
             assert!(st.success(), "chown {} to {user}", root.display());
         }
+        let port = match tls {
+            None => 5432,
+            Some(_) => std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free TCP port")
+                .port(),
+        };
         let s = PgServer {
             _dir: dir,
             root,
             bin,
             run_as,
             password: std::sync::Mutex::new(None),
+            port,
+            tls: tls.is_some(),
         };
         let data = s.root.join("data");
         s.run(
@@ -129,9 +155,31 @@ impl PgServer {
                 "--no-sync".as_ref(),
             ],
         );
+        if let Some((cert, key)) = tls {
+            use std::os::unix::fs::PermissionsExt;
+            for (name, text, mode) in [("server.crt", cert, 0o644), ("server.key", key, 0o600)] {
+                let path = data.join(name);
+                std::fs::write(&path, text).expect("write the server's TLS files");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                    .expect("chmod");
+                if let Some(user) = &s.run_as {
+                    let st = Command::new("chown")
+                        .arg(user)
+                        .arg(&path)
+                        .status()
+                        .expect("chown");
+                    assert!(st.success(), "chown {} to {user}", path.display());
+                }
+            }
+        }
         s.start_server();
         s.watchdog();
         s
+    }
+
+    /// The server's port (TCP on 127.0.0.1 for a server with TLS).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// One server for the whole test process (each user takes its own database).
@@ -182,9 +230,15 @@ impl PgServer {
     pub fn start_server(&self) {
         let data = self.root.join("data");
         let log = self.root.join("server.log");
+        let listen = if self.tls {
+            "-c listen_addresses=127.0.0.1 -c ssl=on"
+        } else {
+            "-c listen_addresses=''"
+        };
         let opts = format!(
-            "-c listen_addresses='' -k {} -p 5432 -c fsync=on -c max_connections=300",
-            self.socket_dir().display()
+            "{listen} -k {} -p {} -c fsync=on -c max_connections=300",
+            self.socket_dir().display(),
+            self.port
         );
         self.run(
             "pg_ctl",
@@ -252,17 +306,20 @@ impl PgServer {
     /// A URL for database `db` on this server.
     pub fn url(&self, db: &str) -> String {
         let host: String = self.socket_dir().display().to_string().replace('/', "%2F");
-        format!("postgres://agentd@{host}:5432/{db}")
+        format!("postgres://agentd@{host}:{}/{db}", self.port)
     }
 
     /// Runs SQL through `psql` against `db`; returns the unaligned output.
     pub fn psql(&self, db: &str, sql: &str) -> String {
         let sock = self.socket_dir();
+        let port = self.port.to_string();
         self.run(
             "psql",
             &[
                 "-h".as_ref(),
                 sock.as_os_str(),
+                "-p".as_ref(),
+                port.as_ref(),
                 "-U".as_ref(),
                 "agentd".as_ref(),
                 "-d".as_ref(),
@@ -340,6 +397,8 @@ impl PgServer {
                 .cmd("pg_isready")
                 .arg("-h")
                 .arg(self.socket_dir())
+                .arg("-p")
+                .arg(self.port.to_string())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()

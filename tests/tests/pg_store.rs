@@ -971,3 +971,113 @@ fn an_idle_owner_keeps_renewing_its_lease_past_its_length() {
     let r = append(&mut ca, &sid, user("a still owns it"));
     assert_eq!(r["result"]["first_seq"], 2, "{r}");
 }
+
+/// A CA and a certificate it signs for `localhost`, as PEM: (CA, server cert, key).
+fn test_certs() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "agentd test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// Whether the server sees the daemons' connections encrypted: `(any plain, any TLS)`.
+fn agentd_connections_tls(pg: &PgServer) -> (bool, bool) {
+    let out = pg.psql(
+        "postgres",
+        "SELECT coalesce(bool_or(NOT s.ssl), false), coalesce(bool_or(s.ssl), false)
+         FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+         WHERE a.application_name = 'agentd'",
+    );
+    let (plain, tls) = out.trim().split_once('|').expect("two columns");
+    (plain == "t", tls == "t")
+}
+
+/// Waits until the daemons stopped so far have no connection left on the server.
+fn no_agentd_connections(pg: &PgServer) {
+    wait_until("the stopped daemons' connections to close", WAIT, || {
+        let n = pg.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentd'",
+        );
+        (n.trim() == "0").then_some(())
+    });
+}
+
+#[test]
+fn tls_to_the_database_is_used_and_checked_as_sslmode_asks() {
+    let (ca_pem, cert_pem, key_pem) = test_certs();
+    let (other_ca_pem, _, _) = test_certs();
+    let pg = PgServer::start_tls(&cert_pem, &key_pem);
+    pg.psql("postgres", "CREATE DATABASE tls");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let other_ca = dir.path().join("other-ca.pem");
+    std::fs::write(&ca, &ca_pem).unwrap();
+    std::fs::write(&other_ca, &other_ca_pem).unwrap();
+    let url =
+        |host: &str, query: String| format!("postgres://agentd@{host}:{}/tls?{query}", pg.port());
+    let works = |store: String| {
+        let d = Daemon::builder().env("AGENTD_STORE", &store).start();
+        let mut c = d.connect();
+        let sid = create(&d, &mut c, json!({}));
+        let r = append(&mut c, &sid, user("over tcp"));
+        assert!(r.get("result").is_some(), "{store}: {r}");
+        d
+    };
+
+    // verify-full with the right CA and name: the daemon's connections are encrypted.
+    let d = works(url(
+        "localhost",
+        format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+    ));
+    assert_eq!(agentd_connections_tls(&pg), (false, true));
+    drop(d);
+    no_agentd_connections(&pg);
+
+    // A certificate from another CA, or for another name: the daemon refuses to start
+    // and says why; nothing falls back to plain text.
+    for (host, query) in [
+        (
+            "localhost",
+            format!("sslmode=verify-full&sslrootcert={}", other_ca.display()),
+        ),
+        (
+            "127.0.0.1",
+            format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+        ),
+        (
+            "localhost",
+            format!("sslmode=verify-ca&sslrootcert={}", other_ca.display()),
+        ),
+    ] {
+        let store = url(host, query);
+        let mut d = Daemon::builder().env("AGENTD_STORE", &store).build();
+        d.spawn();
+        let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
+        assert!(err.to_lowercase().contains("certificate"), "{store}: {err}");
+    }
+
+    // verify-ca checks the chain only, so the address serves as well.
+    drop(works(url(
+        "127.0.0.1",
+        format!("sslmode=verify-ca&sslrootcert={}", ca.display()),
+    )));
+    no_agentd_connections(&pg);
+    // require without a root file encrypts without checking, as libpq does.
+    let d = works(url("127.0.0.1", "sslmode=require".to_string()));
+    assert_eq!(agentd_connections_tls(&pg), (false, true));
+    drop(d);
+    no_agentd_connections(&pg);
+    // disable: plain text on TCP.
+    let _d = works(url("localhost", "sslmode=disable".to_string()));
+    assert_eq!(agentd_connections_tls(&pg), (true, false));
+}

@@ -29,8 +29,13 @@ pub use agentd_proto::store_url::{is_postgres_url, redact};
 /// Parses the URL and fills in the password: the URL's own, else `PGPASSWORD`, else
 /// the configured password file (its first line), else a matching `~/.pgpass` line
 /// (`PGPASSFILE` names another file).
+/// `sslmode` and `sslrootcert` are taken off the URL first ([`super::tls::split`]).
 pub fn config(spec: &ConnSpec) -> Result<postgres::Config, AgentError> {
-    let mut cfg = postgres::Config::from_str(&spec.url).map_err(|e| {
+    let (url, _) = super::tls::split(&spec.url).map_err(|e| AgentError {
+        message: format!("store URL {}: {}", redact(&spec.url), e.message),
+        ..e
+    })?;
+    let mut cfg = postgres::Config::from_str(&url).map_err(|e| {
         AgentError::invalid_args(format!(
             "store URL {} does not parse: {e}",
             redact(&spec.url)
@@ -48,6 +53,38 @@ pub fn config(spec: &ConnSpec) -> Result<postgres::Config, AgentError> {
     }
     cfg.application_name("agentd");
     Ok(cfg)
+}
+
+/// How the store's connections are made: TLS as the URL's `sslmode` asks
+/// ([`super::tls`]), none when every host is a Unix socket.
+#[derive(Clone)]
+pub enum Connector {
+    Plain,
+    Tls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+pub fn connector(spec: &ConnSpec, cfg: &postgres::Config) -> Result<Connector, AgentError> {
+    let (_, settings) = super::tls::split(&spec.url)?;
+    let tcp = cfg
+        .get_hosts()
+        .iter()
+        .any(|h| matches!(h, postgres::config::Host::Tcp(_)));
+    if !tcp {
+        return Ok(Connector::Plain);
+    }
+    Ok(match super::tls::client_config(&settings)? {
+        Some(c) => Connector::Tls(tokio_postgres_rustls::MakeRustlsConnect::new(c)),
+        None => Connector::Plain,
+    })
+}
+
+impl Connector {
+    pub fn connect(&self, cfg: &postgres::Config) -> Result<postgres::Client, postgres::Error> {
+        match self {
+            Connector::Plain => cfg.connect(postgres::NoTls),
+            Connector::Tls(t) => cfg.connect(t.clone()),
+        }
+    }
 }
 
 fn password_from_env_or_files(

@@ -22,6 +22,7 @@
 mod commit;
 pub mod conn;
 mod schema;
+pub mod tls;
 
 use crate::store::{LoadReport, LogAppender, LogHead, LogStore};
 use agentd_proto::rpc::CorruptLine;
@@ -77,6 +78,7 @@ struct Held {
 
 pub(crate) struct Shared {
     cfg: postgres::Config,
+    connector: conn::Connector,
     pool: Mutex<Vec<Client>>,
     /// This daemon's lease identity: `host/home-id`.
     owner: String,
@@ -127,7 +129,7 @@ fn hostname() -> String {
 
 impl Shared {
     fn connect(&self) -> Result<Client, postgres::Error> {
-        let mut c = self.cfg.connect(postgres::NoTls)?;
+        let mut c = self.connector.connect(&self.cfg)?;
         c.batch_execute("SET synchronous_commit = on")?;
         Ok(c)
     }
@@ -324,9 +326,12 @@ impl PgStore {
     /// threads. Errors never contain the URL's password.
     pub fn open(opts: &PgOptions) -> Result<Arc<PgStore>, String> {
         let cfg = conn::config(&opts.spec).map_err(|e| e.message)?;
+        let connector = conn::connector(&opts.spec, &cfg)
+            .map_err(|e| format!("store {}: {}", redact(&opts.spec.url), e.message))?;
         let host = hostname();
         let shared = Arc::new(Shared {
             cfg,
+            connector,
             pool: Mutex::new(Vec::new()),
             owner: format!("{host}/{}", opts.owner_id),
             host,
