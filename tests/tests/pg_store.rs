@@ -1077,7 +1077,37 @@ fn tls_to_the_database_is_used_and_checked_as_sslmode_asks() {
     assert_eq!(agentd_connections_tls(&pg), (false, true));
     drop(d);
     no_agentd_connections(&pg);
+    // No sslmode: libpq's default, prefer, takes the TLS the server offers.
+    let d = works(url("localhost", String::new()));
+    assert_eq!(agentd_connections_tls(&pg), (false, true));
+    drop(d);
+    no_agentd_connections(&pg);
     // disable: plain text on TCP.
-    let _d = works(url("localhost", "sslmode=disable".to_string()));
+    let d = works(url("localhost", "sslmode=disable".to_string()));
     assert_eq!(agentd_connections_tls(&pg), (true, false));
+    drop(d);
+    no_agentd_connections(&pg);
+
+    // A server whose TLS no longer agrees with the daemon's (TLS 1.1 at most; rustls
+    // speaks 1.2 and 1.3): prefer goes on in plain text, as libpq does; require fails.
+    pg.psql(
+        "postgres",
+        "ALTER SYSTEM SET ssl_min_protocol_version = 'TLSv1'",
+    );
+    pg.psql(
+        "postgres",
+        "ALTER SYSTEM SET ssl_max_protocol_version = 'TLSv1.1'",
+    );
+    pg.psql("postgres", "SELECT pg_reload_conf()");
+    wait_until("the server to reload its TLS settings", WAIT, || {
+        let v = pg.psql("postgres", "SHOW ssl_max_protocol_version");
+        (v.trim() == "TLSv1.1").then_some(())
+    });
+    let _d = works(url("localhost", "sslmode=prefer".to_string()));
+    assert_eq!(agentd_connections_tls(&pg), (true, false));
+    let store = url("localhost", "sslmode=require".to_string());
+    let mut d = Daemon::builder().env("AGENTD_STORE", &store).build();
+    d.spawn();
+    let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
+    assert!(err.to_lowercase().contains("tls"), "{store}: {err}");
 }

@@ -60,7 +60,12 @@ pub fn config(spec: &ConnSpec) -> Result<postgres::Config, AgentError> {
 #[derive(Clone)]
 pub enum Connector {
     Plain,
-    Tls(tokio_postgres_rustls::MakeRustlsConnect),
+    Tls {
+        tls: tokio_postgres_rustls::MakeRustlsConnect,
+        /// `prefer`/`allow`: a failed TLS attempt is tried again in plain text, as
+        /// libpq does.
+        fallback: bool,
+    },
 }
 
 pub fn connector(spec: &ConnSpec, cfg: &postgres::Config) -> Result<Connector, AgentError> {
@@ -72,8 +77,12 @@ pub fn connector(spec: &ConnSpec, cfg: &postgres::Config) -> Result<Connector, A
     if !tcp {
         return Ok(Connector::Plain);
     }
+    use super::tls::SslMode;
     Ok(match super::tls::client_config(&settings)? {
-        Some(c) => Connector::Tls(tokio_postgres_rustls::MakeRustlsConnect::new(c)),
+        Some(c) => Connector::Tls {
+            tls: tokio_postgres_rustls::MakeRustlsConnect::new(c),
+            fallback: matches!(settings.mode, SslMode::Prefer | SslMode::Allow),
+        },
         None => Connector::Plain,
     })
 }
@@ -82,7 +91,16 @@ impl Connector {
     pub fn connect(&self, cfg: &postgres::Config) -> Result<postgres::Client, postgres::Error> {
         match self {
             Connector::Plain => cfg.connect(postgres::NoTls),
-            Connector::Tls(t) => cfg.connect(t.clone()),
+            Connector::Tls { tls, fallback } => match cfg.connect(tls.clone()) {
+                // Not an answer of the server (a refused login, say): the TLS
+                // handshake or the transport failed, so try once without TLS.
+                Err(e) if *fallback && e.as_db_error().is_none() => {
+                    let mut plain = cfg.clone();
+                    plain.ssl_mode(postgres::config::SslMode::Disable);
+                    plain.connect(postgres::NoTls).map_err(|_| e)
+                }
+                other => other,
+            },
         }
     }
 }

@@ -5,7 +5,7 @@
 //! | `sslmode` | TLS | the server's certificate |
 //! |---|---|---|
 //! | `disable` | never | – |
-//! | `allow`, `prefer` (the default) | when the server offers it | not checked |
+//! | `allow`, `prefer` (the default) | when the server offers it and the handshake succeeds | not checked |
 //! | `require` | always | checked against `sslrootcert` when that file exists, else not |
 //! | `verify-ca` | always | chain checked against `sslrootcert` |
 //! | `verify-full` | always | chain and host name checked |
