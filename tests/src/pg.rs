@@ -182,6 +182,39 @@ impl PgServer {
         self.port
     }
 
+    /// From now on a TCP connection must use TLS and present a client certificate
+    /// signed by `ca_pem` whose common name is the role (`agentd`); the socket stays
+    /// open to all. Returns once the server has reloaded.
+    pub fn require_client_cert(&self, ca_pem: &str) {
+        let data = self.root.join("data");
+        let ca = data.join("root.crt");
+        std::fs::write(&ca, ca_pem).expect("write root.crt");
+        if let Some(user) = &self.run_as {
+            let st = Command::new("chown")
+                .arg(user)
+                .arg(&ca)
+                .status()
+                .expect("chown");
+            assert!(st.success(), "chown {} to {user}", ca.display());
+        }
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 cert\nhost all all 127.0.0.1/32 reject\n",
+        )
+        .expect("write pg_hba.conf");
+        self.psql("postgres", "ALTER SYSTEM SET ssl_ca_file = 'root.crt'");
+        self.psql("postgres", "SELECT pg_reload_conf()");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.psql("postgres", "SHOW ssl_ca_file").trim() != "root.crt" {
+            assert!(
+                Instant::now() < deadline,
+                "server did not reload: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// One server for the whole test process (each user takes its own database).
     pub fn shared() -> &'static PgServer {
         static SERVER: OnceLock<PgServer> = OnceLock::new();

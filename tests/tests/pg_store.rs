@@ -974,6 +974,12 @@ fn an_idle_owner_keeps_renewing_its_lease_past_its_length() {
 
 /// A CA and a certificate it signs for `localhost`, as PEM: (CA, server cert, key).
 fn test_certs() -> (String, String, String) {
+    let (ca, cert, key, _, _) = test_certs_with_client();
+    (ca, cert, key)
+}
+
+/// [`test_certs`], plus a client certificate and key for the role `agentd`.
+fn test_certs_with_client() -> (String, String, String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -986,7 +992,17 @@ fn test_certs() -> (String, String, String) {
         .unwrap()
         .signed_by(&key, &ca, &ca_key)
         .unwrap();
-    (ca.pem(), cert.pem(), key.serialize_pem())
+    let client_key = KeyPair::generate().unwrap();
+    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client.distinguished_name.push(DnType::CommonName, "agentd");
+    let client = client.signed_by(&client_key, &ca, &ca_key).unwrap();
+    (
+        ca.pem(),
+        cert.pem(),
+        key.serialize_pem(),
+        client.pem(),
+        client_key.serialize_pem(),
+    )
 }
 
 /// Whether the server sees the daemons' connections encrypted: `(any plain, any TLS)`.
@@ -1110,4 +1126,48 @@ fn tls_to_the_database_is_used_and_checked_as_sslmode_asks() {
     d.spawn();
     let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
     assert!(err.to_lowercase().contains("tls"), "{store}: {err}");
+}
+
+#[test]
+fn a_client_certificate_from_the_url_logs_the_daemon_in() {
+    let (ca_pem, cert_pem, key_pem, client_pem, client_key_pem) = test_certs_with_client();
+    let pg = PgServer::start_tls(&cert_pem, &key_pem);
+    pg.psql("postgres", "CREATE DATABASE mtls");
+    pg.require_client_cert(&ca_pem);
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let (ca, cert, key) = (
+        file("ca.pem", &ca_pem),
+        file("client.pem", &client_pem),
+        file("client.key", &client_key_pem),
+    );
+    let base = format!(
+        "postgres://agentd@localhost:{}/mtls?sslmode=verify-full&sslrootcert={ca}",
+        pg.port()
+    );
+
+    // With the certificate: the server logs the daemon in by it.
+    let store = format!("{base}&sslcert={cert}&sslkey={key}");
+    let d = Daemon::builder().env("AGENTD_STORE", &store).start();
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, json!({}));
+    let r = append(&mut c, &sid, user("by certificate"));
+    assert!(r.get("result").is_some(), "{r}");
+    drop(d);
+
+    // Without it the server refuses, and the daemon says so; half a pair is refused
+    // before any connection.
+    for (store, says) in [
+        (base.clone(), "certificate"),
+        (format!("{base}&sslcert={cert}"), "sslkey"),
+    ] {
+        let mut d = Daemon::builder().env("AGENTD_STORE", &store).build();
+        d.spawn();
+        let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
+        assert!(err.contains(says), "{store}: {err}");
+    }
 }

@@ -13,13 +13,15 @@
 //! `sslrootcert` is a PEM file of CA certificates, `system` for the bundled Mozilla
 //! roots, or by default `~/.postgresql/root.crt` (as libpq). `verify-ca` and
 //! `verify-full` without a usable root file are an error, never a silent downgrade.
+//! `sslcert` and `sslkey` (default: `~/.postgresql/postgresql.crt` and `.key` when both
+//! exist) are the client certificate a server may log the role in by.
 
 use agentd_proto::{AgentError, ErrorKind};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -76,9 +78,14 @@ pub struct TlsSettings {
     pub mode: SslMode,
     /// `sslrootcert` as given (`None`: libpq's default file, if it exists).
     pub root: Option<RootCerts>,
+    /// `sslcert` and `sslkey`: this client's certificate (chain) and key, PEM (`None`:
+    /// libpq's default files, when both exist).
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
 }
 
-/// Splits `sslmode` and `sslrootcert` off a `postgres://` URL's query: returns the URL
+/// Splits `sslmode`, `sslrootcert`, `sslcert` and `sslkey` off a `postgres://` URL's
+/// query: returns the URL
 /// the driver parses (with the driver's own `sslmode`: `disable`, `prefer` or
 /// `require`) and the settings. Values may be percent-encoded.
 pub fn split(url: &str) -> Result<(String, TlsSettings), AgentError> {
@@ -88,6 +95,7 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), AgentError> {
     };
     let mut mode = SslMode::Prefer;
     let mut root = None;
+    let (mut cert, mut key) = (None, None);
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -108,6 +116,8 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), AgentError> {
                     RootCerts::File(PathBuf::from(v))
                 });
             }
+            "sslcert" => cert = Some(PathBuf::from(percent_decode(v))),
+            "sslkey" => key = Some(PathBuf::from(percent_decode(v))),
             _ => kept.push(pair),
         }
     }
@@ -123,7 +133,12 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), AgentError> {
     });
     Ok((
         format!("{base}?{}", kept.join("&")),
-        TlsSettings { mode, root },
+        TlsSettings {
+            mode,
+            root,
+            cert,
+            key,
+        },
     ))
 }
 
@@ -148,9 +163,49 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// libpq's default file `name` (`~/.postgresql/<name>`).
+fn default_file(name: &str) -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| Path::new(&h).join(".postgresql").join(name))
+}
+
 /// libpq's default root certificate file.
 fn default_root_file() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(|h| Path::new(&h).join(".postgresql").join("root.crt"))
+    default_file("root.crt")
+}
+
+/// This client's certificate chain and key: the files named, else libpq's default pair
+/// when both exist; `None` for no client certificate.
+fn client_identity(
+    settings: &TlsSettings,
+) -> Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, AgentError> {
+    let (cert, key) = match (&settings.cert, &settings.key) {
+        (None, None) => match (
+            default_file("postgresql.crt"),
+            default_file("postgresql.key"),
+        ) {
+            (Some(c), Some(k)) if c.is_file() && k.is_file() => (c, k),
+            _ => return Ok(None),
+        },
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(tls_error(
+                "store URL: sslcert and sslkey go together (a client certificate and its key)"
+                    .into(),
+            ))
+        }
+    };
+    let chain = CertificateDer::pem_file_iter(&cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| tls_error(format!("sslcert {}: {e}", cert.display())))?;
+    if chain.is_empty() {
+        return Err(tls_error(format!(
+            "sslcert {}: no certificate in the file",
+            cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&key)
+        .map_err(|e| tls_error(format!("sslkey {}: {e}", key.display())))?;
+    Ok(Some((chain, key)))
 }
 
 fn tls_error(msg: String) -> AgentError {
@@ -224,12 +279,15 @@ pub fn client_config(settings: &TlsSettings) -> Result<Option<ClientConfig>, Age
             }
         }
     };
-    Ok(Some(
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth(),
-    ))
+    let builder = builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    Ok(Some(match client_identity(settings)? {
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| tls_error(format!("sslcert/sslkey: {e}")))?,
+        None => builder.with_no_client_auth(),
+    }))
 }
 
 fn webpki(
@@ -323,6 +381,12 @@ mod tests {
         let (u, s) = split("postgres://a@h/db").unwrap();
         assert_eq!(u, "postgres://a@h/db?sslmode=prefer");
         assert_eq!((s.mode, s.root), (SslMode::Prefer, None));
+        let (u, s) = split("postgres://a@h/db?sslcert=%2Fc.pem&sslkey=/k.pem").unwrap();
+        assert_eq!(u, "postgres://a@h/db?sslmode=prefer");
+        assert_eq!(
+            (s.cert, s.key),
+            (Some("/c.pem".into()), Some("/k.pem".into()))
+        );
         let (u, s) = split("postgres://a@h/db?sslmode=disable&sslrootcert=system").unwrap();
         assert_eq!(u, "postgres://a@h/db?sslmode=disable");
         assert_eq!(s.root, Some(RootCerts::System));
@@ -337,13 +401,17 @@ mod tests {
             let e = client_config(&TlsSettings {
                 mode,
                 root: Some(missing.clone()),
+                cert: None,
+                key: None,
             })
             .unwrap_err();
             assert!(e.message.contains("sslrootcert"), "{mode:?}: {}", e.message);
         }
         assert!(client_config(&TlsSettings {
             mode: SslMode::Disable,
-            root: None
+            root: None,
+            cert: None,
+            key: None,
         })
         .unwrap()
         .is_none());
