@@ -1,6 +1,7 @@
 //! `agentctl doctor`: checks what a first run needs (socket path, home, config, the
-//! provider keys, the agentd binary, the login service) and prints the fix for each
-//! problem. It only reads: it never starts a daemon and never changes a file.
+//! provider keys, the store, the agentd binary, the login service; a database store
+//! through `agentd store check`) and prints the fix for each problem. It only reads:
+//! it never starts a daemon and never changes a file.
 //!
 //! Provider keys are reported by variable *name* only; their values are never read
 //! into the output (the env file is scanned for `NAME=` prefixes).
@@ -298,8 +299,8 @@ fn check_config(path: &Path) -> (Check, Option<toml::Table>) {
 }
 
 /// Where the Logs live: the file home, or a database named by `AGENTD_STORE` or the
-/// config's `store`, shown only with its password redacted. The daemon connects and
-/// migrates at start; this check does not connect.
+/// config's `store`, shown only with its password redacted. A database is then checked
+/// by [`check_database`]; this one does not connect.
 fn check_store(config: Option<&toml::Table>, env: Option<&str>) -> Check {
     use agentd_proto::store_url::{is_postgres_url, redact};
     let (url, from) = match env.filter(|s| !s.is_empty()) {
@@ -310,13 +311,7 @@ fn check_store(config: Option<&toml::Table>, env: Option<&str>) -> Check {
         },
     };
     if is_postgres_url(&url) {
-        ok(
-            "store",
-            format!(
-                "{} (from {from}; the daemon connects at start)",
-                redact(&url)
-            ),
-        )
+        ok("store", format!("{} (from {from})", redact(&url)))
     } else {
         bad(
             "store",
@@ -324,6 +319,126 @@ fn check_store(config: Option<&toml::Table>, env: Option<&str>) -> Check {
             "set store = \"postgres://user@host/db\" or remove it for the file home",
         )
     }
+}
+
+/// The database store's URL and password file, when the store is a database.
+fn database_store(
+    config: Option<&toml::Table>,
+    env: Option<&str>,
+) -> Option<(String, Option<String>)> {
+    let url = env
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .or_else(|| {
+            config
+                .and_then(|c| c.get("store"))
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })?;
+    if !agentd_proto::store_url::is_postgres_url(&url) {
+        return None;
+    }
+    let password_file = config
+        .and_then(|c| c.get("store_password_file"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    Some((url, password_file))
+}
+
+/// How long `agentd store check` may take (it gives up connecting after 10 s itself).
+const STORE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Connects to a database store the way the daemon would, through `agentd store
+/// check` (which only reads), and reports the server, TLS, the schema and the leases.
+async fn check_database(url: &str, password_file: Option<&str>) -> Check {
+    use agentd_proto::store_url::redact;
+    let bin = daemon::agentd_binary();
+    let mut cmd = tokio::process::Command::new(&bin);
+    cmd.args(["store", "check", "--url", url])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(f) = password_file {
+        cmd.args(["--password-file", f]);
+    }
+    let out = match tokio::time::timeout(STORE_CHECK_TIMEOUT, cmd.output()).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            return bad(
+                "database",
+                format!("cannot run {} store check: {e}", bin.display()),
+                "install agentd (see the agentd binary check)",
+            )
+        }
+        Err(_) => {
+            return bad(
+                "database",
+                format!(
+                    "{}: no answer within {}s",
+                    redact(url),
+                    STORE_CHECK_TIMEOUT.as_secs()
+                ),
+                "check that the server is up and reachable from here",
+            )
+        }
+    };
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    if let Some(e) = v.get("error") {
+        return bad(
+            "database",
+            e["message"].as_str().unwrap_or("the check failed").to_string(),
+            "check the URL, that the server is up and reachable, the password (URL, PGPASSWORD, store_password_file or ~/.pgpass) and sslmode/sslrootcert (README: A shared PostgreSQL store)",
+        );
+    }
+    if !out.status.success() || v.is_null() {
+        return bad(
+            "database",
+            format!("{} store check gave no report", bin.display()),
+            "run `agentd store check --url …` to see why",
+        );
+    }
+    let mut detail = format!(
+        "PostgreSQL {}, {}",
+        v["server_version"].as_str().unwrap_or("?"),
+        if v["tls"] == json!(true) {
+            "TLS"
+        } else {
+            "no TLS"
+        }
+    );
+    let current = v["schema_current"].as_i64().unwrap_or(0);
+    match v["schema_version"].as_i64() {
+        None => detail.push_str(", no schema yet (the daemon creates it at its first start)"),
+        Some(have) if have > current => {
+            return bad(
+                "database",
+                format!("{detail}, schema version {have}, newer than this agentd's {current}"),
+                "upgrade agentd on this machine",
+            )
+        }
+        Some(have) => {
+            let _ = write!(detail, ", schema {have} of {current}");
+            let _ = write!(detail, ", {} sessions", v["sessions"].as_i64().unwrap_or(0));
+            let holders: Vec<String> = v["leases"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|l| {
+                    format!(
+                        "{} ({})",
+                        l["host"].as_str().unwrap_or("?"),
+                        l["sessions"].as_i64().unwrap_or(0)
+                    )
+                })
+                .collect();
+            if holders.is_empty() {
+                detail.push_str(", no lease held");
+            } else {
+                let _ = write!(detail, ", leases held by {}", holders.join(", "));
+            }
+        }
+    }
+    ok("database", detail)
 }
 
 fn check_binary() -> Check {
@@ -403,11 +518,12 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
                 .join(".config/agentd/env")
         });
     checks.extend(check_keys(config.as_ref(), &env_file));
-    checks.push(check_store(
-        config.as_ref(),
-        std::env::var("AGENTD_STORE").ok().as_deref(),
-    ));
+    let store_env = std::env::var("AGENTD_STORE").ok();
+    checks.push(check_store(config.as_ref(), store_env.as_deref()));
     checks.push(check_binary());
+    if let Some((url, password_file)) = database_store(config.as_ref(), store_env.as_deref()) {
+        checks.push(check_database(&url, password_file.as_deref()).await);
+    }
     checks.push(check_service(target).await);
 
     let problems = checks.iter().filter(|c| !c.ok).count();

@@ -69,4 +69,16 @@ pub enum StoreCmd {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Connect to a PostgreSQL store as the daemon would and report what `agentctl
+    /// doctor` shows: the server version, whether the connection uses TLS, the schema
+    /// version, the sessions and which hosts hold leases. Only reads. Prints one JSON
+    /// document.
+    Check {
+        /// The store: a postgres:// URL
+        #[arg(long)]
+        url: String,
+        /// A file whose first line is the password (config's `store_password_file`)
+        #[arg(long)]
+        password_file: Option<std::path::PathBuf>,
+    },
 }

@@ -79,6 +79,9 @@ fn main() -> ExitCode {
     if let Some(cli::Cmd::Store(cli::StoreCmd::Copy { from, to, session })) = &args.command {
         return store_copy(from, to, session.as_deref());
     }
+    if let Some(cli::Cmd::Store(cli::StoreCmd::Check { url, password_file })) = &args.command {
+        return store_check(url, password_file.clone());
+    }
     // Before any thread exists: it clears LISTEN_*/NOTIFY_SOCKET from the environment.
     let activation = match agentd::activation::Activation::from_env() {
         Ok(a) => a,
@@ -154,6 +157,35 @@ fn store_copy(from: &str, to: &str, session: Option<&str>) -> ExitCode {
         }
         Err(e) => {
             eprintln!("agentd: store copy: {e}");
+            println!(
+                "{}",
+                serde_json::json!({"error": {"kind": e.kind.as_str(), "message": e.message, "details": e.details}})
+            );
+            ExitCode::from(e.kind.exit_code().clamp(1, 255) as u8)
+        }
+    }
+}
+
+fn store_check(url: &str, password_file: Option<std::path::PathBuf>) -> ExitCode {
+    let spec = agentd::pgstore::conn::ConnSpec {
+        url: url.to_string(),
+        password_file,
+    };
+    let res = if agentd_proto::store_url::is_postgres_url(url) {
+        agentd::pgstore::check::check(&spec)
+    } else {
+        Err(agentd_proto::AgentError::invalid_args(format!(
+            "not a postgres:// URL: {}",
+            agentd_proto::store_url::redact(url)
+        )))
+    };
+    match res {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("agentd: store check: {}", e.message);
             println!(
                 "{}",
                 serde_json::json!({"error": {"kind": e.kind.as_str(), "message": e.message, "details": e.details}})

@@ -1050,12 +1050,29 @@ fn tls_to_the_database_is_used_and_checked_as_sslmode_asks() {
         d
     };
 
-    // verify-full with the right CA and name: the daemon's connections are encrypted.
-    let d = works(url(
+    // verify-full with the right CA and name: the daemon's connections are encrypted,
+    // and so is doctor's.
+    let store = url(
         "localhost",
         format!("sslmode=verify-full&sslrootcert={}", ca.display()),
-    ));
+    );
+    let d = works(store.clone());
     assert_eq!(agentd_connections_tls(&pg), (false, true));
+    let out = d
+        .agentctl_cmd()
+        .args(["doctor", "--json"])
+        .env("AGENTD_STORE", &store)
+        .output()
+        .unwrap();
+    let check = doctor_check(&out, "database");
+    assert!(
+        check["ok"] == json!(true)
+            && check["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(", TLS,"),
+        "{check}"
+    );
     drop(d);
     no_agentd_connections(&pg);
 
@@ -1170,4 +1187,72 @@ fn a_client_certificate_from_the_url_logs_the_daemon_in() {
         let err = d.wait_ready(Duration::from_secs(20)).unwrap_err();
         assert!(err.contains(says), "{store}: {err}");
     }
+}
+
+/// `agentctl doctor --json`'s check named `name`, from the report on stdout or from
+/// the error's details when a check failed.
+fn doctor_check(out: &std::process::Output, name: &str) -> Value {
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let checks = v
+        .pointer("/result/checks")
+        .or_else(|| v.get("checks"))
+        .or_else(|| v.pointer("/error/details/checks"))
+        .unwrap_or_else(|| panic!("no checks in {v}"));
+    checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check in {v}"))
+        .clone()
+}
+
+#[test]
+fn doctor_connects_to_the_database_store_and_reports_schema_and_leases() {
+    let pg = PgServer::shared();
+    let url = pg.create_db();
+    let d = daemon_on(&url, 30.0);
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, json!({}));
+    // Loaded to append to it: this daemon holds its lease.
+    let r = append(&mut c, &sid, user("leased"));
+    assert!(r.get("result").is_some(), "{r}");
+
+    let out = d
+        .agentctl_cmd()
+        .args(["doctor", "--json"])
+        .env("AGENTD_STORE", &url)
+        .output()
+        .unwrap();
+    let check = doctor_check(&out, "database");
+    let detail = check["detail"].as_str().unwrap_or_default();
+    assert_eq!(check["ok"], json!(true), "{check}");
+    assert!(detail.starts_with("PostgreSQL "), "{detail}");
+    assert!(detail.contains("no TLS"), "{detail}");
+    assert!(detail.contains(", 1 sessions"), "{detail}");
+    assert!(
+        detail.contains(&format!("leases held by {} (1)", hostname())),
+        "{detail}"
+    );
+
+    // A database nobody can reach: the check fails and says why.
+    let nowhere = url.replacen(":5432/", ":1/", 1);
+    assert_ne!(nowhere, url);
+    let out = d
+        .agentctl_cmd()
+        .args(["doctor", "--json"])
+        .env("AGENTD_STORE", &nowhere)
+        .output()
+        .unwrap();
+    let check = doctor_check(&out, "database");
+    assert_eq!(check["ok"], json!(false), "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot connect"),
+        "{check}"
+    );
+    assert!(!out.status.success());
 }

@@ -19,6 +19,7 @@
 //! store trait is called from blocking threads; calls that arrive on a runtime thread
 //! run on a scoped thread of their own.
 
+pub mod check;
 mod commit;
 pub mod conn;
 mod schema;
