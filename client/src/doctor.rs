@@ -303,12 +303,8 @@ fn check_config(path: &Path) -> (Check, Option<toml::Table>) {
 /// by [`check_database`]; this one does not connect.
 fn check_store(config: Option<&toml::Table>, env: Option<&str>) -> Check {
     use agentd_proto::store_url::{is_postgres_url, redact};
-    let (url, from) = match env.filter(|s| !s.is_empty()) {
-        Some(u) => (u.to_string(), "AGENTD_STORE"),
-        None => match config.and_then(|c| c.get("store")).and_then(|v| v.as_str()) {
-            Some(u) => (u.to_string(), "config store"),
-            None => return ok("store", "file home"),
-        },
+    let Some((url, from)) = store_url(config, env) else {
+        return ok("store", "file home");
     };
     if is_postgres_url(&url) {
         ok("store", format!("{} (from {from})", redact(&url)))
@@ -321,20 +317,24 @@ fn check_store(config: Option<&toml::Table>, env: Option<&str>) -> Check {
     }
 }
 
+/// The store the daemon would use, and where that was said: `AGENTD_STORE`, else the
+/// config's `store`; `None` for the file home.
+fn store_url(config: Option<&toml::Table>, env: Option<&str>) -> Option<(String, &'static str)> {
+    match env.filter(|s| !s.is_empty()) {
+        Some(u) => Some((u.to_string(), "AGENTD_STORE")),
+        None => config
+            .and_then(|c| c.get("store"))
+            .and_then(|v| v.as_str())
+            .map(|u| (u.to_string(), "config store")),
+    }
+}
+
 /// The database store's URL and password file, when the store is a database.
 fn database_store(
     config: Option<&toml::Table>,
     env: Option<&str>,
 ) -> Option<(String, Option<String>)> {
-    let url = env
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .or_else(|| {
-            config
-                .and_then(|c| c.get("store"))
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-        })?;
+    let (url, _) = store_url(config, env)?;
     if !agentd_proto::store_url::is_postgres_url(&url) {
         return None;
     }
@@ -354,7 +354,10 @@ async fn check_database(url: &str, password_file: Option<&str>) -> Check {
     use agentd_proto::store_url::redact;
     let bin = daemon::agentd_binary();
     let mut cmd = tokio::process::Command::new(&bin);
-    cmd.args(["store", "check", "--url", url])
+    // The URL goes in the environment, never in the arguments: it may hold a
+    // password, and other users can read a process's arguments.
+    cmd.args(["store", "check"])
+        .env("AGENTD_STORE", url)
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -394,7 +397,7 @@ async fn check_database(url: &str, password_file: Option<&str>) -> Check {
         return bad(
             "database",
             format!("{} store check gave no report", bin.display()),
-            "run `agentd store check --url …` to see why",
+            "run `agentd store check` (with AGENTD_STORE set) to see why",
         );
     }
     let mut detail = format!(

@@ -74,8 +74,9 @@ pub enum StoreCmd {
     /// version, the sessions and which hosts hold leases. Only reads. Prints one JSON
     /// document.
     Check {
-        /// The store: a postgres:// URL
-        #[arg(long)]
+        /// The store: a postgres:// URL (from the environment, it stays out of the
+        /// process list)
+        #[arg(long, env = "AGENTD_STORE", hide_env_values = true)]
         url: String,
         /// A file whose first line is the password (config's `store_password_file`)
         #[arg(long)]

@@ -150,13 +150,19 @@ fn store_copy(from: &str, to: &str, session: Option<&str>) -> ExitCode {
             "events": events,
         }))
     };
-    match run() {
+    report("store copy", run())
+}
+
+/// Prints a `store` command's JSON document (its result, or `{"error": …}` with the
+/// message also on stderr) and gives the exit code of its outcome.
+fn report(what: &str, res: Result<serde_json::Value, agentd_proto::AgentError>) -> ExitCode {
+    match res {
         Ok(v) => {
             println!("{v}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("agentd: store copy: {e}");
+            eprintln!("agentd: {what}: {e}");
             println!(
                 "{}",
                 serde_json::json!({"error": {"kind": e.kind.as_str(), "message": e.message, "details": e.details}})
@@ -179,20 +185,7 @@ fn store_check(url: &str, password_file: Option<std::path::PathBuf>) -> ExitCode
             agentd_proto::store_url::redact(url)
         )))
     };
-    match res {
-        Ok(v) => {
-            println!("{v}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("agentd: store check: {}", e.message);
-            println!(
-                "{}",
-                serde_json::json!({"error": {"kind": e.kind.as_str(), "message": e.message, "details": e.details}})
-            );
-            ExitCode::from(e.kind.exit_code().clamp(1, 255) as u8)
-        }
-    }
+    report("store check", res)
 }
 
 fn redact_if_url(s: &str, redact: fn(&str) -> String) -> String {

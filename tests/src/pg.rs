@@ -156,25 +156,29 @@ impl PgServer {
             ],
         );
         if let Some((cert, key)) = tls {
-            use std::os::unix::fs::PermissionsExt;
-            for (name, text, mode) in [("server.crt", cert, 0o644), ("server.key", key, 0o600)] {
-                let path = data.join(name);
-                std::fs::write(&path, text).expect("write the server's TLS files");
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                    .expect("chmod");
-                if let Some(user) = &s.run_as {
-                    let st = Command::new("chown")
-                        .arg(user)
-                        .arg(&path)
-                        .status()
-                        .expect("chown");
-                    assert!(st.success(), "chown {} to {user}", path.display());
-                }
-            }
+            s.server_file("server.crt", cert, 0o644);
+            s.server_file("server.key", key, 0o600);
         }
         s.start_server();
         s.watchdog();
         s
+    }
+
+    /// Writes `text` to `name` in the data directory with `mode`, owned by the user the
+    /// server runs as (PostgreSQL refuses a key file others can read).
+    fn server_file(&self, name: &str, text: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.root.join("data").join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        if let Some(user) = &self.run_as {
+            let st = Command::new("chown")
+                .arg(user)
+                .arg(&path)
+                .status()
+                .expect("chown");
+            assert!(st.success(), "chown {} to {user}", path.display());
+        }
     }
 
     /// The server's port (TCP on 127.0.0.1 for a server with TLS).
@@ -187,16 +191,7 @@ impl PgServer {
     /// open to all. Returns once the server has reloaded.
     pub fn require_client_cert(&self, ca_pem: &str) {
         let data = self.root.join("data");
-        let ca = data.join("root.crt");
-        std::fs::write(&ca, ca_pem).expect("write root.crt");
-        if let Some(user) = &self.run_as {
-            let st = Command::new("chown")
-                .arg(user)
-                .arg(&ca)
-                .status()
-                .expect("chown");
-            assert!(st.success(), "chown {} to {user}", ca.display());
-        }
+        self.server_file("root.crt", ca_pem, 0o644);
         std::fs::write(
             data.join("pg_hba.conf"),
             "local all all trust\nhostssl all all 127.0.0.1/32 cert\nhost all all 127.0.0.1/32 reject\n",

@@ -15,11 +15,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// version, how many sessions the store holds and which daemons hold leases now.
 pub fn check(spec: &ConnSpec) -> Result<Value, AgentError> {
     let shown = conn::redact(&spec.url);
-    let mut cfg = conn::config(spec)?;
+    let (mut cfg, connector) = conn::connection(spec)?;
     if cfg.get_connect_timeout().is_none() {
         cfg.connect_timeout(CONNECT_TIMEOUT);
     }
-    let connector = conn::connector(spec, &cfg)?;
     let failed = |what: &str, e: postgres::Error| {
         let mut err = conn::store_error(ErrorKind::Network, what, &e);
         err.message = format!("store {shown}: {what}: {}", describe(&e).1);

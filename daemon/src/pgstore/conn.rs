@@ -26,16 +26,25 @@ impl std::fmt::Debug for ConnSpec {
 
 pub use agentd_proto::store_url::{is_postgres_url, redact};
 
-/// Parses the URL and fills in the password: the URL's own, else `PGPASSWORD`, else
-/// the configured password file (its first line), else a matching `~/.pgpass` line
-/// (`PGPASSFILE` names another file).
-/// `sslmode` and `sslrootcert` are taken off the URL first ([`super::tls::split`]).
-pub fn config(spec: &ConnSpec) -> Result<postgres::Config, AgentError> {
-    let (url, _) = super::tls::split(&spec.url).map_err(|e| AgentError {
+/// The driver's settings and how to connect, from one reading of the URL: its TLS
+/// settings are taken off first ([`super::tls::split`]), the rest is parsed and the
+/// password filled in: the URL's own, else `PGPASSWORD`, else the configured password
+/// file (its first line), else a matching `~/.pgpass` line (`PGPASSFILE` names another
+/// file). Errors name the URL redacted.
+pub fn connection(spec: &ConnSpec) -> Result<(postgres::Config, Connector), AgentError> {
+    let shown = |e: AgentError| AgentError {
         message: format!("store URL {}: {}", redact(&spec.url), e.message),
         ..e
-    })?;
-    let mut cfg = postgres::Config::from_str(&url).map_err(|e| {
+    };
+    let (url, tls) = super::tls::split(&spec.url).map_err(shown)?;
+    let cfg = config(spec, &url)?;
+    let connector = connector(&tls, &cfg).map_err(shown)?;
+    Ok((cfg, connector))
+}
+
+/// The driver's settings from `url` (the store URL without its TLS settings).
+fn config(spec: &ConnSpec, url: &str) -> Result<postgres::Config, AgentError> {
+    let mut cfg = postgres::Config::from_str(url).map_err(|e| {
         AgentError::invalid_args(format!(
             "store URL {} does not parse: {e}",
             redact(&spec.url)
@@ -68,8 +77,10 @@ pub enum Connector {
     },
 }
 
-pub fn connector(spec: &ConnSpec, cfg: &postgres::Config) -> Result<Connector, AgentError> {
-    let (_, settings) = super::tls::split(&spec.url)?;
+fn connector(
+    settings: &super::tls::TlsSettings,
+    cfg: &postgres::Config,
+) -> Result<Connector, AgentError> {
     let tcp = cfg
         .get_hosts()
         .iter()
@@ -78,7 +89,7 @@ pub fn connector(spec: &ConnSpec, cfg: &postgres::Config) -> Result<Connector, A
         return Ok(Connector::Plain);
     }
     use super::tls::SslMode;
-    Ok(match super::tls::client_config(&settings)? {
+    Ok(match super::tls::client_config(settings)? {
         Some(c) => Connector::Tls {
             tls: tokio_postgres_rustls::MakeRustlsConnect::new(c),
             fallback: matches!(settings.mode, SslMode::Prefer | SslMode::Allow),
@@ -245,13 +256,16 @@ mod tests {
             password_file: Some(pw),
         };
         if std::env::var_os("PGPASSWORD").is_none() {
-            let cfg = config(&spec).unwrap();
+            let (cfg, _) = connection(&spec).unwrap();
             assert_eq!(cfg.get_password(), Some(&b"from-file"[..]));
         }
         let spec = ConnSpec {
             url: "postgres://ann:inurl@localhost/agentd".into(),
             password_file: None,
         };
-        assert_eq!(config(&spec).unwrap().get_password(), Some(&b"inurl"[..]));
+        assert_eq!(
+            connection(&spec).unwrap().0.get_password(),
+            Some(&b"inurl"[..])
+        );
     }
 }

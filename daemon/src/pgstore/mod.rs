@@ -326,9 +326,7 @@ impl PgStore {
     /// Connects, applies the schema migrations and starts the commit and renewal
     /// threads. Errors never contain the URL's password.
     pub fn open(opts: &PgOptions) -> Result<Arc<PgStore>, String> {
-        let cfg = conn::config(&opts.spec).map_err(|e| e.message)?;
-        let connector = conn::connector(&opts.spec, &cfg)
-            .map_err(|e| format!("store {}: {}", redact(&opts.spec.url), e.message))?;
+        let (cfg, connector) = conn::connection(&opts.spec).map_err(|e| e.message)?;
         let host = hostname();
         let shared = Arc::new(Shared {
             cfg,

@@ -104,7 +104,7 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), AgentError> {
                 let v = percent_decode(v);
                 mode = SslMode::parse(&v).ok_or_else(|| {
                     AgentError::invalid_args(format!(
-                        "store URL: sslmode={v} is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                        "sslmode={v} is not one of disable, allow, prefer, require, verify-ca, verify-full"
                     ))
                 })?;
             }
@@ -189,7 +189,7 @@ fn client_identity(
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         (Some(_), None) | (None, Some(_)) => {
             return Err(tls_error(
-                "store URL: sslcert and sslkey go together (a client certificate and its key)"
+                "sslcert and sslkey go together (a client certificate and its key)"
                     .into(),
             ))
         }
