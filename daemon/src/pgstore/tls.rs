@@ -189,8 +189,7 @@ fn client_identity(
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         (Some(_), None) | (None, Some(_)) => {
             return Err(tls_error(
-                "sslcert and sslkey go together (a client certificate and its key)"
-                    .into(),
+                "sslcert and sslkey go together (a client certificate and its key)".into(),
             ))
         }
     };
