@@ -78,6 +78,11 @@ impl Default for SnapshotConfig {
 pub struct Config {
     pub durability: Durability,
     pub batch_ms: u64,
+    /// Batches of several sessions' Logs on one local filesystem (ext4, XFS, Btrfs;
+    /// Linux 5.8+) are made durable by one `syncfs` instead of an `fdatasync` each
+    /// (default on). Off: every Log syncs alone, so a session's append never waits on
+    /// other files of that filesystem being written back.
+    pub group_sync: bool,
     pub max_message_bytes: usize,
     /// Seconds a loaded session with no activity stays in memory.
     pub idle_evict_s: u64,
@@ -111,6 +116,7 @@ impl Default for Config {
         Config {
             durability: Durability::Sync,
             batch_ms: 5,
+            group_sync: true,
             max_message_bytes: 16 * 1024 * 1024,
             idle_evict_s: 600,
             permission_timeout_s: 60,

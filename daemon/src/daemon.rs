@@ -32,6 +32,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
     // that saw the daemon answer may stop it at once, and that stop must be clean.
     let signals = StopSignals::install();
     let config = Config::load(&opts.config)?;
+    crate::store::set_group_sync(config.group_sync);
     // The socket must be 0600 from birth; a chmod after bind would race a connect.
     unsafe { libc::umask(0o077) };
     let home = Home::open(&opts.home).map_err(|e| format!("home {}: {e}", opts.home.display()))?;

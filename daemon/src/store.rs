@@ -426,6 +426,100 @@ pub trait LogAppender: Send + 'static {
     fn commit_threads(&self) -> usize {
         COMMIT_THREADS
     }
+
+    /// The filesystem (its device number) on which one `syncfs` makes this Log's
+    /// writes durable together with other Logs' ([`GroupedAppend`]); `None` when each
+    /// batch must sync alone.
+    fn sync_group(&self) -> Option<u64> {
+        None
+    }
+
+    /// The two halves of a grouped append, when [`sync_group`](Self::sync_group) is
+    /// `Some`.
+    fn grouped(&mut self) -> Option<&mut dyn GroupedAppend> {
+        None
+    }
+}
+
+/// An append split around a sync shared with other Logs on the same filesystem: the
+/// commit thread writes every batch of a group, makes them all durable with one
+/// `syncfs`, then settles each. What one Log's batch costs the device is then shared:
+/// one journal commit and one cache flush for the group, instead of one per Log.
+pub trait GroupedAppend {
+    /// Writes whole lines without syncing them. On failure nothing of `bytes` remains,
+    /// as with [`LogAppender::append`].
+    fn write_unsynced(&mut self, bytes: &[u8]) -> Result<(), AgentError>;
+    /// A descriptor of the Log, for the group's `syncfs`.
+    fn sync_fd(&self) -> std::os::fd::RawFd;
+    /// Settles the `len` bytes `write_unsynced` wrote with the group's sync outcome:
+    /// on success they are acknowledged; a failure stops the writer as a failed
+    /// `fdatasync` does (never retried, the batch cut back).
+    fn finish(&mut self, len: usize, synced: &io::Result<()>) -> Result<(), AgentError>;
+}
+
+/// Whether batches of several file Logs on one filesystem share one `syncfs`
+/// (config `group_sync`, default on).
+static GROUP_SYNC: AtomicBool = AtomicBool::new(true);
+
+/// Turns grouped syncs on or off for the whole process (config `group_sync`).
+pub fn set_group_sync(on: bool) {
+    GROUP_SYNC.store(on, Ordering::SeqCst);
+}
+
+/// The device a Log file may share a `syncfs` on, when that is as safe as its own
+/// `fdatasync`: Linux 5.8 or later (`syncfs` reports writeback errors only since 5.8)
+/// and a local journaling filesystem whose `syncfs` commits and flushes (ext4, XFS,
+/// Btrfs). Anything else syncs alone.
+fn group_device(file: &File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    if !syncfs_reports_errors() {
+        return None;
+    }
+    // SAFETY: `fstatfs` writes into the zeroed struct; the descriptor is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683E;
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets
+    let kind = st.f_type as i64;
+    if ![EXT4, XFS, BTRFS].contains(&kind) {
+        return None;
+    }
+    file.metadata().ok().map(|m| m.dev())
+}
+
+/// Linux 5.8 or later (read once from `uname`).
+fn syncfs_reports_errors() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        // SAFETY: `uname` fills the zeroed struct.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return false;
+        }
+        let release: String = u
+            .release
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8 as char)
+            .collect();
+        kernel_at_least(&release, (5, 8))
+    })
+}
+
+/// Whether a kernel release string (`6.1.0-18-amd64`) is at least `want`.
+fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
+    }
 }
 
 /// Logs as NDJSON files under the home directory (DESIGN §3).
@@ -477,12 +571,14 @@ impl LogStore for FileStore {
 fn open_appender(path: &Path) -> Result<Box<dyn LogAppender>, AgentError> {
     let w = LogWriter::open(path)?;
     if crate::fault::active() {
-        let len = w.len;
+        let (len, group) = (w.len, w.group);
         let file = FaultFile {
             file: w.file,
             path: path.to_path_buf(),
         };
-        return Ok(Box::new(LogWriter::with_file(file, len)));
+        let mut w = LogWriter::with_file(file, len);
+        w.group = group;
+        return Ok(Box::new(w));
     }
     Ok(Box::new(w))
 }
@@ -514,6 +610,28 @@ impl LogFile for FaultFile {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
+    }
+    fn group_synced(&mut self, synced: &io::Result<()>) -> io::Result<()> {
+        // An `fsync` rule fails this Log's share of a group's sync as it would its
+        // own `fdatasync`.
+        match crate::fault::check(crate::fault::Op::Fsync, &self.path) {
+            Some(f) => Err(f.error()),
+            None => copy_result(synced),
+        }
+    }
+}
+
+/// An owned copy of a sync outcome shared by a group (`io::Error` is not `Clone`).
+fn copy_result(r: &io::Result<()>) -> io::Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(match e.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(e.kind(), e.to_string()),
+        }),
+    }
 }
 
 /// The system calls a Log append makes, in one place: a fault-injecting file can
@@ -524,6 +642,13 @@ pub trait LogFile: Send + 'static {
     fn sync_data(&mut self) -> io::Result<()>;
     /// Cuts the file back to `len` after a failed append.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// The descriptor a group's `syncfs` may use (only asked when the writer has a
+    /// sync group).
+    fn raw_fd(&self) -> std::os::fd::RawFd;
+    /// This file's outcome of a `syncfs` that covered it.
+    fn group_synced(&mut self, synced: &io::Result<()>) -> io::Result<()> {
+        copy_result(synced)
+    }
 }
 
 impl LogFile for File {
@@ -535,6 +660,9 @@ impl LogFile for File {
     }
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         File::set_len(self, len)
+    }
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(self)
     }
 }
 
@@ -549,6 +677,8 @@ pub struct LogWriter<F: LogFile = File> {
     file: F,
     len: u64,
     stopped: bool,
+    /// The device whose `syncfs` may make this Log durable with others ([`group_device`]).
+    group: Option<u64>,
 }
 
 impl LogWriter<File> {
@@ -562,6 +692,7 @@ impl LogWriter<File> {
             .map_err(|e| write_failed("stat log", &e))?
             .len();
         Ok(LogWriter {
+            group: group_device(&file),
             file,
             len,
             stopped: false,
@@ -576,7 +707,14 @@ impl<F: LogFile> LogWriter<F> {
             file,
             len,
             stopped: false,
+            group: None,
         }
+    }
+
+    /// Lets this writer's batches share a `syncfs` with other Logs' on `device`.
+    pub fn with_group(mut self, device: u64) -> LogWriter<F> {
+        self.group = Some(device);
+        self
     }
 
     /// Writes `bytes` (whole lines) and syncs data when `sync`. On failure the file is
@@ -586,6 +724,23 @@ impl<F: LogFile> LogWriter<F> {
     /// `details.acked_bytes` (the Log's length as acknowledged), and every later call
     /// fails the same way without touching the file.
     pub fn write_batch(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
+        self.write_only(bytes)?;
+        if sync {
+            if let Err(e) = self.file.sync_data() {
+                // Never retried, never acknowledged. Cut the batch off (best effort; the
+                // recovery checks the length anyway) and stop.
+                self.stopped = true;
+                let _ = self.file.set_len(self.len);
+                return Err(self.stopped_error(write_failed("fdatasync of the log", &e)));
+            }
+        }
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// The write half of an append: refused once stopped; a failed write is cut back
+    /// (a failed cut stops the writer). The length acknowledged does not move.
+    fn write_only(&mut self, bytes: &[u8]) -> Result<(), AgentError> {
         if self.stopped {
             return Err(self.stopped_error(AgentError::new(
                 ErrorKind::IoError,
@@ -599,16 +754,6 @@ impl<F: LogFile> LogWriter<F> {
             }
             return Err(write_failed("append to log", &e));
         }
-        if sync {
-            if let Err(e) = self.file.sync_data() {
-                // Never retried, never acknowledged. Cut the batch off (best effort; the
-                // recovery checks the length anyway) and stop.
-                self.stopped = true;
-                let _ = self.file.set_len(self.len);
-                return Err(self.stopped_error(write_failed("fdatasync of the log", &e)));
-            }
-        }
-        self.len += bytes.len() as u64;
         Ok(())
     }
 
@@ -711,6 +856,34 @@ impl<F: LogFile> LogAppender for LogWriter<F> {
     fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
         self.write_batch(bytes, sync)
     }
+    fn sync_group(&self) -> Option<u64> {
+        self.group
+    }
+    fn grouped(&mut self) -> Option<&mut dyn GroupedAppend> {
+        match self.group {
+            Some(_) => Some(self),
+            None => None,
+        }
+    }
+}
+
+impl<F: LogFile> GroupedAppend for LogWriter<F> {
+    fn write_unsynced(&mut self, bytes: &[u8]) -> Result<(), AgentError> {
+        self.write_only(bytes)
+    }
+    fn sync_fd(&self) -> std::os::fd::RawFd {
+        self.file.raw_fd()
+    }
+    fn finish(&mut self, len: usize, synced: &io::Result<()>) -> Result<(), AgentError> {
+        if let Err(e) = self.file.group_synced(synced) {
+            // As after a failed `fdatasync`: never retried, never acknowledged.
+            self.stopped = true;
+            let _ = self.file.set_len(self.len);
+            return Err(self.stopped_error(write_failed("syncfs of the log's filesystem", &e)));
+        }
+        self.len += len as u64;
+        Ok(())
+    }
 }
 
 /// A session's Log writer, served by the process's commit threads. The actor hands it
@@ -725,6 +898,8 @@ pub struct WriterThread {
     writer: Arc<Mutex<Box<dyn LogAppender>>>,
     /// The appender's [`LogAppender::commit_threads`].
     threads: usize,
+    /// The appender's [`LogAppender::sync_group`].
+    group: Option<u64>,
 }
 
 /// Runs on the commit thread right after a write, with its outcome: the session uses it
@@ -735,6 +910,8 @@ struct WriteJob {
     writer: Arc<Mutex<Box<dyn LogAppender>>>,
     /// Most commit threads that may run while this job waits for one.
     threads: usize,
+    /// The filesystem whose `syncfs` may cover this job with others.
+    group: Option<u64>,
     bytes: Vec<u8>,
     sync: bool,
     after: Option<AfterWrite>,
@@ -742,13 +919,16 @@ struct WriteJob {
 }
 
 impl WriteJob {
+    /// Synced, on a filesystem whose `syncfs` may cover it with others, while grouped
+    /// syncs are on.
+    fn groupable(&self) -> bool {
+        self.sync && self.group.is_some() && GROUP_SYNC.load(Ordering::Relaxed)
+    }
+
     fn run(self) {
         let res = match self.writer.lock() {
             Ok(mut w) => w.append(&self.bytes, self.sync),
-            Err(_) => Err(AgentError::new(
-                ErrorKind::LogWriteFailed,
-                "the Log writer failed earlier",
-            )),
+            Err(_) => Err(writer_failed_earlier()),
         };
         // Publication and answers first, the outcome last: once the actor has applied
         // the batch (after the outcome), its lines have been broadcast, so a subscriber
@@ -759,6 +939,116 @@ impl WriteJob {
         }
         let _ = self.done.send(res);
     }
+}
+
+/// Most syncs of groupable batches running at once: later batches queue and go
+/// together into the next sync that ends.
+const GROUPS_IN_FLIGHT: usize = 2;
+
+/// Most batches one grouped sync covers.
+const MAX_SYNC_GROUP: usize = 256;
+
+/// Takes from `queue` the batches that may share `first`'s sync: synced batches of
+/// other Logs on the same filesystem, in queue order, up to [`MAX_SYNC_GROUP`] in all.
+/// Empty when `first` syncs alone. The rest keep their order.
+fn take_group(first: &WriteJob, queue: &mut std::collections::VecDeque<WriteJob>) -> Vec<WriteJob> {
+    let mut group = Vec::new();
+    if !first.groupable() {
+        return group;
+    }
+    let joins = |j: &WriteJob, group: &[WriteJob]| {
+        j.sync
+            && j.group == first.group
+            && !Arc::ptr_eq(&j.writer, &first.writer)
+            && !group.iter().any(|g| Arc::ptr_eq(&g.writer, &j.writer))
+    };
+    if !queue.iter().any(|j| joins(j, &group)) {
+        return group;
+    }
+    let mut rest = std::collections::VecDeque::with_capacity(queue.len());
+    for j in queue.drain(..) {
+        if group.len() + 1 < MAX_SYNC_GROUP && joins(&j, &group) {
+            group.push(j);
+        } else {
+            rest.push_back(j);
+        }
+    }
+    *queue = rest;
+    group
+}
+
+/// Commits batches of several Logs on one filesystem together: each batch is written,
+/// one `syncfs` makes them all durable, then each writer settles its batch with that
+/// outcome and each batch's answers and outcome go out, in order. A batch whose write
+/// fails fails alone; a failed sync fails every batch written before it.
+fn run_group(jobs: Vec<WriteJob>) {
+    let mut results: Vec<Option<Result<(), AgentError>>> = Vec::with_capacity(jobs.len());
+    let mut written = Vec::with_capacity(jobs.len());
+    let mut fd = None;
+    for job in &jobs {
+        let mut guard = match job.writer.lock() {
+            Ok(g) => g,
+            Err(_) => {
+                results.push(Some(Err(writer_failed_earlier())));
+                written.push(None);
+                continue;
+            }
+        };
+        let wrote = match guard.grouped() {
+            Some(g) => g.write_unsynced(&job.bytes).map(|()| g.sync_fd()),
+            // Not groupable after all: its own append, synced.
+            None => {
+                results.push(Some(guard.append(&job.bytes, true)));
+                written.push(None);
+                continue;
+            }
+        };
+        match wrote {
+            Ok(raw) => {
+                fd.get_or_insert(raw);
+                results.push(None);
+                written.push(Some(guard));
+            }
+            Err(e) => {
+                results.push(Some(Err(e)));
+                written.push(None);
+            }
+        }
+    }
+    let synced = match fd {
+        Some(fd) => syncfs(fd),
+        None => Ok(()),
+    };
+    for ((job, guard), result) in jobs.iter().zip(written.iter_mut()).zip(results.iter_mut()) {
+        if let Some(mut w) = guard.take() {
+            let g = w
+                .grouped()
+                .expect("a written member of the group is grouped");
+            *result = Some(g.finish(job.bytes.len(), &synced));
+        }
+    }
+    drop(written);
+    for (job, result) in jobs.into_iter().zip(results) {
+        let res = result.unwrap_or_else(|| Err(writer_failed_earlier()));
+        if let Some(after) = job.after {
+            after(&res);
+        }
+        let _ = job.done.send(res);
+    }
+}
+
+/// `syncfs(2)` of the filesystem holding `fd`.
+fn syncfs(fd: std::os::fd::RawFd) -> io::Result<()> {
+    // SAFETY: a plain system call on a descriptor a locked writer keeps open.
+    if unsafe { libc::syncfs(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn writer_failed_earlier() -> AgentError {
+    AgentError::new(ErrorKind::LogWriteFailed, "the Log writer failed earlier")
 }
 
 /// Most commit threads file Logs use: as many Logs sync at once. Measured on a
@@ -814,6 +1104,8 @@ struct PoolState {
     idle: usize,
     /// Idle threads woken and not yet running.
     signaled: usize,
+    /// Threads running a batch that may sync in a group (alone or with others).
+    groups_running: usize,
 }
 
 static POOL: CommitPool = CommitPool {
@@ -822,6 +1114,7 @@ static POOL: CommitPool = CommitPool {
         threads: 0,
         idle: 0,
         signaled: 0,
+        groups_running: 0,
     }),
     ready: std::sync::Condvar::new(),
 };
@@ -836,6 +1129,13 @@ impl CommitPool {
         let mut st = pool_lock();
         st.queue.push_back(job);
         let ahead = QUEUED.fetch_add(1, Ordering::SeqCst);
+        if st.queue.back().is_some_and(WriteJob::groupable) && st.groups_running >= GROUPS_IN_FLIGHT
+        {
+            // The batch waits for a running group to end: its thread then takes every
+            // batch queued meanwhile into one sync, where a thread of its own would
+            // sync this one alone beside it.
+            return;
+        }
         if ahead == 0 && SPINNING.load(Ordering::SeqCst) {
             // A thread that just finished a batch is polling the queue: it takes this
             // one without a futex wake (and, on a VM, without waking a halted vCPU).
@@ -884,11 +1184,24 @@ impl CommitPool {
         let mut st = pool_lock();
         loop {
             if let Some(job) = st.queue.pop_front() {
-                QUEUED.fetch_sub(1, Ordering::SeqCst);
+                let mut group = take_group(&job, &mut st.queue);
+                QUEUED.fetch_sub(1 + group.len(), Ordering::SeqCst);
+                let groupable = job.groupable();
+                st.groups_running += usize::from(groupable);
                 drop(st);
                 RUNNING.fetch_add(1, Ordering::SeqCst);
-                job.run();
+                if group.is_empty() {
+                    job.run();
+                } else {
+                    group.insert(0, job);
+                    run_group(group);
+                }
                 RUNNING.fetch_sub(1, Ordering::SeqCst);
+                if groupable {
+                    // Under the lock: a batch left queued for a running group (see
+                    // `submit`) is seen by this thread's next look at the queue.
+                    pool_lock().groups_running -= 1;
+                }
                 spin_for_next();
                 st = pool_lock();
                 continue;
@@ -908,6 +1221,7 @@ impl WriterThread {
     pub fn spawn(writer: Box<dyn LogAppender>, _sid: &str) -> WriterThread {
         WriterThread {
             threads: writer.commit_threads().max(1),
+            group: writer.sync_group(),
             writer: Arc::new(Mutex::new(writer)),
         }
     }
@@ -936,6 +1250,7 @@ impl WriterThread {
         CommitPool::submit(WriteJob {
             writer: self.writer.clone(),
             threads: self.threads,
+            group: self.group,
             bytes,
             sync,
             after,
@@ -1229,6 +1544,9 @@ mod tests {
             self.bytes.truncate(len as usize);
             Ok(())
         }
+        fn raw_fd(&self) -> std::os::fd::RawFd {
+            -1
+        }
     }
 
     #[test]
@@ -1354,6 +1672,153 @@ mod tests {
             let want: String = (0..20).map(|n| format!("{i}:{n}\n")).collect();
             assert_eq!(fs::read_to_string(path).unwrap(), want);
         }
+    }
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        for (release, ok) in [
+            ("5.8.0", true),
+            ("6.1.0-18-amd64", true),
+            ("6.18.44-fc-v669", true),
+            ("5.7.19", false),
+            ("4.19.0", false),
+            ("5", false),
+            ("", false),
+        ] {
+            assert_eq!(kernel_at_least(release, (5, 8)), ok, "{release}");
+        }
+    }
+
+    fn job(
+        writer: &Arc<Mutex<Box<dyn LogAppender>>>,
+        group: Option<u64>,
+        sync: bool,
+        bytes: &[u8],
+    ) -> (WriteJob, WriteOutcome) {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job = WriteJob {
+            writer: writer.clone(),
+            threads: COMMIT_THREADS,
+            group,
+            bytes: bytes.to_vec(),
+            sync,
+            after: None,
+            done,
+        };
+        (job, rx)
+    }
+
+    fn writer_of(w: impl LogAppender) -> Arc<Mutex<Box<dyn LogAppender>>> {
+        Arc::new(Mutex::new(Box::new(w)))
+    }
+
+    /// A group takes synced batches of other Logs on the first one's filesystem, in
+    /// queue order; the rest (another filesystem, unsynced, the same Log again, a Log
+    /// that syncs alone) stay queued in their order.
+    #[test]
+    fn a_group_takes_only_other_logs_synced_batches_on_the_same_filesystem() {
+        let w: Vec<_> = (0..6)
+            .map(|_| writer_of(LogWriter::with_file(FailingSync { bytes: vec![] }, 0)))
+            .collect();
+        let (first, _r0) = job(&w[0], Some(1), true, b"0\n");
+        let mut queue = std::collections::VecDeque::new();
+        let mut rx = Vec::new();
+        for (writer, group, sync, tag) in [
+            (&w[1], Some(1), true, "a"),  // joins
+            (&w[2], Some(2), true, "b"),  // another filesystem
+            (&w[0], Some(1), true, "c"),  // the first batch's own Log
+            (&w[3], Some(1), false, "d"), // not synced
+            (&w[4], None, true, "e"),     // syncs alone
+            (&w[5], Some(1), true, "f"),  // joins
+            (&w[1], Some(1), true, "g"),  // a Log already in the group
+        ] {
+            let (j, r) = job(writer, group, sync, tag.as_bytes());
+            queue.push_back(j);
+            rx.push(r);
+        }
+        let group = take_group(&first, &mut queue);
+        let tags = |js: &mut dyn Iterator<Item = &WriteJob>| -> String {
+            js.map(|j| String::from_utf8_lossy(&j.bytes).into_owned())
+                .collect()
+        };
+        assert_eq!(tags(&mut group.iter()), "af");
+        assert_eq!(tags(&mut queue.iter()), "bcdeg");
+        let (alone, _r) = job(&w[4], None, true, b"x\n");
+        assert!(take_group(&alone, &mut queue).is_empty());
+        assert_eq!(queue.len(), 5);
+    }
+
+    /// A real Log file whose share of a group's sync fails (as an `EIO` from `syncfs`
+    /// reported for it would).
+    struct ShareFails(File);
+
+    impl LogFile for ShareFails {
+        fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+            Write::write_all(&mut self.0, bytes)
+        }
+        fn sync_data(&mut self) -> io::Result<()> {
+            self.0.sync_data()
+        }
+        fn set_len(&mut self, len: u64) -> io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn raw_fd(&self) -> std::os::fd::RawFd {
+            std::os::fd::AsRawFd::as_raw_fd(&self.0)
+        }
+        fn group_synced(&mut self, _: &io::Result<()>) -> io::Result<()> {
+            Err(io::Error::from_raw_os_error(libc::EIO))
+        }
+    }
+
+    /// One `syncfs` settles a whole group: each good Log holds its batch and the next
+    /// batch lands after it; the Log whose share failed is cut back to what was
+    /// acknowledged, its writer stops (`writer_stopped`, `acked_bytes`) and refuses
+    /// the next batch, and the other Logs of the group do not notice.
+    #[tokio::test]
+    async fn a_group_shares_one_sync_and_a_failed_share_stops_only_its_writer() {
+        let (_d, home) = home();
+        let path = |i: usize| home.sessions_dir().join(format!("g{i}.ndjson"));
+        let open = |i: usize| {
+            fs::write(path(i), b"old\n").unwrap();
+            OpenOptions::new().append(true).open(path(i)).unwrap()
+        };
+        let good: Vec<_> = (0..3)
+            .map(|i| writer_of(LogWriter::with_file(open(i), 4).with_group(7)))
+            .collect();
+        let bad = writer_of(LogWriter::with_file(ShareFails(open(3)), 4).with_group(7));
+        let mut jobs = Vec::new();
+        let mut rx = Vec::new();
+        for (i, w) in good.iter().chain([&bad]).enumerate() {
+            let (j, r) = job(w, Some(7), true, format!("new{i}\n").as_bytes());
+            jobs.push(j);
+            rx.push(r);
+        }
+        run_group(jobs);
+        let mut outcomes = Vec::new();
+        for r in rx {
+            outcomes.push(outcome(r).await);
+        }
+        for (i, o) in outcomes[..3].iter().enumerate() {
+            assert!(o.is_ok(), "{o:?}");
+            assert_eq!(
+                fs::read_to_string(path(i)).unwrap(),
+                format!("old\nnew{i}\n")
+            );
+        }
+        let e = outcomes[3].as_ref().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::IoError, "{e:?}");
+        assert_eq!(e.details["errno"], json!(libc::EIO));
+        assert_eq!(e.details["writer_stopped"], json!(true));
+        assert_eq!(e.details["acked_bytes"], json!(4));
+        assert_eq!(fs::read_to_string(path(3)).unwrap(), "old\n");
+
+        let (j, r) = job(&good[0], Some(7), true, b"next\n");
+        let (k, s) = job(&bad, Some(7), true, b"never\n");
+        run_group(vec![j, k]);
+        outcome(r).await.unwrap();
+        assert!(outcome(s).await.is_err());
+        assert_eq!(fs::read_to_string(path(0)).unwrap(), "old\nnew0\nnext\n");
+        assert_eq!(fs::read_to_string(path(3)).unwrap(), "old\n");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Crash safety through the real daemon (DESIGN §4.2): SIGKILL at random moments while
-//! several clients append with `durability = "sync"` loses no acknowledged event and
+//! several clients append with `durability = "sync"`, to one session or to several whose
+//! batches sync together, loses no acknowledged event and
 //! leaves a Log whose every line parses; clients of a killed daemon see the connection
 //! end instead of hanging.
 
@@ -55,41 +56,54 @@ fn check_acked(d: &Daemon, sid: &str, acked: &[(String, u64)]) -> usize {
 
 #[test]
 fn sigkill_during_sync_appends_loses_no_acknowledged_event() {
-    kill_loop("sync", 20, 0x5eed_a9e7);
+    kill_loop("sync", 20, 0x5eed_a9e7, 1);
 }
 
 /// `batch` acknowledges after the group commit, so the same guarantee holds.
 #[test]
 fn sigkill_during_batch_appends_loses_no_acknowledged_event() {
-    kill_loop("batch", 8, 0x000b_a7c4);
+    kill_loop("batch", 8, 0x000b_a7c4, 1);
 }
 
-fn kill_loop(durability: &str, rounds: usize, seed: u64) {
-    const APPENDERS: usize = 4;
+/// Several sessions appending at once have their batches made durable together
+/// (one `syncfs` per group on a local filesystem): the guarantee holds for each.
+#[test]
+fn sigkill_during_appends_to_many_sessions_loses_no_acknowledged_event() {
+    kill_loop("sync", 10, 0x0005_e551, 8);
+}
+
+/// Kills the daemon `rounds` times while appenders (at least four, one per session at
+/// least) append to `sessions` sessions, and checks after each restart that every
+/// acknowledged event of every session is there, with its seq.
+fn kill_loop(durability: &str, rounds: usize, seed: u64, sessions: usize) {
+    let appenders = sessions.max(4);
     let mut d = Daemon::builder()
         .env("AGENTD_DURABILITY", durability)
         .start();
-    let sid = d.create_session();
+    let sids: Vec<String> = (0..sessions).map(|_| d.create_session()).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::new(Mutex::new(Vec::new()));
+    type Acked = Arc<Mutex<Vec<(String, u64)>>>;
+    let acked: Vec<Acked> = sids.iter().map(|_| Acked::default()).collect();
     {
         let mut c = d.connect();
-        let first = all_events(&mut c, &sid);
-        acked
-            .lock()
-            .unwrap()
-            .push((first[0]["id"].as_str().unwrap().to_string(), 0));
+        for (sid, acked) in sids.iter().zip(&acked) {
+            let first = all_events(&mut c, sid);
+            acked
+                .lock()
+                .unwrap()
+                .push((first[0]["id"].as_str().unwrap().to_string(), 0));
+        }
     }
     let started = Instant::now();
     let mut repairs = 0;
     for round in 0..rounds {
         let stop = Arc::new(AtomicBool::new(false));
         let acks_this_round = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..APPENDERS)
+        let threads: Vec<_> = (0..appenders)
             .map(|t| {
                 let socket = d.socket().to_path_buf();
-                let sid = sid.clone();
-                let acked = acked.clone();
+                let sid = sids[t % sessions].clone();
+                let acked = acked[t % sessions].clone();
                 let stop = stop.clone();
                 let count = acks_this_round.clone();
                 let seed: u64 = rng.gen();
@@ -146,16 +160,19 @@ fn kill_loop(durability: &str, rounds: usize, seed: u64) {
         if let Err(e) = d.wait_ready(Duration::from_secs(10)) {
             panic!("restart {round}: {e}");
         }
-        let a = acked.lock().unwrap().clone();
-        repairs = check_acked(&d, &sid, &a);
+        repairs = 0;
+        for (sid, acked) in sids.iter().zip(&acked) {
+            let a = acked.lock().unwrap().clone();
+            repairs += check_acked(&d, sid, &a);
+        }
     }
-    let total = acked.lock().unwrap().len();
+    let total: usize = acked.iter().map(|a| a.lock().unwrap().len()).sum();
     eprintln!(
-        "{durability}: {rounds} kills, {total} acknowledged events, {repairs} torn tails repaired, {:?}",
+        "{durability}, {sessions} sessions: {rounds} kills, {total} acknowledged events, {repairs} torn tails repaired, {:?}",
         started.elapsed()
     );
     assert!(
-        total > rounds * APPENDERS,
+        total > rounds * appenders,
         "too few appends to mean anything"
     );
 }

@@ -6,7 +6,8 @@
 //! - `ENOSPC` and a short write fail only their batch (`disk_full`), leaving no partial
 //!   line;
 //! - a fsync that keeps failing keeps appends refused while reads go on serving;
-//! - a read error loading one Log leaves every other session serving.
+//! - a read error loading one Log leaves every other session serving;
+//! - a failed sync among sessions syncing together fails only its own session's batch.
 
 use agentd_tests::{read_log_lines, Daemon, RpcConn};
 use serde_json::{json, Value};
@@ -96,6 +97,54 @@ fn fsync_that_keeps_failing_keeps_appends_refused_and_reads_serving() {
     c.call_ok("agentd/events", json!({"session_id": A}));
     assert!(append(&mut c, B, "b").get("result").is_some());
     assert_eq!(texts(&d, A), ["one", "one!"]);
+}
+
+/// Sessions appending at the same time share syncs; a failed sync of one session's
+/// Log fails that batch alone: the other sessions' appends are all acknowledged and
+/// on disk in order, and the failing session recovers as it does alone.
+#[test]
+fn a_failed_sync_among_concurrent_sessions_fails_only_that_sessions_batch() {
+    let d = daemon(&format!("fsync:eio:3@{A}"));
+    let others: Vec<String> = (0..7)
+        .map(|i| format!("20261123T010000-fa01{i:02}"))
+        .collect();
+    let mut c = d.connect();
+    create(&d, &mut c, A);
+    for sid in &others {
+        create(&d, &mut c, sid);
+    }
+    let start = std::sync::Arc::new(std::sync::Barrier::new(others.len() + 1));
+    let threads: Vec<_> = std::iter::once(A.to_string())
+        .chain(others.iter().cloned())
+        .map(|sid| {
+            let mut c = d.connect();
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut acked = Vec::new();
+                let mut failed = Vec::new();
+                for i in 0..20 {
+                    let text = format!("{sid} {i}");
+                    let r = append(&mut c, &sid, &text);
+                    if r.get("result").is_some() {
+                        acked.push(text.clone());
+                        acked.push(format!("{text}!"));
+                    } else {
+                        assert_eq!(kind(&r), "io_error", "{r}");
+                        assert_eq!(r["error"]["data"]["details"]["writer_stopped"], true);
+                        failed.push(i);
+                    }
+                }
+                (sid, acked, failed)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (sid, acked, failed) = t.join().unwrap();
+        let want_failed: &[usize] = if sid == A { &[2] } else { &[] };
+        assert_eq!(failed, want_failed, "{sid}");
+        assert_eq!(texts(&d, &sid), acked, "{sid}");
+    }
 }
 
 #[test]
