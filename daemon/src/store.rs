@@ -1091,6 +1091,30 @@ fn spin_for_next() {
     SPINNING.store(false, Ordering::SeqCst);
 }
 
+/// A batch (or group) a commit thread is running, in [`RUNNING`] and, when it may sync
+/// in a group, in the pool's `groups_running`.
+struct Running {
+    groupable: bool,
+}
+
+impl Running {
+    fn new(groupable: bool) -> Running {
+        RUNNING.fetch_add(1, Ordering::SeqCst);
+        Running { groupable }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+        if self.groupable {
+            // Under the lock: a batch left queued for a running group (see `submit`)
+            // is seen by this thread's next look at the queue.
+            pool_lock().groups_running -= 1;
+        }
+    }
+}
+
 /// The commit threads: started as batches find none idle, up to [`COMMIT_THREADS`],
 /// then kept parked for the next.
 struct CommitPool {
@@ -1189,18 +1213,21 @@ impl CommitPool {
                 let groupable = job.groupable();
                 st.groups_running += usize::from(groupable);
                 drop(st);
-                RUNNING.fetch_add(1, Ordering::SeqCst);
-                if group.is_empty() {
-                    job.run();
-                } else {
-                    group.insert(0, job);
-                    run_group(group);
-                }
-                RUNNING.fetch_sub(1, Ordering::SeqCst);
-                if groupable {
-                    // Under the lock: a batch left queued for a running group (see
-                    // `submit`) is seen by this thread's next look at the queue.
-                    pool_lock().groups_running -= 1;
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // Counted out even if the batch's code unwinds: a group that never
+                    // ended would leave later batches queued for it forever.
+                    let _running = Running::new(groupable);
+                    if group.is_empty() {
+                        job.run();
+                    } else {
+                        group.insert(0, job);
+                        run_group(group);
+                    }
+                }));
+                if ran.is_err() {
+                    // Its appenders see the writer gone (their outcomes were dropped)
+                    // and the thread stays in the pool.
+                    tracing::error!("a Log commit panicked; its batches failed");
                 }
                 spin_for_next();
                 st = pool_lock();
@@ -1672,6 +1699,53 @@ mod tests {
             let want: String = (0..20).map(|n| format!("{i}:{n}\n")).collect();
             assert_eq!(fs::read_to_string(path).unwrap(), want);
         }
+    }
+
+    /// An appender that panics in the middle of its commit.
+    struct Panics;
+
+    impl LogAppender for Panics {
+        fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
+            panic!("injected panic in a Log commit");
+        }
+        fn sync_group(&self) -> Option<u64> {
+            Some(u64::MAX)
+        }
+    }
+
+    struct Fine;
+
+    impl LogAppender for Fine {
+        fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
+            Ok(())
+        }
+        fn sync_group(&self) -> Option<u64> {
+            Some(u64::MAX)
+        }
+    }
+
+    /// A commit that panics fails its own batch (`log_write_failed`), and the pool
+    /// goes on committing: more panics than grouped syncs may run at once leave no
+    /// later batch queued for a group that never ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_that_panics_fails_its_batch_and_the_pool_keeps_serving() {
+        let ten = std::time::Duration::from_secs(10);
+        for _ in 0..GROUPS_IN_FLIGHT + 2 {
+            // Past the spin window, so each batch needs the pool to hand it to a thread.
+            tokio::time::sleep(SPIN * 4).await;
+            let w = WriterThread::spawn(Box::new(Panics), "p");
+            let e = tokio::time::timeout(ten, w.write(b"x\n".to_vec(), true))
+                .await
+                .expect("a batch queued after a panic was never taken")
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::LogWriteFailed, "{e:?}");
+        }
+        tokio::time::sleep(SPIN * 4).await;
+        let w = WriterThread::spawn(Box::new(Fine), "f");
+        tokio::time::timeout(ten, w.write(b"x\n".to_vec(), true))
+            .await
+            .expect("a batch after the panics was never taken")
+            .unwrap();
     }
 
     #[test]
