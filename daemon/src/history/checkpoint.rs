@@ -227,11 +227,21 @@ pub enum FactStatus {
 /// could otherwise forge a section header in the rendered view).
 pub fn one_line(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max * 4));
-    for word in s.split_whitespace() {
+    // Chars in `out`; past `max` the rest cannot show, so the scan stops there (a user
+    // message of megabytes costs what its first line does).
+    let mut n = 0usize;
+    'words: for word in s.split_whitespace() {
         if !out.is_empty() {
             out.push(' ');
+            n += 1;
         }
-        out.extend(word.chars().filter(|c| !c.is_control()));
+        for c in word.chars().filter(|c| !c.is_control()) {
+            if n > max {
+                break 'words;
+            }
+            out.push(c);
+            n += 1;
+        }
     }
     clip_chars(&out, max)
 }
@@ -751,6 +761,37 @@ mod tests {
                    "facts": {}, "recent_artifacts": [], "files_read": [], "files_modified": []})
         );
         assert_eq!(cp, Checkpoint::default());
+    }
+
+    #[test]
+    fn one_line_stops_early_and_gives_what_the_whole_scan_gives() {
+        fn whole(s: &str, max: usize) -> String {
+            let mut out = String::new();
+            for word in s.split_whitespace() {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.extend(word.chars().filter(|c| !c.is_control()));
+            }
+            clip_chars(&out, max)
+        }
+        let long = "wörd ".repeat(10_000);
+        for s in [
+            "",
+            "a",
+            "  a \n\t b  ",
+            "ab\u{7}cd efg",
+            "\u{7} \u{7} x",
+            "12345",
+            "123456",
+            "1234 6",
+            "héllo wörld ünïcode ✓✓✓",
+            long.as_str(),
+        ] {
+            for max in [0, 1, 2, 4, 5, 6, 10, 200] {
+                assert_eq!(one_line(s, max), whole(s, max), "{s:?} {max}");
+            }
+        }
     }
 
     #[test]
