@@ -194,7 +194,11 @@ mod tests {
     #[test]
     fn group_sync_is_on_unless_turned_off() {
         assert!(toml::from_str::<Config>("").unwrap().group_sync);
-        assert!(!toml::from_str::<Config>("group_sync = false").unwrap().group_sync);
+        assert!(
+            !toml::from_str::<Config>("group_sync = false")
+                .unwrap()
+                .group_sync
+        );
         assert!(toml::from_str::<Config>("group_sync = \"no\"").is_err());
     }
 }

