@@ -576,9 +576,7 @@ fn open_appender(path: &Path) -> Result<Box<dyn LogAppender>, AgentError> {
             file: w.file,
             path: path.to_path_buf(),
         };
-        let mut w = LogWriter::with_file(file, len);
-        w.group = group;
-        return Ok(Box::new(w));
+        return Ok(Box::new(LogWriter::with_file(file, len).with_group(group)));
     }
     Ok(Box::new(w))
 }
@@ -711,9 +709,10 @@ impl<F: LogFile> LogWriter<F> {
         }
     }
 
-    /// Lets this writer's batches share a `syncfs` with other Logs' on `device`.
-    pub fn with_group(mut self, device: u64) -> LogWriter<F> {
-        self.group = Some(device);
+    /// Lets this writer's batches share a `syncfs` with other Logs' on `device` (none:
+    /// each syncs alone).
+    pub fn with_group(mut self, device: Option<u64>) -> LogWriter<F> {
+        self.group = device;
         self
     }
 
@@ -1857,9 +1856,9 @@ mod tests {
             OpenOptions::new().append(true).open(path(i)).unwrap()
         };
         let good: Vec<_> = (0..3)
-            .map(|i| writer_of(LogWriter::with_file(open(i), 4).with_group(7)))
+            .map(|i| writer_of(LogWriter::with_file(open(i), 4).with_group(Some(7))))
             .collect();
-        let bad = writer_of(LogWriter::with_file(ShareFails(open(3)), 4).with_group(7));
+        let bad = writer_of(LogWriter::with_file(ShareFails(open(3)), 4).with_group(Some(7)));
         let mut jobs = Vec::new();
         let mut rx = Vec::new();
         for (i, w) in good.iter().chain([&bad]).enumerate() {

@@ -1058,13 +1058,7 @@ fn tls_to_the_database_is_used_and_checked_as_sslmode_asks() {
     );
     let d = works(store.clone());
     assert_eq!(agentd_connections_tls(&pg), (false, true));
-    let out = d
-        .agentctl_cmd()
-        .args(["doctor", "--json"])
-        .env("AGENTD_STORE", &store)
-        .output()
-        .unwrap();
-    let check = doctor_check(&out, "database");
+    let (check, _) = doctor_database(&d, &store);
     assert!(
         check["ok"] == json!(true)
             && check["detail"]
@@ -1191,7 +1185,15 @@ fn a_client_certificate_from_the_url_logs_the_daemon_in() {
 
 /// `agentctl doctor --json`'s check named `name`, from the report on stdout or from
 /// the error's details when a check failed.
-fn doctor_check(out: &std::process::Output, name: &str) -> Value {
+/// `agentctl doctor --json` with `store` as the daemon's store: its `database` check,
+/// and whether doctor exited successfully.
+fn doctor_database(d: &Daemon, store: &str) -> (Value, bool) {
+    let out = d
+        .agentctl_cmd()
+        .args(["doctor", "--json"])
+        .env("AGENTD_STORE", store)
+        .output()
+        .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("doctor JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)));
     let checks = v
@@ -1199,13 +1201,14 @@ fn doctor_check(out: &std::process::Output, name: &str) -> Value {
         .or_else(|| v.get("checks"))
         .or_else(|| v.pointer("/error/details/checks"))
         .unwrap_or_else(|| panic!("no checks in {v}"));
-    checks
+    let check = checks
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} check in {v}"))
-        .clone()
+        .find(|c| c["name"] == "database")
+        .unwrap_or_else(|| panic!("no database check in {v}"))
+        .clone();
+    (check, out.status.success())
 }
 
 #[test]
@@ -1219,13 +1222,7 @@ fn doctor_connects_to_the_database_store_and_reports_schema_and_leases() {
     let r = append(&mut c, &sid, user("leased"));
     assert!(r.get("result").is_some(), "{r}");
 
-    let out = d
-        .agentctl_cmd()
-        .args(["doctor", "--json"])
-        .env("AGENTD_STORE", &url)
-        .output()
-        .unwrap();
-    let check = doctor_check(&out, "database");
+    let (check, _) = doctor_database(&d, &url);
     let detail = check["detail"].as_str().unwrap_or_default();
     assert_eq!(check["ok"], json!(true), "{check}");
     assert!(detail.starts_with("PostgreSQL "), "{detail}");
@@ -1239,13 +1236,7 @@ fn doctor_connects_to_the_database_store_and_reports_schema_and_leases() {
     // A database nobody can reach: the check fails and says why.
     let nowhere = url.replacen(":5432/", ":1/", 1);
     assert_ne!(nowhere, url);
-    let out = d
-        .agentctl_cmd()
-        .args(["doctor", "--json"])
-        .env("AGENTD_STORE", &nowhere)
-        .output()
-        .unwrap();
-    let check = doctor_check(&out, "database");
+    let (check, succeeded) = doctor_database(&d, &nowhere);
     assert_eq!(check["ok"], json!(false), "{check}");
     assert!(
         check["detail"]
@@ -1254,5 +1245,5 @@ fn doctor_connects_to_the_database_store_and_reports_schema_and_leases() {
             .contains("cannot connect"),
         "{check}"
     );
-    assert!(!out.status.success());
+    assert!(!succeeded);
 }

@@ -27,21 +27,23 @@ pub fn check(spec: &ConnSpec) -> Result<Value, AgentError> {
     let mut c = connector
         .connect(&cfg)
         .map_err(|e| failed("cannot connect", e))?;
-    let version: String = c
-        .query_one("SHOW server_version", &[])
-        .map_err(|e| failed("read the server version", e))?
-        .get(0);
-    let tls: bool = c
-        .query_one(
-            "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
-            &[],
-        )
-        .map_err(|e| failed("read the connection's TLS", e))?
-        .get(0);
-    let has_schema: bool = c
-        .query_one("SELECT to_regclass('schema_version') IS NOT NULL", &[])
-        .map_err(|e| failed("look for the schema", e))?
-        .get(0);
+    // One row of one parameterless query, its failure named by `what`.
+    let one = |c: &mut postgres::Client, sql: &str, what: &str| {
+        c.query_one(sql, &[]).map_err(|e| failed(what, e))
+    };
+    let version: String = one(&mut c, "SHOW server_version", "read the server version")?.get(0);
+    let tls: bool = one(
+        &mut c,
+        "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
+        "read the connection's TLS",
+    )?
+    .get(0);
+    let has_schema: bool = one(
+        &mut c,
+        "SELECT to_regclass('schema_version') IS NOT NULL",
+        "look for the schema",
+    )?
+    .get(0);
     let mut out = json!({
         "store": shown,
         "server_version": version,
@@ -54,21 +56,22 @@ pub fn check(spec: &ConnSpec) -> Result<Value, AgentError> {
     if !has_schema {
         return Ok(out);
     }
-    let have: i32 = c
-        .query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[])
-        .map_err(|e| failed("read the schema version", e))?
-        .get(0);
+    let have: i32 = one(
+        &mut c,
+        "SELECT coalesce(max(version), 0) FROM schema_version",
+        "read the schema version",
+    )?
+    .get(0);
     out["schema_version"] = json!(have);
     if have > schema::CURRENT {
         return Ok(out);
     }
-    let sessions: i64 = c
-        .query_one(
-            "SELECT count(*) FROM sessions WHERE trashed_at IS NULL",
-            &[],
-        )
-        .map_err(|e| failed("count the sessions", e))?
-        .get(0);
+    let sessions: i64 = one(
+        &mut c,
+        "SELECT count(*) FROM sessions WHERE trashed_at IS NULL",
+        "count the sessions",
+    )?
+    .get(0);
     out["sessions"] = json!(sessions);
     let leases = c
         .query(
