@@ -22,7 +22,6 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
@@ -210,6 +209,8 @@ struct Outbox {
     queue: std::sync::Mutex<OutQueue>,
     /// Tells the writer task that bytes wait in the queue.
     wake: tokio::sync::Notify,
+    /// How the reader takes bytes out of the socket (see [`Intake`]).
+    intake: Intake,
 }
 
 #[derive(Default)]
@@ -227,7 +228,7 @@ impl Outbox {
 
     /// Frames one message and writes it, or queues what the socket does not take now.
     fn send(&self, msg: &[u8]) {
-        self.push(vec![
+        self.push_and_release(vec![
             crate::framing::encode_bytes(self.framing(), msg).into()
         ]);
     }
@@ -250,7 +251,7 @@ impl Outbox {
                 format!("Content-Length: {len}\r\n\r\n").into_bytes().into(),
             ),
         }
-        self.push(pieces);
+        self.push_and_release(pieces);
     }
 
     fn push(&self, parts: Vec<bytes::Bytes>) {
@@ -273,6 +274,19 @@ impl Outbox {
         }
         drop(q);
         self.wake.notify_one();
+    }
+
+    /// [`push`](Self::push), then takes out of the socket the requests the reader left
+    /// in it: the peer has its answer and is awake, so the write space this frees wakes
+    /// nobody.
+    fn push_and_release(&self, parts: Vec<bytes::Bytes>) {
+        self.push(parts);
+        self.intake.release(self.fd());
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.wr.as_ref().as_raw_fd()
     }
 
     /// Writes queued pieces (several per system call) until the socket would block;
@@ -345,6 +359,158 @@ impl Outbox {
     }
 }
 
+/// Where the reader's bytes come from. Taking a request out of a Unix stream socket
+/// frees the sender's buffer space, and the kernel then wakes every task waiting on the
+/// sender's socket, including a client blocked in `read` for its answer: it wakes, finds
+/// nothing, and sleeps again, one useless wake-up (on another vCPU, an interrupt) per
+/// request. So on Linux the reader peeks (`MSG_PEEK` with `SO_PEEK_OFF`, which moves a
+/// peek offset forward) and leaves a direct call's request in the socket until that
+/// call's answer is written; whoever writes an answer then takes out what was peeked
+/// ([`Outbox::push_and_release`]). Anything else is taken out before the reader waits
+/// again: a message answered by the method table, a partial message (then the reader
+/// reads rather than peeks, so a large message is copied once), and more than
+/// [`MAX_HELD`] bytes, so a client's send buffer is never held full while it waits.
+///
+/// `held` counts bytes the reader has but the socket still holds; they are always the
+/// first bytes in the socket. The lock makes a take-out and a read one step each, so no
+/// byte is read twice or taken out unread.
+struct Intake {
+    peeking: bool,
+    held: std::sync::Mutex<usize>,
+}
+
+/// Most request bytes left in a socket while their answers are pending.
+const MAX_HELD: usize = 16 * 1024;
+
+/// Read size when the buffer's spare room is smaller.
+const READ_CHUNK: usize = 16 * 1024;
+
+impl Intake {
+    fn new(fd: std::os::fd::RawFd) -> Intake {
+        Intake {
+            peeking: peek_offset_on(fd),
+            held: std::sync::Mutex::new(0),
+        }
+    }
+
+    fn held(&self) -> usize {
+        *lock(&self.held)
+    }
+
+    /// Takes out of the socket every byte the reader already has.
+    fn release(&self, fd: std::os::fd::RawFd) {
+        if !self.peeking {
+            return;
+        }
+        let mut held = lock(&self.held);
+        if *held > 0 {
+            *held -= discard(fd, *held);
+        }
+    }
+
+    /// Appends what the socket has to `buf`: peeked (left in the socket) when `peek`,
+    /// read otherwise. `WouldBlock` when there is nothing new.
+    fn take(
+        &self,
+        fd: std::os::fd::RawFd,
+        buf: &mut BytesMut,
+        peek: bool,
+    ) -> std::io::Result<usize> {
+        let mut held = lock(&self.held);
+        let peek = peek && self.peeking;
+        if !peek && *held > 0 {
+            *held -= discard(fd, *held);
+            if *held > 0 {
+                return Err(std::io::Error::other(
+                    "the socket did not give back the bytes already peeked",
+                ));
+            }
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let spare = buf.spare_capacity_mut();
+        let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+        // SAFETY: `fd` is the connection's open socket; `recv` writes at most
+        // `spare.len()` bytes into the buffer's spare capacity.
+        let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), flags) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = n as usize;
+        // SAFETY: the kernel initialized the first `n` bytes of the spare capacity.
+        unsafe { buf.set_len(buf.len() + n) };
+        if peek {
+            *held += n;
+        }
+        Ok(n)
+    }
+}
+
+/// Sets the socket's peek offset, so that each `MSG_PEEK` returns bytes after those
+/// peeked before. Only Linux has it; elsewhere the reader reads.
+#[cfg(target_os = "linux")]
+fn peek_offset_on(fd: std::os::fd::RawFd) -> bool {
+    let zero: libc::c_int = 0;
+    // SAFETY: `fd` is an open socket and the option value lives across the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEEK_OFF,
+            (&zero as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn peek_offset_on(_fd: std::os::fd::RawFd) -> bool {
+    false
+}
+
+/// Takes up to `n` bytes out of the socket without keeping them; returns how many.
+fn discard(fd: std::os::fd::RawFd, mut n: usize) -> usize {
+    let mut scratch = [0u8; 4096];
+    let mut done = 0;
+    while n > 0 {
+        let want = n.min(scratch.len());
+        // SAFETY: `fd` is the connection's open socket; `recv` writes at most `want`
+        // bytes into `scratch`.
+        let r = unsafe { libc::recv(fd, scratch.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) };
+        if r <= 0 {
+            if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        n -= r as usize;
+        done += r as usize;
+    }
+    done
+}
+
+/// Waits for bytes and appends them to `buf` (see [`Intake::take`]).
+async fn take(
+    rd: &tokio::net::unix::OwnedReadHalf,
+    out: &Outbox,
+    buf: &mut BytesMut,
+    peek: bool,
+) -> std::io::Result<usize> {
+    let fd = out.fd();
+    loop {
+        rd.readable().await?;
+        match rd
+            .as_ref()
+            .try_io(tokio::io::Interest::READABLE, || out.intake.take(fd, buf, peek))
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 struct Connection {
     id: usize,
     methods: Methods,
@@ -364,7 +530,11 @@ impl Connection {
     }
 
     async fn serve(self, stream: UnixStream) {
-        let (mut rd, wr) = stream.into_split();
+        let intake = {
+            use std::os::fd::AsRawFd;
+            Intake::new(stream.as_raw_fd())
+        };
+        let (rd, wr) = stream.into_split();
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
@@ -377,6 +547,7 @@ impl Connection {
             framing: std::sync::OnceLock::new(),
             queue: std::sync::Mutex::default(),
             wake: tokio::sync::Notify::new(),
+            intake,
         });
         let writer_out = outbox.clone();
         let writer = tokio::spawn(async move {
@@ -414,6 +585,8 @@ impl Connection {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let mut calls = JoinSet::new();
         let mut eof = false;
+        // Since the last read: some message was a direct call, and every one was.
+        let (mut direct_seen, mut other_seen) = (false, false);
         loop {
             // Decode every complete message already buffered before reading more, so a
             // request queued behind a bad one is never stalled.
@@ -423,8 +596,14 @@ impl Connection {
             }
             match decoded {
                 Ok(Some(text)) => {
-                    self.route(text, &sink, &outbox, &conn_sink, &subs, &mut calls)
-                        .await;
+                    if self
+                        .route(text, &sink, &outbox, &conn_sink, &subs, &mut calls)
+                        .await
+                    {
+                        direct_seen = true;
+                    } else {
+                        other_seen = true;
+                    }
                     continue;
                 }
                 Ok(None) if eof => break,
@@ -469,8 +648,16 @@ impl Connection {
                 }
             }
             while calls.try_join_next().is_some() {}
+            // Only whole direct calls stay in the socket until answered (see `Intake`).
+            let at_boundary = buf.is_empty();
+            if !(direct_seen && !other_seen && at_boundary)
+                || outbox.intake.held() > MAX_HELD
+            {
+                outbox.intake.release(outbox.fd());
+            }
+            (direct_seen, other_seen) = (false, false);
             let n = tokio::select! {
-                r = rd.read_buf(&mut buf) => r,
+                r = take(&rd, &outbox, &mut buf, at_boundary) => r,
                 _ = self.shutdown.cancelled() => Ok(0),
             };
             match n {
@@ -494,6 +681,8 @@ impl Connection {
         let _ = tokio::time::timeout(DRAIN_TIMEOUT * 2, writer).await;
     }
 
+    /// Routes one message; `true` if it was a direct call (answered through the outbox
+    /// by whoever finishes it).
     async fn route(
         &self,
         line: String,
@@ -502,10 +691,10 @@ impl Connection {
         conn_sink: &ConnSink,
         subs: &BoundedSubscriptions,
         calls: &mut JoinSet<()>,
-    ) {
+    ) -> bool {
         let trimmed = line.trim();
         if trimmed.is_empty() {
-            return;
+            return false;
         }
         // Fast path: a well-formed call (the common case) is parsed once, straight into
         // jsonrpsee's Request; anything else is classified from a generic Value.
@@ -519,7 +708,7 @@ impl Connection {
                         drop(permit);
                     });
                     if direct.try_call(&req, respond).is_ok() {
-                        return;
+                        return true;
                     }
                 }
                 let methods = self.methods.clone();
@@ -537,7 +726,7 @@ impl Connection {
                         let _ = sink.send(resp).await;
                     }
                 });
-                return;
+                return false;
             }
         }
         let value: Value = match serde_json::from_str(trimmed) {
@@ -547,7 +736,7 @@ impl Connection {
                 let _ = sink
                     .send(raw(&error_response(Value::Null, -32700, &msg, None)))
                     .await;
-                return;
+                return false;
             }
         };
         let methods = self.methods.clone();
@@ -601,6 +790,7 @@ impl Connection {
                     .await;
             }
         }
+        false
     }
 }
 
