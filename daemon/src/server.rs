@@ -500,10 +500,9 @@ async fn take(
     let fd = out.fd();
     loop {
         rd.readable().await?;
-        match rd
-            .as_ref()
-            .try_io(tokio::io::Interest::READABLE, || out.intake.take(fd, buf, peek))
-        {
+        match rd.as_ref().try_io(tokio::io::Interest::READABLE, || {
+            out.intake.take(fd, buf, peek)
+        }) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             r => return r,
@@ -649,10 +648,9 @@ impl Connection {
             }
             while calls.try_join_next().is_some() {}
             // Only whole direct calls stay in the socket until answered (see `Intake`).
+            // Within a message the reader reads, and that takes out what it held first.
             let at_boundary = buf.is_empty();
-            if !(direct_seen && !other_seen && at_boundary)
-                || outbox.intake.held() > MAX_HELD
-            {
+            if at_boundary && !(direct_seen && !other_seen && outbox.intake.held() <= MAX_HELD) {
                 outbox.intake.release(outbox.fd());
             }
             (direct_seen, other_seen) = (false, false);
@@ -971,4 +969,136 @@ async fn dispatch(
 /// Method names come from clients; never echo an unbounded one.
 fn clip(s: &str) -> &str {
     crate::text::utf8_prefix(s, 64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream as StdStream;
+
+    /// Bytes queued in `fd`'s receive queue, peeked or not.
+    fn queued(fd: std::os::fd::RawFd) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: an open socket and an int the kernel writes.
+        let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+        assert_eq!(rc, 0);
+        n as usize
+    }
+
+    fn wait_readable(fd: std::os::fd::RawFd) {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut p, 1, 10_000) };
+        assert_eq!(rc, 1, "no bytes within 10 s");
+    }
+
+    #[test]
+    fn peeked_bytes_stay_in_the_socket_until_released_and_are_never_given_twice() {
+        let (mut client, server) = StdStream::pair().unwrap();
+        let fd = server.as_raw_fd();
+        let intake = Intake::new(fd);
+        assert!(intake.peeking, "SO_PEEK_OFF is available on Linux");
+        let mut buf = BytesMut::new();
+        client.write_all(b"first\n").unwrap();
+        wait_readable(fd);
+        assert_eq!(intake.take(fd, &mut buf, true).unwrap(), 6);
+        assert_eq!(queued(fd), 6, "a peeked request stays in the socket");
+        assert_eq!(intake.held(), 6);
+        let e = intake.take(fd, &mut buf, true).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock,
+            "nothing new to peek"
+        );
+        client.write_all(b"second\n").unwrap();
+        wait_readable(fd);
+        assert_eq!(
+            intake.take(fd, &mut buf, true).unwrap(),
+            7,
+            "a peek starts after what was peeked"
+        );
+        intake.release(fd);
+        assert_eq!(queued(fd), 0, "released: out of the socket");
+        assert_eq!(intake.held(), 0);
+        client.write_all(b"third\n").unwrap();
+        wait_readable(fd);
+        intake.take(fd, &mut buf, true).unwrap();
+        client.write_all(b"fourth\n").unwrap();
+        wait_readable(fd);
+        // A read takes out what was held before reading on.
+        while !buf.ends_with(b"fourth\n") {
+            intake.take(fd, &mut buf, false).unwrap();
+        }
+        assert_eq!(queued(fd), 0);
+        assert_eq!(&buf[..], b"first\nsecond\nthird\nfourth\n");
+    }
+
+    /// Peeks and reads by the reader, take-outs by other threads (as when answers are
+    /// written by commit threads), in any interleaving: the reader gets the stream
+    /// exactly, byte for byte.
+    #[test]
+    fn peeks_reads_and_concurrent_releases_give_the_stream_exactly_once() {
+        let (mut client, server) = StdStream::pair().unwrap();
+        let fd = server.as_raw_fd();
+        let intake = Arc::new(Intake::new(fd));
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let stream: Vec<u8> = (0..8_000_000u32).map(|i| (i % 251) as u8).collect();
+        let chunks: Vec<usize> = (0..4000).map(|_| 1 + (next() % 2000) as usize).collect();
+        let sent = stream.clone();
+        let writer = std::thread::spawn(move || {
+            let mut at = 0;
+            for c in chunks.iter().cycle() {
+                if at == sent.len() {
+                    break;
+                }
+                let end = (at + c).min(sent.len());
+                client.write_all(&sent[at..end]).unwrap();
+                at = end;
+            }
+        });
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let releasers: Vec<_> = (0..2)
+            .map(|_| {
+                let (intake, done) = (intake.clone(), done.clone());
+                std::thread::spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        intake.release(fd);
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        loop {
+            wait_readable(fd);
+            match intake.take(fd, &mut buf, next() % 4 != 0) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("take: {e}"),
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        for r in releasers {
+            r.join().unwrap();
+        }
+        writer.join().unwrap();
+        assert_eq!(buf.len(), stream.len());
+        assert!(
+            buf[..] == stream[..],
+            "the bytes taken differ from the bytes sent"
+        );
+    }
 }

@@ -559,3 +559,128 @@ fn a_large_context_arrives_whole_in_both_framings() {
     let framed: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(framed, lines, "the same response in both framings");
 }
+
+/// Requests of direct calls are left in the socket until answered (so that a client
+/// blocked on its answer is not woken for nothing); nothing of that may cost a byte,
+/// duplicate one, or stall a client. A client with the smallest send buffer the kernel
+/// allows pipelines appends, large appends (bigger than its buffer, so they arrive in
+/// pieces), method-table calls and notifications, in both framings, without reading
+/// until it has written everything it can: every call is answered exactly once and the
+/// Log holds every event once, byte for byte.
+#[test]
+fn pipelined_direct_and_table_calls_through_a_tiny_send_buffer_are_all_answered() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::fd::AsRawFd;
+    let d = Daemon::start();
+    for headers in [false, true] {
+        let sid = d.create_session();
+        let s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+        let small: libc::c_int = 1;
+        // SAFETY: an open socket and an int option that lives across the call; the
+        // kernel raises the size to its minimum.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&small as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "SO_SNDBUF");
+        s.set_read_timeout(Some(T)).unwrap();
+        let big = "b".repeat(200 * 1024);
+        let mut expected_texts = Vec::new();
+        let mut requests = Vec::new();
+        let mut answered_ids = Vec::new();
+        for i in 0..144u64 {
+            match i % 12 {
+                0..=7 | 11 => {
+                    let text = format!("small-{i}");
+                    expected_texts.push(text.clone());
+                    requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/append",
+                        "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": text}}]}}));
+                    answered_ids.push(i);
+                }
+                8 => {
+                    let text = format!("{big}-{i}");
+                    expected_texts.push(text.clone());
+                    requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/append",
+                        "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": text}}]}}));
+                    answered_ids.push(i);
+                }
+                9 => {
+                    requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/hello", "params": {"client": "pipeline"}}));
+                    answered_ids.push(i);
+                }
+                _ => requests.push(json!({"jsonrpc": "2.0", "method": "agentd/hello", "params": {"client": "notification"}})),
+            }
+        }
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            for r in requests {
+                let body = r.to_string();
+                let framed = if headers {
+                    format!("Content-Length: {}\r\n\r\n{body}", body.len())
+                } else {
+                    format!("{body}\n")
+                };
+                w.write_all(framed.as_bytes()).unwrap();
+            }
+        });
+        let mut rd = BufReader::new(s);
+        let mut seen = std::collections::BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.len() < answered_ids.len() {
+            assert!(
+                Instant::now() < deadline,
+                "answers stalled: {} of {}",
+                seen.len(),
+                answered_ids.len()
+            );
+            let text = if headers {
+                let mut len = None;
+                loop {
+                    let mut h = String::new();
+                    rd.read_line(&mut h).expect("a header line");
+                    let h = h.trim_end();
+                    if h.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.strip_prefix("Content-Length: ") {
+                        len = Some(v.parse::<usize>().unwrap());
+                    }
+                }
+                let mut body = vec![0u8; len.expect("Content-Length")];
+                rd.read_exact(&mut body).expect("a body");
+                String::from_utf8(body).unwrap()
+            } else {
+                let mut line = String::new();
+                rd.read_line(&mut line).expect("an answer line");
+                line
+            };
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert!(v.get("error").is_none(), "{v}");
+            let id = v["id"].as_u64().expect("an answer with an id");
+            assert!(seen.insert(id, v).is_none(), "id {id} answered twice");
+        }
+        writer.join().unwrap();
+        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), answered_ids);
+        // Calls run concurrently (the first append loads the session in a task of its
+        // own), so the Log's order is not the sending order; each event is there once,
+        // byte for byte.
+        let mut texts: Vec<String> = d
+            .log_lines(&sid)
+            .iter()
+            .filter(|l| l["type"] == "user_message")
+            .map(|l| l["data"]["text"].as_str().unwrap().to_string())
+            .collect();
+        texts.sort();
+        expected_texts.sort();
+        assert_eq!(texts.len(), expected_texts.len());
+        assert!(
+            texts == expected_texts,
+            "the Log's events differ from what was sent"
+        );
+    }
+}
