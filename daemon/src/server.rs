@@ -202,7 +202,10 @@ const BIG_MESSAGE: usize = 1 << 20;
 const IOV_BATCH: usize = 256;
 
 struct Outbox {
-    wr: tokio::net::unix::OwnedWriteHalf,
+    /// The connection's socket (nonblocking). The runtime watches it for reading only
+    /// (see [`Connection::serve`]); a write that finds it full waits on a registration
+    /// of its own ([`flush`](Self::flush)).
+    sock: Arc<std::os::unix::net::UnixStream>,
     /// Set by the reader once the first bytes show the framing; nothing is written
     /// before that, since every message answers or follows something the peer sent.
     framing: std::sync::OnceLock<Framing>,
@@ -286,7 +289,7 @@ impl Outbox {
 
     fn fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
-        self.wr.as_ref().as_raw_fd()
+        self.sock.as_raw_fd()
     }
 
     /// Writes queued pieces (several per system call) until the socket would block;
@@ -299,7 +302,7 @@ impl Outbox {
                 .take(IOV_BATCH)
                 .map(|(part, done)| std::io::IoSlice::new(&part[*done..]))
                 .collect();
-            match self.wr.try_write_vectored(&slices) {
+            match std::io::Write::write_vectored(&mut &*self.sock, &slices) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
                     while n > 0 {
@@ -340,7 +343,16 @@ impl Outbox {
                     }
                 }
             }
-            self.wr.writable().await?;
+            // Only a full socket gets here (a peer reading slowly): watch a duplicate
+            // of it for write space until then. A registration for the connection's
+            // life would wake a runtime worker each time the peer reads an answer.
+            let dup = self.sock.try_clone()?;
+            // SAFETY: the AsyncFd owns `dup`, which keeps its descriptor open and the
+            // same until the AsyncFd is dropped.
+            let watch = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(dup, tokio::io::Interest::WRITABLE)
+            }?;
+            watch.writable().await?.clear_ready();
         }
     }
 
@@ -349,9 +361,8 @@ impl Outbox {
         let mut q = lock(&self.queue);
         q.closed = true;
         q.parts.clear();
-        use std::os::fd::AsRawFd;
-        let fd = self.wr.as_ref().as_raw_fd();
-        // SAFETY: `fd` is the connection's open socket, owned by `self.wr`; shutdown
+        let fd = self.fd();
+        // SAFETY: `fd` is the connection's open socket, owned by `self.sock`; shutdown
         // neither closes nor invalidates it.
         unsafe {
             libc::shutdown(fd, libc::SHUT_WR);
@@ -492,20 +503,19 @@ fn discard(fd: std::os::fd::RawFd, mut n: usize) -> usize {
 
 /// Waits for bytes and appends them to `buf` (see [`Intake::take`]).
 async fn take(
-    rd: &tokio::net::unix::OwnedReadHalf,
+    rd: &tokio::io::unix::AsyncFd<Arc<std::os::unix::net::UnixStream>>,
     out: &Outbox,
     buf: &mut BytesMut,
     peek: bool,
 ) -> std::io::Result<usize> {
     let fd = out.fd();
     loop {
-        rd.readable().await?;
-        match rd.as_ref().try_io(tokio::io::Interest::READABLE, || {
-            out.intake.take(fd, buf, peek)
-        }) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            r => return r,
+        let mut ready = rd.readable().await?;
+        match ready.try_io(|_| out.intake.take(fd, buf, peek)) {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Ok(r) => return r,
+            // Nothing new: readiness is cleared; wait for the next bytes.
+            Err(_would_block) => continue,
         }
     }
 }
@@ -533,7 +543,30 @@ impl Connection {
             use std::os::fd::AsRawFd;
             Intake::new(stream.as_raw_fd())
         };
-        let (rd, wr) = stream.into_split();
+        // The runtime watches the socket for reading only: registered for writing too,
+        // it would wake a worker each time the peer reads an answer (that frees write
+        // space), for nothing. The stream stays nonblocking.
+        let sock = match stream.into_std() {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take over the connection's socket; closing");
+                return;
+            }
+        };
+        // SAFETY: the AsyncFd holds a clone of the Arc that owns the socket, so its
+        // descriptor stays open and the same until the AsyncFd is dropped.
+        let rd = match unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                sock.clone(),
+                tokio::io::Interest::READABLE,
+            )
+        } {
+            Ok(rd) => rd,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the connection's socket; closing");
+                return;
+            }
+        };
         let (tx, mut rx) = mpsc::channel::<Box<RawValue>>(WRITE_QUEUE);
         let sink = MethodSink::new_with_limit(tx, u32::try_from(self.max).unwrap_or(u32::MAX));
         let stop_writer = CancellationToken::new();
@@ -542,7 +575,7 @@ impl Connection {
         // the writer task writes the method table's and finishes what the socket did
         // not take at once.
         let outbox = Arc::new(Outbox {
-            wr,
+            sock,
             framing: std::sync::OnceLock::new(),
             queue: std::sync::Mutex::default(),
             wake: tokio::sync::Notify::new(),
