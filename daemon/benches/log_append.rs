@@ -25,16 +25,27 @@ fn ops() -> usize {
     env_usize("BENCH_OPS", 400)
 }
 
-fn raw_fsync(dir: &Path, n: usize) -> f64 {
+/// A 512-byte NDJSON-sized line, what every raw loop writes.
+fn raw_line() -> Vec<u8> {
+    let mut line = vec![b'x'; 511];
+    line.push(b'\n');
+    line
+}
+
+/// A file opened for appending as a Log is (0600).
+fn raw_file(path: &Path) -> std::fs::File {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .open(dir.join("raw.ndjson"))
-        .expect("open raw file");
-    let mut line = vec![b'x'; 511];
-    line.push(b'\n');
+        .open(path)
+        .expect("open raw file")
+}
+
+fn raw_fsync(dir: &Path, n: usize) -> f64 {
+    let mut f = raw_file(&dir.join("raw.ndjson"));
+    let line = raw_line();
     let t = Instant::now();
     for _ in 0..n {
         f.write_all(&line).expect("write");
@@ -52,80 +63,50 @@ fn raw_fsync(dir: &Path, n: usize) -> f64 {
 /// nothing). The client and the server are two tasks, so each append costs the client
 /// one wake-up by another task, as it does with agentd; the raw loop never pays that.
 fn socket_server_ceiling(dir: &Path, n: usize, best: bool) -> f64 {
-    use std::io::{BufRead, BufReader};
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::net::UnixStream;
-    let (client, server) = UnixStream::pair().expect("socket pair");
     let path = dir.join("served.ndjson");
-    let served = std::thread::spawn(move || {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)
-            .expect("open served file");
-        let mut line = vec![b'x'; 511];
-        line.push(b'\n');
+    support::bare_round_trips(n, move |server| {
+        let mut f = raw_file(&path);
+        let line = raw_line();
+        let mut append = move || {
+            f.write_all(&line).expect("write");
+            f.sync_data().expect("fdatasync");
+        };
+        if !best {
+            return support::answer_each_line(server, append);
+        }
+        use std::os::fd::AsRawFd;
         let mut w = server.try_clone().expect("clone socket");
         let fd = server.as_raw_fd();
-        let mut r = BufReader::new(server);
         let mut req = vec![0u8; 64 * 1024];
         loop {
-            if best {
-                // Peek until a whole line is there (from the queue's head: the request
-                // before it was taken out after its answer).
-                let len = loop {
-                    // SAFETY: `fd` is open; recv writes at most `req.len()` bytes.
-                    let got = unsafe {
-                        libc::recv(
-                            fd,
-                            req.as_mut_ptr().cast(),
-                            req.len(),
-                            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                        )
-                    };
-                    if got == 0 {
-                        return;
-                    }
-                    if got > 0 {
-                        if let Some(i) = req[..got as usize].iter().position(|&b| b == b'\n') {
-                            break i + 1;
-                        }
-                    }
-                    std::hint::spin_loop();
+            // Peek until a whole line is there (from the queue's head: the request
+            // before it was taken out after its answer).
+            let len = loop {
+                // SAFETY: `fd` is open; recv writes at most `req.len()` bytes.
+                let got = unsafe {
+                    libc::recv(
+                        fd,
+                        req.as_mut_ptr().cast(),
+                        req.len(),
+                        libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                    )
                 };
-                f.write_all(&line).expect("write");
-                f.sync_data().expect("fdatasync");
-                w.write_all(b"{\"ok\":true}\n").expect("answer");
-                // SAFETY: as above; takes out the `len` bytes peeked.
-                unsafe { libc::recv(fd, req.as_mut_ptr().cast(), len, 0) };
-            } else {
-                let mut got = Vec::new();
-                match r.read_until(b'\n', &mut got) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
+                if got == 0 {
+                    return;
                 }
-                f.write_all(&line).expect("write");
-                f.sync_data().expect("fdatasync");
-                w.write_all(b"{\"ok\":true}\n").expect("answer");
-            }
+                if got > 0 {
+                    if let Some(i) = req[..got as usize].iter().position(|&b| b == b'\n') {
+                        break i + 1;
+                    }
+                }
+                std::hint::spin_loop();
+            };
+            append();
+            w.write_all(b"{\"ok\":true}\n").expect("answer");
+            // SAFETY: as above; takes out the `len` bytes peeked.
+            unsafe { libc::recv(fd, req.as_mut_ptr().cast(), len, 0) };
         }
-    });
-    let request = format!("{}\n", payload());
-    let mut w = client.try_clone().expect("clone socket");
-    let mut r = BufReader::new(client);
-    let mut answer = Vec::new();
-    let t = Instant::now();
-    for _ in 0..n {
-        w.write_all(request.as_bytes()).expect("request");
-        answer.clear();
-        r.read_until(b'\n', &mut answer).expect("answer");
-    }
-    let rate = n as f64 / t.elapsed().as_secs_f64();
-    drop((w, r));
-    served.join().expect("server thread");
-    rate
+    })
 }
 
 /// The device's ceiling for independent Logs: `threads` raw write+fdatasync loops on
@@ -137,15 +118,8 @@ fn raw_fsync_parallel(dir: &Path, threads: usize, per_thread: usize) -> f64 {
             let path = dir.join(format!("raw-{i}.ndjson"));
             let barrier = barrier.clone();
             std::thread::spawn(move || {
-                use std::os::unix::fs::OpenOptionsExt;
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .mode(0o600)
-                    .open(path)
-                    .expect("open raw file");
-                let mut line = vec![b'x'; 511];
-                line.push(b'\n');
+                let mut f = raw_file(&path);
+                let line = raw_line();
                 barrier.wait();
                 for _ in 0..per_thread {
                     f.write_all(&line).expect("write");
@@ -171,8 +145,7 @@ fn uring_parallel(dir: &Path, files: usize, per_file: usize) -> Result<f64, Stri
     use std::os::fd::AsRawFd;
     // The line and the files are declared before the ring, so they outlive it even
     // when an error returns with entries in flight.
-    let mut line = vec![b'x'; 511];
-    line.push(b'\n');
+    let line = raw_line();
     let handles: Vec<std::fs::File> = (0..files)
         .map(|i| {
             std::fs::OpenOptions::new()

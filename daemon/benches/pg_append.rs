@@ -67,9 +67,6 @@ impl Raw {
 /// INSERT, COMMIT) and answers, with no parsing, framing or hand-off. It pays what
 /// agentd pays and the raw loop does not: the client's wake-up by another task.
 fn relay(url: &str, n: usize) -> f64 {
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::net::UnixStream;
-    let (client, server) = UnixStream::pair().expect("socket pair");
     let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
     c.batch_execute(
         "SET synchronous_commit = on;
@@ -79,36 +76,13 @@ fn relay(url: &str, n: usize) -> f64 {
     let stmt = c
         .prepare("INSERT INTO relayed (line) VALUES ($1)")
         .expect("prepare");
-    let served = std::thread::spawn(move || {
-        let l = line();
-        let mut w = server.try_clone().expect("clone socket");
-        let mut r = BufReader::new(server);
-        let mut req = Vec::new();
-        loop {
-            req.clear();
-            match r.read_until(b'\n', &mut req) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            // One round trip: the INSERT commits on its own (autocommit).
+    let l = line();
+    support::bare_round_trips(n, move |server| {
+        // One round trip: the INSERT commits on its own (autocommit).
+        support::answer_each_line(server, || {
             c.execute(&stmt, &[&l]).expect("insert");
-            w.write_all(b"{\"ok\":true}\n").expect("answer");
-        }
-    });
-    let request = format!("{}\n", support::payload());
-    let mut w = client.try_clone().expect("clone socket");
-    let mut r = BufReader::new(client);
-    let mut answer = Vec::new();
-    let t = Instant::now();
-    for _ in 0..n {
-        w.write_all(request.as_bytes()).expect("request");
-        answer.clear();
-        r.read_until(b'\n', &mut answer).expect("answer");
-    }
-    let rate = n as f64 / t.elapsed().as_secs_f64();
-    drop((w, r));
-    served.join().expect("relay thread");
-    rate
+        })
+    })
 }
 
 fn main() {

@@ -231,7 +231,7 @@ impl Outbox {
 
     /// Frames one message and writes it, or queues what the socket does not take now.
     fn send(&self, msg: &[u8]) {
-        self.push_and_release(vec![
+        self.push(vec![
             crate::framing::encode_bytes(self.framing(), msg).into()
         ]);
     }
@@ -254,20 +254,32 @@ impl Outbox {
                 format!("Content-Length: {len}\r\n\r\n").into_bytes().into(),
             ),
         }
-        self.push_and_release(pieces);
+        self.push(pieces);
     }
 
+    /// Writes `parts` or queues them for the writer task, then takes out of the socket
+    /// the requests the reader left in it (see [`Intake`]): the peer is awake for this
+    /// message, so the write space that frees wakes nobody.
     fn push(&self, parts: Vec<bytes::Bytes>) {
+        if self.enqueue(parts) {
+            self.wake.notify_one();
+        }
+        self.intake.release();
+    }
+
+    /// Writes what the socket takes now and queues the rest; `true` if the writer task
+    /// has something to finish.
+    fn enqueue(&self, parts: Vec<bytes::Bytes>) -> bool {
         let mut q = lock(&self.queue);
         if q.closed {
-            return;
+            return false;
         }
         let was_empty = q.parts.is_empty();
         q.parts
             .extend(parts.into_iter().filter(|p| !p.is_empty()).map(|p| (p, 0)));
         if was_empty {
             match self.write_queued(&mut q) {
-                Ok(true) => return,
+                Ok(true) => return false,
                 Ok(false) => {}
                 Err(_) => {
                     q.closed = true;
@@ -275,16 +287,7 @@ impl Outbox {
                 }
             }
         }
-        drop(q);
-        self.wake.notify_one();
-    }
-
-    /// [`push`](Self::push), then takes out of the socket the requests the reader left
-    /// in it: the peer has its answer and is awake, so the write space this frees wakes
-    /// nobody.
-    fn push_and_release(&self, parts: Vec<bytes::Bytes>) {
-        self.push(parts);
-        self.intake.release(self.fd());
+        true
     }
 
     fn fd(&self) -> std::os::fd::RawFd {
@@ -377,7 +380,7 @@ impl Outbox {
 /// request. So on Linux the reader peeks (`MSG_PEEK` with `SO_PEEK_OFF`, which moves a
 /// peek offset forward) and leaves a direct call's request in the socket until that
 /// call's answer is written; whoever writes an answer then takes out what was peeked
-/// ([`Outbox::push_and_release`]). Anything else is taken out before the reader waits
+/// ([`Outbox::push`]). Anything else is taken out before the reader waits
 /// again: a message answered by the method table, a partial message (then the reader
 /// reads rather than peeks, so a large message is copied once), and more than
 /// [`MAX_HELD`] bytes, so a client's send buffer is never held full while it waits.
@@ -386,6 +389,8 @@ impl Outbox {
 /// first bytes in the socket. The lock makes a take-out and a read one step each, so no
 /// byte is read twice or taken out unread.
 struct Intake {
+    /// The connection's socket, owned by the [`Outbox`] that holds this.
+    fd: std::os::fd::RawFd,
     peeking: bool,
     held: std::sync::Mutex<usize>,
 }
@@ -399,6 +404,7 @@ const READ_CHUNK: usize = 16 * 1024;
 impl Intake {
     fn new(fd: std::os::fd::RawFd) -> Intake {
         Intake {
+            fd,
             peeking: peek_offset_on(fd),
             held: std::sync::Mutex::new(0),
         }
@@ -409,33 +415,30 @@ impl Intake {
     }
 
     /// Takes out of the socket every byte the reader already has.
-    fn release(&self, fd: std::os::fd::RawFd) {
-        if !self.peeking {
-            return;
+    fn release(&self) {
+        if self.peeking {
+            self.take_out(&mut lock(&self.held));
         }
-        let mut held = lock(&self.held);
+    }
+
+    /// Takes the `held` bytes out of the socket (under the lock); `false` if the socket
+    /// did not give them all back.
+    fn take_out(&self, held: &mut usize) -> bool {
         if *held > 0 {
-            *held -= discard(fd, *held);
+            *held -= discard(self.fd, *held);
         }
+        *held == 0
     }
 
     /// Appends what the socket has to `buf`: peeked (left in the socket) when `peek`,
     /// read otherwise. `WouldBlock` when there is nothing new.
-    fn take(
-        &self,
-        fd: std::os::fd::RawFd,
-        buf: &mut BytesMut,
-        peek: bool,
-    ) -> std::io::Result<usize> {
+    fn take(&self, buf: &mut BytesMut, peek: bool) -> std::io::Result<usize> {
         let mut held = lock(&self.held);
         let peek = peek && self.peeking;
-        if !peek && *held > 0 {
-            *held -= discard(fd, *held);
-            if *held > 0 {
-                return Err(std::io::Error::other(
-                    "the socket did not give back the bytes already peeked",
-                ));
-            }
+        if !peek && !self.take_out(&mut held) {
+            return Err(std::io::Error::other(
+                "the socket did not give back the bytes already peeked",
+            ));
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -444,7 +447,7 @@ impl Intake {
         let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
         // SAFETY: `fd` is the connection's open socket; `recv` writes at most
         // `spare.len()` bytes into the buffer's spare capacity.
-        let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), spare.len(), flags) };
+        let n = unsafe { libc::recv(self.fd, spare.as_mut_ptr().cast(), spare.len(), flags) };
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -508,10 +511,9 @@ async fn take(
     buf: &mut BytesMut,
     peek: bool,
 ) -> std::io::Result<usize> {
-    let fd = out.fd();
     loop {
         let mut ready = rd.readable().await?;
-        match ready.try_io(|_| out.intake.take(fd, buf, peek)) {
+        match ready.try_io(|_| out.intake.take(buf, peek)) {
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Ok(r) => return r,
             // Nothing new: readiness is cleared; wait for the next bytes.
@@ -684,7 +686,7 @@ impl Connection {
             // Within a message the reader reads, and that takes out what it held first.
             let at_boundary = buf.is_empty();
             if at_boundary && !(direct_seen && !other_seen && outbox.intake.held() <= MAX_HELD) {
-                outbox.intake.release(outbox.fd());
+                outbox.intake.release();
             }
             (direct_seen, other_seen) = (false, false);
             let n = tokio::select! {
@@ -1041,10 +1043,10 @@ mod tests {
         let mut buf = BytesMut::new();
         client.write_all(b"first\n").unwrap();
         wait_readable(fd);
-        assert_eq!(intake.take(fd, &mut buf, true).unwrap(), 6);
+        assert_eq!(intake.take(&mut buf, true).unwrap(), 6);
         assert_eq!(queued(fd), 6, "a peeked request stays in the socket");
         assert_eq!(intake.held(), 6);
-        let e = intake.take(fd, &mut buf, true).unwrap_err();
+        let e = intake.take(&mut buf, true).unwrap_err();
         assert_eq!(
             e.kind(),
             std::io::ErrorKind::WouldBlock,
@@ -1053,21 +1055,21 @@ mod tests {
         client.write_all(b"second\n").unwrap();
         wait_readable(fd);
         assert_eq!(
-            intake.take(fd, &mut buf, true).unwrap(),
+            intake.take(&mut buf, true).unwrap(),
             7,
             "a peek starts after what was peeked"
         );
-        intake.release(fd);
+        intake.release();
         assert_eq!(queued(fd), 0, "released: out of the socket");
         assert_eq!(intake.held(), 0);
         client.write_all(b"third\n").unwrap();
         wait_readable(fd);
-        intake.take(fd, &mut buf, true).unwrap();
+        intake.take(&mut buf, true).unwrap();
         client.write_all(b"fourth\n").unwrap();
         wait_readable(fd);
         // A read takes out what was held before reading on.
         while !buf.ends_with(b"fourth\n") {
-            intake.take(fd, &mut buf, false).unwrap();
+            intake.take(&mut buf, false).unwrap();
         }
         assert_eq!(queued(fd), 0);
         assert_eq!(&buf[..], b"first\nsecond\nthird\nfourth\n");
@@ -1108,7 +1110,7 @@ mod tests {
                 let (intake, done) = (intake.clone(), done.clone());
                 std::thread::spawn(move || {
                     while !done.load(Ordering::Relaxed) {
-                        intake.release(fd);
+                        intake.release();
                         std::thread::yield_now();
                     }
                 })
@@ -1117,7 +1119,7 @@ mod tests {
         let mut buf = BytesMut::new();
         loop {
             wait_readable(fd);
-            match intake.take(fd, &mut buf, next() % 4 != 0) {
+            match intake.take(&mut buf, next() % 4 != 0) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

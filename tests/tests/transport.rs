@@ -594,27 +594,23 @@ fn pipelined_direct_and_table_calls_through_a_tiny_send_buffer_are_all_answered(
         let mut requests = Vec::new();
         let mut answered_ids = Vec::new();
         for i in 0..144u64 {
-            match i % 12 {
-                0..=7 | 11 => {
-                    let text = format!("small-{i}");
-                    expected_texts.push(text.clone());
-                    requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/append",
-                        "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": text}}]}}));
-                    answered_ids.push(i);
-                }
-                8 => {
-                    let text = format!("{big}-{i}");
-                    expected_texts.push(text.clone());
-                    requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/append",
-                        "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": text}}]}}));
-                    answered_ids.push(i);
-                }
+            let text = match i % 12 {
+                0..=7 | 11 => format!("small-{i}"),
+                8 => format!("{big}-{i}"),
                 9 => {
                     requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/hello", "params": {"client": "pipeline"}}));
                     answered_ids.push(i);
+                    continue;
                 }
-                _ => requests.push(json!({"jsonrpc": "2.0", "method": "agentd/hello", "params": {"client": "notification"}})),
-            }
+                _ => {
+                    requests.push(json!({"jsonrpc": "2.0", "method": "agentd/hello", "params": {"client": "notification"}}));
+                    continue;
+                }
+            };
+            requests.push(json!({"jsonrpc": "2.0", "id": i, "method": "agentd/append",
+                "params": {"session_id": sid, "events": [{"type": "user_message", "data": {"text": text}}]}}));
+            expected_texts.push(text);
+            answered_ids.push(i);
         }
         let mut w = s.try_clone().unwrap();
         let writer = std::thread::spawn(move || {

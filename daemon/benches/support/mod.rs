@@ -178,3 +178,42 @@ pub fn appends(
     }
     (clients * per_client) as f64 / t.elapsed().as_secs_f64()
 }
+
+/// Times `n` round trips of one append-sized request line against a bare server:
+/// `serve` answers the other end of a socket pair on a thread of its own until the
+/// client closes. The one-client ceilings the append benchmarks compare agentd with.
+/// Ops per second.
+pub fn bare_round_trips(n: usize, serve: impl FnOnce(UnixStream) + Send + 'static) -> f64 {
+    let (client, server) = UnixStream::pair().expect("socket pair");
+    let served = std::thread::spawn(move || serve(server));
+    let request = format!("{}\n", payload());
+    let mut w = client.try_clone().expect("clone socket");
+    let mut r = BufReader::new(client);
+    let mut answer = Vec::new();
+    let t = Instant::now();
+    for _ in 0..n {
+        w.write_all(request.as_bytes()).expect("request");
+        answer.clear();
+        r.read_until(b'\n', &mut answer).expect("answer");
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    drop((w, r));
+    served.join().expect("bare server thread");
+    rate
+}
+
+/// A bare server's plain loop: reads each request line, runs `work`, answers.
+pub fn answer_each_line(server: UnixStream, mut work: impl FnMut()) {
+    let mut w = server.try_clone().expect("clone socket");
+    let mut r = BufReader::new(server);
+    let mut req = Vec::new();
+    loop {
+        req.clear();
+        match r.read_until(b'\n', &mut req) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        work();
+        w.write_all(b"{\"ok\":true}\n").expect("answer");
+    }
+}
