@@ -226,6 +226,17 @@ pub enum FactStatus {
 /// chars, so every stored or rendered value is one bounded line (a newline in a value
 /// could otherwise forge a section header in the rendered view).
 pub fn one_line(s: &str, max: usize) -> String {
+    // Most texts are already one line: printable ASCII words with single spaces between
+    // them come out as they are (no word split, no char filter), up to a length where
+    // the early stop below wins.
+    let plain = s.len() <= 4096
+        && !s.starts_with(' ')
+        && !s.ends_with(' ')
+        && !s.contains("  ")
+        && s.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+    if plain {
+        return clip_chars(s, max);
+    }
     let mut out = String::with_capacity(s.len().min(max * 4));
     // Chars in `out`; past `max` the rest cannot show, so the scan stops there (a user
     // message of megabytes costs what its first line does).
@@ -776,7 +787,16 @@ mod tests {
             clip_chars(&out, max)
         }
         let long = "wörd ".repeat(10_000);
+        let plain = "plain words, one space apart; 0-9 and ~!".repeat(20);
         for s in [
+            plain.as_str(),
+            &plain[..100],
+            " leading",
+            "trailing ",
+            "two  spaces",
+            "a\ttab",
+            "del\u{7f}",
+            "",
             "",
             "a",
             "  a \n\t b  ",
