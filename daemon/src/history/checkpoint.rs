@@ -235,7 +235,14 @@ pub fn one_line(s: &str, max: usize) -> String {
         && !s.contains("  ")
         && s.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
     if plain {
-        return clip_chars(s, max);
+        // ASCII: a byte is a char.
+        if s.len() <= max {
+            return s.to_string();
+        }
+        let mut out = String::with_capacity(max + 2);
+        out.push_str(&s[..max.saturating_sub(1)]);
+        out.push('…');
+        return out;
     }
     let mut out = String::with_capacity(s.len().min(max * 4));
     // Chars in `out`; past `max` the rest cannot show, so the scan stops there (a user
