@@ -730,7 +730,8 @@ impl Connection {
             return false;
         }
         // Fast path: a well-formed call (the common case) is parsed once, straight into
-        // jsonrpsee's Request; anything else is classified from a generic Value.
+        // jsonrpsee's Request (`parse_call`); anything else is classified from a
+        // generic Value.
         if trimmed.starts_with('{') {
             if let Ok(req) = parse_call(trimmed) {
                 if let Some(direct) = self.direct.as_ref().filter(|d| d.takes(&req.method)) {
@@ -876,7 +877,7 @@ async fn run_one(
 
 /// A call as jsonrpsee's `Request` reads it, without its `Id`'s untagged parse: that
 /// tries `null` first and builds (and formats) an error for every numeric or string id
-/// before it tries the next form, a tenth of the reader's time per append. Accepts and
+/// before it tries the next form, 9% of the reader's busy time per append. Accepts and
 /// refuses exactly what `Request` does (a missing or fractional id, a wrong `jsonrpc`
 /// falls through to the generic path as before).
 fn parse_call(text: &str) -> serde_json::Result<Request<'_>> {

@@ -804,7 +804,6 @@ mod tests {
             "a\ttab",
             "del\u{7f}",
             "",
-            "",
             "a",
             "  a \n\t b  ",
             "ab\u{7}cd efg",
