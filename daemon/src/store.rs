@@ -418,19 +418,10 @@ pub trait LogAppender: Send + 'static {
     /// failure nothing of `bytes` remains: a later append never glues onto half a line.
     fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError>;
 
-    /// Most commit threads that may run this kind of append at once. A file Log's
-    /// append keeps its thread busy with the write and the `fdatasync`, so more threads
-    /// than [`COMMIT_THREADS`] only add CPU contention. An append that mostly waits
-    /// (its batch joins a group another thread commits) says more, so that as many
-    /// batches as it allows can wait in one group.
-    fn commit_threads(&self) -> usize {
-        COMMIT_THREADS
-    }
-
-    /// The filesystem (its device number) on which one `syncfs` makes this Log's
-    /// writes durable together with other Logs' ([`GroupedAppend`]); `None` when each
-    /// batch must sync alone.
-    fn sync_group(&self) -> Option<u64> {
+    /// What may make this Log's batches durable together with other Logs': one
+    /// `syncfs` of their filesystem ([`GroupedAppend`]) or one transaction of their
+    /// store ([`SharedCommit`]); `None` when each batch must sync alone.
+    fn sync_group(&self) -> Option<GroupKey> {
         None
     }
 
@@ -439,6 +430,40 @@ pub trait LogAppender: Send + 'static {
     fn grouped(&mut self) -> Option<&mut dyn GroupedAppend> {
         None
     }
+
+    /// The three steps of a batch committed with other sessions' in one transaction,
+    /// when [`sync_group`](Self::sync_group) is a [`GroupKey::Store`].
+    fn shared_commit(&mut self) -> Option<&mut dyn SharedCommit> {
+        None
+    }
+}
+
+/// What lets batches of several Logs become durable together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupKey {
+    /// File Logs on one filesystem (its device number): one `syncfs` for the group.
+    Device(u64),
+    /// Logs of one database store (an identity of the store): one transaction for the
+    /// group ([`SharedCommit`]).
+    Store(usize),
+}
+
+/// A batch staged by [`SharedCommit::stage`] for its store's next group commit.
+pub type StagedBatch = Box<dyn std::any::Any + Send>;
+
+/// An append committed with other sessions' batches in one transaction of a shared
+/// store. The commit threads take every batch queued for the store while its last
+/// commit ran into the next one: a batch needs no thread of its own to wait on, and one
+/// thread answers a whole group while another commits the next.
+pub trait SharedCommit {
+    /// Checks and prepares `bytes` (whole lines) for the group's commit, without I/O. An
+    /// error fails this batch alone.
+    fn stage(&mut self, bytes: &[u8], sync: bool) -> Result<StagedBatch, AgentError>;
+    /// Commits batches staged by this store's appenders, in one transaction where it
+    /// can; one outcome per batch, in order (a fenced session's batch fails alone).
+    fn commit(&mut self, batches: Vec<StagedBatch>) -> Vec<Result<(), AgentError>>;
+    /// Settles the `len` bytes of this appender's staged batch with its outcome.
+    fn settle(&mut self, len: usize, res: Result<(), AgentError>) -> Result<(), AgentError>;
 }
 
 /// An append split around a sync shared with other Logs on the same filesystem: the
@@ -855,8 +880,8 @@ impl<F: LogFile> LogAppender for LogWriter<F> {
     fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
         self.write_batch(bytes, sync)
     }
-    fn sync_group(&self) -> Option<u64> {
-        self.group
+    fn sync_group(&self) -> Option<GroupKey> {
+        self.group.map(GroupKey::Device)
     }
     fn grouped(&mut self) -> Option<&mut dyn GroupedAppend> {
         match self.group {
@@ -895,10 +920,8 @@ impl<F: LogFile> GroupedAppend for LogWriter<F> {
 /// and no batch of it is in flight.
 pub struct WriterThread {
     writer: Arc<Mutex<Box<dyn LogAppender>>>,
-    /// The appender's [`LogAppender::commit_threads`].
-    threads: usize,
     /// The appender's [`LogAppender::sync_group`].
-    group: Option<u64>,
+    group: Option<GroupKey>,
 }
 
 /// Runs on the commit thread right after a write, with its outcome: the session uses it
@@ -907,10 +930,9 @@ pub type AfterWrite = Box<dyn FnOnce(&Result<(), AgentError>) + Send>;
 
 struct WriteJob {
     writer: Arc<Mutex<Box<dyn LogAppender>>>,
-    /// Most commit threads that may run while this job waits for one.
-    threads: usize,
-    /// The filesystem whose `syncfs` may cover this job with others.
-    group: Option<u64>,
+    /// The filesystem whose `syncfs`, or the store whose transaction, may cover this
+    /// job with others.
+    group: Option<GroupKey>,
     bytes: Vec<u8>,
     sync: bool,
     after: Option<AfterWrite>,
@@ -919,9 +941,19 @@ struct WriteJob {
 
 impl WriteJob {
     /// Synced, on a filesystem whose `syncfs` may cover it with others, while grouped
-    /// syncs are on.
+    /// syncs are on. (A store's batches are [`shared`](Self::shared) instead.)
     fn groupable(&self) -> bool {
-        self.sync && self.group.is_some() && GROUP_SYNC.load(Ordering::Relaxed)
+        matches!(self.group, Some(GroupKey::Device(_)))
+            && self.sync
+            && GROUP_SYNC.load(Ordering::Relaxed)
+    }
+
+    /// The store whose transactions commit this batch with others' (always grouped).
+    fn shared(&self) -> Option<usize> {
+        match self.group {
+            Some(GroupKey::Store(key)) => Some(key),
+            _ => None,
+        }
     }
 
     fn run(self) {
@@ -952,11 +984,11 @@ const MAX_SYNC_GROUP: usize = 256;
 /// Empty when `first` syncs alone. The rest keep their order.
 fn take_group(first: &WriteJob, queue: &mut std::collections::VecDeque<WriteJob>) -> Vec<WriteJob> {
     let mut group = Vec::new();
-    if !first.groupable() {
+    if !first.groupable() && first.shared().is_none() {
         return group;
     }
     let joins = |j: &WriteJob, group: &[WriteJob]| {
-        j.sync
+        (j.sync || j.shared().is_some())
             && j.group == first.group
             && !Arc::ptr_eq(&j.writer, &first.writer)
             && !group.iter().any(|g| Arc::ptr_eq(&g.writer, &j.writer))
@@ -1036,6 +1068,80 @@ fn run_group(jobs: Vec<WriteJob>) {
     }
 }
 
+/// Commits batches of several sessions of one store together: each appender stages its
+/// batch, the first commits them all (one transaction where it can), then, while the
+/// next group may already commit, each appender settles its batch with its own outcome
+/// and each batch's answers and outcome go out, in order. A batch that fails to stage,
+/// or whose session was fenced, fails alone.
+fn run_shared_group(jobs: Vec<WriteJob>, committing: &mut Committing) {
+    let mut results: Vec<Option<Result<(), AgentError>>> = Vec::with_capacity(jobs.len());
+    let mut staged_by = Vec::with_capacity(jobs.len());
+    let mut staged = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        let mut guard = match job.writer.lock() {
+            Ok(g) => g,
+            Err(_) => {
+                results.push(Some(Err(writer_failed_earlier())));
+                staged_by.push(None);
+                continue;
+            }
+        };
+        match guard.shared_commit().map(|c| c.stage(&job.bytes, job.sync)) {
+            Some(Ok(batch)) => {
+                staged.push(batch);
+                results.push(None);
+                staged_by.push(Some(guard));
+            }
+            Some(Err(e)) => {
+                results.push(Some(Err(e)));
+                staged_by.push(None);
+            }
+            // Not shared after all: its own append.
+            None => {
+                results.push(Some(guard.append(&job.bytes, job.sync)));
+                staged_by.push(None);
+            }
+        }
+    }
+    let outcomes = match staged_by.iter_mut().flatten().next() {
+        Some(first) => first
+            .shared_commit()
+            .map(|c| c.commit(staged))
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    // The next group may commit while this one is settled and answered: no batch of
+    // this group's Logs is queued until its outcome goes out below.
+    committing.release();
+    let mut outcomes = outcomes.into_iter();
+    for ((job, guard), result) in jobs
+        .iter()
+        .zip(staged_by.iter_mut())
+        .zip(results.iter_mut())
+    {
+        if let Some(mut w) = guard.take() {
+            let res = outcomes.next().unwrap_or_else(|| {
+                Err(AgentError::new(
+                    ErrorKind::LogWriteFailed,
+                    "the group commit gave no outcome for this batch",
+                ))
+            });
+            *result = Some(match w.shared_commit() {
+                Some(c) => c.settle(job.bytes.len(), res),
+                None => res,
+            });
+        }
+    }
+    drop(staged_by);
+    for (job, result) in jobs.into_iter().zip(results) {
+        let res = result.unwrap_or_else(|| Err(writer_failed_earlier()));
+        if let Some(after) = job.after {
+            after(&res);
+        }
+        let _ = job.done.send(res);
+    }
+}
+
 /// `syncfs(2)` of the filesystem holding `fd`.
 fn syncfs(fd: std::os::fd::RawFd) -> io::Result<()> {
     // SAFETY: a plain system call on a descriptor a locked writer keeps open.
@@ -1052,7 +1158,6 @@ fn writer_failed_earlier() -> AgentError {
 
 /// Most commit threads file Logs use: as many Logs sync at once. Measured on a
 /// 2-vCPU VM, 16 threads syncing 64 files reach what 64 threads do; fewer do not.
-/// An appender may allow more ([`LogAppender::commit_threads`]).
 pub const COMMIT_THREADS: usize = 16;
 
 /// Jobs queued and not yet taken, readable without the pool's lock.
@@ -1114,6 +1219,56 @@ impl Drop for Running {
     }
 }
 
+/// A store whose group commit a thread is running, in the pool's `committing`: the
+/// store's batches queue meanwhile, and all of them go into its next commit, which
+/// starts as soon as this one ends (see [`run_shared_group`]).
+struct Committing {
+    key: Option<usize>,
+}
+
+impl Committing {
+    /// Ends the commit: a thread is woken for the batches that queued meanwhile.
+    fn release(&mut self) {
+        let Some(key) = self.key.take() else {
+            return;
+        };
+        let mut st = pool_lock();
+        st.committing.retain(|k| *k != key);
+        if !st.queue.iter().any(|j| j.shared() == Some(key)) {
+            return;
+        }
+        if st.idle > st.signaled {
+            st.signaled += 1;
+            drop(st);
+            POOL.ready.notify_one();
+        } else if st.threads < COMMIT_THREADS && spawn_commit_thread().is_ok() {
+            st.threads += 1;
+        }
+        // Otherwise the next thread to finish (this one, once its group is answered)
+        // takes them.
+    }
+}
+
+impl Drop for Committing {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn spawn_commit_thread() -> io::Result<()> {
+    let spawned = std::thread::Builder::new()
+        .name("log-commit".into())
+        .stack_size(256 * 1024)
+        .spawn(CommitPool::serve);
+    match spawned {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start a Log commit thread");
+            Err(e)
+        }
+    }
+}
+
 /// The commit threads: started as batches find none idle, up to [`COMMIT_THREADS`],
 /// then kept parked for the next.
 struct CommitPool {
@@ -1129,6 +1284,8 @@ struct PoolState {
     signaled: usize,
     /// Threads running a batch that may sync in a group (alone or with others).
     groups_running: usize,
+    /// Stores ([`GroupKey::Store`]) with a group commit running.
+    committing: Vec<usize>,
 }
 
 static POOL: CommitPool = CommitPool {
@@ -1138,6 +1295,7 @@ static POOL: CommitPool = CommitPool {
         idle: 0,
         signaled: 0,
         groups_running: 0,
+        committing: Vec::new(),
     }),
     ready: std::sync::Condvar::new(),
 };
@@ -1159,6 +1317,13 @@ impl CommitPool {
             // sync this one alone beside it.
             return;
         }
+        if let Some(key) = st.queue.back().and_then(WriteJob::shared) {
+            if st.committing.contains(&key) {
+                // Its store is committing: the batch goes into the store's next commit,
+                // for which the running one wakes a thread as it ends.
+                return;
+            }
+        }
         if ahead == 0 && SPINNING.load(Ordering::SeqCst) {
             // A thread that just finished a batch is polling the queue: it takes this
             // one without a futex wake (and, on a VM, without waking a halted vCPU).
@@ -1172,51 +1337,57 @@ impl CommitPool {
             POOL.ready.notify_one();
             return;
         }
-        let limit = st.queue.back().map_or(COMMIT_THREADS, |j| j.threads);
-        if st.threads >= limit {
+        if st.threads >= COMMIT_THREADS {
             return; // the next thread to finish takes it
         }
-        let spawned = std::thread::Builder::new()
-            .name("log-commit".into())
-            .stack_size(256 * 1024)
-            .spawn(CommitPool::serve);
-        match spawned {
-            Ok(_) => st.threads += 1,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start a Log commit thread");
-                if st.threads == 0 {
-                    // Nobody would ever take it: fail it rather than hang.
-                    if let Some(job) = st.queue.pop_back() {
-                        QUEUED.fetch_sub(1, Ordering::SeqCst);
-                        drop(st);
-                        let e = AgentError::new(
-                            ErrorKind::LogWriteFailed,
-                            format!("cannot start a Log commit thread: {e}"),
-                        );
-                        if let Some(after) = job.after {
-                            after(&Err(e.clone()));
-                        }
-                        let _ = job.done.send(Err(e));
+        match spawn_commit_thread() {
+            Ok(()) => st.threads += 1,
+            Err(e) if st.threads == 0 => {
+                // Nobody would ever take it: fail it rather than hang.
+                if let Some(job) = st.queue.pop_back() {
+                    QUEUED.fetch_sub(1, Ordering::SeqCst);
+                    drop(st);
+                    let e = AgentError::new(
+                        ErrorKind::LogWriteFailed,
+                        format!("cannot start a Log commit thread: {e}"),
+                    );
+                    if let Some(after) = job.after {
+                        after(&Err(e.clone()));
                     }
+                    let _ = job.done.send(Err(e));
                 }
             }
+            Err(_) => {} // the next thread to finish takes it
         }
     }
 
     fn serve() {
         let mut st = pool_lock();
         loop {
-            if let Some(job) = st.queue.pop_front() {
+            // A store's batches wait while its commit runs (they go into its next one).
+            let next = st
+                .queue
+                .iter()
+                .position(|j| j.shared().is_none_or(|key| !st.committing.contains(&key)));
+            if let Some(job) = next.and_then(|i| st.queue.remove(i)) {
                 let mut group = take_group(&job, &mut st.queue);
                 QUEUED.fetch_sub(1 + group.len(), Ordering::SeqCst);
                 let groupable = job.groupable();
                 st.groups_running += usize::from(groupable);
+                let shared = job.shared();
+                if let Some(key) = shared {
+                    st.committing.push(key);
+                }
                 drop(st);
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     // Counted out even if the batch's code unwinds: a group that never
                     // ended would leave later batches queued for it forever.
                     let _running = Running::new(groupable);
-                    if group.is_empty() {
+                    let mut committing = Committing { key: shared };
+                    if shared.is_some() {
+                        group.insert(0, job);
+                        run_shared_group(group, &mut committing);
+                    } else if group.is_empty() {
                         job.run();
                     } else {
                         group.insert(0, job);
@@ -1246,7 +1417,6 @@ pub type WriteOutcome = tokio::sync::oneshot::Receiver<Result<(), AgentError>>;
 impl WriterThread {
     pub fn spawn(writer: Box<dyn LogAppender>, _sid: &str) -> WriterThread {
         WriterThread {
-            threads: writer.commit_threads().max(1),
             group: writer.sync_group(),
             writer: Arc::new(Mutex::new(writer)),
         }
@@ -1275,7 +1445,6 @@ impl WriterThread {
         let (done, rx) = tokio::sync::oneshot::channel();
         CommitPool::submit(WriteJob {
             writer: self.writer.clone(),
-            threads: self.threads,
             group: self.group,
             bytes,
             sync,
@@ -1628,52 +1797,6 @@ mod tests {
         }
     }
 
-    /// An append that returns once `n` appends are inside `append` at once (or fails
-    /// after 10 s): like a batch that waits for the group another thread commits.
-    struct Rendezvous {
-        at: Arc<(Mutex<usize>, std::sync::Condvar)>,
-        n: usize,
-    }
-
-    impl LogAppender for Rendezvous {
-        fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
-            let (count, cv) = &*self.at;
-            let mut k = count.lock().unwrap();
-            *k += 1;
-            cv.notify_all();
-            let (_k, wait) = cv
-                .wait_timeout_while(k, std::time::Duration::from_secs(10), |k| *k < self.n)
-                .unwrap();
-            if wait.timed_out() {
-                return Err(AgentError::internal(
-                    "the appends never were all running at once",
-                ));
-            }
-            Ok(())
-        }
-
-        fn commit_threads(&self) -> usize {
-            self.n
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn appends_that_wait_on_a_group_may_take_more_commit_threads() {
-        let n = COMMIT_THREADS * 2 + 8;
-        let at = Arc::new((Mutex::new(0), std::sync::Condvar::new()));
-        let writers: Vec<WriterThread> = (0..n)
-            .map(|_| {
-                let r = Rendezvous { at: at.clone(), n };
-                WriterThread::spawn(Box::new(r), "g")
-            })
-            .collect();
-        let outcomes =
-            futures::future::join_all(writers.iter().map(|w| w.write(b"x\n".to_vec(), true))).await;
-        for o in outcomes {
-            o.unwrap();
-        }
-    }
-
     /// More Logs than commit threads, each with batches in a row: every batch lands in
     /// its own Log, in order, and the outcome of each arrives.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1707,8 +1830,8 @@ mod tests {
         fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
             panic!("injected panic in a Log commit");
         }
-        fn sync_group(&self) -> Option<u64> {
-            Some(u64::MAX)
+        fn sync_group(&self) -> Option<GroupKey> {
+            Some(GroupKey::Device(u64::MAX))
         }
     }
 
@@ -1718,8 +1841,8 @@ mod tests {
         fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
             Ok(())
         }
-        fn sync_group(&self) -> Option<u64> {
-            Some(u64::MAX)
+        fn sync_group(&self) -> Option<GroupKey> {
+            Some(GroupKey::Device(u64::MAX))
         }
     }
 
@@ -1771,8 +1894,7 @@ mod tests {
         let (done, rx) = tokio::sync::oneshot::channel();
         let job = WriteJob {
             writer: writer.clone(),
-            threads: COMMIT_THREADS,
-            group,
+            group: group.map(GroupKey::Device),
             bytes: bytes.to_vec(),
             sync,
             after: None,
@@ -1892,6 +2014,212 @@ mod tests {
         assert!(outcome(s).await.is_err());
         assert_eq!(fs::read_to_string(path(0)).unwrap(), "old\nnew0\nnext\n");
         assert_eq!(fs::read_to_string(path(3)).unwrap(), "old\n");
+    }
+
+    /// A database store in miniature: records each group commit's batches, fails the
+    /// batches of fenced sessions, and can hold its first commit until told to go on.
+    #[derive(Default)]
+    struct FakeStore {
+        commits: Mutex<Vec<Vec<String>>>,
+        fenced: Vec<String>,
+        /// Told when a commit starts.
+        started: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+        /// The first commit waits for this.
+        hold: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    }
+
+    struct FakeAppender {
+        store: Arc<FakeStore>,
+        sid: String,
+        acked: usize,
+        stopped: bool,
+    }
+
+    fn fake(store: &Arc<FakeStore>, sid: &str) -> Arc<Mutex<Box<dyn LogAppender>>> {
+        writer_of(FakeAppender {
+            store: store.clone(),
+            sid: sid.into(),
+            acked: 0,
+            stopped: false,
+        })
+    }
+
+    impl LogAppender for FakeAppender {
+        fn append(&mut self, _: &[u8], _: bool) -> Result<(), AgentError> {
+            Err(AgentError::internal("a store's batch committed on its own"))
+        }
+        fn sync_group(&self) -> Option<GroupKey> {
+            Some(GroupKey::Store(Arc::as_ptr(&self.store) as usize))
+        }
+        fn shared_commit(&mut self) -> Option<&mut dyn SharedCommit> {
+            Some(self)
+        }
+    }
+
+    impl SharedCommit for FakeAppender {
+        fn stage(&mut self, bytes: &[u8], _: bool) -> Result<StagedBatch, AgentError> {
+            if self.stopped {
+                return Err(AgentError::new(ErrorKind::LogWriteFailed, "stopped"));
+            }
+            let text = String::from_utf8_lossy(bytes).trim_end().to_string();
+            Ok(Box::new((self.sid.clone(), text)))
+        }
+        fn commit(&mut self, batches: Vec<StagedBatch>) -> Vec<Result<(), AgentError>> {
+            if let Some(tx) = self.store.started.lock().unwrap().as_ref() {
+                let _ = tx.send(());
+            }
+            let hold = self.store.hold.lock().unwrap().take();
+            if let Some(rx) = hold {
+                let _ = rx.recv();
+            }
+            let batches: Vec<(String, String)> = batches
+                .into_iter()
+                .map(|b| *b.downcast::<(String, String)>().unwrap())
+                .collect();
+            self.store
+                .commits
+                .lock()
+                .unwrap()
+                .push(batches.iter().map(|(_, t)| t.clone()).collect());
+            batches
+                .iter()
+                .map(|(sid, _)| {
+                    if self.store.fenced.contains(sid) {
+                        Err(AgentError::new(ErrorKind::Busy, "fenced"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .collect()
+        }
+        fn settle(&mut self, len: usize, res: Result<(), AgentError>) -> Result<(), AgentError> {
+            match res {
+                Ok(()) => self.acked += len,
+                Err(_) => self.stopped = true,
+            }
+            res
+        }
+    }
+
+    fn shared_job(
+        writer: &Arc<Mutex<Box<dyn LogAppender>>>,
+        bytes: &str,
+        answered: &Arc<Mutex<Vec<String>>>,
+    ) -> (WriteJob, WriteOutcome) {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let group = writer.lock().unwrap().sync_group();
+        let (answered, tag) = (answered.clone(), bytes.trim_end().to_string());
+        let job = WriteJob {
+            writer: writer.clone(),
+            group,
+            bytes: bytes.as_bytes().to_vec(),
+            sync: true,
+            after: Some(Box::new(move |res: &Result<(), AgentError>| {
+                answered
+                    .lock()
+                    .unwrap()
+                    .push(format!("{tag}:{}", if res.is_ok() { "ok" } else { "err" }));
+            })),
+            done,
+        };
+        (job, rx)
+    }
+
+    /// A store's group is one commit; each batch then gets its own outcome (a fenced
+    /// session's fails and stops its appender alone, a stopped appender's batch never
+    /// reaches the commit), and the answers go out in the group's order.
+    #[tokio::test]
+    async fn a_store_group_is_one_commit_with_an_outcome_per_batch() {
+        let store = Arc::new(FakeStore {
+            fenced: vec!["b".into()],
+            ..FakeStore::default()
+        });
+        let (a, b, c) = (fake(&store, "a"), fake(&store, "b"), fake(&store, "c"));
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let mut rx = Vec::new();
+        let mut jobs = Vec::new();
+        for (w, text) in [(&a, "a1\n"), (&b, "b1\n"), (&c, "c1\n")] {
+            let (j, r) = shared_job(w, text, &answered);
+            jobs.push(j);
+            rx.push(r);
+        }
+        run_shared_group(jobs, &mut Committing { key: None });
+        let mut outcomes = Vec::new();
+        for r in rx {
+            outcomes.push(outcome(r).await);
+        }
+        assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+        assert_eq!(outcomes[1].as_ref().unwrap_err().kind, ErrorKind::Busy);
+        assert_eq!(
+            *store.commits.lock().unwrap(),
+            vec![vec!["a1".to_string(), "b1".into(), "c1".into()]]
+        );
+        assert_eq!(*answered.lock().unwrap(), ["a1:ok", "b1:err", "c1:ok"]);
+
+        // b's appender stopped: its next batch fails without reaching the commit.
+        let (j1, r1) = shared_job(&a, "a2\n", &answered);
+        let (j2, r2) = shared_job(&b, "b2\n", &answered);
+        run_shared_group(vec![j1, j2], &mut Committing { key: None });
+        outcome(r1).await.unwrap();
+        assert_eq!(
+            outcome(r2).await.unwrap_err().kind,
+            ErrorKind::LogWriteFailed
+        );
+        assert_eq!(store.commits.lock().unwrap()[1], ["a2"]);
+    }
+
+    /// Batches of a store that queue while its commit runs wait for it (no thread takes
+    /// them alone) and all go into the store's next commit together.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stores_batches_queued_during_its_commit_form_its_next_commit() {
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (go, hold) = std::sync::mpsc::channel();
+        let store = Arc::new(FakeStore {
+            started: Mutex::new(Some(started_tx)),
+            hold: Mutex::new(Some(hold)),
+            ..FakeStore::default()
+        });
+        let first = WriterThread::spawn(
+            Box::new(FakeAppender {
+                store: store.clone(),
+                sid: "first".into(),
+                acked: 0,
+                stopped: false,
+            }),
+            "first",
+        );
+        let held = first.submit(b"first\n".to_vec(), true, None);
+        started
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the first commit never started");
+        let mut queued = Vec::new();
+        for i in 0..8 {
+            let w = WriterThread::spawn(
+                Box::new(FakeAppender {
+                    store: store.clone(),
+                    sid: format!("s{i}"),
+                    acked: 0,
+                    stopped: false,
+                }),
+                "s",
+            );
+            queued.push((w.submit(format!("s{i}\n").into_bytes(), true, None), w));
+        }
+        go.send(()).unwrap();
+        let ten = std::time::Duration::from_secs(10);
+        tokio::time::timeout(ten, outcome(held))
+            .await
+            .unwrap()
+            .unwrap();
+        for (rx, _w) in queued {
+            tokio::time::timeout(ten, outcome(rx))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let commits = store.commits.lock().unwrap().clone();
+        let want: Vec<String> = (0..8).map(|i| format!("s{i}")).collect();
+        assert_eq!(commits, vec![vec!["first".to_string()], want]);
     }
 
     #[test]

@@ -25,7 +25,9 @@ pub mod conn;
 mod schema;
 pub mod tls;
 
-use crate::store::{LoadReport, LogAppender, LogHead, LogStore};
+use crate::store::{
+    GroupKey, LoadReport, LogAppender, LogHead, LogStore, SharedCommit, StagedBatch,
+};
 use agentd_proto::rpc::CorruptLine;
 use agentd_proto::{AgentError, ErrorKind, Event, EventType};
 use conn::store_error;
@@ -959,32 +961,57 @@ impl PgAppender {
 }
 
 impl LogAppender for PgAppender {
+    /// A batch committed on its own (the commit threads commit a store's batches in
+    /// groups, through [`SharedCommit`]).
     fn append(&mut self, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
+        let batch = self.stage(bytes, sync)?;
+        let res = self
+            .commit(vec![batch])
+            .pop()
+            .unwrap_or_else(|| Err(commit::no_outcome()));
+        self.settle(bytes.len(), res)
+    }
+
+    fn sync_group(&self) -> Option<GroupKey> {
+        Some(GroupKey::Store(Arc::as_ptr(&self.commits) as usize))
+    }
+
+    fn shared_commit(&mut self) -> Option<&mut dyn SharedCommit> {
+        Some(self)
+    }
+}
+
+impl SharedCommit for PgAppender {
+    fn stage(&mut self, bytes: &[u8], sync: bool) -> Result<StagedBatch, AgentError> {
         if let Some(e) = &self.stopped {
             return Err(e.clone());
         }
         let (rows, sum) = summarize(bytes)?;
-        let job = commit::Job {
+        Ok(Box::new(commit::Job {
             sid: self.sid.clone(),
             token: self.token,
             rows,
             sum,
             sync,
-        };
-        match self.commits.submit(job) {
+        }))
+    }
+
+    fn commit(&mut self, batches: Vec<StagedBatch>) -> Vec<Result<(), AgentError>> {
+        let jobs: Vec<Option<commit::Job>> = batches
+            .into_iter()
+            .map(|b| b.downcast::<commit::Job>().ok().map(|j| *j))
+            .collect();
+        self.commits.commit(jobs)
+    }
+
+    fn settle(&mut self, len: usize, res: Result<(), AgentError>) -> Result<(), AgentError> {
+        match res {
             Ok(()) => {
-                self.acked += bytes.len() as u64;
+                self.acked += len as u64;
                 Ok(())
             }
             Err(e) => Err(self.stop(e)),
         }
-    }
-
-    /// A batch waits on its commit thread while another thread commits the group it
-    /// joins: with the file Logs' limit, at most that many batches could form a group
-    /// (64 sessions reached 19–21k appends/s with 16 threads, 28k with 64).
-    fn commit_threads(&self) -> usize {
-        commit::MAX_GROUP
     }
 }
 
