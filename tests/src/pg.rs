@@ -9,8 +9,9 @@
 //! `/usr/lib/postgresql/<version>/bin` (newest), then `PATH`. None found is a failure that names the
 //! `postgresql` package, never a skip.
 //!
-//! A watchdog process stops the server when the test process exits, so a server shared
-//! by a whole test binary ([`PgServer::shared`]) never outlives it.
+//! A watchdog process stops the server and removes its directory when the test process
+//! exits, so a server shared by a whole test binary ([`PgServer::shared`]) never
+//! outlives it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -302,7 +303,9 @@ impl PgServer {
             .status();
     }
 
-    /// Stops the server once this test process is gone, however it ends.
+    /// Stops the server once this test process is gone, however it ends, and removes
+    /// its directory (a server shared by a test binary is never dropped, so its
+    /// `TempDir` would otherwise stay behind: a whole test run left gigabytes of them).
     fn watchdog(&self) {
         let pg_ctl = self.bin.join("pg_ctl");
         let data = self.root.join("data");
@@ -318,9 +321,15 @@ impl PgServer {
                 data.display()
             ),
         };
+        assert!(
+            !self.root.to_string_lossy().contains('\''),
+            "a server directory whose path quotes cannot hold: {}",
+            self.root.display()
+        );
         let script = format!(
-            "while kill -0 {} 2>/dev/null; do sleep 1; done; {stop} >/dev/null 2>&1",
-            std::process::id()
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; {stop} >/dev/null 2>&1; rm -rf '{}'",
+            std::process::id(),
+            self.root.display()
         );
         let _ = Command::new("sh")
             .arg("-c")
