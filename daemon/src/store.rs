@@ -961,10 +961,14 @@ impl WriteJob {
             Ok(mut w) => w.append(&self.bytes, self.sync),
             Err(_) => Err(writer_failed_earlier()),
         };
-        // Publication and answers first, the outcome last: once the actor has applied
-        // the batch (after the outcome), its lines have been broadcast, so a subscriber
-        // that joins then gets them in its backlog and never also live
-        // (`soak`, `transport.rs::subscription_catch_up_has_no_gap_and_no_duplicate`).
+        self.finish(res);
+    }
+
+    /// Publication and answers first, the outcome last: once the actor has applied the
+    /// batch (after the outcome), its lines have been broadcast, so a subscriber that
+    /// joins then gets them in its backlog and never also live
+    /// (`soak`, `transport.rs::subscription_catch_up_has_no_gap_and_no_duplicate`).
+    fn finish(self, res: Result<(), AgentError>) {
         if let Some(after) = self.after {
             after(&res);
         }
@@ -1060,11 +1064,7 @@ fn run_group(jobs: Vec<WriteJob>) {
     }
     drop(written);
     for (job, result) in jobs.into_iter().zip(results) {
-        let res = result.unwrap_or_else(|| Err(writer_failed_earlier()));
-        if let Some(after) = job.after {
-            after(&res);
-        }
-        let _ = job.done.send(res);
+        job.finish(result.unwrap_or_else(|| Err(writer_failed_earlier())));
     }
 }
 
@@ -1120,12 +1120,7 @@ fn run_shared_group(jobs: Vec<WriteJob>, committing: &mut Committing) {
         .zip(results.iter_mut())
     {
         if let Some(mut w) = guard.take() {
-            let res = outcomes.next().unwrap_or_else(|| {
-                Err(AgentError::new(
-                    ErrorKind::LogWriteFailed,
-                    "the group commit gave no outcome for this batch",
-                ))
-            });
+            let res = outcomes.next().unwrap_or_else(|| Err(no_outcome()));
             *result = Some(match w.shared_commit() {
                 Some(c) => c.settle(job.bytes.len(), res),
                 None => res,
@@ -1134,11 +1129,7 @@ fn run_shared_group(jobs: Vec<WriteJob>, committing: &mut Committing) {
     }
     drop(staged_by);
     for (job, result) in jobs.into_iter().zip(results) {
-        let res = result.unwrap_or_else(|| Err(writer_failed_earlier()));
-        if let Some(after) = job.after {
-            after(&res);
-        }
-        let _ = job.done.send(res);
+        job.finish(result.unwrap_or_else(|| Err(writer_failed_earlier())));
     }
 }
 
@@ -1150,6 +1141,14 @@ fn syncfs(fd: std::os::fd::RawFd) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// The error of a batch whose group commit ended without an outcome for it.
+pub fn no_outcome() -> AgentError {
+    AgentError::new(
+        ErrorKind::LogWriteFailed,
+        "the group commit stopped before this batch's outcome was known",
+    )
 }
 
 fn writer_failed_earlier() -> AgentError {
@@ -1347,14 +1346,10 @@ impl CommitPool {
                 if let Some(job) = st.queue.pop_back() {
                     QUEUED.fetch_sub(1, Ordering::SeqCst);
                     drop(st);
-                    let e = AgentError::new(
+                    job.finish(Err(AgentError::new(
                         ErrorKind::LogWriteFailed,
                         format!("cannot start a Log commit thread: {e}"),
-                    );
-                    if let Some(after) = job.after {
-                        after(&Err(e.clone()));
-                    }
-                    let _ = job.done.send(Err(e));
+                    )));
                 }
             }
             Err(_) => {} // the next thread to finish takes it

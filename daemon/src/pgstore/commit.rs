@@ -61,18 +61,12 @@ impl Committer {
         }
         let mut results = results.into_iter();
         for slot in out.iter_mut().filter(|r| r.is_ok()) {
-            *slot = results.next().unwrap_or_else(|| Err(no_outcome()));
+            *slot = results
+                .next()
+                .unwrap_or_else(|| Err(crate::store::no_outcome()));
         }
         out
     }
-}
-
-/// The error of a batch whose commit ended without an outcome for it.
-pub fn no_outcome() -> AgentError {
-    AgentError::new(
-        ErrorKind::LogWriteFailed,
-        "the group commit stopped before this batch's outcome was known",
-    )
 }
 
 /// The whole group as one statement, so one round trip and one commit (autocommit):

@@ -968,7 +968,7 @@ impl LogAppender for PgAppender {
         let res = self
             .commit(vec![batch])
             .pop()
-            .unwrap_or_else(|| Err(commit::no_outcome()));
+            .unwrap_or_else(|| Err(crate::store::no_outcome()));
         self.settle(bytes.len(), res)
     }
 
