@@ -11,6 +11,8 @@
 //! base_url = "https://api.openai.com/v1"
 //! api_key_env = "OPENAI_API_KEY"     # the NAME of an env var; the key is read per call
 //! model = "gpt-5-mini"               # used when the turn names no model
+//! models = ["gpt-5", "gpt-5-nano"]   # more models clients may offer (ACP's model
+//!                                    # picker, `agentd/models`); optional
 //! context_window = 400000            # tokens; reported in provider_usage
 //! idle_timeout_s = 120               # no byte for this long → `timeout` (default 120)
 //! timeout_s = 900                    # whole call limit → `timeout` (default: none)
@@ -88,6 +90,10 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// More models of this provider that clients may offer (`agentd/models`); a turn
+    /// still names its model, these are only choices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,6 +119,7 @@ impl ProviderConfig {
             base_url: None,
             api_key_env: None,
             model: None,
+            models: Vec::new(),
             context_window: None,
             script: None,
             timeout_s: None,
@@ -231,6 +238,42 @@ impl ProvidersConfig {
         self.all().remove(name)
     }
 
+    /// The models a client may offer, as `(provider, model, source)` in this order: each
+    /// configured table's `model` (`"model"`), then every entry of its `models` list
+    /// (`"models"`), then the default model of each built-in provider that is not
+    /// configured and whose key variable is set (`"builtin"`; keyless built-ins such as
+    /// `ollama` and `script` are left out, since nothing says they are reachable).
+    /// Duplicates are dropped; `key_present` is injected like in `preflight::check`.
+    pub fn choices(&self, key_present: &dyn Fn(&str) -> bool) -> Vec<(String, String, &'static str)> {
+        let mut out: Vec<(String, String, &'static str)> = Vec::new();
+        let mut push = |p: &str, m: &str, src: &'static str| {
+            let m = m.trim();
+            if !m.is_empty() && !out.iter().any(|(op, om, _)| op == p && om == m) {
+                out.push((p.to_string(), m.to_string(), src));
+            }
+        };
+        for (name, pc) in &self.providers {
+            if let Some(m) = &pc.model {
+                push(name, m, "model");
+            }
+        }
+        for (name, pc) in &self.providers {
+            for m in &pc.models {
+                push(name, m, "models");
+            }
+        }
+        for (name, pc) in Self::builtins() {
+            if self.providers.contains_key(&name) {
+                continue;
+            }
+            let keyed = pc.api_key_env.as_deref().is_some_and(key_present);
+            if let (true, Some(m)) = (keyed, &pc.model) {
+                push(&name, m, "builtin");
+            }
+        }
+        out
+    }
+
     /// Picks the provider for a turn: the explicit name; else `script` when the model is
     /// `script:PATH`; else `default_provider`; else `openai`.
     pub fn resolve(
@@ -299,6 +342,45 @@ model = "gpt-x"
             cfg.resolve(None, Some("script:x.json")).unwrap().kind,
             ProviderKind::Script
         );
+    }
+
+    #[test]
+    fn choices_list_configured_models_then_keyed_builtins() {
+        let text = r#"
+[providers.local]
+kind = "openai-chat"
+model = "qwen"
+models = ["llama", "qwen", " "]
+
+[providers.work]
+kind = "anthropic"
+api_key_env = "WORK_KEY"
+models = ["claude-a"]
+"#;
+        let cfg = ProvidersConfig::from_toml_str(text).unwrap();
+        let got: Vec<(String, String, &str)> = cfg.choices(&|v| v == "ANTHROPIC_API_KEY");
+        let want = [
+            ("local", "qwen", "model"),
+            ("local", "llama", "models"),
+            ("work", "claude-a", "models"),
+            ("anthropic", DEFAULT_ANTHROPIC_MODEL, "builtin"),
+        ];
+        let got: Vec<(&str, &str, &str)> = got
+            .iter()
+            .map(|(p, m, s)| (p.as_str(), m.as_str(), *s))
+            .collect();
+        assert_eq!(got, want);
+        // No key set, no config: nothing to offer.
+        assert!(ProvidersConfig::default().choices(&|_| false).is_empty());
+        // A configured built-in name is offered from its table, not as a built-in.
+        let cfg = ProvidersConfig::from_toml_str(
+            "[providers.openai]\nkind = \"openai-responses\"\nmodel = \"gpt-x\"\n",
+        )
+        .unwrap();
+        let got = cfg.choices(&|_| true);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].0.as_str(), got[0].1.as_str(), got[0].2), ("openai", "gpt-x", "model"));
+        assert_eq!(got[1].0, "anthropic");
     }
 
     #[test]
