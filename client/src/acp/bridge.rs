@@ -1293,10 +1293,16 @@ mod tests {
         assert_eq!(c.choices[0].0, "local:qwen:14b");
         assert_eq!(c.split("local:qwen:14b"), some("local", "qwen:14b"));
         assert_eq!(c.split("openai:gpt-5"), some("openai", "gpt-5"));
-        assert_eq!(c.split("script:/x/hello.json"), (None, "script:/x/hello.json".into()));
+        assert_eq!(
+            c.split("script:/x/hello.json"),
+            (None, "script:/x/hello.json".into())
+        );
         assert_eq!(c.split("llama3:8b"), (None, "llama3:8b".into()));
         assert_eq!(c.split("gpt-5"), (None, "gpt-5".into()));
-        assert_eq!(Catalog::from_result(&json!(null)).split("a:b"), (None, "a:b".into()));
+        assert_eq!(
+            Catalog::from_result(&json!(null)).split("a:b"),
+            (None, "a:b".into())
+        );
     }
 
     #[test]

@@ -244,7 +244,10 @@ impl ProvidersConfig {
     /// configured and whose key variable is set (`"builtin"`; keyless built-ins such as
     /// `ollama` and `script` are left out, since nothing says they are reachable).
     /// Duplicates are dropped; `key_present` is injected like in `preflight::check`.
-    pub fn choices(&self, key_present: &dyn Fn(&str) -> bool) -> Vec<(String, String, &'static str)> {
+    pub fn choices(
+        &self,
+        key_present: &dyn Fn(&str) -> bool,
+    ) -> Vec<(String, String, &'static str)> {
         let mut out: Vec<(String, String, &'static str)> = Vec::new();
         let mut push = |p: &str, m: &str, src: &'static str| {
             let m = m.trim();
@@ -379,7 +382,10 @@ models = ["claude-a"]
         .unwrap();
         let got = cfg.choices(&|_| true);
         assert_eq!(got.len(), 2, "{got:?}");
-        assert_eq!((got[0].0.as_str(), got[0].1.as_str(), got[0].2), ("openai", "gpt-x", "model"));
+        assert_eq!(
+            (got[0].0.as_str(), got[0].1.as_str(), got[0].2),
+            ("openai", "gpt-x", "model")
+        );
         assert_eq!(got[1].0, "anthropic");
     }
 

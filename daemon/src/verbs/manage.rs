@@ -8,8 +8,8 @@
 use crate::registry::{is_archived, trash_dir, Registry, ARCHIVED_LABEL};
 use crate::store;
 use agentd_proto::rpc::{
-    DeleteParams, DeleteResult, ModelChoice, ModelsParams, ModelsResult, PreflightParams, PreflightResult, RenameParams, RestoreResult,
-    SessionInfoResult,
+    DeleteParams, DeleteResult, ModelChoice, ModelsParams, ModelsResult, PreflightParams,
+    PreflightResult, RenameParams, RestoreResult, SessionInfoResult,
 };
 use agentd_proto::{session_id, AgentError, ErrorKind, EventDraft, EventType};
 use serde_json::json;
