@@ -5,7 +5,13 @@
 # and other schemes are not followed: CI has no network. Needs python3 and git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v python3 >/dev/null || { echo "links.sh: python3 is missing" >&2; exit 1; }
+if ! command -v python3 >/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing python3 (apt-get)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+  fi
+  command -v python3 >/dev/null || { echo "links.sh: python3 is missing (Debian's python3 package)" >&2; exit 1; }
+fi
 git ls-files -z --cached --others --exclude-standard -- '*.md' | python3 -c '
 import os, re, sys, unicodedata
 

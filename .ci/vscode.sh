@@ -15,6 +15,7 @@ fail() { echo "vscode.sh: $*" >&2; exit 1; }
 command -v node >/dev/null || fail "node is missing (install Node.js 20 or newer, e.g. Debian's nodejs package)"
 command -v npm >/dev/null || fail "npm is missing (install Debian's npm package)"
 command -v git >/dev/null || fail "git is missing (the clean copy takes the tracked files)"
+command -v python3 >/dev/null || fail "python3 is missing (it reads the .vsix; .ci/links.sh installs it as root)"
 major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$major" -ge 20 ] || fail "node $(node --version) is too old; 20 or newer is needed"
 for b in agentd agentctl; do

@@ -837,4 +837,36 @@ fn the_model_picker_offers_the_configured_providers_without_model_flags() {
     assert!(!usage.is_empty(), "no provider_usage in {evs:?}");
     assert_eq!(usage[0]["data"]["provider"], "beta", "{:?}", usage[0]);
     assert_eq!(usage[0]["data"]["model"], "beta-1", "{:?}", usage[0]);
+    // `--model NAME:MODEL` naming a configured provider: a new session is created on that
+    // provider, and a bridge that loads it shows the choice, once.
+    let mut b = Acp::spawn(&d, &["--model", "alpha:alpha-2", "--mode", "auto"]);
+    b.initialize();
+    let sid = new_session(&mut b, &d);
+    let first = &log_events(&d, &sid)[0]["data"];
+    assert_eq!(
+        (first["provider"].as_str(), first["model"].as_str()),
+        (Some("alpha"), Some("alpha-2")),
+        "{first}"
+    );
+    let mut c = Acp::spawn(&d, &[]);
+    c.initialize();
+    let (r, _) = c.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let opt = &r["configOptions"][0];
+    assert_eq!(opt["currentValue"], "alpha:alpha-2", "{r}");
+    let values: Vec<&str> = opt["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["value"].as_str())
+        .collect();
+    assert_eq!(
+        values.iter().filter(|v| v.contains("alpha-2")).count(),
+        1,
+        "{values:?}"
+    );
+    assert!(!values.contains(&"default"), "{values:?}");
 }

@@ -676,9 +676,16 @@ impl Bridge {
         let first = self
             .call(method::EVENTS, json!({"session_id": sid, "limit": 1}))
             .await?;
-        let own_model = first["events"][0]["data"]["model"]
-            .as_str()
-            .map(str::to_string);
+        let data = &first["events"][0]["data"];
+        // A session created on a provider with one of the daemon's choices shows as that
+        // choice (`provider:model`), not as a second, bare model name.
+        let own_model = data["model"].as_str().map(|m| {
+            let choice = data["provider"].as_str().map(|p| format!("{p}:{m}"));
+            match choice {
+                Some(c) if self.catalog().choices.iter().any(|(v, _, _)| *v == c) => c,
+                _ => m.to_string(),
+            }
+        });
         if replay {
             self.replay(&sid, &ws).await?;
         }
