@@ -35,7 +35,7 @@ const INSTRUCTIONS: &str = "agentd keeps coding-agent sessions as durable, appen
 Use list_sessions or search to find a session, show to read its events page by page, \
 context for the exact provider input a continuation would get, tree for its forks, and \
 checkpoint for a compact summary of where it stands. Session ids look like \
-`20260101T120000Z-abcd1234`.";
+`20260101T120000-1a2b3c`.";
 
 /// The MCP side of `agentctl mcp-server`.
 pub struct McpServer {
@@ -157,8 +157,8 @@ pub fn error_result(e: &AgentError) -> CallToolResult {
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        info.server_info = Implementation::new("agentd", env!("CARGO_PKG_VERSION"))
-            .with_title("agentd sessions");
+        info.server_info =
+            Implementation::new("agentd", env!("CARGO_PKG_VERSION")).with_title("agentd sessions");
         info.instructions = Some(INSTRUCTIONS.to_string());
         info
     }
@@ -182,7 +182,9 @@ impl ServerHandler for McpServer {
         let Some(spec) = tools::find(name) else {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`"),
-                Some(json!({"tools": tools::offered(self.allow_writes).map(|t| t.name).collect::<Vec<_>>()})),
+                Some(
+                    json!({"tools": tools::offered(self.allow_writes).map(|t| t.name).collect::<Vec<_>>()}),
+                ),
             ));
         };
         if spec.access == Access::Write && !self.allow_writes {

@@ -535,6 +535,10 @@ pub fn render(tool: &str, v: &Value) -> String {
             "pass a larger `after_seq` to see the newest part only",
         ),
         "turn" => render_turn(v),
+        "tree" => match v.get("drawing").and_then(Value::as_str) {
+            Some(d) => cap(d.to_string(), "narrow with `max_depth`"),
+            None => cap(pretty(v), "narrow with `max_depth`"),
+        },
         _ => cap(pretty(v), ""),
     }
 }
@@ -656,6 +660,22 @@ pub fn event_entry(e: &Value) -> String {
                 out
             )
         }
+        "reasoning" => {
+            let summary: Vec<&str> = d["item"]["summary"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            format!("reasoning: {}", summary.join(" "))
+        }
+        "provider_usage" => format!(
+            "provider_usage {} {} input={} output={}",
+            s(d, "provider"),
+            s(d, "model"),
+            d["usage"]["input_tokens"],
+            d["usage"]["output_tokens"]
+        ),
         "turn_started" => format!("turn_started {}", s(d, "turn_id")),
         "turn_ended" => format!("turn_ended {} {}", s(d, "turn_id"), s(d, "status")),
         _ => format!("{kind} {d}"),
@@ -743,7 +763,14 @@ mod tests {
         let read: Vec<_> = offered(false).map(|t| t.name).collect();
         assert_eq!(
             read,
-            ["list_sessions", "search", "show", "context", "tree", "checkpoint"]
+            [
+                "list_sessions",
+                "search",
+                "show",
+                "context",
+                "tree",
+                "checkpoint"
+            ]
         );
         assert_eq!(offered(true).count(), CATALOG.len());
         for t in CATALOG {
@@ -777,9 +804,11 @@ mod tests {
         assert_eq!(m, method::SEARCH);
         assert_eq!(params["limit"], 1000);
         assert_eq!(params["types"], json!(["tool_result"]));
-        let Plan::Show { header, events, .. } =
-            plan("show", &obj(json!({"session_id": "s", "messages_only": true}))).unwrap()
-        else {
+        let Plan::Show { header, events, .. } = plan(
+            "show",
+            &obj(json!({"session_id": "s", "messages_only": true})),
+        )
+        .unwrap() else {
             panic!()
         };
         assert!(header);
@@ -817,11 +846,12 @@ mod tests {
         assert!(bad("context", json!({"session_id": "s", "dialect": "x"}))
             .message
             .contains("dialect"));
-        assert!(
-            bad("turn", json!({"session_id": "s", "prompt": "p", "permission_mode": "ask"}))
-                .message
-                .contains("read_only or auto")
-        );
+        assert!(bad(
+            "turn",
+            json!({"session_id": "s", "prompt": "p", "permission_mode": "ask"})
+        )
+        .message
+        .contains("read_only or auto"));
         assert_eq!(
             bad("nope", json!({})).kind,
             agentd_proto::ErrorKind::NotFound
@@ -858,8 +888,10 @@ mod tests {
         assert!(shown >= 5 && shown < 40, "{shown}");
         assert!(text.contains(&format!("after_seq = {shown}]")), "{text}");
         let end = render_show(
-            Some(&json!({"session_id": "s1", "workspace": "/w", "status": "idle",
-                         "event_count": 1, "last_seq": 0, "pending_tool_calls": []})),
+            Some(
+                &json!({"session_id": "s1", "workspace": "/w", "status": "idle",
+                         "event_count": 1, "last_seq": 0, "pending_tool_calls": []}),
+            ),
             &json!({"events": [{"seq": 0, "ts": "t", "type": "user_message", "data": {"text": "hi"}}]}),
         );
         assert!(end.starts_with("session s1\n"));
