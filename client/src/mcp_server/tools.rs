@@ -885,7 +885,7 @@ mod tests {
         assert!(text.len() <= TEXT_CAP, "{}", text.len());
         assert!(text.contains("[…"), "per-event cut is noted");
         let shown = text.matches("assistant: ").count();
-        assert!(shown >= 5 && shown < 40, "{shown}");
+        assert!((5..40).contains(&shown), "{shown}");
         assert!(text.contains(&format!("after_seq = {shown}]")), "{text}");
         let end = render_show(
             Some(
