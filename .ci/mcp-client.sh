@@ -19,6 +19,7 @@ done
 
 cd tests/mcp-client-node
 [ -f package-lock.json ] || fail "tests/mcp-client-node/package-lock.json is missing"
+echo "== MCP server driven by the official TypeScript SDK client (.ci/mcp-client.sh)"
 echo "== npm ci (tests/mcp-client-node)"
 npm ci --no-audit --no-fund --loglevel=error
 echo "== node test.mjs"
