@@ -448,3 +448,47 @@ fn the_first_call_starts_the_daemon() {
     assert_eq!(list, "no sessions\n");
     assert!(d.socket().exists(), "the daemon was started");
 }
+
+#[test]
+fn older_and_stateless_protocol_revisions_are_served() {
+    let d = daemon();
+    let sid = session_with_turn(&d, "eras");
+    // An older client gets the revision it asked for.
+    let mut cmd = d.agentctl_cmd();
+    cmd.arg("mcp-server");
+    let mut old = Acp::from_command(cmd);
+    let (init, _) = old.call(
+        "initialize",
+        json!({"protocolVersion": "2025-03-26", "capabilities": {},
+               "clientInfo": {"name": "old", "version": "0"}}),
+        WAIT,
+    );
+    assert_eq!(init["protocolVersion"], "2025-03-26", "{init}");
+    old.notify("notifications/initialized", json!({}));
+    assert!(text(&call(&mut old, "list_sessions", json!({}))).contains(&sid));
+
+    // 2026-07-28: no initialize; `server/discover`, then every request carries `_meta`.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "new", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let mut cmd = d.agentctl_cmd();
+    cmd.arg("mcp-server");
+    let mut new = Acp::from_command(cmd);
+    let (found, _) = new.call("server/discover", json!({"_meta": meta}), WAIT);
+    let versions = found["supportedVersions"].as_array().unwrap();
+    assert!(
+        versions.contains(&json!("2026-07-28")) && versions.contains(&json!("2025-11-25")),
+        "{found}"
+    );
+    assert!(found["capabilities"]["tools"].is_object(), "{found}");
+    let (listed, _) = new.call("tools/list", json!({"_meta": meta}), WAIT);
+    assert_eq!(names(listed["tools"].as_array().unwrap()), READ_TOOLS);
+    let (r, _) = new.call(
+        "tools/call",
+        json!({"_meta": meta, "name": "show", "arguments": {"session_id": sid}}),
+        WAIT,
+    );
+    assert!(text(&r).contains(&format!("assistant: {ANSWER}")), "{r}");
+}
