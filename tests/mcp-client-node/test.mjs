@@ -161,11 +161,19 @@ async function main() {
   check(JSON.stringify(names) === JSON.stringify([...READ_TOOLS, "fork", "turn"]), "write tools listed with the flag", names);
   const forked = JSON.parse(textOf(await w.client.callTool({ name: "fork", arguments: { session_id: sid, title: "node child" } }), "fork"));
   check(forked.recorded === true && forked.parent_session_id === sid, "fork recorded a child", forked);
+  const progress = [];
   const turn = textOf(
-    await w.client.callTool({ name: "turn", arguments: { session_id: forked.child_session_id, prompt: "and again" } }),
+    await w.client.callTool(
+      { name: "turn", arguments: { session_id: forked.child_session_id, prompt: "and again" } },
+      undefined,
+      { onprogress: (p) => progress.push(p), resetTimeoutOnProgress: true },
+    ),
     "turn",
   );
   check(turn.includes(" completed ") && turn.includes(ANSWER), "turn ran in the child", turn);
+  const steps = progress.map((p) => p.message);
+  check(steps[0] === "turn started" && steps.includes("tool call: list_dir"), "turn reported progress", steps);
+  check(steps[steps.length - 1] === "turn ended: completed", "the last progress is the turn's end", steps);
   const childShown = textOf(await w.client.callTool({ name: "show", arguments: { session_id: forked.child_session_id } }), "show child");
   check(childShown.includes("user: and again"), "the child's Log has the turn", childShown);
   await w.client.close();

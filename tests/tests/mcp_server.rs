@@ -303,11 +303,40 @@ fn write_tools_need_the_flag_and_work_with_it() {
     let tree = text(&call(&mut m, "tree", json!({"session_id": sid})));
     assert!(tree.contains(&child), "{tree}");
 
-    let turn = text(&call(
-        &mut m,
-        "turn",
-        json!({"session_id": sid, "prompt": "and once more"}),
-    ));
+    // With a progress token, each step of the turn is reported before the answer.
+    let (r, notes) = m.call(
+        "tools/call",
+        json!({"name": "turn", "arguments": {"session_id": sid, "prompt": "and once more"},
+               "_meta": {"progressToken": "p7"}}),
+        WAIT,
+    );
+    let turn = text(&r);
+    let progress: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| &n["params"])
+        .collect();
+    assert!(
+        progress.iter().all(|p| p["progressToken"] == "p7"),
+        "{notes:?}"
+    );
+    let messages: Vec<&str> = progress
+        .iter()
+        .map(|p| p["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages.first(), Some(&"turn started"), "{messages:?}");
+    assert!(messages.contains(&"tool call: list_dir"), "{messages:?}");
+    assert!(messages.contains(&"tool result: ok"), "{messages:?}");
+    assert_eq!(
+        messages.last(),
+        Some(&"turn ended: completed"),
+        "{messages:?}"
+    );
+    let counts: Vec<f64> = progress
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] < w[1]), "{counts:?}");
     assert!(turn.starts_with("turn turn_"), "{turn}");
     assert!(turn.contains(" completed "), "{turn}");
     assert!(turn.contains(ANSWER), "{turn}");

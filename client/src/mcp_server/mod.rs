@@ -14,13 +14,13 @@
 pub mod tools;
 
 use crate::daemon::{self, Target};
-use crate::rpc::Conn;
+use crate::rpc::{Conn, Incoming};
 use agentd_proto::rpc::method;
 use agentd_proto::{AgentError, ErrorKind};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -36,6 +36,9 @@ Use list_sessions or search to find a session, show to read its events page by p
 context for the exact provider input a continuation would get, tree for its forks, and \
 checkpoint for a compact summary of where it stands. Session ids look like \
 `20260101T120000-1a2b3c`.";
+
+/// How long a finished `turn` waits for its last progress reports.
+const PROGRESS_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The MCP side of `agentctl mcp-server`.
 pub struct McpServer {
@@ -71,6 +74,11 @@ impl McpServer {
         plan: Plan,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<String, AgentError> {
+        if let Plan::Call { method: m, params } = &plan {
+            if *m == method::TURN {
+                return self.turn(params.clone(), ctx).await;
+            }
+        }
         let conn = self.conn().await?;
         match plan {
             Plan::Show {
@@ -89,24 +97,79 @@ impl McpServer {
                 let page = conn.call(method::EVENTS, events).await?;
                 Ok(tools::render_show(head.as_ref(), &page))
             }
-            Plan::Call { method: m, params } if m == method::TURN => {
-                let sid = params["session_id"].clone();
-                tokio::select! {
-                    r = conn.call(m, params) => Ok(tools::render(tool, &r?)),
-                    () = ctx.ct.cancelled() => {
-                        // The client gave up on the call: the turn stops, durably.
-                        let _ = conn
-                            .call(method::INTERRUPT,
-                                  json!({"session_id": sid, "reason": "cancelled by the MCP client"}))
-                            .await;
-                        Err(AgentError::new(ErrorKind::Interrupted, "turn cancelled by the MCP client"))
-                    }
-                }
-            }
             Plan::Call { method: m, params } => {
                 let v = conn.call(m, params).await?;
                 Ok(tools::render(tool, &v))
             }
+        }
+    }
+
+    /// `turn`: runs on its own connection, so the session's events reach this call
+    /// alone; with a progress token, each durable step of the turn is reported as
+    /// progress (clients that reset their timeout on progress then wait for long turns).
+    /// A cancelled call interrupts the turn.
+    async fn turn(
+        &self,
+        params: Value,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<String, AgentError> {
+        let sid = params["session_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let conn = daemon::connect_or_start(&self.target).await?.conn;
+        let mut pump = None;
+        if let (Some(token), Some(rx)) = (ctx.meta.get_progress_token(), conn.take_incoming()) {
+            conn.subscribe(&sid, None, false).await?;
+            pump = Some(tokio::spawn(report_progress(rx, ctx.peer.clone(), token)));
+        }
+        let outcome = tokio::select! {
+            r = conn.call(method::TURN, params) => r.map(|v| tools::render("turn", &v)),
+            () = ctx.ct.cancelled() => {
+                // The client gave up on the call: the turn stops, durably.
+                let _ = conn
+                    .call(method::INTERRUPT,
+                          json!({"session_id": sid, "reason": "cancelled by the MCP client"}))
+                    .await;
+                Err(AgentError::new(ErrorKind::Interrupted, "turn cancelled by the MCP client"))
+            }
+        };
+        if let Some(mut p) = pump {
+            // The turn's last events may still be on their way: report them before the
+            // answer, for a short while at most.
+            if tokio::time::timeout(PROGRESS_DRAIN, &mut p).await.is_err() {
+                p.abort();
+            }
+        }
+        outcome
+    }
+}
+
+/// Sends one `notifications/progress` per durable event of the running turn.
+async fn report_progress(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Incoming>,
+    peer: rmcp::Peer<RoleServer>,
+    token: ProgressToken,
+) {
+    let mut n = 0u32;
+    while let Some(msg) = rx.recv().await {
+        let Incoming::Notification { method: m, params } = msg else {
+            continue;
+        };
+        if m != agentd_proto::rpc::EVENT_NOTIFICATION {
+            continue;
+        }
+        let event = &params["result"];
+        if let Some(text) = tools::progress_message(event) {
+            n += 1;
+            let mut p = ProgressNotificationParam::new(token.clone(), f64::from(n));
+            p.message = Some(text);
+            if peer.notify_progress(p).await.is_err() {
+                break;
+            }
+        }
+        if event["type"] == "turn_ended" || event["type"] == "turn_failed" {
+            break;
         }
     }
 }

@@ -635,6 +635,26 @@ fn render_turn(v: &Value) -> String {
     cap(out, "read the whole turn with `show`")
 }
 
+/// The progress message for one event of a running `turn`, or `None` for events not
+/// worth a report (deltas, usage records).
+pub fn progress_message(e: &Value) -> Option<String> {
+    let d = &e["data"];
+    let text = match s(e, "type") {
+        "turn_started" => "turn started".to_string(),
+        "assistant_message" => format!("assistant: {}", one_line(s(d, "text"))),
+        "tool_call" => format!("tool call: {}", s(d, "name")),
+        "tool_result" => format!(
+            "tool result: {}",
+            if d["ok"] == true { "ok" } else { "failed" }
+        ),
+        "permission_decision" => format!("permission: {}", s(d, "decision")),
+        "history_compaction" => "history compacted".to_string(),
+        "turn_ended" => format!("turn ended: {}", s(d, "status")),
+        _ => return None,
+    };
+    Some(prefix(&text, 200).to_string())
+}
+
 /// The text of one event in a `show` page (at most [`EVENT_CAP`] bytes of its body).
 pub fn event_entry(e: &Value) -> String {
     let kind = s(e, "type");
@@ -856,6 +876,34 @@ mod tests {
             bad("nope", json!({})).kind,
             agentd_proto::ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn progress_reports_durable_steps_only() {
+        let ev = |t: &str, d: Value| json!({"seq": 1, "type": t, "data": d});
+        let m = |e: Value| progress_message(&e);
+        assert_eq!(
+            m(ev(
+                "tool_call",
+                json!({"name": "shell", "call_id": "c", "args": {}})
+            )),
+            Some("tool call: shell".into())
+        );
+        assert_eq!(
+            m(ev("tool_result", json!({"ok": false, "call_id": "c"}))),
+            Some("tool result: failed".into())
+        );
+        assert_eq!(
+            m(ev("turn_ended", json!({"status": "completed"}))),
+            Some("turn ended: completed".into())
+        );
+        let long = m(ev("assistant_message", json!({"text": "a\n".repeat(500)}))).unwrap();
+        assert!(
+            long.len() <= 200 && long.starts_with("assistant: a a"),
+            "{long}"
+        );
+        assert_eq!(m(ev("text_delta", json!({"delta": "x"}))), None);
+        assert_eq!(m(ev("provider_usage", json!({}))), None);
     }
 
     #[test]
