@@ -521,3 +521,19 @@ fn older_and_stateless_protocol_revisions_are_served() {
     );
     assert!(text(&r).contains(&format!("assistant: {ANSWER}")), "{r}");
 }
+
+#[test]
+fn a_daemon_gone_between_calls_is_reconnected_or_restarted() {
+    let mut d = daemon();
+    let sid = session_with_turn(&d, "survivor");
+    let (mut m, _) = server(&d, &[]);
+    assert!(text(&call(&mut m, "list_sessions", json!({}))).contains(&sid));
+    // Killed and started again by someone else: the next call reconnects.
+    d.restart();
+    let shown = text(&call(&mut m, "show", json!({"session_id": sid})));
+    assert!(shown.contains(&format!("assistant: {ANSWER}")), "{shown}");
+    // Killed and left dead: the next call starts a daemon, as every agentctl command.
+    d.kill9();
+    let list = text(&call(&mut m, "list_sessions", json!({})));
+    assert!(list.contains(&sid) && list.contains("survivor"), "{list}");
+}

@@ -79,14 +79,42 @@ impl McpServer {
                 return self.turn(params.clone(), ctx).await;
             }
         }
+        let reads = tools::find(tool).is_some_and(|t| t.access == Access::Read);
         let conn = self.conn().await?;
+        match self.once(tool, &plan, &conn).await {
+            Err(e) if e.kind == ErrorKind::DaemonUnavailable => {
+                // The daemon went away since the last call (stopped, restarted,
+                // crashed): the next call gets a new connection (which starts a daemon
+                // if none runs). A read is safe to send again at once; a fork may have
+                // happened, so it is not.
+                self.forget(&conn).await;
+                if !reads {
+                    return Err(e);
+                }
+                let conn = self.conn().await?;
+                self.once(tool, &plan, &conn).await
+            }
+            r => r,
+        }
+    }
+
+    /// Drops `conn` as the shared connection (when it still is).
+    async fn forget(&self, conn: &Arc<Conn>) {
+        let mut slot = self.conn.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *slot = None;
+        }
+    }
+
+    /// One plan (not `turn`) over `conn`.
+    async fn once(&self, tool: &str, plan: &Plan, conn: &Conn) -> Result<String, AgentError> {
         match plan {
             Plan::Show {
                 session_id,
                 header,
                 events,
             } => {
-                let head = if header {
+                let head = if *header {
                     Some(
                         conn.call(method::SHOW, json!({"session_id": session_id}))
                             .await?,
@@ -94,11 +122,11 @@ impl McpServer {
                 } else {
                     None
                 };
-                let page = conn.call(method::EVENTS, events).await?;
+                let page = conn.call(method::EVENTS, events.clone()).await?;
                 Ok(tools::render_show(head.as_ref(), &page))
             }
             Plan::Call { method: m, params } => {
-                let v = conn.call(m, params).await?;
+                let v = conn.call(m, params.clone()).await?;
                 Ok(tools::render(tool, &v))
             }
         }
