@@ -55,6 +55,13 @@ fn release_freed() {
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The command sandbox's helper is this binary re-executed: it must run before
+    // anything else (in particular before PR_SET_DUMPABLE below, which would stop it
+    // writing its own uid map).
+    #[cfg(target_os = "linux")]
+    if agentd_sandbox::is_helper_invocation() {
+        agentd_sandbox::helper_main();
+    }
     let _ = agentd::allocator::RELEASE_FREED.set(release_freed);
     // Not dumpable: /proc/<agentd pid>/environ (and mem, maps, …) become unreadable to
     // other processes of the same uid, so a tool's shell command cannot copy the
@@ -107,6 +114,20 @@ fn main() -> ExitCode {
             .unwrap_or_else(agentd_proto::paths::default_config),
         activation,
     };
+    #[cfg(target_os = "linux")]
+    match std::env::current_exe() {
+        Ok(exe) => agentd::tools::sandboxing::install(
+            exe,
+            opts.socket.clone(),
+            opts.home.clone(),
+            opts.config.clone(),
+            &std::env::var("AGENTD_SANDBOX_FORCE").unwrap_or_default(),
+        ),
+        Err(e) => {
+            eprintln!("agentd: cannot find its own executable for the command sandbox: {e}");
+            return ExitCode::from(1);
+        }
+    }
     if let Err(msg) = agentd::fault::init_from_env() {
         eprintln!("agentd: AGENTD_FAULTS: {msg}");
         return ExitCode::from(2);

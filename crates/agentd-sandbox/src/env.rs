@@ -72,7 +72,10 @@ fn is_allowed(name: &str) -> bool {
 
 /// The command's environment from the daemon's: allowlisted and not denied, then the
 /// config's `env_pass` names and `env` values (explicit, so only `AGENTD_*` is refused).
-pub fn scrub(daemon_env: &BTreeMap<String, String>, config: &SandboxConfig) -> BTreeMap<String, String> {
+pub fn scrub(
+    daemon_env: &BTreeMap<String, String>,
+    config: &SandboxConfig,
+) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = daemon_env
         .iter()
         .filter(|(k, _)| is_allowed(k) && !is_denied(k))

@@ -99,7 +99,10 @@ fn classify(p: &Path, policy: &EffectivePolicy, protected: &[PathBuf]) -> Option
         .map(Path::to_path_buf);
     let env: BTreeMap<String, String> = policy.env.clone();
     for c in CachePreset::ALL {
-        if c.roots(home.as_deref(), &env).iter().any(|r| is_within(p, r)) {
+        if c.roots(home.as_deref(), &env)
+            .iter()
+            .any(|r| is_within(p, r))
+        {
             return Some(Denial {
                 kind: "write".into(),
                 path,

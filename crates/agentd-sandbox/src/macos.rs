@@ -54,11 +54,7 @@ pub fn profile(
     s.push_str(")\n");
     let mut unlink_denied: Vec<&Path> = Vec::new();
     for p in protected {
-        let _ = writeln!(
-            s,
-            "(deny file-write* (literal {0}) (subpath {0}))",
-            lit(p)
-        );
+        let _ = writeln!(s, "(deny file-write* (literal {0}) (subpath {0}))", lit(p));
         let mut anc = p.parent();
         while let Some(a) = anc {
             if policy.writable_roots.iter().any(|r| a == r.as_path()) || a == Path::new("/") {
@@ -113,7 +109,10 @@ mod tests {
         });
         let text = profile(
             &p,
-            &["/Users/u/ws/.git/hooks".into(), "/Users/u/ws/.git/config".into()],
+            &[
+                "/Users/u/ws/.git/hooks".into(),
+                "/Users/u/ws/.git/config".into(),
+            ],
             Path::new("/private/tmp/agentd-cmd-1"),
             Some(Path::new("/Users/u/Library/Caches/agentd")),
         );

@@ -39,6 +39,8 @@ pub struct Plan {
     pub seccomp: bool,
     /// `cgroup.procs` files the helper joins before anything else.
     pub cgroup_procs: Vec<PathBuf>,
+    /// `RLIMIT_NPROC` for the command (non-root without a cgroup).
+    pub nproc: Option<u64>,
     /// Build the namespaces and mounts, then exit 0 without running anything.
     pub probe: bool,
 }

@@ -173,6 +173,11 @@ pub struct SandboxConfig {
     /// Names of daemon environment variables passed through to commands (explicit, so
     /// not scrubbed; `AGENTD_*` never passes).
     pub env_pass: Vec<String>,
+    /// Per-command process cap (cgroup `pids.max`; `RLIMIT_NPROC` for a non-root
+    /// daemon without a delegated cgroup). 0: the default, 512.
+    pub pids_max: u64,
+    /// Per-command memory cap in bytes (cgroup `memory.max`). 0: the default, 4 GiB.
+    pub memory_max: u64,
 }
 
 /// `sandbox: {mode?, network?}` of `agentd/create` / `agentd/turn`.
@@ -193,11 +198,19 @@ impl SandboxRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "grant", rename_all = "snake_case")]
 pub enum Grant {
-    Cache { cache: CachePreset },
-    WriteRoot { path: PathBuf },
-    Network { network: Network },
+    Cache {
+        cache: CachePreset,
+    },
+    WriteRoot {
+        path: PathBuf,
+    },
+    Network {
+        network: Network,
+    },
     /// Makes a hidden path readable; honoured only for one call.
-    ReadHidden { path: PathBuf },
+    ReadHidden {
+        path: PathBuf,
+    },
     FullAccess,
 }
 
@@ -336,7 +349,9 @@ pub fn mode_and_network(inputs: &Inputs) -> (Mode, Network) {
     for g in inputs.grants.iter().chain(&inputs.call_grants) {
         match g {
             Grant::FullAccess => mode = Mode::FullAccess,
-            Grant::Network { network: Network::Host } => network = Network::Host,
+            Grant::Network {
+                network: Network::Host,
+            } => network = Network::Host,
             _ => {}
         }
     }
@@ -365,15 +380,24 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
     for s in SYSTEM_HIDDEN {
         push_unique(&mut hidden, PathBuf::from(s));
     }
-    if let Some(x) = inputs.xdg_runtime_dir.as_deref().filter(|p| p.is_absolute()) {
+    if let Some(x) = inputs
+        .xdg_runtime_dir
+        .as_deref()
+        .filter(|p| p.is_absolute())
+    {
         let x = normalize(x);
         if !SHARED_DIRS.iter().any(|s| Path::new(s) == x) && Some(&x) != home.as_ref() {
             push_unique(&mut hidden, x);
         }
     }
     let workspace = normalize(&inputs.workspace);
+    // agentd's own directories, except one holding the workspace (hiding it would
+    // hide the workspace; its Logs and config files are still listed one by one).
     for d in inputs.agentd_dirs.iter().filter(|p| p.is_absolute()) {
-        push_unique(&mut hidden, normalize(d));
+        let d = normalize(d);
+        if !is_within(&workspace, &d) {
+            push_unique(&mut hidden, d);
+        }
     }
     if let Some(sock) = inputs.agentd_socket.as_deref().filter(|p| p.is_absolute()) {
         let sock = normalize(sock);
@@ -563,7 +587,9 @@ mod tests {
         i.grants.push(Grant::ReadHidden {
             path: "/home/u/.ssh".into(),
         });
-        assert!(effective(&i).hidden.contains(&PathBuf::from("/home/u/.ssh")));
+        assert!(effective(&i)
+            .hidden
+            .contains(&PathBuf::from("/home/u/.ssh")));
         i.call_grants.push(Grant::ReadHidden {
             path: "/home/u/.ssh".into(),
         });
@@ -602,7 +628,9 @@ mod tests {
             .writable_roots
             .contains(&PathBuf::from("/home/u/.cargo/registry")));
         assert!(!p.writable_roots.iter().any(|r| r.ends_with("bin")));
-        assert!(p.hidden.contains(&PathBuf::from("/home/u/.cargo/credentials.toml")));
+        assert!(p
+            .hidden
+            .contains(&PathBuf::from("/home/u/.cargo/credentials.toml")));
     }
 
     #[test]

@@ -101,7 +101,11 @@ fn full_sandbox_confines_a_command() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let sb = sandbox(Knobs::default());
-    assert!(sb.probe().userns, "user namespaces needed here: {:?}", sb.probe());
+    assert!(
+        sb.probe().userns,
+        "user namespaces needed here: {:?}",
+        sb.probe()
+    );
     let script = format!(
         r#"
         echo inside > ok.txt && echo wrote-ws
@@ -139,15 +143,24 @@ fn full_sandbox_confines_a_command() {
         assert!(!out.contains(bad), "{bad} in {out}");
     }
     assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
-    assert!(out.contains("tmp-ok") && out.contains("tmpdir:/tmp"), "{out}");
+    assert!(
+        out.contains("tmp-ok") && out.contains("tmpdir:/tmp"),
+        "{out}"
+    );
     assert!(out.contains("fds:0 1 2 \n"), "{out}");
-    assert_eq!(std::fs::read_to_string(e.outside.join("victim")).unwrap(), "original");
+    assert_eq!(
+        std::fs::read_to_string(e.outside.join("victim")).unwrap(),
+        "original"
+    );
     assert!(!e.outside.join("new").exists());
     assert_eq!(facts["level"], "full", "{facts:#}");
     assert_eq!(facts["seccomp"], true);
     assert_eq!(facts["proc"], "fresh");
     assert_eq!(facts["caps_dropped"], true);
-    assert!(facts["namespaces"].as_array().unwrap().len() >= 6, "{facts:#}");
+    assert!(
+        facts["namespaces"].as_array().unwrap().len() >= 6,
+        "{facts:#}"
+    );
     assert!(
         facts["landlock"]["status"]
             .as_str()
@@ -180,7 +193,10 @@ fn git_metadata_is_protected_and_commits_work() {
     "#;
     let (_, out, facts) = run(&sb, &inputs(&e), &e.ws, script);
     assert!(!out.contains("HOOK") && !out.contains("FSMONITOR"), "{out}");
-    assert!(out.contains("committed") && out.contains("branched"), "{out}\n{facts:#}");
+    assert!(
+        out.contains("committed") && out.contains("branched"),
+        "{out}\n{facts:#}"
+    );
     assert!(!e.ws.join(".git/hooks/post-commit").exists());
     let cfg = std::fs::read_to_string(e.ws.join(".git/config")).unwrap();
     assert!(!cfg.contains("fsmonitor"), "{cfg}");
@@ -226,7 +242,10 @@ fn read_only_mode_writes_nothing_but_tmp() {
         &e.ws,
         "echo x > f 2>/dev/null && echo WROTE; echo y > /tmp/y && echo tmp-ok; ls >/dev/null && echo listed",
     );
-    assert!(!out.contains("WROTE") && out.contains("tmp-ok") && out.contains("listed"), "{out}");
+    assert!(
+        !out.contains("WROTE") && out.contains("tmp-ok") && out.contains("listed"),
+        "{out}"
+    );
     assert_eq!(facts["mode"], "read_only");
 }
 
@@ -274,7 +293,10 @@ fn forced_fallback_is_degraded_but_still_confines() {
         assert!(!out.contains(bad), "{bad} in {out}");
     }
     assert_eq!(facts["level"], "degraded", "{facts:#}");
-    assert!(facts["reason"].as_str().unwrap().contains("no user namespaces"));
+    assert!(facts["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no user namespaces"));
     let survivors = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()

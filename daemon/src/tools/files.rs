@@ -151,6 +151,7 @@ fn read_regular(ctx: &ToolContext, path: &Path, given: &str) -> Result<Vec<u8>, 
 
 pub fn read_file(args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
+    ctx.paths.check(&path, false)?;
     let bytes = read_regular(ctx, &path, &args.path)?;
     let text = String::from_utf8_lossy(&bytes);
     let (output, raw_selected) = select_lines(&text, args.offset_line, args.limit_lines);
@@ -203,6 +204,7 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
         .with_details(json!({"depth": depth})));
     }
     let dir = resolve(&ctx.workspace, &given, Resolve::Existing)?;
+    ctx.paths.check(&dir, false)?;
     let meta = std::fs::metadata(&dir).map_err(|e| io_error(&e, "directory", &given))?;
     if !meta.is_dir() {
         return Err(AgentError::invalid_args(format!(
@@ -278,6 +280,7 @@ fn walk(
 
 pub fn write_file(args: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
     let path = resolve(&ctx.workspace, &args.path, Resolve::ForWrite)?;
+    ctx.paths.check(&path, true)?;
     let existed = atomic_write(ctx, &path, args.content.as_bytes(), &args.path)?;
     let mut outcome = ToolOutcome::success(format!(
         "{} {} ({} bytes)",
@@ -299,6 +302,7 @@ pub fn edit_file(args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
         );
     }
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
+    ctx.paths.check(&path, true)?;
     let bytes = read_regular(ctx, &path, &args.path)?;
     let positions = find_all(&bytes, args.old.as_bytes());
     match positions.len() {

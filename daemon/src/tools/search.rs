@@ -51,6 +51,7 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
         })?;
     let given = args.path.clone().unwrap_or_else(|| ".".to_string());
     let root = resolve(&ctx.workspace, &given, Resolve::Existing)?;
+    ctx.paths.check(&root, false)?;
     let glob = match &args.glob {
         None => None,
         Some(g) => {

@@ -137,7 +137,7 @@ pub(super) async fn run(
                 vec![
                     EventDraft::new(
                         EventType::TurnStarted,
-                        json!({"turn_id": running.turn_id, "model": spec.model, "provider": spec.provider_name()}),
+                        turn_started_data(&running.turn_id, &spec, &tools),
                     ),
                     EventDraft::new(EventType::UserMessage, json!({"text": input})),
                 ],
@@ -214,7 +214,39 @@ async fn tool_context(
     ctx.cancel = cancel.clone();
     ctx.shell_env_remove = spec.env_remove.clone();
     ctx.redact = spec.secrets.clone();
+    if let Some(rt) = crate::tools::sandboxing::runtime() {
+        let inputs = crate::tools::sandboxing::inputs(
+            &rt,
+            &registry.config.sandbox,
+            spec.sandbox_session,
+            spec.sandbox_turn,
+            &ctx.workspace,
+        );
+        let policy = agentd_sandbox::effective(&inputs);
+        let paths = crate::filesystem::blocking({
+            let policy = policy.clone();
+            move || Ok::<_, AgentError>(crate::tools::sandboxing::PathRules::from_policy(&policy))
+        })
+        .await??;
+        ctx.paths = paths;
+        ctx.sandbox = Some(crate::tools::sandboxing::CommandSandbox {
+            runtime: rt,
+            policy,
+            on_unavailable: registry.config.sandbox.on_unavailable,
+            limits: agentd_sandbox::Limits::from_config(&registry.config.sandbox),
+        });
+    }
     Ok(ctx)
+}
+
+/// `turn_started` data: the turn, its model, and the effective sandbox policy its
+/// commands run under (recorded each turn, so every change is in the Log).
+fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> serde_json::Value {
+    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name()});
+    if let Some(sb) = &tools.sandbox {
+        d["sandbox"] = sb.policy.to_record();
+    }
+    d
 }
 
 /// The estimate correction from the latest `provider_usage` that recorded its estimate.

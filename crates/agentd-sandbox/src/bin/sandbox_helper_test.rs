@@ -5,6 +5,9 @@ fn main() {
     if agentd_sandbox::is_helper_invocation() {
         agentd_sandbox::helper_main();
     }
-    eprintln!("sandbox-helper-test: run with {}", agentd_sandbox::plan::HELPER_ARG);
+    eprintln!(
+        "sandbox-helper-test: run with {}",
+        agentd_sandbox::plan::HELPER_ARG
+    );
     std::process::exit(2);
 }

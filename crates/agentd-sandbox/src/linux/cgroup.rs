@@ -14,7 +14,10 @@ const GROUP: &str = "agentd-sandbox";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hierarchy {
     V2(PathBuf),
-    V1 { pids: PathBuf, memory: Option<PathBuf> },
+    V1 {
+        pids: PathBuf,
+        memory: Option<PathBuf>,
+    },
 }
 
 impl Hierarchy {
@@ -43,7 +46,10 @@ pub fn detect() -> Option<Hierarchy> {
     let v2 = Path::new(V2_ROOT).join("cgroup.controllers").exists();
     if v2 {
         let base = if root {
-            let _ = write(&Path::new(V2_ROOT).join("cgroup.subtree_control"), "+pids +memory");
+            let _ = write(
+                &Path::new(V2_ROOT).join("cgroup.subtree_control"),
+                "+pids +memory",
+            );
             Path::new(V2_ROOT).join(GROUP)
         } else {
             // Delegated: move the daemon into a leaf of its own cgroup so the cgroup
@@ -77,7 +83,10 @@ pub fn detect() -> Option<Hierarchy> {
     let pids = pids.join(GROUP);
     let _ = std::fs::create_dir(&pids);
     let memory = Path::new(V2_ROOT).join("memory");
-    let memory = memory.join("cgroup.procs").exists().then(|| memory.join(GROUP));
+    let memory = memory
+        .join("cgroup.procs")
+        .exists()
+        .then(|| memory.join(GROUP));
     if let Some(m) = &memory {
         let _ = std::fs::create_dir(m);
     }
@@ -175,7 +184,10 @@ impl Cgroup {
             }
             for _ in 0..200 {
                 let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-                let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
                 if pids.is_empty() {
                     break;
                 }

@@ -27,6 +27,19 @@ pub fn set_rlimits() {
     }
 }
 
+/// `RLIMIT_NPROC` (counts every process of the uid, so only meaningful for a user
+/// that runs little else; uid 0 ignores it).
+pub fn set_nproc(n: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: n,
+    };
+    // SAFETY: setrlimit reads a valid struct.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_NPROC, &lim);
+    }
+}
+
 #[repr(C)]
 struct CapHeader {
     version: u32,
@@ -78,7 +91,12 @@ pub fn drop_caps() -> bool {
             version: CAP_V3,
             pid: 0,
         };
-        if libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, now.as_mut_ptr()) != 0 {
+        if libc::syscall(
+            libc::SYS_capget,
+            &mut hdr as *mut CapHeader,
+            now.as_mut_ptr(),
+        ) != 0
+        {
             return false;
         }
         now.iter()
@@ -289,7 +307,12 @@ const CLONE_NEW_ALL: [u64; 8] = [
     0x80, // CLONE_NEWTIME
 ];
 
-fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, v: u64) -> Result<SeccompCondition, String> {
+fn cond(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    v: u64,
+) -> Result<SeccompCondition, String> {
     SeccompCondition::new(arg, len, op, v).map_err(|e| e.to_string())
 }
 
@@ -302,8 +325,13 @@ pub fn main_filter(network: Network) -> Result<BpfProgram, String> {
     let mut ioctl = Vec::new();
     for req in [TIOCSTI, TIOCLINUX] {
         ioctl.push(
-            SeccompRule::new(vec![cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)?])
-                .map_err(|e| e.to_string())?,
+            SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                req,
+            )?])
+            .map_err(|e| e.to_string())?,
         );
     }
     rules.insert(libc::SYS_ioctl, ioctl);
@@ -357,7 +385,12 @@ pub fn main_filter(network: Network) -> Result<BpfProgram, String> {
 }
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter { code, jt: 0, jf: 0, k }
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {

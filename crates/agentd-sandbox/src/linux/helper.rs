@@ -88,6 +88,9 @@ pub fn helper_main() -> ! {
         }
     }
     confine::set_rlimits();
+    if let Some(n) = plan.nproc {
+        confine::set_nproc(n);
+    }
     if plan.namespaces {
         with_namespaces(&plan, report)
     } else {
@@ -247,7 +250,10 @@ fn kill_descendants() {
     let children = format!("/proc/{me}/task/{me}/children");
     for _ in 0..10_000 {
         let list = std::fs::read_to_string(&children).unwrap_or_default();
-        for pid in list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        for pid in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
             // SAFETY: signalling our own child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }

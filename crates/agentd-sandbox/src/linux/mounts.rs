@@ -144,7 +144,13 @@ fn locked_flags(fd: &OwnedFd) -> libc::c_ulong {
 fn bind_readonly(p: &Path) -> io::Result<()> {
     let fd = open_nofollow(p)?;
     let target = fd_path(&fd);
-    mount(Some(&target), &target, None, libc::MS_BIND | libc::MS_REC, None)?;
+    mount(
+        Some(&target),
+        &target,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
     // The descriptor still names the covered inode; reopen to reach the new mount.
     let fd2 = open_nofollow(p)?;
     let flags = locked_flags(&fd2);
@@ -160,7 +166,9 @@ fn bind_readonly(p: &Path) -> io::Result<()> {
 fn is_dir(fd: &OwnedFd) -> bool {
     // SAFETY: fstat fills the struct for a valid descriptor.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFDIR }
+    unsafe {
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFDIR
+    }
 }
 
 /// Covers a hidden path: an empty read-only tmpfs over a directory, `/dev/null` over
@@ -177,7 +185,13 @@ fn hide(p: &Path) -> io::Result<()> {
             Some("mode=000,size=4k"),
         )
     } else {
-        mount(Some(Path::new("/dev/null")), &target, None, libc::MS_BIND, None)
+        mount(
+            Some(Path::new("/dev/null")),
+            &target,
+            None,
+            libc::MS_BIND,
+            None,
+        )
     }
 }
 
@@ -208,12 +222,13 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let parent_is_gitdir = p.parent().is_some_and(|d| {
-                d.join("objects").is_dir() && d.join("HEAD").exists()
-            });
+            let parent_is_gitdir = p
+                .parent()
+                .is_some_and(|d| d.join("objects").is_dir() && d.join("HEAD").exists());
             if (name == "hooks" || name == "info") && parent_is_gitdir {
                 let parent = p.parent().unwrap_or(p);
-                let pfd = open_nofollow(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                let pfd =
+                    open_nofollow(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
                 if !is_dir(&pfd) {
                     return Err(format!("{} is not a directory", parent.display()));
                 }
@@ -230,7 +245,10 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
         Err(e) => return Err(format!("protecting {}: {e}", p.display())),
     }
     // A symlink on the way: protect the nearest parent that resolves without one.
-    let root = roots.iter().filter(|r| p.starts_with(r)).max_by_key(|r| r.as_os_str().len());
+    let root = roots
+        .iter()
+        .filter(|r| p.starts_with(r))
+        .max_by_key(|r| r.as_os_str().len());
     let mut cur = p.parent();
     while let Some(d) = cur {
         if root.is_some_and(|r| !d.starts_with(r)) {
@@ -282,8 +300,20 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
     .map_err(|e| format!("private /tmp: {e}"))?;
     for (p, fd, dir) in &keep {
         mkdir_all_fresh(p, *dir).map_err(|e| format!("{}: {e}", p.display()))?;
-        mount(Some(&fd_path(fd)), p, None, libc::MS_BIND | libc::MS_REC, None)
-            .map_err(|e| format!("binding {}: {e}", p.display()))?;
+        mount(
+            Some(&fd_path(fd)),
+            p,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )
+        .map_err(|e| format!("binding {}: {e}", p.display()))?;
+        // Everything under the private /tmp is writable to Landlock: a kept path that
+        // is not a writable root (the working directory in read_only mode) is made
+        // read-only by the mount itself.
+        if !plan.writable.iter().any(|w| p.starts_with(w)) {
+            bind_readonly(p).map_err(|e| format!("read-only {}: {e}", p.display()))?;
+        }
     }
     drop(keep);
     for h in &plan.hidden {

@@ -63,6 +63,25 @@ pub struct Limits {
     pub memory_max: u64,
 }
 
+impl Limits {
+    /// The config's caps (0 means the default).
+    pub fn from_config(c: &crate::policy::SandboxConfig) -> Limits {
+        let d = Limits::default();
+        Limits {
+            pids_max: if c.pids_max == 0 {
+                d.pids_max
+            } else {
+                c.pids_max
+            },
+            memory_max: if c.memory_max == 0 {
+                d.memory_max
+            } else {
+                c.memory_max
+            },
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -273,7 +292,10 @@ impl Sandbox {
         };
         let seccomp = !self.knobs.force_no_seccomp && seccomp_available();
         let (userns, userns_error) = if self.knobs.force_no_userns {
-            (false, Some("forced off by the daemon (test knob)".to_string()))
+            (
+                false,
+                Some("forced off by the daemon (test knob)".to_string()),
+            )
         } else {
             match self.probe_userns() {
                 Ok(()) => (true, None),
@@ -432,7 +454,10 @@ impl Sandbox {
                 }
             }
         }
-        let cwd = req.cwd.canonicalize().unwrap_or_else(|_| req.cwd.to_path_buf());
+        let cwd = req
+            .cwd
+            .canonicalize()
+            .unwrap_or_else(|_| req.cwd.to_path_buf());
         if let Some(h) = hidden.iter().find(|h| cwd.starts_with(h)) {
             return Err(Unavailable {
                 missing: vec![],
@@ -486,6 +511,9 @@ impl Sandbox {
             landlock: true,
             seccomp: true,
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            // SAFETY: geteuid never fails.
+            nproc: (cgroup.is_none() && unsafe { libc::geteuid() } != 0)
+                .then_some(req.limits.pids_max),
             probe: false,
         };
         let (command, report) = self.helper_command(&plan).map_err(|e| Unavailable {
@@ -510,6 +538,8 @@ impl Sandbox {
                 "pids_max": cgroup.as_ref().map(|c| c.pids_max),
                 "memory_max": cgroup.as_ref().map(|c| c.memory_max),
                 "rlimit_core": 0,
+                "rlimit_nproc": (cgroup.is_none() && unsafe { libc::geteuid() } != 0)
+                    .then_some(req.limits.pids_max),
             }),
         );
         facts.insert("writable_roots".into(), json!(writable));
