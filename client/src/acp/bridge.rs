@@ -564,6 +564,9 @@ impl Bridge {
         if let Some(pv) = &self.args.provider {
             create["provider"] = json!(pv);
         }
+        if let Some(s) = self.args.sandbox.to_param() {
+            create["sandbox"] = s;
+        }
         let r = self.call(method::CREATE, create).await?;
         let sid = r["session_id"].as_str().unwrap_or_default().to_string();
         let o = Open {
