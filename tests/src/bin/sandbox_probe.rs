@@ -133,6 +133,28 @@ fn main() {
                     ),
                 );
             }
+            "forks" => {
+                // Forks up to N children that wait, prints how many forks succeeded,
+                // then ends them all. No retry on EAGAIN (a shell's fork retries).
+                let n: usize = arg(1).parse().unwrap_or(100);
+                let mut kids = Vec::new();
+                for _ in 0..n {
+                    let pid = libc::fork();
+                    if pid == 0 {
+                        libc::pause();
+                        libc::_exit(0);
+                    }
+                    if pid < 0 {
+                        break;
+                    }
+                    kids.push(pid);
+                }
+                println!("forks: {}", kids.len());
+                for k in kids {
+                    libc::kill(k, libc::SIGKILL);
+                    libc::waitpid(k, std::ptr::null_mut(), 0);
+                }
+            }
             other => {
                 eprintln!("sandbox-probe: unknown probe {other:?}");
                 std::process::exit(2);
