@@ -303,7 +303,7 @@ pub enum NetworkArg {
 #[derive(Debug, Clone, Copy, Default, Args)]
 pub struct SandboxArgs {
     /// How the model's commands are confined [default: config, else workspace_write].
-    #[arg(long = "sandbox", value_enum, value_name = "MODE")]
+    #[arg(long = "sandbox", id = "sandbox_mode", value_enum, value_name = "MODE")]
     pub mode: Option<SandboxMode>,
     /// Whether the model's commands may use the network [default: config, else none].
     #[arg(long, value_enum, value_name = "NET")]
