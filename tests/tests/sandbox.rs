@@ -306,7 +306,10 @@ fn fork_bombs_and_memory_hogs_are_capped() {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{r:#}"));
     let sb = &r["sandbox"];
-    assert!(forks < 48, "{forks} of 300 forks ran past a cap of 48: {r:#}");
+    assert!(
+        forks < 48,
+        "{forks} of 300 forks ran past a cap of 48: {r:#}"
+    );
     c.call_ok("agentd/hello", json!({}));
     if sb["limits"]["cgroup"].is_null() {
         // No cgroup to put a memory cap on (not root, not delegated): recorded as such.

@@ -581,8 +581,8 @@ fn read_report(fd: OwnedFd) -> Option<Report> {
     // The last complete line wins (pid 1's failure, or the command's report).
     buf.split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
-        .filter_map(|l| serde_json::from_slice::<Report>(l).ok())
-        .last()
+        .rev()
+        .find_map(|l| serde_json::from_slice::<Report>(l).ok())
 }
 
 impl Prepared {
