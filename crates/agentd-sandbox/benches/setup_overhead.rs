@@ -5,7 +5,9 @@
 
 #[cfg(target_os = "linux")]
 fn main() {
-    use agentd_sandbox::{effective, CommandRequest, Inputs, Knobs, Limits, OnUnavailable, Sandbox};
+    use agentd_sandbox::{
+        effective, CommandRequest, Inputs, Knobs, Limits, OnUnavailable, Sandbox,
+    };
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 

@@ -12,6 +12,10 @@ pub const HELPER_ARG: &str = "__sandbox-exec";
 pub const PLAN_FD: i32 = 3;
 /// The helper writes its report on this descriptor (closed at exec).
 pub const REPORT_FD: i32 = 4;
+/// With [`Plan::join_net`]: a user namespace and its network namespace to join (held
+/// open by the daemon) instead of creating a network namespace per command.
+pub const NS_USER_FD: i32 = 5;
+pub const NS_NET_FD: i32 = 6;
 /// Exit status of the helper when it could not build the sandbox.
 pub const SETUP_FAILED: i32 = 125;
 
@@ -43,6 +47,12 @@ pub struct Plan {
     pub nproc: Option<u64>,
     /// Build the namespaces and mounts, then exit 0 without running anything.
     pub probe: bool,
+    /// Join the daemon's empty network namespace (fds 5 and 6) rather than creating one:
+    /// creating a network namespace is most of the set-up cost.
+    pub join_net: bool,
+    /// Create a user and an empty network namespace, report, and wait on stdin (the
+    /// daemon opens the two namespaces and ends it).
+    pub holder: bool,
 }
 
 /// What the helper put in force, written just before exec.

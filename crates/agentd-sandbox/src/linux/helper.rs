@@ -16,7 +16,9 @@
 //! The helper is single-threaded, so it may allocate freely between fork and exec.
 
 use super::{confine, mounts};
-use crate::plan::{Plan, Report, HELPER_ARG, PLAN_FD, REPORT_FD, SETUP_FAILED};
+use crate::plan::{
+    Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
+};
 use crate::policy::Network;
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -78,8 +80,12 @@ pub fn helper_main() -> ! {
     // SAFETY: plain syscalls on descriptor numbers.
     unsafe {
         libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC);
-        libc::syscall(libc::SYS_close_range, REPORT_FD as u32 + 1, u32::MAX, 0u32);
+        let first = if plan.join_net { NS_NET_FD } else { REPORT_FD } as u32 + 1;
+        libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
         libc::close(PLAN_FD);
+    }
+    if plan.holder {
+        hold_namespaces(report)
     }
     for procs in &plan.cgroup_procs {
         match std::fs::write(procs, "0") {
@@ -98,24 +104,7 @@ pub fn helper_main() -> ! {
     }
 }
 
-fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
-    // SAFETY: getuid/getgid never fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let mut flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    let mut names = vec!["user", "mount", "pid", "ipc", "uts"];
-    if plan.network == Network::None {
-        flags |= libc::CLONE_NEWNET;
-        names.push("net");
-    }
-    // SAFETY: unshare takes flags; the helper is single-threaded.
-    if unsafe { libc::unshare(flags) } != 0 {
-        fail(&mut report, format!("unshare: {}", errno()));
-    }
-    report.namespaces = names.into_iter().map(String::from).collect();
+fn write_maps(report: &mut Report, uid: libc::uid_t, gid: libc::gid_t) {
     let maps = [
         ("/proc/self/setgroups", "deny".to_string()),
         ("/proc/self/uid_map", format!("{uid} {uid} 1")),
@@ -123,9 +112,75 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
     ];
     for (file, text) in maps {
         if let Err(e) = std::fs::write(file, text) {
-            fail(&mut report, format!("writing {file}: {e}"));
+            fail(report, format!("writing {file}: {e}"));
         }
     }
+}
+
+/// The daemon's empty network namespace (and the user namespace owning it): created,
+/// reported, then held until the daemon has opened both and closes our stdin.
+fn hold_namespaces(mut report: Report) -> ! {
+    // SAFETY: getuid/getgid never fail; unshare takes flags (single-threaded).
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
+        fail(&mut report, format!("unshare: {}", errno()));
+    }
+    write_maps(&mut report, uid, gid);
+    report.level = "holder".into();
+    write_report(&report);
+    // SAFETY: closing the report descriptor; then block until stdin closes.
+    unsafe { libc::close(REPORT_FD) };
+    let mut b = [0u8; 1];
+    let _ = std::io::stdin().read(&mut b);
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(0) }
+}
+
+fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
+    // SAFETY: getuid/getgid never fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut shared_net = false;
+    if plan.join_net && plan.network == Network::None {
+        // SAFETY: setns with descriptors the daemon passed; single-threaded process.
+        let ok = unsafe {
+            libc::setns(NS_USER_FD, libc::CLONE_NEWUSER) == 0
+                && libc::setns(NS_NET_FD, libc::CLONE_NEWNET) == 0
+        };
+        if !ok {
+            fail(
+                &mut report,
+                format!("joining the daemon's network namespace: {}", errno()),
+            );
+        }
+        shared_net = true;
+    }
+    // SAFETY: closing descriptors we no longer need (EBADF when absent).
+    unsafe {
+        libc::close(NS_USER_FD);
+        libc::close(NS_NET_FD);
+    }
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    let mut names = vec!["user", "mount", "pid", "ipc", "uts"];
+    if plan.network == Network::None {
+        if !shared_net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        names.push(if shared_net {
+            "net(shared, empty)"
+        } else {
+            "net"
+        });
+    }
+    // SAFETY: unshare takes flags; the helper is single-threaded.
+    if unsafe { libc::unshare(flags) } != 0 {
+        fail(&mut report, format!("unshare: {}", errno()));
+    }
+    report.namespaces = names.into_iter().map(String::from).collect();
+    write_maps(&mut report, uid, gid);
     if let Err(e) = mounts::make_private() {
         fail(&mut report, format!("making mounts private: {e}"));
     }

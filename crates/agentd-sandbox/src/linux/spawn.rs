@@ -6,7 +6,7 @@
 use super::cgroup::{self, Cgroup, Hierarchy};
 use super::confine;
 use crate::hints;
-use crate::plan::{Plan, Report, HELPER_ARG, PLAN_FD, REPORT_FD};
+use crate::plan::{Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
 use crate::policy::{EffectivePolicy, Mode, OnUnavailable};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -116,6 +116,11 @@ pub struct Sandbox {
     knobs: Knobs,
     probe: OnceLock<Probe>,
     cgroups: OnceLock<Option<Hierarchy>>,
+    /// The empty network namespace commands with network `none` join (and its user
+    /// namespace), held open for the daemon's lifetime; `None` when it could not be made
+    /// or Landlock cannot scope abstract sockets (ABI < 6), where each command gets its
+    /// own.
+    netns: OnceLock<Option<(OwnedFd, OwnedFd)>>,
 }
 
 /// A command ready to spawn, and what to collect once it ended.
@@ -267,6 +272,7 @@ impl Sandbox {
             knobs,
             probe: OnceLock::new(),
             cgroups: OnceLock::new(),
+            netns: OnceLock::new(),
         }
     }
 
@@ -336,7 +342,9 @@ impl Sandbox {
             probe: true,
             ..Default::default()
         };
-        let (mut cmd, report) = self.helper_command(&plan).map_err(|e| e.to_string())?;
+        let (mut cmd, report) = self
+            .helper_command(&plan, None)
+            .map_err(|e| e.to_string())?;
         let out = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -352,7 +360,68 @@ impl Sandbox {
             .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_string()))
     }
 
-    fn helper_command(&self, plan: &Plan) -> std::io::Result<(Command, OwnedFd)> {
+    fn shared_netns(&self) -> Option<&(OwnedFd, OwnedFd)> {
+        self.netns
+            .get_or_init(|| {
+                if self.probe().landlock_abi < 6 || !self.probe().userns {
+                    return None;
+                }
+                self.make_netns().ok()
+            })
+            .as_ref()
+    }
+
+    fn make_netns(&self) -> std::io::Result<(OwnedFd, OwnedFd)> {
+        let plan = Plan {
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            namespaces: true,
+            holder: true,
+            ..Default::default()
+        };
+        let (mut cmd, report) = self.helper_command(&plan, None)?;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        drop(cmd);
+        let mut f = std::fs::File::from(report);
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while f.read(&mut b)? == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        let ok = serde_json::from_slice::<Report>(&line)
+            .map(|r| r.level == "holder")
+            .unwrap_or(false);
+        let open = |kind: &str| {
+            let f = std::fs::File::open(format!("/proc/{}/ns/{kind}", child.id()))?;
+            // Above the descriptors the helper's setup uses (3 to 6).
+            // SAFETY: fcntl on a descriptor we own.
+            let hi = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+            if hi < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: fcntl returned a fresh descriptor we own.
+            Ok(unsafe { OwnedFd::from_raw_fd(hi) })
+        };
+        let fds = if ok {
+            open("user").and_then(|u| Ok((u, open("net")?)))
+        } else {
+            Err(std::io::Error::other("the namespace holder failed"))
+        };
+        drop(child.stdin.take());
+        let _ = child.kill();
+        let _ = child.wait();
+        fds
+    }
+
+    fn helper_command(
+        &self,
+        plan: &Plan,
+        ns: Option<&(OwnedFd, OwnedFd)>,
+    ) -> std::io::Result<(Command, OwnedFd)> {
         let text = serde_json::to_vec(plan).map_err(std::io::Error::other)?;
         if text.len() > 60_000 {
             return Err(std::io::Error::other("sandbox plan too large for the pipe"));
@@ -361,6 +430,7 @@ impl Sandbox {
         let (rep_r, rep_w) = pipe_high()?;
         std::fs::File::from(plan_w).write_all(&text)?;
         let (pr, rw) = (plan_r.as_raw_fd(), rep_w.as_raw_fd());
+        let ns_fds = ns.map(|(u, n)| (u.as_raw_fd(), n.as_raw_fd()));
         let mut cmd = Command::new(&self.helper);
         cmd.arg(HELPER_ARG).env_clear().current_dir("/");
         // The closure owns both descriptors so they live until spawn; the parent's
@@ -372,6 +442,11 @@ impl Sandbox {
                 let _ = &keep;
                 if libc::dup2(pr, PLAN_FD) < 0 || libc::dup2(rw, REPORT_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some((u, n)) = ns_fds {
+                    if libc::dup2(u, NS_USER_FD) < 0 || libc::dup2(n, NS_NET_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -515,8 +590,19 @@ impl Sandbox {
             nproc: (cgroup.is_none() && unsafe { libc::geteuid() } != 0)
                 .then_some(req.limits.pids_max),
             probe: false,
+            join_net: false,
+            holder: false,
         };
-        let (command, report) = self.helper_command(&plan).map_err(|e| Unavailable {
+        let ns = if namespaces && p.network == crate::policy::Network::None {
+            self.shared_netns()
+        } else {
+            None
+        };
+        let plan = Plan {
+            join_net: ns.is_some(),
+            ..plan
+        };
+        let (command, report) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
             missing: vec![],
             message: format!("could not start the sandbox helper: {e}"),
         })?;
