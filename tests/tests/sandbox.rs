@@ -5,6 +5,7 @@
 use agentd_tests::{bin, is_type, Daemon, DaemonBuilder, RpcConn};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the
@@ -574,4 +575,144 @@ fn file_tools_obey_the_protected_set() {
     assert_eq!(res["data"]["ok"], false, "{res:#}");
     assert_eq!(res["data"]["error"]["kind"], "permission_denied", "{res:#}");
     assert!(!ws.join(".git/hooks/pre-commit").exists());
+}
+
+/// Runs one `shell` call asking for `grant` in `ask` mode; the subscribed client answers
+/// `answer` (`None`: no client ever answers, so nothing is approved). Returns the
+/// permission request seen, the `permission_decision` and the `tool_result` data.
+fn escalate(
+    d: &Daemon,
+    c: &mut RpcConn,
+    client: &mut RpcConn,
+    sid: &str,
+    cmd: &str,
+    grant: Value,
+    answer: Value,
+) -> (Value, Value, Value) {
+    let p = d.root().join(format!("e{}.json", rand::random::<u64>()));
+    let body = json!({"rules": [{"steps": [
+        {"tool_calls": [{"name": "shell", "args": {
+            "command": cmd, "sandbox_grant": grant, "justification": "the test needs it"}}]},
+        {"text": "done"}
+    ]}]});
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    let params = json!({"session_id": sid, "input": "go", "permission_mode": "ask",
+        "model": format!("script:{}", p.display())});
+    let mut turn_conn = d.connect();
+    let running = std::thread::spawn(move || turn_conn.try_call("agentd/turn", params));
+    let req = client
+        .wait_for(
+            |m| m["method"] == "agentd/permission" && m.get("id").is_some(),
+            Duration::from_secs(20),
+        )
+        .expect("a permission request");
+    let reply = json!({"jsonrpc": "2.0", "id": req["id"], "result": answer});
+    client.send_raw(format!("{reply}\n").as_bytes()).unwrap();
+    let r = running.join().unwrap().unwrap();
+    assert_eq!(r["result"]["status"], "completed", "{r}");
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let dec = evs
+        .iter()
+        .rev()
+        .find(|e| is_type(e, "permission_decision"))
+        .unwrap()["data"]
+        .clone();
+    let res = evs
+        .iter()
+        .rev()
+        .find(|e| is_type(e, "tool_result"))
+        .unwrap()["data"]
+        .clone();
+    (req["params"].clone(), dec, res)
+}
+
+#[test]
+fn escalation_is_asked_in_ask_mode_and_never_taken_in_auto() {
+    let o = outside();
+    let d = builder(&o).start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let mut client = d.connect();
+    client.call_ok(
+        "agentd/subscribe",
+        json!({"session_id": sid, "permissions": true}),
+    );
+    let target = o.root.join("out");
+    let cmd = format!("echo x > {}/granted && echo WROTE", q(&target));
+    let grant = json!({"write": target});
+
+    // Denied: the command runs not at all.
+    let (req, dec, res) = escalate(
+        &d,
+        &mut c,
+        &mut client,
+        &sid,
+        &cmd,
+        grant.clone(),
+        json!({"decision": "deny"}),
+    );
+    assert_eq!(req["sandbox_grant"], grant, "{req:#}");
+    assert_eq!(req["justification"], "the test needs it");
+    assert_eq!(dec["decision"], "deny", "{dec:#}");
+    assert_eq!(dec["grant"], grant);
+    assert_eq!(res["ok"], false);
+    assert!(!target.join("granted").exists());
+
+    // Approved for this call: the write outside the workspace works, once.
+    let (_, dec, res) = escalate(
+        &d,
+        &mut c,
+        &mut client,
+        &sid,
+        &cmd,
+        grant.clone(),
+        json!({"decision": "allow"}),
+    );
+    assert_eq!(dec["decision"], "allow", "{dec:#}");
+    assert_eq!(dec["scope"], "call");
+    assert_eq!(dec["grant"], grant);
+    assert!(output(&res).contains("WROTE"), "{res:#}");
+    assert!(target.join("granted").exists());
+    assert!(res["sandbox"]["writable_roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r.as_str() == target.to_str()));
+    // The next call, without a grant, is back to the session's sandbox.
+    let r = shell(
+        &d,
+        &mut c,
+        &sid,
+        &format!("echo y > {}/again 2>/dev/null && echo BAD", q(&target)),
+        json!({}),
+    );
+    assert!(!output(&r).contains("BAD"), "{r:#}");
+
+    // `auto` never widens: the call is refused without running.
+    let p = d.root().join("auto.json");
+    let body = json!({"rules": [{"steps": [
+        {"tool_calls": [{"name": "shell", "args": {"command": format!("echo z > {}/auto", q(&target)),
+            "sandbox_grant": grant}}]},
+        {"text": "done"}
+    ]}]});
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "go", "model": format!("script:{}", p.display())}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let dec = evs
+        .iter()
+        .rev()
+        .find(|e| is_type(e, "permission_decision"))
+        .unwrap();
+    assert_eq!(dec["data"]["reason"], "escalation_needs_ask", "{dec:#}");
+    assert!(!target.join("auto").exists());
 }

@@ -4,7 +4,7 @@
 //! with `shell`, so the two routes agree.
 
 use agentd_proto::{AgentError, ErrorKind};
-use agentd_sandbox::{EffectivePolicy, Inputs, OnUnavailable, SandboxConfig, SandboxRequest};
+use agentd_sandbox::{EffectivePolicy, Grant, Inputs, OnUnavailable, SandboxConfig, SandboxRequest};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -47,6 +47,8 @@ pub fn runtime() -> Option<Arc<Runtime>> {
 #[derive(Debug, Clone)]
 pub struct CommandSandbox {
     pub runtime: Arc<Runtime>,
+    /// What the policy was computed from (kept to widen it for one call).
+    pub inputs: Inputs,
     pub policy: EffectivePolicy,
     pub on_unavailable: OnUnavailable,
     pub limits: agentd_sandbox::Limits,
@@ -144,5 +146,63 @@ impl PathRules {
             }
         }
         Ok(())
+    }
+}
+
+/// The grants a `shell` call's `sandbox_grant` asks for (`None`: it asks for none).
+pub fn parse_grant(v: Option<&serde_json::Value>) -> Result<Option<Vec<Grant>>, AgentError> {
+    let Some(obj) = v.and_then(|v| v.as_object()) else {
+        return Ok(None);
+    };
+    let bad = |m: String| {
+        AgentError::invalid_args(format!("sandbox_grant: {m}"))
+            .with_details(json!({"field": "sandbox_grant"}))
+    };
+    let mut out = Vec::new();
+    for (k, v) in obj {
+        if v.is_null() {
+            continue;
+        }
+        let path = || -> Result<PathBuf, AgentError> {
+            let p = PathBuf::from(v.as_str().unwrap_or(""));
+            if p.is_absolute() {
+                Ok(p)
+            } else {
+                Err(bad(format!("{k} needs an absolute path")))
+            }
+        };
+        match k.as_str() {
+            "network" if v == "host" => out.push(Grant::Network {
+                network: agentd_sandbox::Network::Host,
+            }),
+            "write" => out.push(Grant::WriteRoot { path: path()? }),
+            "read" => out.push(Grant::ReadHidden { path: path()? }),
+            "cache" => match agentd_sandbox::CachePreset::parse(v.as_str().unwrap_or("")) {
+                Some(cache) => out.push(Grant::Cache { cache }),
+                None => return Err(bad(format!("unknown cache {v}"))),
+            },
+            "full_access" if v == true => out.push(Grant::FullAccess),
+            "full_access" => {}
+            _ => return Err(bad(format!("unknown grant {k}={v}"))),
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+impl CommandSandbox {
+    /// The sandbox widened by `grants`: for this call only (`call`), or as session grants.
+    pub fn widened(&self, grants: &[Grant], call: bool) -> CommandSandbox {
+        let mut inputs = self.inputs.clone();
+        if call {
+            inputs.call_grants.extend(grants.iter().cloned());
+        } else {
+            inputs.grants.extend(grants.iter().cloned());
+        }
+        let policy = agentd_sandbox::effective(&inputs);
+        CommandSandbox {
+            inputs,
+            policy,
+            ..self.clone()
+        }
     }
 }

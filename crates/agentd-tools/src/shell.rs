@@ -48,6 +48,12 @@ pub struct ShellArgs {
     pub command: String,
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// A wider sandbox asked for this call; the turn engine decides and widens
+    /// [`ToolContext::sandbox`] before the call runs (never here).
+    #[serde(default)]
+    pub sandbox_grant: Option<serde_json::Value>,
+    #[serde(default)]
+    pub justification: Option<String>,
 }
 
 /// Why the call stopped waiting for the command on its own.
