@@ -1047,8 +1047,13 @@ impl Bridge {
                     self.out
                         .notify("session/update", json!({"sessionId": sid, "update": u}));
                 }
-                let decision = self.permission(sid, &o.workspace, &params, cancelled).await;
-                let _ = conn.respond(id, json!({"decision": decision})).await;
+                let (decision, scope) =
+                    self.permission(sid, &o.workspace, &params, cancelled).await;
+                let mut answer = json!({"decision": decision});
+                if let Some(s) = scope {
+                    answer["scope"] = json!(s);
+                }
+                let _ = conn.respond(id, answer).await;
             }
             Incoming::Request { id, .. } => {
                 let _ = conn
@@ -1059,8 +1064,91 @@ impl Bridge {
         }
     }
 
-    /// Relays one `agentd/permission` request as `session/request_permission`.
-    async fn permission(&self, sid: &str, ws: &Path, p: &Value, cancel: &Cancel) -> &'static str {
+    /// Relays one `agentd/permission` request as `session/request_permission`: the
+    /// decision, and for a sandbox grant the scope the user chose (`call`/`session`).
+    async fn permission(
+        &self,
+        sid: &str,
+        ws: &Path,
+        p: &Value,
+        cancel: &Cancel,
+    ) -> (&'static str, Option<&'static str>) {
+        let grant = p.get("sandbox_grant").filter(|g| !g.is_null());
+        if let Some(g) = grant {
+            return self.grant_permission(sid, ws, p, g, cancel).await;
+        }
+        (self.tool_permission(sid, ws, p, cancel).await, None)
+    }
+
+    /// A command asking for a wider sandbox (DESIGN §14): the grant is spelled out, and
+    /// "always allow" for the tool never covers it.
+    async fn grant_permission(
+        &self,
+        sid: &str,
+        ws: &Path,
+        p: &Value,
+        grant: &Value,
+        cancel: &Cancel,
+    ) -> (&'static str, Option<&'static str>) {
+        let tool = p["tool"].as_str().unwrap_or("tool").to_string();
+        let call_id = p["call_id"].as_str().unwrap_or("");
+        let args = p.get("args").cloned().unwrap_or_else(|| json!({}));
+        let mut fields = map::tool_call_fields(ws, call_id, &tool, &args, None);
+        let spelled: Vec<String> = grant
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| {
+                        format!("{k} {}", v.as_str().map_or(v.to_string(), str::to_string))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let why = p["justification"].as_str().unwrap_or("no reason given");
+        let title = fields
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or(&tool)
+            .to_string();
+        fields.insert(
+            "title".into(),
+            json!(format!(
+                "{title} — wider sandbox: {} ({why})",
+                spelled.join(", ")
+            )),
+        );
+        let req = json!({
+            "sessionId": sid,
+            "toolCall": Value::Object(fields),
+            "options": [
+                {"optionId": "allow-once", "name": "Allow this grant once", "kind": "allow_once"},
+                {"optionId": "allow-session", "name": "Allow this grant for the session", "kind": "allow_always"},
+                {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
+            ],
+        });
+        let ans = tokio::select! {
+            a = self.ask_client("session/request_permission", req) => a,
+            _ = cancel.wait() => None,
+        };
+        let Some(ans) = ans else {
+            return ("deny", None);
+        };
+        let outcome = &ans["result"]["outcome"];
+        match (outcome["outcome"].as_str(), outcome["optionId"].as_str()) {
+            (Some("selected"), Some("allow-once")) => ("allow", Some("call")),
+            (Some("selected"), Some("allow-session")) => ("allow", Some("session")),
+            _ => ("deny", None),
+        }
+    }
+
+    async fn tool_permission(
+        &self,
+        sid: &str,
+        ws: &Path,
+        p: &Value,
+        cancel: &Cancel,
+    ) -> &'static str {
         let tool = p["tool"].as_str().unwrap_or("tool").to_string();
         let always = self
             .open

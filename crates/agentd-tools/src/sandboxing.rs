@@ -4,7 +4,9 @@
 //! with `shell`, so the two routes agree.
 
 use agentd_proto::{AgentError, ErrorKind};
-use agentd_sandbox::{EffectivePolicy, Grant, Inputs, OnUnavailable, SandboxConfig, SandboxRequest};
+use agentd_sandbox::{
+    EffectivePolicy, Grant, Inputs, OnUnavailable, SandboxConfig, SandboxRequest,
+};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

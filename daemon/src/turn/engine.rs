@@ -597,20 +597,16 @@ impl Runner<'_> {
                     continue;
                 }
             };
-            let grant_value = grants.as_ref().map(|_| grant_arg.clone().unwrap_or_default());
-            let decision = match permission::decide(
-                mode,
-                &ask,
-                &call_id,
-                &name,
-                &args,
-                grant_value.as_ref(),
-            )
-            .await
-            {
-                Ok(d) => d,
-                Err(_) => return Ok(false),
-            };
+            let grant_value = grants
+                .as_ref()
+                .map(|_| grant_arg.clone().unwrap_or_default());
+            let decision =
+                match permission::decide(mode, &ask, &call_id, &name, &args, grant_value.as_ref())
+                    .await
+                {
+                    Ok(d) => d,
+                    Err(_) => return Ok(false),
+                };
             if let Some(d) = &decision {
                 self.append(vec![EventDraft::new(
                     EventType::PermissionDecision,
@@ -646,7 +642,8 @@ impl Runner<'_> {
             if let Some(d) = self.snapshots.before(self.h, &name, &call_id).await {
                 self.append(vec![d]).await?;
             }
-            let outcome = tools::run(&name, &args, call_tools.as_ref().unwrap_or(&self.tools)).await;
+            let outcome =
+                tools::run(&name, &args, call_tools.as_ref().unwrap_or(&self.tools)).await;
             let data = outcome.into_result_data(&call_id);
             self.watch_artifacts(&data);
             // The snapshot goes first, so the files "at" the result's seq include the call.

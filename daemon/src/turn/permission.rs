@@ -138,9 +138,10 @@ pub async fn decide(
     };
     match mode {
         // `auto` never widens the session's sandbox.
-        PermissionMode::Auto if grant.is_some() => {
-            Ok(Some(with_grant(Decision::new(false, "escalation_needs_ask"))))
-        }
+        PermissionMode::Auto if grant.is_some() => Ok(Some(with_grant(Decision::new(
+            false,
+            "escalation_needs_ask",
+        )))),
         PermissionMode::Auto => Ok(None),
         PermissionMode::ReadOnly => Ok(Some(Decision::new(false, "read_only"))),
         PermissionMode::Ask => {
