@@ -327,7 +327,7 @@ impl Sandbox {
             seccomp,
             userns,
             userns_error,
-            cgroup: self.hierarchy().map(|h| h.name().to_string()),
+            cgroup: cgroup::available().map(str::to_string),
             level: level.into(),
             missing,
             knobs: self.knobs,
