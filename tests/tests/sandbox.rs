@@ -514,6 +514,39 @@ fn without_user_namespaces_the_fallback_still_confines_and_says_degraded() {
 }
 
 #[test]
+fn without_user_namespaces_git_metadata_is_put_back_and_commits_work() {
+    let o = outside();
+    let d = builder(&o).env("AGENTD_SANDBOX_FORCE", "no_userns").start();
+    let ws = d.workspace().to_path_buf();
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["config", "user.email", "t@example.com"]);
+    git(&ws, &["config", "user.name", "t"]);
+    let before = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let r = shell(&d, &mut c, &sid, &git_attack("side"), json!({}));
+    let text = output(&r);
+    assert!(
+        text.contains("COMMITTED") && text.contains("BRANCHED"),
+        "{r:#}"
+    );
+    assert_eq!(r["sandbox"]["level"], "degraded", "{r:#}");
+    // Landlock alone cannot stop these writes; they are undone before the call returns.
+    assert!(!ws.join(".git/hooks/post-commit").exists(), "{r:#}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+        before
+    );
+    let denials = r["sandbox"]["denials"].as_array().unwrap();
+    assert!(
+        denials
+            .iter()
+            .any(|d| d["kind"] == "protected" && d["hint"].as_str().unwrap().contains("restored")),
+        "{r:#}"
+    );
+}
+
+#[test]
 fn without_landlock_commands_are_refused_unless_warn() {
     let o = outside();
     let d = builder(&o)

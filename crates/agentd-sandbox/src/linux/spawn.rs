@@ -134,6 +134,8 @@ pub struct Prepared {
     cgroup: Option<Cgroup>,
     policy: EffectivePolicy,
     protected: Vec<PathBuf>,
+    /// Without a mount namespace: the protected paths as they were, put back after.
+    restore: Option<super::restore::Snapshot>,
 }
 
 fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -485,6 +487,7 @@ impl Sandbox {
                 cgroup: None,
                 policy: p.clone(),
                 protected: Vec::new(),
+                restore: None,
             }
         };
         if p.mode == Mode::FullAccess {
@@ -636,6 +639,7 @@ impl Sandbox {
             tmp_dir,
             cgroup,
             policy: p.clone(),
+            restore: (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable)),
             protected,
         })
     }
@@ -727,8 +731,22 @@ impl Prepared {
             let _ = std::fs::remove_dir_all(t);
         }
         let text = String::from_utf8_lossy(output);
-        let denials = hints::denials(&text, &self.policy, &self.protected);
-        facts.insert("denials".into(), json!(denials));
+        let mut denials = json!(hints::denials(&text, &self.policy, &self.protected));
+        if let Some(snap) = self.restore.take() {
+            for (path, what) in snap.restore() {
+                if let Some(d) = denials.as_array_mut() {
+                    d.push(json!({
+                        "kind": "protected",
+                        "path": path,
+                        "hint": format!(
+                            "{} is protected by the sandbox (git hooks and config run code outside it): {what}",
+                            path.display()
+                        ),
+                    }));
+                }
+            }
+        }
+        facts.insert("denials".into(), denials);
         Value::Object(facts)
     }
 
@@ -744,6 +762,9 @@ impl Drop for Prepared {
     fn drop(&mut self) {
         if let Some(cg) = self.cgroup.take() {
             cg.kill_and_remove();
+        }
+        if let Some(snap) = self.restore.take() {
+            snap.restore();
         }
         if let Some(t) = self.tmp_dir.take() {
             let _ = std::fs::remove_dir_all(t);
