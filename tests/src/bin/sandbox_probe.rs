@@ -64,8 +64,22 @@ fn main() {
                 );
             }
             "tiocsti" => {
+                // A fresh pty made this process's controlling terminal, so only a
+                // filter (EPERM) or the kernel's legacy switch (EIO) can refuse it.
+                let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+                if m < 0 || libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+                    outcome("tiocsti-setup", -1);
+                    return;
+                }
+                let name = libc::ptsname(m);
+                libc::setsid();
+                let s = libc::open(name, libc::O_RDWR);
+                if s < 0 {
+                    outcome("tiocsti-setup", -1);
+                    return;
+                }
                 let c: libc::c_char = b'x' as libc::c_char;
-                outcome("tiocsti", libc::ioctl(0, libc::TIOCSTI, &c) as i64);
+                outcome("tiocsti", libc::ioctl(s, libc::TIOCSTI, &c) as i64);
             }
             "ptrace" => {
                 let pid: i32 = arg(1).parse().unwrap_or(1);
