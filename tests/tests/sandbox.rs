@@ -156,12 +156,16 @@ fn hidden_paths_and_secrets_are_not_visible() {
     let o = outside();
     let d = builder(&o).start();
     std::fs::write(d.home().join("agentd-secret"), "AGENTD-HOME-MATERIAL").unwrap();
+    let runtime = o.root.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::write(runtime.join("bus"), "RUNTIME-MATERIAL").unwrap();
     let mut c = d.connect();
     let sid = create(&mut c, &d, None);
     let cmd = format!(
-        "cat {h}/.ssh/id_ed25519 {h}/.aws/credentials {h}/.netrc {a}/agentd-secret 2>&1; env; ls -a {h}",
+        "cat {h}/.ssh/id_ed25519 {h}/.aws/credentials {h}/.netrc {a}/agentd-secret {x}/bus 2>&1; env; ls -a {h}",
         h = q(&o.home),
-        a = q(d.home())
+        a = q(d.home()),
+        x = q(&runtime)
     );
     let r = shell(&d, &mut c, &sid, &cmd, json!({}));
     let text = output(&r);
@@ -170,6 +174,7 @@ fn hidden_paths_and_secrets_are_not_visible() {
         "AWS-SECRET-MATERIAL",
         "NETRC-SECRET-MATERIAL",
         "AGENTD-HOME-MATERIAL",
+        "RUNTIME-MATERIAL",
         "deploy-token-value-123",
         "AGENTD_",
         "DEPLOY_TOKEN",
