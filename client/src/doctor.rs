@@ -491,6 +491,7 @@ fn check_sandbox(found: Option<PathBuf>) -> Check {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn binary_path() -> Option<PathBuf> {
     let bin = daemon::agentd_binary();
     if bin.components().count() == 1 {

@@ -114,20 +114,16 @@ fn main() -> ExitCode {
             .unwrap_or_else(agentd_proto::paths::default_config),
         activation,
     };
+    // The sandbox helper is this very executable, through /proc/self/exe: it still runs
+    // after the installed binary was replaced or removed by an upgrade.
     #[cfg(target_os = "linux")]
-    match std::env::current_exe() {
-        Ok(exe) => agentd::tools::sandboxing::install(
-            exe,
-            opts.socket.clone(),
-            opts.home.clone(),
-            opts.config.clone(),
-            &std::env::var("AGENTD_SANDBOX_FORCE").unwrap_or_default(),
-        ),
-        Err(e) => {
-            eprintln!("agentd: cannot find its own executable for the command sandbox: {e}");
-            return ExitCode::from(1);
-        }
-    }
+    agentd::tools::sandboxing::install(
+        std::path::PathBuf::from("/proc/self/exe"),
+        opts.socket.clone(),
+        opts.home.clone(),
+        opts.config.clone(),
+        &std::env::var("AGENTD_SANDBOX_FORCE").unwrap_or_default(),
+    );
     if let Err(msg) = agentd::fault::init_from_env() {
         eprintln!("agentd: AGENTD_FAULTS: {msg}");
         return ExitCode::from(2);
