@@ -183,6 +183,20 @@ fn hidden_paths_and_secrets_are_not_visible() {
     }
     assert!(text.contains("PATH="), "{text}");
     assert!(text.contains("TMPDIR=/tmp"), "{text}");
+    // The model is told why, not left with a bare ENOENT.
+    assert!(
+        r["sandbox"]["denials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["kind"] == "hidden"
+                && d["path"]
+                    .as_str()
+                    .unwrap_or("")
+                    .ends_with(".ssh/id_ed25519")),
+        "{r:#}"
+    );
+    assert!(text.contains("is hidden by the sandbox"), "{text}");
     let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
         .as_array()
         .unwrap()
