@@ -219,8 +219,18 @@ struct Open {
     own_model: Option<String>,
     /// The model picked in the editor; `None` = the session's own.
     model: Option<String>,
+    /// The command sandbox mode picked in the editor; `None` = the session's own.
+    sandbox: Option<String>,
     always_allow: HashSet<String>,
 }
+
+/// The `sandbox` config option's values (`default`: the session's own policy).
+const SANDBOX_VALUES: &[(&str, &str)] = &[
+    ("default", "Session default"),
+    ("workspace_write", "Workspace write"),
+    ("read_only", "Read only"),
+    ("full_access", "Full access (no sandbox)"),
+];
 
 struct Running {
     cancelled: Arc<Cancel>,
@@ -568,6 +578,13 @@ impl Bridge {
                 "value": v,
                 "name": if v == "default" { "Daemon default".to_string() } else { v.clone() },
             })).collect::<Vec<_>>(),
+        }, {
+            "id": "sandbox",
+            "name": "Sandbox",
+            "description": "How the model's commands are confined (DESIGN §14)",
+            "type": "select",
+            "currentValue": o.sandbox.clone().unwrap_or_else(|| "default".into()),
+            "options": SANDBOX_VALUES.iter().map(|(v, n)| json!({"value": v, "name": n})).collect::<Vec<_>>(),
         }])
     }
 
@@ -644,6 +661,7 @@ impl Bridge {
             mode: self.args.mode.clone(),
             own_model: self.args.models.first().cloned(),
             model: None,
+            sandbox: None,
             always_allow: HashSet::new(),
         };
         if let Ok(mut m) = self.open.lock() {
@@ -705,6 +723,7 @@ impl Bridge {
                     .map_or_else(|| self.args.mode.clone(), |x| x.mode.clone()),
                 own_model,
                 model: prev.as_ref().and_then(|x| x.model.clone()),
+                sandbox: None,
                 always_allow: prev.map(|x| x.always_allow).unwrap_or_default(),
             };
             m.insert(sid.clone(), o.clone());
@@ -832,9 +851,32 @@ impl Bridge {
     fn set_config(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: SetConfig = parse(params, "session/set_config_option params")?;
         let o = self.session_state(&p.session_id)?;
+        if p.config_id == "sandbox" {
+            let v = p.value.as_str().unwrap_or("");
+            if !SANDBOX_VALUES.iter().any(|(s, _)| *s == v) {
+                return Err(RpcErr::params(format!("unknown sandbox value `{v}`")));
+            }
+            let o = {
+                let mut m = self
+                    .open
+                    .lock()
+                    .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+                let Some(o) = m.get_mut(&p.session_id) else {
+                    return Err(RpcErr::new(-32002, "session closed"));
+                };
+                o.sandbox = (v != "default").then(|| v.to_string());
+                o.clone()
+            };
+            let opts = self.config_options(&o);
+            let note = (
+                "session/update".to_string(),
+                json!({"sessionId": p.session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}),
+            );
+            return Ok((json!({"configOptions": opts}), vec![note]));
+        }
         if p.config_id != "model" {
             return Err(RpcErr::params(format!(
-                "unknown config option `{}`: agentd offers `model`",
+                "unknown config option `{}`: agentd offers `model` and `sandbox`",
                 p.config_id
             )));
         }
@@ -924,6 +966,9 @@ impl Bridge {
         let ask = o.mode == "ask";
         conn.subscribe(sid, None, ask).await?;
         let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode});
+        if let Some(s) = &o.sandbox {
+            params["sandbox"] = json!({"mode": s});
+        }
         if let Some(m) = &o.model {
             let (provider, model) = self.catalog().split(m);
             params["model"] = json!(model);
