@@ -19,7 +19,7 @@ fi
 
 cargo build -p agentd -p agentctl -p agentd-tests --bins
 test_bin=$(cargo test -p agentd-tests --test sandbox --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep '/sandbox-' | tail -1)
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep '/deps/sandbox-' | tail -1)
 [ -x "$test_bin" ] || { echo "sandbox.sh: test binary not found" >&2; exit 1; }
 
 if [ "$(id -u)" != 0 ]; then
