@@ -782,3 +782,55 @@ fn escalation_is_asked_in_ask_mode_and_never_taken_in_auto() {
     assert_eq!(dec["data"]["reason"], "escalation_needs_ask", "{dec:#}");
     assert!(!target.join("auto").exists());
 }
+
+#[test]
+fn file_tools_and_commands_agree_on_the_hidden_set() {
+    let o = outside();
+    let d = builder(&o).start();
+    let mut c = d.connect();
+    // The home itself as the workspace: its credential folders stay hidden inside it.
+    let sid = c.call_ok("agentd/create", json!({"workspace": o.home}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let name = d.root().join("files.json");
+    let body = json!({"rules": [{"steps": [
+        {"tool_calls": [
+            {"name": "read_file", "args": {"path": ".ssh/id_ed25519"}},
+            {"name": "list_dir", "args": {"path": "."}},
+            {"name": "search", "args": {"query": "MATERIAL"}},
+            {"name": "shell", "args": {"command": "cat .ssh/id_ed25519 .aws/credentials; ls -A"}}
+        ]},
+        {"text": "done"}
+    ]}]});
+    std::fs::write(&name, serde_json::to_vec(&body).unwrap()).unwrap();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "go", "model": format!("script:{}", name.display())}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let res: Vec<&Value> = evs.iter().filter(|e| is_type(e, "tool_result")).collect();
+    assert_eq!(res.len(), 4, "{evs:#?}");
+    assert_eq!(
+        res[0]["data"]["error"]["kind"], "permission_denied",
+        "{:#}",
+        res[0]
+    );
+    for r in &res[1..] {
+        let text = r["data"]["output"].as_str().unwrap_or("");
+        assert!(!text.contains("MATERIAL"), "{r:#}");
+        assert!(
+            !text.contains(".ssh") || r["data"]["sandbox"].is_object(),
+            "{r:#}"
+        );
+    }
+    let listing = res[1]["data"]["output"].as_str().unwrap();
+    assert!(
+        !listing.contains(".ssh") && !listing.contains(".aws") && !listing.contains(".netrc"),
+        "{listing}"
+    );
+}

@@ -214,7 +214,15 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
     }
     let mut lines = Vec::new();
     let mut truncated = false;
-    walk(&dir, "", depth, &mut lines, &mut truncated, &given)?;
+    walk(
+        &dir,
+        "",
+        depth,
+        &mut lines,
+        &mut truncated,
+        &given,
+        &ctx.paths.hidden,
+    )?;
     let mut out = if lines.is_empty() {
         "(empty directory)".to_string()
     } else {
@@ -241,6 +249,7 @@ fn walk(
     out: &mut Vec<String>,
     truncated: &mut bool,
     given: &str,
+    hidden: &[std::path::PathBuf],
 ) -> Result<(), AgentError> {
     let rd = std::fs::read_dir(dir).map_err(|e| io_error(&e, "directory", given))?;
     let mut entries: Vec<(String, std::fs::FileType)> = Vec::new();
@@ -257,6 +266,10 @@ fn walk(
             return Ok(());
         }
         let rel = format!("{prefix}{name}");
+        // What the sandbox hides is not listed either.
+        if hidden.iter().any(|h| dir.join(&name).starts_with(h)) {
+            continue;
+        }
         if ft.is_symlink() {
             out.push(format!("{rel}@"));
         } else if ft.is_dir() {
@@ -269,6 +282,7 @@ fn walk(
                     out,
                     truncated,
                     given,
+                    hidden,
                 )?;
             }
         } else {

@@ -87,6 +87,10 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
+        // What the sandbox hides is not searched either.
+        if ctx.paths.hidden.iter().any(|h| entry.path().starts_with(h)) {
+            continue;
+        }
         let path = entry.path();
         if let Some(ov) = &glob {
             if !ov.matched(path, false).is_whitelist() {
