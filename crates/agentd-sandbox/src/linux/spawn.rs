@@ -253,6 +253,14 @@ pub fn git_protected(roots: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
             }
         }
     }
+    // A protected path that is a symlink (`.git/hooks -> ../my-hooks`): what it points
+    // to is protected too (the link itself gets its parent protected by the helper).
+    let targets: Vec<PathBuf> = protected
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    protected.extend(targets);
     protected.sort();
     protected.dedup();
     (protected, extra_roots)
