@@ -321,6 +321,23 @@ async fn run_inner(
         }
     };
     outcome.exit_code = exit_code;
+    // The helper could not build the sandbox (nothing ran): say so with its kind.
+    if let Some(msg) = sandbox
+        .as_ref()
+        .and_then(|s| s.get("error"))
+        .and_then(|e| e.as_str())
+    {
+        if outcome.error.is_none() && exit_code == Some(agentd_sandbox::plan::SETUP_FAILED) {
+            outcome.ok = false;
+            outcome.error = Some(
+                AgentError::new(
+                    ErrorKind::SandboxUnavailable,
+                    format!("the command sandbox could not be built: {msg}"),
+                )
+                .with_details(json!({"command": clip_chars(command, 160)})),
+            );
+        }
+    }
     outcome.sandbox = sandbox;
     outcome.artifacts.push(Artifact {
         uri: format!("command:{}", clip_chars(command, 160)),
