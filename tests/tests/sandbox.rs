@@ -834,3 +834,73 @@ fn file_tools_and_commands_agree_on_the_hidden_set() {
         "{listing}"
     );
 }
+
+#[test]
+fn agentctl_flags_choose_the_sandbox() {
+    let o = outside();
+    let d = builder(&o).start();
+    let p = d.root().join("flags.json");
+    let body = json!({"rules": [{"steps": [
+        {"tool_calls": [{"name": "shell", "args": {"command": "echo x > made.txt; (exec 3<>/dev/tcp/127.0.0.1/9) 2>&1 | head -1"}}]},
+        {"text": "done"}
+    ]}]});
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    let model = format!("script:{}", p.display());
+    let ws = d.workspace().to_str().unwrap().to_string();
+    let out = d.agentctl([
+        "run",
+        "go",
+        "--workspace",
+        &ws,
+        "--model",
+        &model,
+        "--sandbox",
+        "read_only",
+        "--json",
+    ]);
+    out.assert_code(0);
+    assert!(!d.workspace().join("made.txt").exists(), "{out:?}");
+    let sid = out.json()["session_id"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            let ls = d.agentctl(["ls", "--json"]);
+            ls.json()["sessions"][0]["session_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        });
+    let mut c = d.connect();
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let first = &evs[0];
+    assert_eq!(first["data"]["sandbox"]["mode"], "read_only", "{first}");
+    let res = evs.iter().find(|e| is_type(e, "tool_result")).unwrap();
+    assert_eq!(res["data"]["sandbox"]["mode"], "read_only");
+    assert_eq!(res["data"]["sandbox"]["network"], "none");
+    // `turn --network host` on the same session: recorded on that turn's commands.
+    let out = d.agentctl([
+        "turn",
+        &sid,
+        "again",
+        "--model",
+        &model,
+        "--network",
+        "host",
+        "--json",
+    ]);
+    out.assert_code(0);
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let res = evs
+        .iter()
+        .rev()
+        .find(|e| is_type(e, "tool_result"))
+        .unwrap();
+    assert_eq!(res["data"]["sandbox"]["network"], "host", "{res}");
+    assert_eq!(res["data"]["sandbox"]["mode"], "read_only");
+}
