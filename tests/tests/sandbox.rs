@@ -580,6 +580,28 @@ fn without_user_namespaces_git_metadata_is_put_back_and_commits_work() {
 }
 
 #[test]
+fn a_sandbox_that_fails_to_build_fails_the_call_and_runs_nothing() {
+    let o = outside();
+    let d = builder(&o)
+        .env("AGENTD_SANDBOX_FORCE", "fail_setup")
+        .start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let r = shell(&d, &mut c, &sid, "echo RAN > ran.txt", json!({}));
+    assert_eq!(r["ok"], false, "{r:#}");
+    assert_eq!(r["error"]["kind"], "sandbox_unavailable", "{r:#}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("on purpose"),
+        "{r:#}"
+    );
+    assert!(r["sandbox"]["error"].is_string(), "{r:#}");
+    assert!(!d.workspace().join("ran.txt").exists());
+}
+
+#[test]
 fn without_landlock_commands_are_refused_unless_warn() {
     let o = outside();
     let d = builder(&o)

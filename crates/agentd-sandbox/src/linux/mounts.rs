@@ -287,6 +287,9 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
 
 /// Applies the mount plan (pid 1, after `/proc`).
 pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
+    if plan.fail_setup {
+        return Err("the mount plan failed on purpose (test knob fail_setup)".into());
+    }
     let tmp = Path::new("/tmp");
     // Paths under /tmp that must stay visible: writable roots and the working
     // directory. Pin them before the private /tmp covers them.

@@ -24,6 +24,8 @@ pub struct Knobs {
     pub force_no_userns: bool,
     pub force_no_landlock: bool,
     pub force_no_seccomp: bool,
+    /// The helper's mount plan fails (a sandbox that cannot be built mid-way).
+    pub fail_setup: bool,
 }
 
 impl Knobs {
@@ -35,6 +37,7 @@ impl Knobs {
                 "no_userns" => k.force_no_userns = true,
                 "no_landlock" => k.force_no_landlock = true,
                 "no_seccomp" => k.force_no_seccomp = true,
+                "fail_setup" => k.fail_setup = true,
                 _ => {}
             }
         }
@@ -603,6 +606,7 @@ impl Sandbox {
             probe: false,
             join_net: false,
             holder: false,
+            fail_setup: self.knobs.fail_setup,
         };
         let ns = if namespaces && p.network == crate::policy::Network::None {
             self.shared_netns()
