@@ -159,6 +159,9 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             if let Some(p) = &a.turn.provider {
                 create["provider"] = json!(p);
             }
+            if let Some(s) = a.turn.sandbox.to_param() {
+                create["sandbox"] = s;
+            }
             let c: Connected = daemon::connect_or_start(&target).await?;
             // Provider, model and key are checked before the session exists: a first
             // run without a key leaves nothing behind.
