@@ -15,12 +15,12 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
     ClientConfig, ClientRequest, ListRootsResult, ProtocolVersion, ServerResult,
 };
+use rmcp::service::ClientServiceExt;
 use rmcp::service::{
-    ClientLifecycleMode, NotificationContext, Peer, PeerRequestOptions, RequestContext,
-    RoleClient, RunningService, ServiceError,
+    ClientLifecycleMode, NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient,
+    RunningService, ServiceError,
 };
 use rmcp::transport::TokioChildProcess;
-use rmcp::service::ClientServiceExt;
 use rmcp::ClientHandler;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -179,7 +179,9 @@ impl Connection {
         let Some(program) = cfg.command.as_deref() else {
             return Err(CallError::new(
                 "startup_failed",
-                format!("MCP server `{name}`: streamable HTTP servers are not supported by this build"),
+                format!(
+                    "MCP server `{name}`: streamable HTTP servers are not supported by this build"
+                ),
             ));
         };
         let mut cmd = tokio::process::Command::new(program);

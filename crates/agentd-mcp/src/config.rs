@@ -140,9 +140,7 @@ impl ServerConfig {
             (Some(c), None) if c.trim().is_empty() => {
                 Err(format!("mcp_servers.{name}: `command` is empty"))
             }
-            (Some(_), None)
-                if self.bearer_token_env.is_some() || !self.headers_env.is_empty() =>
-            {
+            (Some(_), None) if self.bearer_token_env.is_some() || !self.headers_env.is_empty() => {
                 Err(format!(
                     "mcp_servers.{name}: `bearer_token_env` and `headers_env` are for `url` servers"
                 ))
@@ -200,11 +198,7 @@ impl ServerConfig {
         if !env.is_empty() {
             d["env"] = json!(env);
         }
-        let headers: Vec<&String> = self
-            .headers
-            .keys()
-            .chain(self.headers_env.keys())
-            .collect();
+        let headers: Vec<&String> = self.headers.keys().chain(self.headers_env.keys()).collect();
         if !headers.is_empty() || self.bearer_token_env.is_some() {
             let mut h: Vec<String> = headers.into_iter().cloned().collect();
             if self.bearer_token_env.is_some() {

@@ -102,7 +102,10 @@ impl Slot {
             Ok(t) => t,
             Err(e) => {
                 conn.stop().await;
-                let msg = format!("MCP server `{}`: tools/list failed: {}", self.name, e.message);
+                let msg = format!(
+                    "MCP server `{}`: tools/list failed: {}",
+                    self.name, e.message
+                );
                 self.set_error(Some(msg.clone()));
                 return Err(CallError::new("startup_failed", msg));
             }
@@ -196,8 +199,7 @@ impl Manager {
         for slot in self.slots.values() {
             let live = slot.live.lock().await.clone();
             let Some(mut live) = live else { continue };
-            if live.conn.signals.tools_changed.load(Ordering::Acquire) && !live.conn.is_closed()
-            {
+            if live.conn.signals.tools_changed.load(Ordering::Acquire) && !live.conn.is_closed() {
                 match live.conn.list_tools(slot.cfg.startup_timeout()).await {
                     Ok(tools) => {
                         let mut guard = slot.live.lock().await;
@@ -321,9 +323,7 @@ impl Manager {
                 protocol: live.as_ref().map(|l| l.conn.protocol.clone()),
                 pid: live.as_ref().and_then(|l| l.conn.pid),
                 last_error,
-                started_ms: live
-                    .as_ref()
-                    .map(|l| l.conn.started_in.as_millis() as u64),
+                started_ms: live.as_ref().map(|l| l.conn.started_in.as_millis() as u64),
             });
         }
         out

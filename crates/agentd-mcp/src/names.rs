@@ -145,7 +145,10 @@ mod tests {
             .iter()
             .filter(|x| x.server == "srv" && x.tool.len() == 3)
             .all(|x| x.name.len() == "mcp__srv__a_b".len() + 13));
-        assert_eq!(m.iter().find(|x| x.tool == long).unwrap().name.len(), MAX_NAME);
+        assert_eq!(
+            m.iter().find(|x| x.tool == long).unwrap().name.len(),
+            MAX_NAME
+        );
         assert_eq!(assign(pairs), m, "deterministic");
         let mut rev = pairs;
         rev.reverse();

@@ -60,8 +60,12 @@ pub fn map_result(result: &Value) -> Mapped {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let media = |m: &mut Mapped, lines: &mut Vec<String>, kind: &'static str, mime: &str,
-                     data: Option<&str>, uri: Option<&str>| {
+    let media = |m: &mut Mapped,
+                 lines: &mut Vec<String>,
+                 kind: &'static str,
+                 mime: &str,
+                 data: Option<&str>,
+                 uri: Option<&str>| {
         match data.and_then(decode) {
             Some(bytes) => {
                 let label = uri.map(|u| format!(" {u}")).unwrap_or_default();
@@ -108,7 +112,14 @@ pub fn map_result(result: &Value) -> Mapped {
                     lines.push(format!("[resource {uri}]\n{t}"));
                 } else {
                     let mime = str_of(r, "mimeType").unwrap_or("application/octet-stream");
-                    media(&mut m, &mut lines, "blob", mime, str_of(r, "blob"), Some(uri));
+                    media(
+                        &mut m,
+                        &mut lines,
+                        "blob",
+                        mime,
+                        str_of(r, "blob"),
+                        Some(uri),
+                    );
                 }
             }
             other => lines.push(format!("[unsupported content type `{other}`]")),
@@ -176,7 +187,12 @@ mod tests {
 
     #[test]
     fn odd_inputs_do_not_panic() {
-        for v in [json!(null), json!([]), json!({"content": 3}), json!({"content": [1, {}]})] {
+        for v in [
+            json!(null),
+            json!([]),
+            json!({"content": 3}),
+            json!({"content": [1, {}]}),
+        ] {
             let r = map_result(&v);
             assert!(!r.text.is_empty());
         }

@@ -42,7 +42,10 @@ fn main() {
         tool("env", "Prints the server's environment."),
         tool("die", "Exits without answering."),
         tool("big", "Answers `bytes` bytes of text (default 10 MB)."),
-        tool("burst", "Sends `count` tools/list_changed notifications, then answers."),
+        tool(
+            "burst",
+            "Sends `count` tools/list_changed notifications, then answers.",
+        ),
         tool("image", "Answers a PNG image."),
         tool("fail", "Answers isError."),
         tool("wait", "Never answers; stops when cancelled."),
@@ -136,6 +139,9 @@ fn main() {
                 continue;
             }
         };
-        send(&mut out, &json!({"jsonrpc": "2.0", "id": id, "result": result}));
+        send(
+            &mut out,
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        );
     }
 }
