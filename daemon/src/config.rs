@@ -102,6 +102,8 @@ pub struct Config {
     pub store_password_file: Option<std::path::PathBuf>,
     /// Seconds a session's lease in a shared store lasts without renewal.
     pub lease_s: f64,
+    /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (DESIGN §14).
+    pub mcp_servers: std::collections::BTreeMap<String, agentd_mcp::ServerConfig>,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
@@ -126,6 +128,7 @@ impl Default for Config {
             store: None,
             store_password_file: None,
             lease_s: 30.0,
+            mcp_servers: Default::default(),
             rest: toml::Table::new(),
             path: None,
         }
@@ -167,6 +170,11 @@ impl Config {
                 cfg.lease_s
             ));
         }
+        for (name, server) in &cfg.mcp_servers {
+            server
+                .validate(name)
+                .map_err(|e| format!("config {}: {e}", path.display()))?;
+        }
         cfg.path = Some(path.to_path_buf());
         Ok(cfg)
     }
@@ -189,6 +197,21 @@ mod tests {
         assert_eq!(cfg.durability, Durability::Batch);
         assert!(cfg.rest.contains_key("providers"));
         assert!(toml::from_str::<Config>("durability = \"fast\"").is_err());
+    }
+
+    #[test]
+    fn mcp_servers_parse_in_codex_shape() {
+        let cfg: Config = toml::from_str(
+            "[mcp_servers.git]\ncommand = \"mcp-server-git\"\nargs = [\"--repository\", \".\"]\n\
+             startup_timeout_sec = 20\n[mcp_servers.git.env]\nX = \"1\"\n",
+        )
+        .unwrap();
+        let git = &cfg.mcp_servers["git"];
+        assert_eq!(git.args, ["--repository", "."]);
+        assert_eq!(git.startup_timeout_s, Some(20.0));
+        assert_eq!(git.env["X"], "1");
+        assert!(!cfg.rest.contains_key("mcp_servers"));
+        assert!(toml::from_str::<Config>("[mcp_servers.x]\ncomand = \"a\"").is_err());
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub mod method {
     pub const EXPORT: &str = "agentd/export";
     pub const USAGE: &str = "agentd/usage";
     pub const PREFLIGHT: &str = "agentd/preflight";
+    pub const MCP_LIST: &str = "agentd/mcp_list";
+    pub const MCP_TOOLS: &str = "agentd/mcp_tools";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -86,6 +88,10 @@ pub struct CreateParams {
     pub provider: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// MCP servers of this session, in ACP's `McpServer` shape (DESIGN §14); kept in
+    /// the daemon's memory only (their env values may be secrets).
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,6 +235,9 @@ pub struct TurnParams {
     pub permission_mode: Option<String>,
     #[serde(default)]
     pub wait: Option<bool>,
+    /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -21,6 +21,14 @@
 //!   tool that was running (it answers `interrupted`), then in one append orphan closures
 //!   (`reason:"interrupt"`) for calls that never ran and `turn_ended{interrupted, reason}`.
 //!
+//! MCP tools (DESIGN §14): the session's servers start after `user_message` (a failure
+//! is recorded in `mcp_servers{servers, failed}` and fails the turn only for a
+//! `required` server); their tools are listed again before every provider call (so a
+//! `list_changed` takes effect there, never mid-call) and offered after the built-ins
+//! under their mangled names; a `tool_call` of one carries `mcp: {server, tool}` and is
+//! durable before `tools/call` is sent; the server's content becomes the `tool_result`
+//! (`ok = !isError`, text capped like built-ins, images and blobs stored as resources).
+//!
 //! Tool results are appended one call at a time, in call order, as each call finishes,
 //! so a crash mid-step loses only the call that was running (closed on restart).
 //!
@@ -34,7 +42,7 @@
 //! then triggers recovery). `context_pressure{estimated_tokens, context_window,
 //! pressure}` is published before every call.
 
-use super::permission::{self, Ask};
+use super::permission::{self, Ask, McpCall};
 use super::setup::TurnSpec;
 use super::{RunningTurn, Started, TurnManager};
 use crate::history::compaction::{CompactOptions, CompactStrategy, Trigger};
@@ -92,6 +100,10 @@ struct Runner<'a> {
     ratio: f64,
     last_seq: u64,
     snapshots: crate::undo::TurnSnapshots,
+    /// The session's MCP servers, when it has any.
+    mcp: Option<Arc<agentd_mcp::Manager>>,
+    /// MCP tools offered at the latest provider call.
+    mcp_offered: Vec<agentd_mcp::Offered>,
 }
 
 /// Runs a whole turn; returns its result and the call ids an interrupt closed.
@@ -174,9 +186,17 @@ pub(super) async fn run(
         workspace,
         ratio,
         last_seq: res.last_seq,
+        mcp: None,
+        mcp_offered: Vec::new(),
     };
     let mut output_text = String::new();
-    let end = match r.iterate(&mut output_text).await {
+    let started_mcp = r.start_mcp().await;
+    let end = match started_mcp {
+        Ok(Some(end)) => Ok(end),
+        Ok(None) => r.iterate(&mut output_text).await,
+        Err(e) => Err(e),
+    };
+    let end = match end {
         Ok(end) => end,
         Err(e) if r.cancel.is_cancelled() => {
             tracing::debug!(error = %e, "turn step failed after an interrupt");
@@ -256,11 +276,81 @@ impl Runner<'_> {
         Ok(res)
     }
 
+    /// Starts the session's MCP servers and records which it uses (names of env
+    /// variables and headers, never values) and which failed. `Some(end)` when a
+    /// `required` server failed.
+    async fn start_mcp(&mut self) -> Result<Option<End>, AgentError> {
+        let Some((manager, fresh, notes)) =
+            self.turns.mcp.for_turn(&self.sid, &self.workspace).await
+        else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = Vec::new();
+        let mut servers = Vec::new();
+        for name in manager.server_names() {
+            if let Some(cfg) = manager.config(&name) {
+                // Values a client gave (env, headers) join the redaction set.
+                for v in cfg.secret_values() {
+                    if v.len() >= tools::MIN_SECRET_LEN && !self.spec.secrets.contains(&v) {
+                        self.spec.secrets.push(v);
+                    }
+                }
+                servers.push(cfg.describe(&name));
+            }
+            names.push(name);
+        }
+        self.tools.redact = self.spec.secrets.clone();
+        let failed = tokio::select! {
+            f = manager.start() => f,
+            _ = self.cancel.cancelled() => return Ok(Some(End::Interrupted)),
+        };
+        self.mcp = Some(manager);
+        if fresh || !failed.is_empty() {
+            let mut data = json!({"turn_id": self.turn_id, "servers": servers});
+            if !failed.is_empty() {
+                data["failed"] = json!(failed
+                    .iter()
+                    .map(|f| json!({"server": f.server, "message": f.message, "required": f.required}))
+                    .collect::<Vec<_>>());
+            }
+            if !notes.is_empty() {
+                data["notes"] = json!(notes);
+            }
+            self.append(vec![EventDraft::new(EventType::McpServers, data)])
+                .await?;
+        }
+        if let Some(f) = failed.iter().find(|f| f.required) {
+            return Ok(Some(End::Failed(
+                AgentError::new(
+                    ErrorKind::Unsupported,
+                    format!("a required MCP server did not start: {}", f.message),
+                )
+                .with_details(json!({"mcp_server": f.server})),
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The MCP tools as of now (a `list_changed` since the last call applies here).
+    async fn refresh_mcp(&mut self) {
+        if let Some(m) = &self.mcp {
+            self.mcp_offered = m.tools().await;
+        }
+    }
+
+    fn mcp_tool(&self, name: &str) -> Option<&agentd_mcp::Offered> {
+        if !name.starts_with(agentd_mcp::names::PREFIX) {
+            return None;
+        }
+        self.mcp_offered.iter().find(|o| o.name == name)
+    }
+
     async fn iterate(&mut self, output_text: &mut String) -> Result<End, AgentError> {
         for _ in 0..self.spec.max_iterations {
             if self.cancel.is_cancelled() {
                 return Ok(End::Interrupted);
             }
+            self.refresh_mcp().await;
             let (resp, estimated) = match self.step().await? {
                 Ok(v) => v,
                 Err(f) => return self.provider_failed(f).await,
@@ -391,6 +481,8 @@ impl Runner<'_> {
     ) -> Result<ProviderResponse, ProviderFailure> {
         let mut specs = tools::specs();
         specs.push(memory::tool_spec());
+        // After the built-ins, in (server, tool) order: a stable prompt prefix.
+        specs.extend(self.mcp_offered.iter().map(mcp_spec));
         let req = ProviderRequest {
             model: self.spec.request_model.clone(),
             items,
@@ -496,10 +588,12 @@ impl Runner<'_> {
                     } else {
                         json!({"_raw": args.to_string()})
                     };
-                    drafts.push(EventDraft::new(
-                        EventType::ToolCall,
-                        json!({"call_id": call_id, "name": name, "args": args}),
-                    ));
+                    let mut data = json!({"call_id": call_id, "name": name, "args": args});
+                    if let Some(o) = self.mcp_tool(name) {
+                        // The raw names: replay, search and reconcile never recompute them.
+                        data["mcp"] = json!({"server": o.server, "tool": o.tool.name});
+                    }
+                    drafts.push(EventDraft::new(EventType::ToolCall, data));
                     calls.push((call_id.clone(), name.clone(), args));
                 }
             }
@@ -524,7 +618,21 @@ impl Runner<'_> {
                 turn_id: &self.turn_id,
                 cancel: &self.cancel,
             };
-            let decision = match permission::decide(mode, &ask, &call_id, &name, &args).await {
+            let mcp = self.mcp_tool(&name).cloned();
+            let decided = match &mcp {
+                Some(o) => {
+                    let call = McpCall {
+                        server: &o.server,
+                        tool: &o.tool.name,
+                        title: o.tool.title.as_deref(),
+                        annotations: &o.tool.annotations,
+                        trusted_read_only: o.trusted_read_only,
+                    };
+                    permission::decide_mcp(mode, &ask, &call_id, &name, &args, &call).await
+                }
+                None => permission::decide(mode, &ask, &call_id, &name, &args).await,
+            };
+            let decision = match decided {
                 Ok(d) => d,
                 Err(_) => return Ok(false),
             };
@@ -545,6 +653,12 @@ impl Runner<'_> {
                 self.memory_apply(call_id, args).await?;
                 continue;
             }
+            if let Some(o) = mcp {
+                let data = self.run_mcp(&call_id, &o, args).await;
+                self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                    .await?;
+                continue;
+            }
             if let Some(d) = self.snapshots.before(self.h, &name, &call_id).await {
                 self.append(vec![d]).await?;
             }
@@ -561,6 +675,65 @@ impl Runner<'_> {
             self.append(drafts).await?;
         }
         Ok(!self.cancel.is_cancelled())
+    }
+
+    /// Runs one MCP call; returns its `tool_result` data.
+    async fn run_mcp(&self, call_id: &str, o: &agentd_mcp::Offered, args: Value) -> Value {
+        let Some(manager) = &self.mcp else {
+            return ToolOutcome::failure(AgentError::internal("no MCP servers in this turn"))
+                .into_result_data(call_id);
+        };
+        let began = std::time::Instant::now();
+        let res = manager
+            .call(&o.server, &o.tool.name, args, &self.cancel)
+            .await;
+        let duration_ms = began.elapsed().as_millis() as u64;
+        let mut meta = json!({"server": o.server, "tool": o.tool.name, "duration_ms": duration_ms});
+        let outcome = match res {
+            Ok(raw) => {
+                let mapped = agentd_mcp::result::map_result(&raw);
+                meta["is_error"] = json!(!mapped.ok);
+                meta["structured"] = json!(mapped.structured);
+                meta["content_types"] = json!(mapped.content_types);
+                let mut media = Vec::new();
+                for m in &mapped.media {
+                    let mut d = json!({"type": m.kind, "mime": m.mime, "bytes": m.bytes.len()});
+                    match tools::store_resource(&self.tools.resources_dir, &m.bytes) {
+                        Ok(desc) => d["resource"] = desc["path"].clone(),
+                        Err(e) => d["error"] = json!(e.message),
+                    }
+                    if let Some(u) = &m.uri {
+                        d["uri"] = json!(u);
+                    }
+                    media.push(d);
+                }
+                if !media.is_empty() {
+                    meta["media"] = json!(media);
+                }
+                let base = ToolOutcome {
+                    ok: mapped.ok,
+                    ..ToolOutcome::success(String::new())
+                };
+                tools::with_output(base, &mapped.text, mapped.text.as_bytes(), &self.tools)
+            }
+            Err(e) => {
+                meta["is_error"] = json!(true);
+                meta["error_kind"] = json!(e.kind);
+                let kind = match e.kind {
+                    "timeout" => ErrorKind::Timeout,
+                    "cancelled" => ErrorKind::Interrupted,
+                    "input_required_unsupported" => ErrorKind::Unsupported,
+                    "protocol" | "unknown_tool" => ErrorKind::InvalidArgs,
+                    _ => ErrorKind::Internal,
+                };
+                ToolOutcome::failure(AgentError::new(kind, e.message).with_details(
+                    json!({"mcp_error_kind": e.kind, "server": o.server, "tool": o.tool.name}),
+                ))
+            }
+        };
+        let mut data = outcome.into_result_data(call_id);
+        data["mcp"] = meta;
+        data
     }
 
     /// `memory_apply`: validated against the session state and recorded as
@@ -679,6 +852,27 @@ impl Runner<'_> {
                 })
             }
         }
+    }
+}
+
+/// The provider spec of an MCP tool: its schema as the server wrote it (an object
+/// schema without `properties` gets an empty one, which some providers require).
+fn mcp_spec(o: &agentd_mcp::Offered) -> agentd_proto::replay::ToolSpec {
+    let mut parameters = o.tool.schema.clone();
+    if let Some(m) = parameters.as_object_mut() {
+        m.entry("type").or_insert_with(|| json!("object"));
+        if m.get("type") == Some(&json!("object")) {
+            m.entry("properties").or_insert_with(|| json!({}));
+        }
+    }
+    let mut description = o.tool.description.clone();
+    if description.is_empty() {
+        description = o.tool.title.clone().unwrap_or_else(|| o.tool.name.clone());
+    }
+    agentd_proto::replay::ToolSpec {
+        name: o.name.clone(),
+        description: format!("[MCP server `{}`] {description}", o.server),
+        parameters,
     }
 }
 

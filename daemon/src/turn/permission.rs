@@ -9,6 +9,13 @@
 //!   `{"decision":"allow"|"deny"}`. No such client, no answer within
 //!   `permission_timeout_s`, a closed connection or any other answer → deny.
 //!
+//! MCP tools (`mcp__*`, DESIGN §14) are decided by [`decide_mcp`]: `read_only` refuses
+//! them unless the user trusts the tool as read-only (config `read_only_tools`, or
+//! `trust_annotations` with the tool's `readOnlyHint`); `ask` asks before every call,
+//! with `mcp: {server, tool, title, annotations, trusted}` in the request, and a client
+//! answering `allow_always` is not asked again for that (server, tool) in the session
+//! (reason `always_allowed`).
+//!
 //! Decisions of `ask` and `read_only` are recorded as `permission_decision{call_id,
 //! decision, mode, reason}`; reasons: `read_only`, `client_allowed`, `client_denied`,
 //! `no_client`, `timeout`, `client_gone`, `bad_answer`.
@@ -118,12 +125,6 @@ pub async fn decide(
             reason: "read_only",
         })),
         PermissionMode::Ask => {
-            let Some(client) = ask.turns.permission_peer(ask.session_id) else {
-                return Ok(Some(Decision {
-                    allow: false,
-                    reason: "no_client",
-                }));
-            };
             let params = json!({
                 "session_id": ask.session_id,
                 "turn_id": ask.turn_id,
@@ -131,24 +132,107 @@ pub async fn decide(
                 "tool": tool,
                 "args": args,
             });
-            let timeout =
-                Duration::from_secs(ask.turns.registry.config.permission_timeout_s.max(1));
-            let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
-            let decision = tokio::select! {
-                _ = ask.cancel.cancelled() => {
-                    return Err(AgentError::new(ErrorKind::Interrupted, "interrupted while asking for permission"));
+            Ok(Some(ask_client(ask, params).await?.0))
+        }
+    }
+}
+
+/// Sends `agentd/permission` to the session's client; the flag says the client
+/// answered `allow_always`.
+async fn ask_client(ask: &Ask<'_>, params: Value) -> Result<(Decision, bool), AgentError> {
+    let Some(client) = ask.turns.permission_peer(ask.session_id) else {
+        return Ok((
+            Decision {
+                allow: false,
+                reason: "no_client",
+            },
+            false,
+        ));
+    };
+    let timeout = Duration::from_secs(ask.turns.registry.config.permission_timeout_s.max(1));
+    let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
+    let denied = |reason| Decision {
+        allow: false,
+        reason,
+    };
+    Ok(tokio::select! {
+        _ = ask.cancel.cancelled() => {
+            return Err(AgentError::new(ErrorKind::Interrupted, "interrupted while asking for permission"));
+        }
+        r = tokio::time::timeout(timeout, request) => match r {
+            Err(_) => (denied("timeout"), false),
+            Ok(None) => (denied("client_gone"), false),
+            Ok(Some(resp)) => {
+                let always = resp.get("result").and_then(|r| r.get("decision"))
+                    == Some(&json!("allow_always"));
+                match answer_allows(&resp) {
+                    Some(true) => (Decision { allow: true, reason: "client_allowed" }, false),
+                    _ if always => (Decision { allow: true, reason: "client_allowed_always" }, true),
+                    Some(false) => (denied("client_denied"), false),
+                    None => (denied("bad_answer"), false),
                 }
-                r = tokio::time::timeout(timeout, request) => match r {
-                    Err(_) => Decision { allow: false, reason: "timeout" },
-                    Ok(None) => Decision { allow: false, reason: "client_gone" },
-                    Ok(Some(resp)) => match answer_allows(&resp) {
-                        Some(true) => Decision { allow: true, reason: "client_allowed" },
-                        Some(false) => Decision { allow: false, reason: "client_denied" },
-                        None => Decision { allow: false, reason: "bad_answer" },
-                    },
+            }
+        },
+    })
+}
+
+/// What the permission request and the decision say of an MCP tool.
+pub struct McpCall<'a> {
+    pub server: &'a str,
+    pub tool: &'a str,
+    pub title: Option<&'a str>,
+    pub annotations: &'a Value,
+    pub trusted_read_only: bool,
+}
+
+/// Decides an MCP call (see the module doc).
+pub async fn decide_mcp(
+    mode: PermissionMode,
+    ask: &Ask<'_>,
+    call_id: &str,
+    name: &str,
+    args: &Value,
+    call: &McpCall<'_>,
+) -> Result<Option<Decision>, AgentError> {
+    match mode {
+        PermissionMode::Auto => Ok(None),
+        PermissionMode::ReadOnly if call.trusted_read_only => Ok(None),
+        PermissionMode::ReadOnly => Ok(Some(Decision {
+            allow: false,
+            reason: "read_only",
+        })),
+        PermissionMode::Ask => {
+            let turns = ask.turns;
+            if turns
+                .mcp
+                .always_allowed(ask.session_id, call.server, call.tool)
+            {
+                return Ok(Some(Decision {
+                    allow: true,
+                    reason: "always_allowed",
+                }));
+            }
+            let params = json!({
+                "session_id": ask.session_id,
+                "turn_id": ask.turn_id,
+                "call_id": call_id,
+                "tool": name,
+                "args": args,
+                "mcp": {
+                    "server": call.server,
+                    "tool": call.tool,
+                    "title": call.title,
+                    "annotations": call.annotations,
+                    "trusted": call.trusted_read_only,
                 },
-            };
-            Ok(Some(decision))
+            });
+            let (d, always) = ask_client(ask, params).await?;
+            if always {
+                turns
+                    .mcp
+                    .allow_always(ask.session_id, call.server, call.tool);
+            }
+            Ok(Some(d))
         }
     }
 }
