@@ -28,6 +28,10 @@ pub async fn run(mut cli: Cli) -> i32 {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::acp::run(target, a).await;
     }
+    if let Command::McpServer(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::mcp_server::run(target, a.allow_changes).await;
+    }
     if let Command::Append(a) = &mut cli.command {
         if a.data == "-" {
             let mut s = String::new();
@@ -206,6 +210,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
         Command::Doctor => crate::doctor::run(&target, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
+        Command::Mcp(crate::cli::McpCmd::Import(a)) => crate::mcp::import(a),
         _ => Err(AgentError::internal("command without a handler")),
     }
 }

@@ -12,6 +12,8 @@ mod cli;
 mod commands;
 mod daemon;
 mod doctor;
+mod mcp;
+mod mcp_server;
 mod output;
 mod params;
 mod render;

@@ -273,6 +273,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Completions(_)
         | Command::Doctor
         | Command::Store(_)
+        | Command::Mcp(_)
+        | Command::McpServer(_)
         | Command::Acp(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))

@@ -1,0 +1,685 @@
+//! Black-box tests of MCP tools in turns (DESIGN §14): the real daemon with the offline
+//! `script` provider calling tools of real MCP servers — server-everything and
+//! server-filesystem (npm), mcp-server-time and mcp-server-git (PyPI), installed by
+//! `.ci/mcp.sh` — and of the in-repo fake server (`agentd-mcp-fake`) for faults real
+//! servers cannot produce on demand. A missing server fails the test naming it.
+
+use agentd_tests::{bin, is_type, Daemon, RpcConn};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn servers_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-servers")
+}
+
+/// A component of the tests; panics naming it (and how to install it) when absent.
+fn need(rel: &str) -> PathBuf {
+    let p = servers_dir().join(rel);
+    assert!(
+        p.exists(),
+        "MCP test component missing: tests/mcp-servers/{rel}; install the reference servers \
+         with `bash .ci/mcp.sh`"
+    );
+    p
+}
+
+fn node() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .expect("MCP test component missing: `node` on PATH (needed by server-everything)")
+}
+
+fn everything_entry() -> String {
+    format!(
+        "[mcp_servers.everything]\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
+        node().display().to_string(),
+        need("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+            .display()
+            .to_string()
+    )
+}
+
+fn time_entry() -> String {
+    format!(
+        "[mcp_servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"UTC\"]\n",
+        need("venv/bin/mcp-server-time").display().to_string()
+    )
+}
+
+fn fake_entry(name: &str, args: &[&str], extra: &str) -> String {
+    format!(
+        "[mcp_servers.{name}]\ncommand = {:?}\nargs = {}\n{extra}",
+        bin("agentd-mcp-fake").display().to_string(),
+        json!(args)
+    )
+}
+
+fn daemon(config: &str) -> Daemon {
+    Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(config)
+        .start()
+}
+
+/// Writes a script whose single rule plays `steps`, returns its `script:` model.
+fn script(d: &Daemon, name: &str, steps: Value) -> String {
+    let p = d.root().join(name);
+    std::fs::write(
+        &p,
+        serde_json::to_vec(&json!({"rules": [{"steps": steps}]})).unwrap(),
+    )
+    .unwrap();
+    format!("script:{}", p.display())
+}
+
+fn create(d: &Daemon, c: &mut RpcConn, model: &str) -> String {
+    c.call_ok(
+        "agentd/create",
+        json!({"workspace": d.workspace(), "model": model}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
+    c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn of_type<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    evs.iter().filter(|e| is_type(e, kind)).collect()
+}
+
+/// The `tool_result` data of `call_id`'s call, found through the `tool_call` of `name`.
+fn result_of<'a>(evs: &'a [Value], name: &str, nth: usize) -> &'a Value {
+    let call = of_type(evs, "tool_call")
+        .into_iter()
+        .filter(|e| e["data"]["name"] == name)
+        .nth(nth)
+        .unwrap_or_else(|| panic!("no tool_call #{nth} of {name}"));
+    let id = &call["data"]["call_id"];
+    &of_type(evs, "tool_result")
+        .into_iter()
+        .find(|e| &e["data"]["call_id"] == id)
+        .unwrap_or_else(|| panic!("no tool_result for {name}"))["data"]
+}
+
+fn call(name: &str, args: Value) -> Value {
+    json!({"name": name, "args": args})
+}
+
+fn assert_balanced(c: &mut RpcConn, sid: &str) {
+    let ctx = c.call_ok("agentd/context", json!({"session_id": sid}));
+    assert_eq!(ctx["stats"]["balanced"], true, "{ctx}");
+}
+
+fn turn_in_thread(d: &Daemon, params: Value) -> std::thread::JoinHandle<std::io::Result<Value>> {
+    let mut c = d.connect();
+    c.set_call_timeout(Duration::from_secs(120));
+    std::thread::spawn(move || c.try_call("agentd/turn", params))
+}
+
+#[test]
+fn server_everything_text_image_structured_and_errors_beside_builtins() {
+    let d = daemon(&everything_entry());
+    std::fs::write(d.workspace().join("README.md"), "hi\n").unwrap();
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "everything.json",
+        json!([
+            {"tool_calls": [
+                call("mcp__everything__echo", json!({"message": "hi"})),
+                call("mcp__everything__get-tiny-image", json!({})),
+                call("mcp__everything__get-structured-content", json!({"location": "Chicago"})),
+                call("mcp__everything__echo", json!({})),
+                call("mcp__everything__no-such-tool", json!({})),
+                call("mcp__everything__get-resource-links", json!({"count": 2})),
+                call("list_dir", json!({"path": "."})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "use the tools"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+
+    let servers = of_type(&evs, "mcp_servers");
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0]["data"]["servers"][0]["name"], "everything");
+    assert!(servers[0]["data"].get("failed").is_none(), "{}", servers[0]);
+
+    let echo_call = of_type(&evs, "tool_call")[0];
+    assert_eq!(
+        echo_call["data"]["mcp"],
+        json!({"server": "everything", "tool": "echo"})
+    );
+    let echo = result_of(&evs, "mcp__everything__echo", 0);
+    assert_eq!(echo["ok"], true, "{echo}");
+    assert_eq!(echo["output"], "Echo: hi");
+    assert_eq!(echo["mcp"]["tool"], "echo");
+
+    let img = result_of(&evs, "mcp__everything__get-tiny-image", 0);
+    assert_eq!(img["ok"], true, "{img}");
+    let media = &img["mcp"]["media"][0];
+    assert_eq!(media["type"], "image");
+    assert_eq!(media["mime"], "image/png");
+    let stored = d
+        .log_path(&sid)
+        .with_extension("")
+        .join(media["resource"].as_str().unwrap());
+    let png = std::fs::read(&stored).unwrap_or_else(|e| panic!("{}: {e}", stored.display()));
+    assert_eq!(&png[1..4], b"PNG");
+    assert_eq!(png.len() as u64, media["bytes"].as_u64().unwrap());
+
+    let st = result_of(&evs, "mcp__everything__get-structured-content", 0);
+    assert_eq!(st["ok"], true, "{st}");
+    assert_eq!(st["mcp"]["structured"], true);
+    assert!(
+        st["output"].as_str().unwrap().contains("temperature"),
+        "{st}"
+    );
+
+    // Bad arguments: the server's own error text reaches the model.
+    let bad = result_of(&evs, "mcp__everything__echo", 1);
+    assert_eq!(bad["ok"], false, "{bad}");
+    assert!(bad.to_string().contains("message"), "{bad}");
+
+    // A name no server offers is an unknown tool, the turn goes on.
+    let unknown = result_of(&evs, "mcp__everything__no-such-tool", 0);
+    assert_eq!(unknown["ok"], false);
+    assert!(unknown["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown tool"));
+
+    let links = result_of(&evs, "mcp__everything__get-resource-links", 0);
+    assert_eq!(links["ok"], true);
+    assert!(links["output"].as_str().unwrap().contains("://"), "{links}");
+
+    let ls = result_of(&evs, "list_dir", 0);
+    assert_eq!(ls["ok"], true);
+    assert!(ls["output"].as_str().unwrap().contains("README.md"));
+    assert_balanced(&mut c, &sid);
+
+    // The session's tools, as agentctl shows them: sorted, mangled, raw names kept.
+    let tools = c.call_ok("agentd/mcp_tools", json!({"session_id": sid}));
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert!(names.contains(&"mcp__everything__get-tiny-image"));
+    assert_eq!(tools["servers"][0]["state"], "ready");
+    assert_eq!(tools["servers"][0]["protocol"], "2025-11-25");
+}
+
+#[test]
+fn mcp_server_time_speaks_the_modern_era_with_structured_results_and_is_error() {
+    let d = daemon(&time_entry());
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "time.json",
+        json!([
+            {"tool_calls": [
+                call("mcp__time__get_current_time", json!({"timezone": "UTC"})),
+                call("mcp__time__get_current_time", json!({"timezone": "Mars/Base"})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "time?"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let ok = result_of(&evs, "mcp__time__get_current_time", 0);
+    assert_eq!(ok["ok"], true, "{ok}");
+    assert!(ok["output"].as_str().unwrap().contains("UTC"), "{ok}");
+    let bad = result_of(&evs, "mcp__time__get_current_time", 1);
+    assert_eq!(bad["ok"], false, "{bad}");
+    assert!(bad.to_string().contains("Mars/Base"), "{bad}");
+    let tools = c.call_ok("agentd/mcp_tools", json!({"session_id": sid}));
+    assert_eq!(tools["servers"][0]["protocol"], "2026-07-28", "{tools}");
+}
+
+#[test]
+fn ask_mode_asks_with_server_tool_and_annotations_and_remembers_always() {
+    let d = daemon(&everything_entry());
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "ask.json",
+        json!([
+            {"tool_calls": [
+                call("mcp__everything__echo", json!({"message": "one"})),
+                call("mcp__everything__echo", json!({"message": "two"})),
+                call("mcp__everything__get-sum", json!({"a": 1, "b": 2})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    let mut client = d.connect();
+    client.call_ok(
+        "agentd/subscribe",
+        json!({"session_id": sid, "permissions": true}),
+    );
+    let running = turn_in_thread(
+        &d,
+        json!({"session_id": sid, "input": "ask me", "permission_mode": "ask"}),
+    );
+    let req = client
+        .wait_for(
+            |m| m["method"] == "agentd/permission" && m.get("id").is_some(),
+            WAIT,
+        )
+        .expect("a permission request for echo");
+    let p = &req["params"];
+    assert_eq!(p["tool"], "mcp__everything__echo");
+    assert_eq!(p["mcp"]["server"], "everything");
+    assert_eq!(p["mcp"]["tool"], "echo");
+    assert_eq!(p["mcp"]["annotations"]["readOnlyHint"], true);
+    assert_eq!(p["args"]["message"], "one");
+    let answer = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"decision": "allow_always"}});
+    client.send_raw(format!("{answer}\n").as_bytes()).unwrap();
+    // The second echo is not asked; get-sum is, and is denied.
+    let req = client
+        .wait_for(
+            |m| m["method"] == "agentd/permission" && m.get("id").is_some(),
+            WAIT,
+        )
+        .expect("a permission request for get-sum");
+    assert_eq!(req["params"]["mcp"]["tool"], "get-sum");
+    let answer = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"decision": "deny"}});
+    client.send_raw(format!("{answer}\n").as_bytes()).unwrap();
+    let r = running.join().unwrap().unwrap();
+    assert_eq!(r["result"]["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let reasons: Vec<&str> = of_type(&evs, "permission_decision")
+        .iter()
+        .map(|e| e["data"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["client_allowed_always", "always_allowed", "client_denied"]
+    );
+    assert_eq!(
+        result_of(&evs, "mcp__everything__echo", 1)["output"],
+        "Echo: two"
+    );
+    let denied = result_of(&evs, "mcp__everything__get-sum", 0);
+    assert_eq!(denied["ok"], false);
+    assert_eq!(denied["error"]["kind"], "permission_denied");
+}
+
+#[test]
+fn read_only_mode_refuses_untrusted_and_runs_trusted_read_only_tools() {
+    let cfg = format!(
+        "{}trust_annotations = true\n{}",
+        everything_entry(),
+        fake_entry("fake", &[], "")
+    );
+    let d = daemon(&cfg);
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "ro.json",
+        json!([
+            {"tool_calls": [
+                call("mcp__everything__echo", json!({"message": "ro"})),
+                call("mcp__everything__toggle-simulated-logging", json!({})),
+                call("mcp__fake__echo", json!({"message": "untrusted"})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "ro", "permission_mode": "read_only"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    assert_eq!(
+        result_of(&evs, "mcp__everything__echo", 0)["output"],
+        "Echo: ro"
+    );
+    for name in [
+        "mcp__everything__toggle-simulated-logging",
+        "mcp__fake__echo",
+    ] {
+        let res = result_of(&evs, name, 0);
+        assert_eq!(res["ok"], false, "{name}: {res}");
+        assert_eq!(res["error"]["kind"], "permission_denied");
+    }
+}
+
+#[test]
+fn interrupting_a_long_running_operation_cancels_the_call() {
+    let d = daemon(&everything_entry());
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "long.json",
+        json!([
+            {"tool_calls": [call("mcp__everything__trigger-long-running-operation",
+                json!({"duration": 60, "steps": 60}))]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let running = turn_in_thread(&d, json!({"session_id": sid, "input": "long"}));
+    sub.wait_event(|e| is_type(e, "tool_call"), WAIT)
+        .expect("the long call starts");
+    let began = std::time::Instant::now();
+    let r = c.call_ok("agentd/interrupt", json!({"session_id": sid}));
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(r.to_string().contains("interrupt") || r.is_object(), "{r}");
+    let t = running.join().unwrap().unwrap();
+    assert_eq!(t["result"]["status"], "interrupted", "{t}");
+    let evs = events(&mut c, &sid);
+    let res = result_of(&evs, "mcp__everything__trigger-long-running-operation", 0);
+    assert_eq!(res["ok"], false);
+    assert_eq!(res["mcp"]["error_kind"], "cancelled", "{res}");
+    assert_balanced(&mut c, &sid);
+    // The server still answers the next turn.
+    let model2 = script(
+        &d,
+        "after.json",
+        json!([{"tool_calls": [call("mcp__everything__echo", json!({"message": "after"}))]}, {"text": "ok"}]),
+    );
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "again", "model": model2}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    assert_eq!(
+        result_of(&evs, "mcp__everything__echo", 0)["output"],
+        "Echo: after"
+    );
+}
+
+/// Pid records under the home: `(pid, pgid)` of each running server.
+fn records(d: &Daemon) -> Vec<(i32, i32)> {
+    let dir = d.home().join("mcp").join("running");
+    std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let v: Value = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
+                    Some((v["pid"].as_i64()? as i32, v["pgid"].as_i64()? as i32))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+#[test]
+fn kill_9_mid_call_reaps_the_server_and_closes_the_call_as_outcome_unknown() {
+    let d0 = Daemon::builder()
+        .env("AGENTD_DURABILITY", "sync")
+        .config(&fake_entry("fake", &[], ""));
+    let mut d = d0.start();
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "wait.json",
+        json!([{"tool_calls": [call("mcp__fake__wait", json!({}))]}, {"text": "done"}]),
+    );
+    let sid = create(&d, &mut c, &model);
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let _running = turn_in_thread(&d, json!({"session_id": sid, "input": "wait"}));
+    let call_ev = sub
+        .wait_event(|e| is_type(e, "tool_call"), WAIT)
+        .expect("the call starts");
+    assert_eq!(call_ev["data"]["mcp"]["tool"], "wait");
+    let recs = records(&d);
+    assert_eq!(recs.len(), 1, "one running server recorded");
+    let (_, pgid) = recs[0];
+    assert!(group_alive(pgid));
+    d.kill9();
+    // The server outlives the killed daemon until the next one reaps it.
+    assert!(
+        group_alive(pgid),
+        "the server group survives a SIGKILL of the daemon"
+    );
+    d.spawn();
+    d.wait_ready(Duration::from_secs(20)).unwrap();
+    assert!(
+        !group_alive(pgid),
+        "the restarted daemon reaped the server group"
+    );
+    assert!(records(&d).is_empty());
+    let mut c = d.connect();
+    c.call_ok("agentd/reconcile", json!({"session_id": sid}));
+    let evs = events(&mut c, &sid);
+    let res = result_of(&evs, "mcp__fake__wait", 0);
+    assert_eq!(res["ok"], false);
+    assert_eq!(res["error"]["details"]["outcome"], "unknown", "{res}");
+    assert!(res["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("may or may not have taken effect"));
+    assert_balanced(&mut c, &sid);
+    // Exactly one result: never retried.
+    let results = of_type(&evs, "tool_result").len();
+    assert_eq!(results, 1);
+}
+
+#[test]
+fn servers_get_no_provider_key_and_client_env_values_are_redacted() {
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .env("OPENAI_API_KEY", "sk-test-provider-key-0123456789")
+        .env("AGENTD_TEST_CANARY", "canary-value-987654")
+        .config(&everything_entry())
+        .start();
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "env.json",
+        json!([
+            {"tool_calls": [call("mcp__everything__get-env", json!({})),
+                            call("mcp__client__env", json!({}))]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = c.call_ok(
+        "agentd/create",
+        json!({"workspace": d.workspace(), "model": model, "mcp_servers": [{
+            "name": "client", "command": bin("agentd-mcp-fake"), "args": [],
+            "env": [{"name": "CLIENT_TOKEN", "value": "client-secret-value-42"}]}]}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "env"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let env = result_of(&evs, "mcp__everything__get-env", 0);
+    assert_eq!(env["ok"], true, "{env}");
+    let text = env["output"].as_str().unwrap();
+    assert!(text.contains("PATH"), "{text}");
+    for bad in [
+        "OPENAI_API_KEY",
+        "sk-test-provider",
+        "AGENTD_TEST_CANARY",
+        "canary-value",
+    ] {
+        assert!(!text.contains(bad), "{bad} reached the server: {text}");
+    }
+    let client = result_of(&evs, "mcp__client__env", 0);
+    assert!(
+        client["output"]
+            .as_str()
+            .unwrap()
+            .contains("CLIENT_TOKEN=[redacted]"),
+        "{client}"
+    );
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+    assert!(!log.contains("client-secret-value-42"));
+    let servers = &of_type(&evs, "mcp_servers")[0]["data"]["servers"];
+    let client_desc = servers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "client")
+        .unwrap();
+    assert_eq!(client_desc["env"], json!(["CLIENT_TOKEN"]));
+    assert_eq!(client_desc["origin"], "client");
+}
+
+#[test]
+fn a_failed_server_is_recorded_and_fails_the_turn_only_when_required() {
+    let cfg = format!(
+        "{}{}",
+        fake_entry("stuck", &["--hang"], "startup_timeout_s = 1\n"),
+        fake_entry("ok", &[], "")
+    );
+    let d = daemon(&cfg);
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "ok.json",
+        json!([{"tool_calls": [call("mcp__ok__echo", json!({"message": "x"}))]}, {"text": "done"}]),
+    );
+    let sid = create(&d, &mut c, &model);
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "go"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let failed = &of_type(&evs, "mcp_servers")[0]["data"]["failed"];
+    assert_eq!(failed[0]["server"], "stuck", "{failed}");
+    assert!(failed[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("startup_timeout_s"));
+    assert_eq!(result_of(&evs, "mcp__ok__echo", 0)["output"], "Echo: x");
+
+    let cfg = fake_entry(
+        "stuck",
+        &["--hang"],
+        "startup_timeout_s = 1\nrequired = true\n",
+    );
+    let d = daemon(&cfg);
+    let mut c = d.connect();
+    let sid = create(&d, &mut c, &model);
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "go"}));
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("required MCP server"));
+}
+
+#[test]
+fn a_server_dying_mid_call_gives_a_clear_error_and_the_next_call_restarts_it() {
+    let d = daemon(&fake_entry("fake", &[], ""));
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "die.json",
+        json!([
+            {"tool_calls": [call("mcp__fake__die", json!({})), call("mcp__fake__echo", json!({"message": "back"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "die"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let died = result_of(&evs, "mcp__fake__die", 0);
+    assert_eq!(died["ok"], false);
+    assert_eq!(died["mcp"]["error_kind"], "transport_closed");
+    assert!(died["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("restarted"));
+    assert_eq!(
+        result_of(&evs, "mcp__fake__echo", 0)["output"],
+        "Echo: back"
+    );
+}
+
+#[test]
+fn a_10_mb_result_is_capped_with_the_full_text_in_a_resource() {
+    let d = daemon(&fake_entry("fake", &[], ""));
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "big.json",
+        json!([{"tool_calls": [call("mcp__fake__big", json!({}))]}, {"text": "done"}]),
+    );
+    let sid = create(&d, &mut c, &model);
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "big"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let big = result_of(&evs, "mcp__fake__big", 0);
+    assert!(big["output"].as_str().unwrap().len() <= 16 * 1024);
+    assert_eq!(big["resource"]["bytes"], 10 << 20);
+}
+
+#[test]
+fn agentctl_mcp_tools_probes_the_configured_servers() {
+    let cfg = format!(
+        "{}{}",
+        fake_entry("fake", &["--colliding"], ""),
+        time_entry()
+    );
+    let d = daemon(&cfg);
+    let out = d.agentctl(["mcp", "tools", "--json"]);
+    out.assert_code(0);
+    let v = out.json();
+    let names: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"mcp__time__get_current_time"), "{names:?}");
+    assert!(names
+        .iter()
+        .all(|n| n.len() <= 64 && n.starts_with("mcp__")));
+    let unique: std::collections::BTreeSet<&&str> = names.iter().collect();
+    assert_eq!(unique.len(), names.len());
+    let out = d.agentctl(["mcp", "list"]);
+    out.assert_code(0);
+    assert!(
+        out.stdout.contains("fake") && out.stdout.contains("time"),
+        "{out:?}"
+    );
+}
