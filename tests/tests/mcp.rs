@@ -4,6 +4,7 @@
 //! `.ci/mcp.sh` — and of the in-repo fake server (`agentd-mcp-fake`) for faults real
 //! servers cannot produce on demand. A missing server fails the test naming it.
 
+use agentd_tests::acp::{update, Acp};
 use agentd_tests::{bin, is_type, Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -696,4 +697,57 @@ fn agentctl_mcp_tools_probes_the_configured_servers() {
         out.stdout.contains("fake") && out.stdout.contains("time"),
         "{out:?}"
     );
+}
+
+#[test]
+fn acp_session_new_with_a_stdio_server_whose_tool_a_prompt_uses() {
+    let d = daemon("");
+    let model = script(
+        &d,
+        "acp.json",
+        json!([{"tool_calls": [call("mcp__fake__echo", json!({"message": "via acp"}))]}, {"text": "done"}]),
+    );
+    let mut a = Acp::spawn(&d, &["--model", &model]);
+    let init = a.initialize();
+    assert_eq!(
+        init["agentCapabilities"]["mcpCapabilities"],
+        json!({"http": false, "sse": false})
+    );
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": [{"name": "fake",
+            "command": bin("agentd-mcp-fake"), "args": [],
+            "env": [{"name": "ACP_TOKEN", "value": "acp-secret-token-1234"}]}]}),
+        WAIT,
+    );
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let id = a.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo"}]}),
+    );
+    // ACP's default mode asks: the MCP call comes as session/request_permission.
+    let (_, req) = a
+        .wait_for(WAIT, |v| v["method"] == "session/request_permission")
+        .expect("a permission request for the MCP call");
+    assert!(req.to_string().contains("mcp__fake__echo"), "{req}");
+    a.respond(
+        &req["id"],
+        json!({"outcome": {"outcome": "selected", "optionId": "allow-once"}}),
+    );
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let done = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .unwrap_or_else(|| panic!("no completed tool call: {notes:?}"));
+    assert!(done.to_string().contains("Echo: via acp"), "{done}");
+    let mut c = d.connect();
+    let evs = events(&mut c, &sid);
+    let res = result_of(&evs, "mcp__fake__echo", 0);
+    assert_eq!(res["output"], "Echo: via acp");
+    assert_eq!(res["mcp"]["server"], "fake");
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+    assert!(!log.contains("acp-secret-token-1234"));
+    assert!(log.contains("ACP_TOKEN"), "the Log names the variable");
 }
