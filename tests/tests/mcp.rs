@@ -751,3 +751,54 @@ fn acp_session_new_with_a_stdio_server_whose_tool_a_prompt_uses() {
     assert!(!log.contains("acp-secret-token-1234"));
     assert!(log.contains("ACP_TOKEN"), "the Log names the variable");
 }
+
+#[test]
+fn agentctl_mcp_server_serves_sessions_to_the_sdk_client() {
+    let d = daemon("");
+    let mut c = d.connect();
+    let sid = d.create_session();
+    c.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [{"type": "user_message", "data": {"text": "find the needle here"}}]}),
+    );
+    let client = need("client.mjs");
+    need("node_modules/@modelcontextprotocol/sdk/package.json");
+    let out = std::process::Command::new(node())
+        .arg(&client)
+        .arg(bin("agentctl"))
+        .arg(d.socket())
+        .arg(&sid)
+        .output()
+        .expect("run node client.mjs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client.mjs failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON document");
+    assert_eq!(v["server"]["name"], "agentd");
+    assert_eq!(
+        v["names"],
+        json!([
+            "list_sessions",
+            "search_sessions",
+            "session_checkpoint",
+            "session_context",
+            "session_tree",
+            "show_session"
+        ])
+    );
+    assert_eq!(v["show"]["session_id"], sid.as_str(), "{v}");
+    assert!(v["search_text"].as_str().unwrap().contains(&sid), "{v}");
+    assert_eq!(v["context_ok"], true);
+    assert_eq!(v["missing_is_error"], true);
+    assert!(
+        v["missing_text"].as_str().unwrap().contains("not_found"),
+        "{v}"
+    );
+    assert!(
+        v["run_turn_error"].as_str().unwrap().contains("run_turn"),
+        "{v}"
+    );
+}
