@@ -238,12 +238,7 @@ pub async fn probe(
         return out;
     }
     let run_dir = std::env::temp_dir().join(format!("agentctl-doctor-mcp-{}", std::process::id()));
-    let inherited = std::env::vars()
-        .filter(|(k, _)| {
-            agentd_mcp::client::BASE_ENV.contains(&k.as_str())
-                || servers.values().any(|c| c.env_vars.contains(k))
-        })
-        .collect();
+    let inherited = agentd_mcp::client::inheritable(servers.values(), |n| std::env::var(n).ok());
     let manager = agentd_mcp::Manager::new(agentd_mcp::ManagerOptions {
         start: agentd_mcp::StartContext {
             workspace: cwd.to_path_buf(),

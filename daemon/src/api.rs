@@ -556,12 +556,7 @@ async fn mcp_tools(turns: &Arc<TurnManager>, p: McpToolsParams) -> Result<Value,
             workspace: workspace.into(),
             run_dir: crate::turn::mcp::run_dir(&probe_dir),
             session_id: "probe".into(),
-            inherited_env: std::env::vars()
-                .filter(|(k, _)| {
-                    agentd_mcp::client::BASE_ENV.contains(&k.as_str())
-                        || servers.values().any(|c| c.env_vars.contains(k))
-                })
-                .collect(),
+            inherited_env: crate::turn::mcp::inherited_env(&servers),
         },
         servers,
     });

@@ -802,3 +802,90 @@ fn agentctl_mcp_server_serves_sessions_to_the_sdk_client() {
         "{v}"
     );
 }
+
+/// A child process group killed on drop.
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the group this test started.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn streamable_http_server_everything_on_loopback() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(node())
+        .arg(need(
+            "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start server-everything streamableHttp");
+    let stderr = child.stderr.take().unwrap();
+    let server = Group(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on port") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(WAIT)
+        .expect("server-everything listens on its port");
+    let cfg = format!(
+        "[mcp_servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\nbearer_token_env = \"WEB_TOKEN\"\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .env("WEB_TOKEN", "web-bearer-token-5678")
+        .config(&cfg)
+        .start();
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "http.json",
+        json!([
+            {"tool_calls": [call("mcp__web__get-sum", json!({"a": 2, "b": 3})),
+                            call("mcp__web__echo", json!({"message": "over http"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "http"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let servers = &of_type(&evs, "mcp_servers")[0]["data"];
+    assert!(servers.get("failed").is_none(), "{servers}");
+    assert_eq!(servers["servers"][0]["transport"], "http");
+    assert_eq!(servers["servers"][0]["headers"], json!(["Authorization"]));
+    let sum = result_of(&evs, "mcp__web__get-sum", 0);
+    assert_eq!(sum["ok"], true, "{sum}");
+    assert!(sum["output"].as_str().unwrap().contains('5'), "{sum}");
+    assert_eq!(
+        result_of(&evs, "mcp__web__echo", 0)["output"],
+        "Echo: over http"
+    );
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+    assert!(!log.contains("web-bearer-token-5678"));
+    drop(server);
+}

@@ -290,7 +290,13 @@ impl Runner<'_> {
         for name in manager.server_names() {
             if let Some(cfg) = manager.config(&name) {
                 // Values a client gave (env, headers) join the redaction set.
-                for v in cfg.secret_values() {
+                // So do the token and header values read from the daemon's environment.
+                let from_env = cfg
+                    .bearer_token_env
+                    .iter()
+                    .chain(cfg.headers_env.values())
+                    .filter_map(|var| std::env::var(var).ok());
+                for v in cfg.secret_values().into_iter().chain(from_env) {
                     if v.len() >= tools::MIN_SECRET_LEN && !self.spec.secrets.contains(&v) {
                         self.spec.secrets.push(v);
                     }

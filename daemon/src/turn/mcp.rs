@@ -51,22 +51,10 @@ pub fn parse_client(entries: &[Value]) -> Result<Vec<(String, ServerConfig)>, Ag
     Ok(out)
 }
 
-/// The environment servers may inherit from: PATH/HOME/LANG and every name some server
-/// lists in `env_vars`, read from the daemon's own environment.
-fn inherited_env(servers: &BTreeMap<String, ServerConfig>) -> Vec<(String, String)> {
-    let mut names: Vec<String> = agentd_mcp::client::BASE_ENV
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for s in servers.values() {
-        names.extend(s.env_vars.iter().cloned());
-    }
-    names.sort();
-    names.dedup();
-    names
-        .into_iter()
-        .filter_map(|n| std::env::var(&n).ok().map(|v| (n, v)))
-        .collect()
+/// The environment servers may inherit: PATH/HOME/LANG and every variable some server
+/// names, read from the daemon's own environment.
+pub fn inherited_env(servers: &BTreeMap<String, ServerConfig>) -> Vec<(String, String)> {
+    agentd_mcp::client::inheritable(servers.values(), |n| std::env::var(n).ok())
 }
 
 impl McpSessions {
