@@ -147,7 +147,9 @@ fn main() {
             &json!({"jsonrpc": "2.0", "id": id, "result": result}),
         );
     }
-    while linger {
-        std::thread::park();
+    if linger {
+        loop {
+            std::thread::park();
+        }
     }
 }
