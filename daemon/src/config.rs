@@ -79,6 +79,9 @@ pub struct Config {
     pub store_password_file: Option<std::path::PathBuf>,
     /// Seconds a session's lease in a shared store lasts without renewal.
     pub lease_s: f64,
+    /// Seconds a session's MCP servers may go unused before they are stopped (they
+    /// start again at the next call); 0 keeps them until the daemon stops.
+    pub mcp_idle_stop_s: u64,
     /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (DESIGN §14).
     pub mcp_servers: std::collections::BTreeMap<String, agentd_mcp::ServerConfig>,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
@@ -105,6 +108,7 @@ impl Default for Config {
             store: None,
             store_password_file: None,
             lease_s: 30.0,
+            mcp_idle_stop_s: 600,
             mcp_servers: Default::default(),
             rest: toml::Table::new(),
             path: None,

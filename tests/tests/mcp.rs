@@ -889,3 +889,59 @@ fn streamable_http_server_everything_on_loopback() {
     assert!(!log.contains("web-bearer-token-5678"));
     drop(server);
 }
+
+/// Waits (on a pidfd, no polling) until process `pid` exits; false on timeout.
+fn wait_exit(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open and poll take plain integers and a pollfd we own.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if fd < 0 {
+            return true; // already gone
+        }
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = libc::poll(&mut p, 1, timeout.as_millis() as i32);
+        libc::close(fd);
+        n == 1
+    }
+}
+
+#[test]
+fn idle_servers_stop_and_start_again_at_the_next_turn() {
+    let d = daemon(&format!(
+        "mcp_idle_stop_s = 1\n{}",
+        fake_entry("fake", &[], "")
+    ));
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "idle.json",
+        json!([{"tool_calls": [call("mcp__fake__echo", json!({"message": "one"}))]}, {"text": "done"}]),
+    );
+    let sid = create(&d, &mut c, &model);
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "one"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let recs = records(&d);
+    assert_eq!(recs.len(), 1);
+    assert!(
+        wait_exit(recs[0].0, WAIT),
+        "the idle server was not stopped"
+    );
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "two"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    assert_eq!(result_of(&evs, "mcp__fake__echo", 1)["output"], "Echo: one");
+    let now = records(&d);
+    assert!(
+        now.iter().any(|r| r.0 != recs[0].0),
+        "a new server process runs: {now:?}"
+    );
+    let listed = c.call_ok("agentd/mcp_list", json!({"session_id": sid}));
+    assert_eq!(
+        listed["sessions"][0]["servers"][0]["state"], "ready",
+        "{listed}"
+    );
+}

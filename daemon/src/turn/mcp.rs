@@ -27,6 +27,8 @@ struct Live {
 
 pub struct McpSessions {
     config: BTreeMap<String, ServerConfig>,
+    /// `mcp_idle_stop_s`; zero never stops idle servers.
+    idle_stop: std::time::Duration,
     run_dir: PathBuf,
     client: DashMap<String, Vec<(String, ServerConfig)>>,
     live: DashMap<String, Live>,
@@ -61,7 +63,11 @@ impl McpSessions {
     /// Reaps the server groups a previous daemon left running (their records under
     /// `home`), then returns the empty set of sessions. Blocks up to a few seconds per
     /// leftover group.
-    pub fn new(config: BTreeMap<String, ServerConfig>, home: &std::path::Path) -> Self {
+    pub fn new(
+        config: BTreeMap<String, ServerConfig>,
+        idle_stop: std::time::Duration,
+        home: &std::path::Path,
+    ) -> Self {
         let run_dir = run_dir(home);
         for r in agentd_mcp::reap::reap(&run_dir) {
             tracing::info!(server = %r.server, session = %r.session_id, pgid = r.pgid,
@@ -69,6 +75,7 @@ impl McpSessions {
         }
         McpSessions {
             config,
+            idle_stop,
             run_dir,
             client: DashMap::new(),
             live: DashMap::new(),
@@ -138,7 +145,30 @@ impl McpSessions {
                 key,
             },
         );
+        self.watch_idle(sid, &manager);
         Some((manager, true, notes))
+    }
+
+    /// Stops the manager's servers once they went unused for `mcp_idle_stop_s` (no call
+    /// in flight); they start again at the next turn or call. Ends with the manager.
+    fn watch_idle(&self, sid: &str, manager: &Arc<Manager>) {
+        let idle = self.idle_stop;
+        if idle.is_zero() {
+            return;
+        }
+        let weak = Arc::downgrade(manager);
+        let sid = sid.to_string();
+        let tick = (idle / 2).max(std::time::Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(tick).await;
+                let Some(m) = weak.upgrade() else { return };
+                if m.idle_for().is_some_and(|d| d >= idle) && m.any_running().await {
+                    tracing::info!(session = %sid, "stopping idle MCP servers");
+                    m.stop().await;
+                }
+            }
+        });
     }
 
     /// The running manager of `sid`, if any.

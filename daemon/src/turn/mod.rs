@@ -140,7 +140,11 @@ impl RunningTurn {
 
 impl TurnManager {
     pub fn new(registry: Arc<Registry>) -> Arc<TurnManager> {
-        let mcp = mcp::McpSessions::new(registry.config.mcp_servers.clone(), registry.home.root());
+        let mcp = mcp::McpSessions::new(
+            registry.config.mcp_servers.clone(),
+            Duration::from_secs(registry.config.mcp_idle_stop_s),
+            registry.home.root(),
+        );
         Arc::new(TurnManager {
             mcp,
             registry,
