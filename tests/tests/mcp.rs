@@ -711,7 +711,7 @@ fn acp_session_new_with_a_stdio_server_whose_tool_a_prompt_uses() {
     let init = a.initialize();
     assert_eq!(
         init["agentCapabilities"]["mcpCapabilities"],
-        json!({"http": false, "sse": false})
+        json!({"http": true, "sse": false})
     );
     let (r, _) = a.call(
         "session/new",
@@ -887,6 +887,39 @@ fn streamable_http_server_everything_on_loopback() {
     );
     let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
     assert!(!log.contains("web-bearer-token-5678"));
+
+    // The same server given by a client (ACP's `http` shape, a literal header).
+    let model = script(
+        &d,
+        "http2.json",
+        json!([{"tool_calls": [call("mcp__client-web__echo", json!({"message": "client http"}))]}, {"text": "done"}]),
+    );
+    let sid = c.call_ok(
+        "agentd/create",
+        json!({"workspace": d.workspace(), "model": model, "mcp_servers": [{"type": "http",
+            "name": "client-web", "url": format!("http://127.0.0.1:{port}/mcp"),
+            "headers": [{"name": "X-Client-Secret", "value": "client-header-value-77"}]}]}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "http2"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    assert_eq!(
+        result_of(&evs, "mcp__client-web__echo", 0)["output"],
+        "Echo: client http"
+    );
+    let desc = &of_type(&evs, "mcp_servers")[0]["data"]["servers"];
+    let client = desc
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "client-web")
+        .unwrap();
+    assert_eq!(client["headers"], json!(["X-Client-Secret"]));
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+    assert!(!log.contains("client-header-value-77"));
     drop(server);
 }
 

@@ -417,7 +417,7 @@ impl Bridge {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
             "agentInfo": {"name": "agentd", "title": "agentd", "version": env!("CARGO_PKG_VERSION")},
@@ -593,15 +593,15 @@ impl Bridge {
     }
 
     /// Checks the `mcpServers` of a request against what `initialize` advertised:
-    /// stdio servers only (`mcpCapabilities` says `http: false, sse: false`).
+    /// stdio and streamable HTTP servers (`mcpCapabilities` says `http: true, sse: false`).
     fn check_mcp(mcp: &[Value]) -> Result<(), RpcErr> {
         for s in mcp {
             let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
             match s.get("type").and_then(Value::as_str) {
-                None | Some("stdio") => {}
+                None | Some("stdio") | Some("http") => {}
                 Some(t) => {
                     return Err(RpcErr::params(format!(
-                        "MCP server `{name}`: transport `{t}` is not supported (mcpCapabilities: stdio only)"
+                        "MCP server `{name}`: transport `{t}` is not supported (mcpCapabilities: stdio and http)"
                     )))
                 }
             }
