@@ -978,3 +978,63 @@ fn idle_servers_stop_and_start_again_at_the_next_turn() {
         "{listed}"
     );
 }
+
+#[test]
+fn server_filesystem_confined_to_the_workspace_and_mcp_server_git() {
+    // Both run in the session workspace (the default `cwd`), so "." is the workspace.
+    let cfg = format!(
+        "[mcp_servers.fs]\ncommand = {:?}\nargs = [{:?}, \".\"]\n\
+         [mcp_servers.git]\ncommand = {:?}\nargs = [\"--repository\", \".\"]\n",
+        node().display().to_string(),
+        need("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+            .display()
+            .to_string(),
+        need("venv/bin/mcp-server-git").display().to_string(),
+    );
+    let d = daemon(&cfg);
+    let ws = d.workspace().canonicalize().unwrap();
+    std::fs::write(ws.join("notes.txt"), "inside the workspace\n").unwrap();
+    let git_ok = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&ws)
+        .status()
+        .expect("MCP test component missing: `git` (needed by mcp-server-git)")
+        .success();
+    assert!(git_ok);
+    let ws_s = ws.display().to_string();
+    let mut c = d.connect();
+    let model = script(
+        &d,
+        "fs.json",
+        json!([
+            {"tool_calls": [
+                call("mcp__fs__read_text_file", json!({"path": format!("{ws_s}/notes.txt")})),
+                call("mcp__fs__read_text_file", json!({"path": "/etc/passwd"})),
+                call("mcp__git__git_status", json!({"repo_path": ws_s})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let sid = create(&d, &mut c, &model);
+    c.set_call_timeout(Duration::from_secs(90));
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "files"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = events(&mut c, &sid);
+    let started = &of_type(&evs, "mcp_servers")[0]["data"];
+    assert!(started.get("failed").is_none(), "{started}");
+    let inside = result_of(&evs, "mcp__fs__read_text_file", 0);
+    assert_eq!(inside["ok"], true, "{inside}");
+    assert!(inside["output"]
+        .as_str()
+        .unwrap()
+        .contains("inside the workspace"));
+    let outside = result_of(&evs, "mcp__fs__read_text_file", 1);
+    assert_eq!(outside["ok"], false, "{outside}");
+    assert!(!outside.to_string().contains("root:"), "{outside}");
+    let status = result_of(&evs, "mcp__git__git_status", 0);
+    assert_eq!(status["ok"], true, "{status}");
+    assert!(
+        status["output"].as_str().unwrap().contains("notes.txt"),
+        "{status}"
+    );
+}
