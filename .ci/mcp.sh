@@ -11,9 +11,21 @@ cd "$(dirname "$0")/../tests/mcp-servers"
 
 fail() { echo "mcp.sh: FAIL: $*" >&2; exit 1; }
 
+# A fresh Debian machine: install what is missing (as root with apt-get), else fail naming it.
+apt_install() {
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing $* (apt-get)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  fi
+}
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_install python3-venv
+command -v git >/dev/null 2>&1 || apt_install git
 command -v node >/dev/null 2>&1 || fail "node is not installed (needed for the npm MCP servers)"
 command -v npm >/dev/null 2>&1 || fail "npm is not installed (needed for the npm MCP servers)"
 command -v python3 >/dev/null 2>&1 || fail "python3 is not installed (needed for the PyPI MCP servers)"
+command -v git >/dev/null 2>&1 || fail "git is not installed (needed by mcp-server-git)"
 major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$major" -ge 18 ] || fail "node >= 18 is needed, found $(node --version)"
 [ -f package-lock.json ] || fail "tests/mcp-servers/package-lock.json is missing"
