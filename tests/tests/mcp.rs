@@ -1038,3 +1038,62 @@ fn server_filesystem_confined_to_the_workspace_and_mcp_server_git() {
         "{status}"
     );
 }
+
+#[test]
+fn agentctl_mcp_import_shows_then_writes_with_yes_and_doctor_starts_each_server() {
+    let d = daemon(&fake_entry("fake", &[], ""));
+    let file = d.root().join("project.mcp.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"mcpServers": {
+            "everything": {"command": "/nonexistent/mcp-server-everything", "args": ["stdio"],
+                           "env": {"API_TOKEN": "${API_TOKEN}", "MODE": "secret-mode-value"}},
+            "fake": {"command": "/bin/false"},
+            "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}
+        }}))
+        .unwrap(),
+    )
+    .unwrap();
+    let config = d.root().join("config.toml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    let path = file.to_str().unwrap();
+    let cfg = config.to_str().unwrap();
+    let out = d.agentctl(["mcp", "import", path, "--config", cfg]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("everything"), "{out:?}");
+    assert!(
+        !out.stdout.contains("secret-mode-value"),
+        "env values are hidden"
+    );
+    assert!(out.stdout.contains("--yes"), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        before,
+        "nothing written"
+    );
+    let out = d.agentctl(["--json", "mcp", "import", path, "--config", cfg, "--yes"]);
+    out.assert_code(0);
+    let v = out.json();
+    assert_eq!(v["added"], json!(["everything"]));
+    assert_eq!(v["skipped"], json!(["fake"]), "config wins");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.starts_with(&before));
+    assert!(text.contains("[mcp_servers.everything]"), "{text}");
+    assert!(text.contains("env_vars = [\"API_TOKEN\"]"), "{text}");
+    assert!(!text.contains("[mcp_servers.old]"));
+
+    // doctor starts each configured server once: the fake answers, the imported entry
+    // (a program that does not exist here) is reported with its error and a fix.
+    let out = d.agentctl(["doctor"]);
+    assert!(
+        out.stdout.contains("mcp:fake: 10 tools"),
+        "doctor output: {}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("FAIL  mcp:everything: MCP server `everything`: cannot run"),
+        "{}",
+        out.stdout
+    );
+}
