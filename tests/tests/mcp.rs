@@ -392,8 +392,14 @@ fn interrupting_a_long_running_operation_cancels_the_call() {
     let mut sub = d.connect();
     sub.subscribe(&sid, None);
     let running = turn_in_thread(&d, json!({"session_id": sid, "input": "long"}));
-    sub.wait_event(|e| is_type(e, "tool_call"), WAIT)
-        .expect("the long call starts");
+    // The server is running the operation once its first progress notification arrives.
+    let status = sub
+        .wait_event(
+            |e| is_type(e, "status") && e["data"].get("mcp_progress").is_some(),
+            WAIT,
+        )
+        .expect("progress of the long call");
+    assert_eq!(status["data"]["mcp_progress"]["total"], 60.0, "{status}");
     let began = std::time::Instant::now();
     let r = c.call_ok("agentd/interrupt", json!({"session_id": sid}));
     assert!(

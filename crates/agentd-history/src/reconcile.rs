@@ -49,7 +49,9 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
                 json!({"call_id": p.call_id, "tool": p.name, "reason": reason.as_str()});
             // An MCP call may have reached its server: its effect is unknown, and it is
             // never retried (DESIGN §14).
-            let message = if p.name.starts_with(MCP_PREFIX) {
+            // An interrupt closes only calls it stopped before they were sent.
+            let message = if p.name.starts_with(MCP_PREFIX) && reason != ReconcileReason::Interrupt
+            {
                 details["outcome"] = json!("unknown");
                 format!(
                     "the MCP call `{}` was cut ({}) before its result was recorded; it may or may \

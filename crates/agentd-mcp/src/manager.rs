@@ -342,6 +342,13 @@ impl Manager {
         res
     }
 
+    /// Progress notifications of `server` from now on (`None` while it is not running).
+    pub async fn progress(&self, server: &str) -> Option<tokio::sync::broadcast::Receiver<Value>> {
+        let slot = self.slots.get(server)?;
+        let live = slot.live.lock().await;
+        live.as_ref().map(|l| l.conn.signals.progress.subscribe())
+    }
+
     /// The state of every server.
     pub async fn status(&self) -> Vec<ServerStatus> {
         let mut out = Vec::new();

@@ -27,7 +27,8 @@
 //! `list_changed` takes effect there, never mid-call) and offered after the built-ins
 //! under their mangled names; a `tool_call` of one carries `mcp: {server, tool}` and is
 //! durable before `tools/call` is sent; the server's content becomes the `tool_result`
-//! (`ok = !isError`, text capped like built-ins, images and blobs stored as resources).
+//! (`ok = !isError`, text capped like built-ins, images and blobs stored as resources);
+//! its progress notifications are published as ephemeral `status{call_id, mcp_progress}`.
 //!
 //! Tool results are appended one call at a time, in call order, as each call finishes,
 //! so a crash mid-step loses only the call that was running (closed on restart).
@@ -690,9 +691,31 @@ impl Runner<'_> {
                 .into_result_data(call_id);
         };
         let began = std::time::Instant::now();
-        let res = manager
-            .call(&o.server, &o.tool.name, args, &self.cancel)
-            .await;
+        // The server's progress notifications go to subscribers as ephemeral `status`
+        // events while the call runs (they also reset its idle timeout).
+        let mut progress = manager.progress(&o.server).await;
+        let call = manager.call(&o.server, &o.tool.name, args, &self.cancel);
+        tokio::pin!(call);
+        let res = loop {
+            let next = async {
+                match progress.as_mut() {
+                    Some(rx) => rx.recv().await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = &mut call => break r,
+                p = next => match p {
+                    Some(p) => self.h.publish(
+                        EventType::Status,
+                        json!({"turn_id": self.turn_id, "call_id": call_id,
+                               "message": format!("{}: {} in progress", o.server, o.tool.name),
+                               "mcp_progress": p}),
+                    ),
+                    None => progress = None,
+                },
+            }
+        };
         let duration_ms = began.elapsed().as_millis() as u64;
         let mut meta = json!({"server": o.server, "tool": o.tool.name, "duration_ms": duration_ms});
         let outcome = match res {
