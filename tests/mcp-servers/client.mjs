@@ -38,10 +38,17 @@ const ctx = await client.callTool({ name: "session_context", arguments: { sessio
 const missing = await client.callTool({ name: "show_session", arguments: { session_id: "20990101T000000-000000" } });
 
 let unknown = null;
-try {
-  await client.callTool({ name: "run_turn", arguments: { session_id: sid, input: "x" } });
-} catch (e) {
-  unknown = String(e.message ?? e);
+let forked = null;
+if (flag === "--allow-changes") {
+  const f = await client.callTool({ name: "fork_session", arguments: { session_id: sid } });
+  if (f.isError) fail(`fork_session: ${JSON.stringify(f)}`);
+  forked = f.structuredContent;
+} else {
+  try {
+    await client.callTool({ name: "run_turn", arguments: { session_id: sid, input: "x" } });
+  } catch (e) {
+    unknown = String(e.message ?? e);
+  }
 }
 
 console.log(JSON.stringify({
@@ -52,5 +59,6 @@ console.log(JSON.stringify({
   missing_is_error: missing.isError === true,
   missing_text: missing.content?.[0]?.text ?? "",
   run_turn_error: unknown,
+  forked,
 }));
 await client.close();

@@ -807,6 +807,35 @@ fn agentctl_mcp_server_serves_sessions_to_the_sdk_client() {
         v["run_turn_error"].as_str().unwrap().contains("run_turn"),
         "{v}"
     );
+
+    // --allow-changes adds fork and turn; a fork made through MCP is a real session.
+    let out = std::process::Command::new(node())
+        .arg(&client)
+        .arg(bin("agentctl"))
+        .arg(d.socket())
+        .arg(&sid)
+        .arg("--allow-changes")
+        .output()
+        .expect("run node client.mjs --allow-changes");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client.mjs --allow-changes failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON document");
+    assert!(
+        v["names"].as_array().unwrap().contains(&json!("run_turn")),
+        "{v}"
+    );
+    let child = v["forked"]["child_session_id"]
+        .as_str()
+        .or_else(|| v["forked"]["session_id"].as_str())
+        .unwrap_or_else(|| panic!("no child session id: {v}"))
+        .to_string();
+    assert_ne!(child, sid);
+    let shown = c.call_ok("agentd/show", json!({"session_id": child}));
+    assert_eq!(shown["session_id"], child.as_str());
 }
 
 /// A child process group killed on drop.
