@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Reference MCP servers for the MCP tests (tests/tests/mcp.rs), from committed lockfiles:
-# @modelcontextprotocol/server-everything, server-filesystem and the MCP TypeScript SDK
-# (its client drives `agentctl mcp-server`) with `npm ci` into tests/mcp-servers/
-# node_modules, and mcp-server-time and mcp-server-git (PyPI, versions pinned in
+# @modelcontextprotocol/server-everything and server-filesystem with `npm ci` into
+# tests/mcp-servers/node_modules, and mcp-server-time and mcp-server-git (PyPI, versions pinned in
 # tests/mcp-servers/requirements.lock) into the venv tests/mcp-servers/venv. The tests
 # run the servers by their entry points, never `npx -y`. Idempotent; never skips: a
 # missing tool is a failure that names it.

@@ -122,10 +122,6 @@ pub enum Command {
     /// importing entries from another agent's configuration.
     #[command(subcommand)]
     Mcp(McpCmd),
-    /// Serve agentd's sessions to another agent as an MCP server on stdio (read-only
-    /// tools: list, search, show, context, tree, checkpoint; `--allow-changes` adds fork
-    /// and turn).
-    McpServer(McpServerArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -171,13 +167,6 @@ pub struct McpImportArgs {
     /// The config file to write (default: AGENTD_CONFIG, else ~/.config/agentd/config.toml).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct McpServerArgs {
-    /// Also offer tools that change things: `fork` and `turn`.
-    #[arg(long)]
-    pub allow_changes: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,7 +13,6 @@ mod commands;
 mod daemon;
 mod doctor;
 mod mcp;
-mod mcp_server;
 mod output;
 mod params;
 mod render;
