@@ -65,6 +65,9 @@ pub enum Command {
     /// Serve the Agent Client Protocol (ACP v1) on stdio, for editors that launch agents
     /// (Zed, JetBrains, Neovim plugins); every ACP session is an agentd session.
     Acp(AcpArgs),
+    /// Serve agentd's sessions as an MCP server on stdio, for other agents (Claude Code,
+    /// Codex): read-only tools by default (list, search, show, context, tree, checkpoint).
+    McpServer(McpServerArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.
@@ -606,6 +609,15 @@ pub struct AcpArgs {
     /// Sessions per `session/list` page.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub page_size: usize,
+}
+
+/// Options of `agentctl mcp-server`.
+#[derive(Debug, Clone, Args)]
+pub struct McpServerArgs {
+    /// Also offer the tools that change sessions: `fork` and `turn` (runs a model turn
+    /// in a session). Off by default: a read-only server cannot alter what it serves.
+    #[arg(long)]
+    pub allow_writes: bool,
 }
 
 // ---- Session verbs (DESIGN §13); run by `verbs.rs` ----

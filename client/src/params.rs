@@ -274,7 +274,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Doctor
         | Command::Store(_)
         | Command::Mcp(_)
-        | Command::Acp(_) => return Ok(None),
+        | Command::Acp(_)
+        | Command::McpServer(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))
 }
