@@ -758,6 +758,19 @@ fn acp_session_new_with_a_stdio_server_whose_tool_a_prompt_uses() {
     assert!(log.contains("ACP_TOKEN"), "the Log names the variable");
 }
 
+/// A child process group killed on drop.
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the group this test started.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn streamable_http_server_everything_on_loopback() {
     use std::io::BufRead;
