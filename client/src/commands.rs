@@ -213,6 +213,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
         Command::Doctor => crate::doctor::run(&target, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
+        Command::Mcp(crate::cli::McpCmd::Import(a)) => crate::mcp::import(a),
         _ => Err(AgentError::internal("command without a handler")),
     }
 }

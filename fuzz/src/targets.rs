@@ -29,6 +29,8 @@ pub const NAMES: &[&str] = &[
     "config",
     "path",
     "sandbox_policy",
+    "mcp_names",
+    "mcp_result",
 ];
 
 pub fn by_name(name: &str) -> Option<crate::engine::Target> {
@@ -43,6 +45,8 @@ pub fn by_name(name: &str) -> Option<crate::engine::Target> {
         "history" => history,
         "config" => config,
         "path" => path,
+        "mcp_names" => mcp_names,
+        "mcp_result" => mcp_result,
         _ => return None,
     })
 }
@@ -794,5 +798,60 @@ pub fn sandbox_policy(data: &[u8]) -> u64 {
         p.network,
         p.writable_roots.len(),
         p.hidden.len() % 7,
+    ))
+}
+
+// ---- MCP ------------------------------------------------------------------------------------
+
+/// MCP tool names (`agentd_mcp::names::assign`) for `server<TAB>tool` lines: every name
+/// is valid, prefixed and unique, one per distinct pair, in (server, tool) order, and the
+/// same input gives the same names.
+fn mcp_names(data: &[u8]) -> u64 {
+    use agentd_mcp::names;
+    let text = String::from_utf8_lossy(data);
+    let pairs: Vec<(&str, &str)> = text
+        .lines()
+        .take(256)
+        .map(|l| l.split_once('\t').unwrap_or((l, "")))
+        .collect();
+    let m = names::assign(pairs.iter().copied());
+    let distinct: std::collections::BTreeSet<(&str, &str)> = pairs.iter().copied().collect();
+    assert_eq!(m.len(), distinct.len());
+    let unique: std::collections::BTreeSet<&str> = m.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(unique.len(), m.len(), "duplicate names");
+    for (x, (s, t)) in m.iter().zip(distinct.iter()) {
+        assert!(names::is_valid(&x.name), "{:?}", x.name);
+        assert!(x.name.starts_with(names::PREFIX));
+        assert_eq!((x.server.as_str(), x.tool.as_str()), (*s, *t));
+    }
+    assert_eq!(
+        names::assign(pairs.iter().rev().copied()),
+        m,
+        "order-independent"
+    );
+    let hashed = m
+        .iter()
+        .filter(|x| x.name != names::base_name(&x.server, &x.tool))
+        .count();
+    sig(("mcp_names", m.len().min(8), hashed.min(8)))
+}
+
+/// `agentd_mcp::result::map_result` over any JSON: never panics, always some text, one
+/// placeholder line per media item.
+fn mcp_result(data: &[u8]) -> u64 {
+    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        return sig("mcp_result_not_json");
+    };
+    let r = agentd_mcp::result::map_result(&v);
+    assert!(!r.text.is_empty());
+    for i in 0..r.media.len() {
+        assert!(r.text.contains(&format!(" bytes #{i}]")), "{}", r.text);
+    }
+    sig((
+        "mcp_result",
+        r.ok,
+        r.media.len().min(4),
+        r.structured,
+        r.content_types.len().min(8),
     ))
 }
