@@ -246,7 +246,11 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
             method::IMPORT,
             object(vec![
                 ("format", Some(a.format.as_str().into())),
-                ("path", Some(abs_dir(Some(&a.file), cwd).into())),
+                (
+                    "path",
+                    Some(abs_dir(Some(a.file.as_deref().unwrap_or(Path::new("."))), cwd).into()),
+                ),
+                ("source_session", a.source_session.clone().map(Into::into)),
                 (
                     "workspace",
                     a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),

@@ -391,12 +391,21 @@ pub struct TreeParams {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImportParams {
+    /// `pi`, `pixir`, `codex`, `claude`, `opencode`, `gemini` or `auto` (the default).
+    #[serde(default = "auto_format")]
     pub format: String,
     pub path: String,
     #[serde(default)]
     pub workspace: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// The session to take from a source holding many (an opencode database).
+    #[serde(default)]
+    pub source_session: Option<String>,
+}
+
+fn auto_format() -> String {
+    "auto".to_string()
 }
 
 // ---- Session verbs (DESIGN §13) ----
