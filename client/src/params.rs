@@ -242,6 +242,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 object(vec![target, ("max_depth", opt(a.max_depth))]),
             )
         }
+        // Discovery makes several calls (`crate::discover`).
+        Command::Import(a) if a.discover => return Ok(None),
         Command::Import(a) => (
             method::IMPORT,
             object(vec![

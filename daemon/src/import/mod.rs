@@ -30,6 +30,7 @@
 mod claude;
 mod codex;
 pub mod detect;
+pub mod discover;
 mod gemini;
 mod lines;
 mod opencode;
@@ -49,6 +50,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 pub use lines::MAX_LINE_BYTES;
+pub use opencode::fingerprint as opencode_fingerprint;
 pub use sink::MAX_SKIPPED_LISTED;
 
 use lines::Line;

@@ -109,6 +109,91 @@ fn import_export(
     conv.finish()
 }
 
+/// One session of an opencode database, as discovery lists it.
+pub(super) struct SessionSummary {
+    pub id: String,
+    pub updated_ms: i64,
+    /// Bytes of the session's message and part rows.
+    pub bytes: u64,
+}
+
+fn open_ro(path: &Path) -> Result<Connection, AgentError> {
+    let err = |e| db_error(path, e);
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+    Ok(conn)
+}
+
+/// The sessions of an opencode database, newest first.
+pub(super) fn list_sessions(path: &Path) -> Result<Vec<SessionSummary>, AgentError> {
+    let err = |e| db_error(path, e);
+    let conn = open_ro(path)?;
+    let mut st = conn
+        .prepare(
+            "SELECT s.id, s.time_updated, \
+               (SELECT COALESCE(SUM(LENGTH(m.data)), 0) FROM message m WHERE m.session_id = s.id) + \
+               (SELECT COALESCE(SUM(LENGTH(p.data)), 0) FROM part p WHERE p.session_id = s.id) \
+             FROM session s ORDER BY s.time_updated DESC",
+        )
+        .map_err(err)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok(SessionSummary {
+                id: r.get(0)?,
+                updated_ms: r.get(1)?,
+                bytes: r.get::<_, i64>(2)?.max(0) as u64,
+            })
+        })
+        .map_err(err)?;
+    rows.collect::<Result<_, _>>().map_err(err)
+}
+
+/// What identifies one state of an opencode session: the bytes of its rows and a
+/// sha256 over every row's id and update time (cheap: no row data is hashed).
+pub fn fingerprint(path: &Path, session: &str) -> Result<(u64, String), AgentError> {
+    use sha2::{Digest, Sha256};
+    let err = |e| db_error(path, e);
+    let conn = open_ro(path)?;
+    let mut h = Sha256::new();
+    let mut bytes = 0u64;
+    let updated: Option<i64> = conn
+        .query_row(
+            "SELECT time_updated FROM session WHERE id = ?1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(err)?;
+    let Some(updated) = updated else {
+        return Err(AgentError::not_found(format!(
+            "the opencode database {} has no session with the id given",
+            path.display()
+        )));
+    };
+    h.update(updated.to_le_bytes());
+    for table in ["message", "part"] {
+        let mut st = conn
+            .prepare(&format!(
+                "SELECT id, time_updated, LENGTH(data) FROM {table} WHERE session_id = ?1 ORDER BY id"
+            ))
+            .map_err(err)?;
+        let mut rows = st.query([session]).map_err(err)?;
+        while let Some(r) = rows.next().map_err(err)? {
+            let id: String = r.get(0).map_err(err)?;
+            let t: i64 = r.get(1).map_err(err)?;
+            let n: i64 = r.get(2).map_err(err)?;
+            h.update(id.as_bytes());
+            h.update(t.to_le_bytes());
+            bytes += n.max(0) as u64;
+        }
+    }
+    Ok((bytes, hex::encode(h.finalize())))
+}
+
 fn db_error(path: &Path, e: rusqlite::Error) -> AgentError {
     let busy = matches!(
         e.sqlite_error_code(),
@@ -137,12 +222,7 @@ fn import_db(
     ctx: &ImportContext,
 ) -> Result<ImportReport, AgentError> {
     let err = |e| db_error(path, e);
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+    let conn = open_ro(path)?;
     let info = select_session(&conn, path, ctx)?;
     let sid = str_of(&info, "id").unwrap_or_default().to_string();
 
