@@ -157,6 +157,18 @@ pub(super) fn import(
             }
             continue;
         }
+        // The skim does not look inside the fields it ignores, so bytes that are not
+        // UTF-8 are caught here rather than passing as a well-formed record.
+        if let Err(e) = std::str::from_utf8(line.bytes) {
+            sink.skip(
+                no,
+                format!(
+                    "line is not valid UTF-8 (bad byte at offset {})",
+                    e.valid_up_to()
+                ),
+            );
+            continue;
+        }
         match serde_json::from_slice::<Skim<'_>>(line.bytes) {
             Ok(s) => p1.record(&mut sink, no, offset, s),
             Err(e) => {
@@ -333,6 +345,10 @@ impl Pass1 {
             "cost-state" => "Claude Code's running cost totals; usage is imported per message",
             "tools-used" | "atis-latch" | "mode" | "file-history-snapshot" | "permission-mode"
             | "agent-name" | "tag" | "pr-link" => "Claude Code UI/session bookkeeping, not conversation",
+            "user" | "assistant" | "system" | "attachment" => {
+                sink.skip(no, format!("Claude Code {kind} record without a uuid"));
+                return;
+            }
             _ => {
                 sink.skip(no, format!("unknown Claude Code record type {:?}", clip(kind)));
                 return;

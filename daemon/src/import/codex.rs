@@ -89,6 +89,16 @@ pub(super) fn import(
     Ok(report)
 }
 
+/// The exit code codex's exec tools print in an output's header lines
+/// (`Process exited with code N`, or `Exit code: N`).
+fn exit_code(output: &str) -> Option<i64> {
+    output.lines().take(6).find_map(|l| {
+        l.strip_prefix("Process exited with code ")
+            .or_else(|| l.strip_prefix("Exit code: "))
+            .and_then(|n| n.trim().parse().ok())
+    })
+}
+
 #[derive(Default)]
 struct State {
     /// From the latest `turn_context`; reasoning items carry it so they replay only to
@@ -356,12 +366,14 @@ impl State {
             sink.skip(no, format!("a second codex tool output for call {call_id}"));
             return Ok(());
         }
+        let exit = exit_code(&output);
+        let ok = ok && exit.is_none_or(|c| c == 0);
         let output = sink.cap(output);
-        sink.emit(
-            "tool_result",
-            json!({"call_id": call_id, "ok": ok, "output": output, "import_line": no}),
-            ts,
-        )?;
+        let mut data = json!({"call_id": call_id, "ok": ok, "output": output, "import_line": no});
+        if let Some(c) = exit {
+            data["exit_code"] = json!(c);
+        }
+        sink.emit("tool_result", data, ts)?;
         Ok(())
     }
 
@@ -390,5 +402,20 @@ impl State {
             }
         }
         out.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_come_from_the_output_header() {
+        assert_eq!(
+            exit_code("Chunk ID: x\nWall time: 0\nProcess exited with code 1\nOutput:\n"),
+            Some(1)
+        );
+        assert_eq!(exit_code("Wall time: 0\nOutput:\nExit code: 0\n"), Some(0));
+        assert_eq!(exit_code("plain output"), None);
     }
 }
