@@ -443,7 +443,10 @@ mod tests {
             &["compact", "s1", "--strategy", "magic"][..],
             &["turn", "s1"],
             &["context", "s1", "--dialect", "xml"],
-            &["import", "f"],
+            &["import"],
+            &["import", "f", "--discover"],
+            &["import", "--format", "word", "f"],
+            &["import", "--agent", "pi"],
             &["tree", "s1", "--workspace", "/w"],
             &["frobnicate"],
         ] {

@@ -501,7 +501,7 @@ fn pi_errors_are_invalid_args_and_write_nothing_useful() {
     }
     let mut out = Vec::new();
     let e = import(
-        Format::Pi,
+        Some(Format::Pi),
         &dir.path().join("missing"),
         &mut out,
         &ctx(None),

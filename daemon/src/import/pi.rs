@@ -524,7 +524,9 @@ impl State {
             }
         }
         wrote |= self.flush_text(sink, no, &mut text, failed, m, ts)?;
-        if let Some(Value::Object(u)) = m.get("usage") {
+        // Usage goes with the step it paid for; an empty (aborted) reply stays a skipped
+        // line, so its counts are not imported.
+        if let (true, Some(Value::Object(u))) = (wrote, m.get("usage")) {
             let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
             let cached = n("cacheRead");
             let input = n("input") + cached + n("cacheWrite");
@@ -545,7 +547,6 @@ impl State {
                 }),
                 ts,
             )?;
-            wrote = true;
         }
         if !wrote {
             let mut why = format!("pi assistant message with no content (stopReason {stop:?}");
