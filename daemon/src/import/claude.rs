@@ -889,3 +889,138 @@ fn usage_data(model: &str, u: &Value, no: u64) -> Value {
 fn clip(s: &str) -> String {
     crate::text::clip_chars(s, 80)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{import, Format, ImportContext, ImportReport};
+    use agentd_proto::Event;
+    use serde_json::{json, Value};
+
+    fn rec(kind: &str, uuid: &str, parent: Option<&str>, content: Value) -> String {
+        let mut v = json!({
+            "type": kind, "uuid": uuid, "parentUuid": parent, "isSidechain": false,
+            "sessionId": "s-1", "cwd": "/w", "timestamp": "2026-11-25T06:00:00Z",
+        });
+        if kind == "assistant" {
+            v["message"] = json!({"id": format!("m-{uuid}"), "role": "assistant",
+                "model": "claude-x", "content": content,
+                "usage": {"input_tokens": 3, "cache_read_input_tokens": 2, "output_tokens": 1}});
+        } else {
+            v["message"] = json!({"role": "user", "content": content});
+        }
+        v.to_string()
+    }
+
+    fn text(t: &str) -> Value {
+        json!([{"type": "text", "text": t}])
+    }
+
+    fn run(lines: &[String]) -> (ImportReport, Vec<Event>) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        let ctx = ImportContext {
+            session_id: "s".into(),
+            agentd_version: "t".into(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        let r = import(Some(Format::Claude), &p, &mut out, &ctx).unwrap();
+        let evs = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (r, evs)
+    }
+
+    fn texts(evs: &[Event], kind: &str) -> Vec<String> {
+        evs.iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.data["text"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    fn base() -> Vec<String> {
+        vec![
+            rec("user", "u1", None, json!("first")),
+            rec("assistant", "a1", Some("u1"), text("answer 1")),
+            rec("user", "u2", Some("a1"), json!("second")),
+            rec("assistant", "a2", Some("u2"), text("answer 2")),
+            // The user went back to a1 and asked again.
+            rec("user", "u3", Some("a1"), json!("redo")),
+            rec("assistant", "a3", Some("u3"), text("answer 3")),
+        ]
+    }
+
+    #[test]
+    fn the_newest_leaf_is_the_active_branch() {
+        let (r, evs) = run(&base());
+        assert_eq!(texts(&evs, "user_message"), ["first", "redo"]);
+        assert_eq!(texts(&evs, "assistant_message"), ["answer 1", "answer 3"]);
+        let off: Vec<u64> = r
+            .skipped
+            .iter()
+            .filter(|s| s.reason.starts_with("not on the active branch"))
+            .map(|s| s.line)
+            .collect();
+        assert_eq!(off, [3, 4]);
+        let usage: Vec<&Event> = evs.iter().filter(|e| e.kind == "provider_usage").collect();
+        assert_eq!(usage.len(), 2);
+        assert_eq!(usage[0].data["usage"]["input_tokens"], 5);
+        assert_eq!(usage[0].data["usage"]["cached_tokens"], 2);
+    }
+
+    #[test]
+    fn a_last_prompt_leaf_on_another_branch_wins() {
+        let mut lines = base();
+        lines.push(json!({"type": "last-prompt", "leafUuid": "a2", "sessionId": "s-1"}).to_string());
+        let (r, evs) = run(&lines);
+        assert_eq!(texts(&evs, "user_message"), ["first", "second"]);
+        assert_eq!(r.lines.metadata, 1);
+        // A leaf the newest record descends from does not hold the import back.
+        let mut lines = base();
+        lines.insert(5, json!({"type": "last-prompt", "leafUuid": "u3", "sessionId": "s-1"}).to_string());
+        let (_, evs) = run(&lines);
+        assert_eq!(texts(&evs, "assistant_message"), ["answer 1", "answer 3"]);
+    }
+
+    #[test]
+    fn sidechains_become_subagent_events_and_compaction_keeps_the_history() {
+        let mut side = serde_json::from_str::<Value>(&rec(
+            "assistant",
+            "s1",
+            Some("u1"),
+            json!([{"type": "tool_use", "id": "t-side", "name": "Read", "input": {}}]),
+        ))
+        .unwrap();
+        side["isSidechain"] = json!(true);
+        side["agentId"] = json!("agent-7");
+        let lines = vec![
+            rec("user", "u1", None, json!("first")),
+            side.to_string(),
+            rec("assistant", "a1", Some("u1"), text("answer 1")),
+            json!({"type": "system", "subtype": "compact_boundary", "uuid": "b1",
+                   "parentUuid": null, "logicalParentUuid": "a1", "sessionId": "s-1"})
+            .to_string(),
+            {
+                let mut v: Value =
+                    serde_json::from_str(&rec("user", "c1", Some("b1"), json!("summary of it")))
+                        .unwrap();
+                v["isCompactSummary"] = json!(true);
+                v.to_string()
+            },
+            rec("user", "u4", Some("c1"), json!("after")),
+        ];
+        let (r, evs) = run(&lines);
+        assert_eq!(texts(&evs, "user_message"), ["first", "after"]);
+        let sub: Vec<&Event> = evs.iter().filter(|e| e.kind == "subagent_event").collect();
+        assert_eq!(sub.len(), 1);
+        assert_eq!(sub[0].data["agent_id"], "agent-7");
+        assert_eq!(sub[0].data["tool_calls"][0]["id"], "t-side");
+        assert!(!evs.iter().any(|e| e.kind == "tool_call"), "sidechain calls stay apart");
+        let note = evs.iter().find(|e| e.kind == "imported_note").unwrap();
+        assert_eq!(note.data["summary"], "summary of it");
+        assert_eq!(r.lines.skipped, 0, "{:?}", r.skipped);
+    }
+}
