@@ -974,13 +974,17 @@ mod tests {
     #[test]
     fn a_last_prompt_leaf_on_another_branch_wins() {
         let mut lines = base();
-        lines.push(json!({"type": "last-prompt", "leafUuid": "a2", "sessionId": "s-1"}).to_string());
+        lines
+            .push(json!({"type": "last-prompt", "leafUuid": "a2", "sessionId": "s-1"}).to_string());
         let (r, evs) = run(&lines);
         assert_eq!(texts(&evs, "user_message"), ["first", "second"]);
         assert_eq!(r.lines.metadata, 1);
         // A leaf the newest record descends from does not hold the import back.
         let mut lines = base();
-        lines.insert(5, json!({"type": "last-prompt", "leafUuid": "u3", "sessionId": "s-1"}).to_string());
+        lines.insert(
+            5,
+            json!({"type": "last-prompt", "leafUuid": "u3", "sessionId": "s-1"}).to_string(),
+        );
         let (_, evs) = run(&lines);
         assert_eq!(texts(&evs, "assistant_message"), ["answer 1", "answer 3"]);
     }
@@ -1018,7 +1022,10 @@ mod tests {
         assert_eq!(sub.len(), 1);
         assert_eq!(sub[0].data["agent_id"], "agent-7");
         assert_eq!(sub[0].data["tool_calls"][0]["id"], "t-side");
-        assert!(!evs.iter().any(|e| e.kind == "tool_call"), "sidechain calls stay apart");
+        assert!(
+            !evs.iter().any(|e| e.kind == "tool_call"),
+            "sidechain calls stay apart"
+        );
         let note = evs.iter().find(|e| e.kind == "imported_note").unwrap();
         assert_eq!(note.data["summary"], "summary of it");
         assert_eq!(r.lines.skipped, 0, "{:?}", r.skipped);
