@@ -28,6 +28,7 @@ pub const NAMES: &[&str] = &[
     "history",
     "config",
     "path",
+    "sandbox_policy",
 ];
 
 pub fn by_name(name: &str) -> Option<crate::engine::Target> {
@@ -38,6 +39,7 @@ pub fn by_name(name: &str) -> Option<crate::engine::Target> {
         "import_pi" => import_pi,
         "import_pixir" => import_pixir,
         "import_codex" => import_codex,
+        "sandbox_policy" => sandbox_policy,
         "history" => history,
         "config" => config,
         "path" => path,
@@ -721,4 +723,77 @@ pub fn path(data: &[u8]) -> u64 {
             ))
         }
     }
+}
+
+// ---- Sandbox policy ------------------------------------------------------------------------
+
+/// Bytes as the sandbox policy's inputs: line 1 the workspace, line 2 the home, line 3
+/// `$XDG_RUNTIME_DIR`, line 4 agentd's socket, lines `grant:JSON` / `call:JSON` session
+/// and per-call grants, `session:JSON` / `turn:JSON` requests, the rest a `[sandbox]`
+/// table. The effective policy is deterministic and keeps its invariants: no writable
+/// root inside a hidden path, no `AGENTD_*` variable, no roots in `full_access`, the
+/// credential set hidden unless a per-call grant names it, and session grants never
+/// unhide anything.
+pub fn sandbox_policy(data: &[u8]) -> u64 {
+    use agentd_sandbox::{effective, Grant, Inputs, SandboxConfig, SandboxRequest};
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.lines();
+    let mut inputs = Inputs {
+        workspace: PathBuf::from(lines.next().unwrap_or("")),
+        home: lines.next().map(PathBuf::from),
+        xdg_runtime_dir: lines.next().map(PathBuf::from),
+        agentd_socket: lines.next().map(PathBuf::from),
+        env: [("AGENTD_SOCKET", "/s"), ("PATH", "/bin"), ("MY_TOKEN", "t")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let mut toml_text = String::new();
+    for l in lines {
+        if let Some(g) = l.strip_prefix("grant:") {
+            if let Ok(g) = serde_json::from_str::<Grant>(g) {
+                inputs.grants.push(g);
+            }
+        } else if let Some(g) = l.strip_prefix("call:") {
+            if let Ok(g) = serde_json::from_str::<Grant>(g) {
+                inputs.call_grants.push(g);
+            }
+        } else if let Some(r) = l.strip_prefix("session:") {
+            inputs.session = serde_json::from_str::<SandboxRequest>(r).unwrap_or_default();
+        } else if let Some(r) = l.strip_prefix("turn:") {
+            inputs.turn = serde_json::from_str::<SandboxRequest>(r).unwrap_or_default();
+        } else {
+            toml_text.push_str(l);
+            toml_text.push('\n');
+        }
+    }
+    let parsed = toml::from_str::<SandboxConfig>(&toml_text);
+    let cfg_ok = parsed.is_ok();
+    inputs.config = parsed.unwrap_or_default();
+    let p = effective(&inputs);
+    assert_eq!(p, effective(&inputs), "effective is not deterministic");
+    if let Err(e) = p.check() {
+        panic!("broken sandbox invariant: {e}");
+    }
+    assert!(!p.env.contains_key("MY_TOKEN") && !p.env.contains_key("AGENTD_SOCKET"));
+    if let Some(h) = inputs.home.as_ref().filter(|h| h.is_absolute()) {
+        let ssh = agentd_sandbox::policy::normalize(&h.join(".ssh"));
+        let unhidden_by_call = inputs
+            .call_grants
+            .iter()
+            .any(|g| matches!(g, Grant::ReadHidden { path } if agentd_sandbox::policy::normalize(path) == ssh));
+        assert!(
+            unhidden_by_call || p.hidden.contains(&ssh),
+            "{} not hidden: {p:?}",
+            ssh.display()
+        );
+    }
+    sig((
+        cfg_ok,
+        p.mode,
+        p.network,
+        p.writable_roots.len(),
+        p.hidden.len() % 7,
+    ))
 }
