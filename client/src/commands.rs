@@ -212,6 +212,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Service(cmd) => crate::service_cmd::run(cmd, &target).await,
         Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
         Command::Doctor => crate::doctor::run(&target, human).await,
+        Command::Import(a) => crate::discover::run(&target, a, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
         Command::Mcp(crate::cli::McpCmd::Import(a)) => crate::mcp::import(a),
         _ => Err(AgentError::internal("command without a handler")),
@@ -400,11 +401,22 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
         Command::Tree(_) => render::tree_result(v),
         Command::Import(_) => match v.get("session_id").and_then(Value::as_str) {
             Some(sid) => {
-                let events = v
-                    .get("event_count")
-                    .map(|c| format!(" ({c} events)"))
-                    .unwrap_or_default();
-                format!("{sid}{events}\n")
+                let mut facts = Vec::new();
+                if let Some(c) = v.get("event_count") {
+                    facts.push(format!("{c} events"));
+                }
+                if let Some(f) = v.get("format").and_then(Value::as_str) {
+                    facts.push(format!("from {f}"));
+                }
+                match v.get("skipped_total").and_then(Value::as_u64) {
+                    Some(0) | None => {}
+                    Some(n) => facts.push(format!("{n} source lines skipped, see --json")),
+                }
+                if facts.is_empty() {
+                    format!("{sid}\n")
+                } else {
+                    format!("{sid} ({})\n", facts.join("; "))
+                }
             }
             None => pretty(v),
         },

@@ -13,6 +13,7 @@ mod acp;
 mod cli;
 mod commands;
 mod daemon;
+mod discover;
 mod doctor;
 mod mcp;
 mod mcp_server;

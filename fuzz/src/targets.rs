@@ -379,9 +379,10 @@ fn import_as(format: Format, data: &[u8]) -> u64 {
         session_id: SID.to_string(),
         workspace: Some("/w".into()),
         agentd_version: "fuzz".into(),
+        ..Default::default()
     };
     let mut out = Vec::new();
-    match import::import(format, &src, &mut out, &ctx) {
+    match import::import(Some(format), &src, &mut out, &ctx) {
         Err(e) => sig(("err", e.kind.as_str())),
         Ok(report) => {
             let mut events = Vec::new();

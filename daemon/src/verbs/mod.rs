@@ -6,7 +6,8 @@
 //! nothing below imports it. The daemon merges [`methods`] into the native API's method
 //! table. Module map: `manage` (rename, archive, delete, restore, preflight, models), `export`
 //! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
-//! `usage` (token and cost totals from `provider_usage` events).
+//! `usage` (token and cost totals from `provider_usage` events); `agentd/import_discover`
+//! is served from `crate::imports`.
 //!
 //! Decisions:
 //! - Titles and the archive flag are `session_info` events (`title`, `labels`), so the
@@ -118,6 +119,9 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
     });
     method(&mut module, m::USAGE, |r, p| async move {
         to_value(usage::usage(&r, p).await?)
+    });
+    method(&mut module, m::IMPORT_DISCOVER, |r, p| async move {
+        crate::imports::discover(&r, p).await
     });
     module.into()
 }
