@@ -74,6 +74,34 @@ impl RenderedItems {
     }
 }
 
+/// Loads the bytes of the images `items`' tool results refer to from the session's
+/// resources directory `dir` (base64, into [`ImageRef::data`]), for a provider request
+/// of a dialect that takes images in tool results; the Log keeps only the references.
+/// An image whose resource is missing, unreadable or not of the recorded size stays
+/// unloaded: its placeholder line is all the model sees. The rendered context the
+/// cache keeps never holds image bytes, so a request with images renders its items in
+/// full.
+///
+/// [`ImageRef::data`]: agentd_proto::replay::ImageRef::data
+pub fn load_images(items: &mut [ReplayItem], dir: &std::path::Path) {
+    use base64::Engine;
+    for item in items {
+        let ReplayItem::FunctionCallOutput { images, .. } = item else {
+            continue;
+        };
+        for img in images {
+            if img.data.is_some() {
+                continue;
+            }
+            if let Ok(bytes) = std::fs::read(dir.join(&img.sha256)) {
+                if bytes.len() as u64 == img.bytes {
+                    img.data = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
+                }
+            }
+        }
+    }
+}
+
 /// Whether `dialect`'s renderer is at an element boundary after `item` (`None`: the
 /// item leaves it as it was). `None` for a dialect whose rendering has no such points.
 fn boundary(d: Dialect) -> Option<fn(&ReplayItem) -> Option<bool>> {

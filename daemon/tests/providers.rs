@@ -1181,6 +1181,7 @@ async fn script_hello_plays_a_tool_call_then_an_answer_then_exhausts() {
         output: "Cargo.toml\nsrc/".into(),
         ok: true,
         synthetic: false,
+        images: Vec::new(),
     });
     let second = run(script_provider(), script_request(&path, history.clone())).await;
     let answer = match &second.ok().output[..] {

@@ -31,8 +31,35 @@ pub enum ReplayItem {
         ok: bool,
         #[serde(default)]
         synthetic: bool,
+        /// Images of the result, stored as session resources (an MCP tool's image
+        /// content). Dialects that take images in tool results send the ones whose
+        /// bytes were loaded ([`ImageRef::data`]); the others keep `output`'s
+        /// placeholder lines.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageRef>,
     },
 }
+
+/// An image a tool result refers to: a session resource named by its sha256. The Log
+/// holds only this reference; the bytes are read at request-build time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Lowercase hex sha256 of the bytes (the resource's file name).
+    pub sha256: String,
+    /// An `image/*` media type.
+    pub mime: String,
+    /// Size of the bytes.
+    pub bytes: u64,
+    /// The bytes, base64 (standard alphabet), once loaded for a request; never
+    /// serialized, so replay output and goldens hold only the reference.
+    #[serde(skip)]
+    pub data: Option<String>,
+}
+
+/// At most this many images of one tool result are sent to a provider.
+pub const MAX_IMAGES_PER_RESULT: usize = 8;
+/// Images larger than this are not sent to a provider (the placeholder stays).
+pub const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
 
 /// Which wire shape `agentd/context` and providers render items into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -50,6 +50,9 @@ pub struct Fold {
     /// Set when an entry arrived with a lower seq than the one before it (a damaged Log);
     /// replay then sorts by seq, stably.
     disordered: bool,
+    /// A replayable `tool_result` referred to images ([`ReplayItem::FunctionCallOutput`]
+    /// `images`).
+    images: bool,
 }
 
 impl Fold {
@@ -64,6 +67,12 @@ impl Fold {
             f.push(e);
         }
         f
+    }
+
+    /// Whether a tool result replayed since the fold began (or its latest checkpoint)
+    /// refers to images, which a provider request loads from the session's resources.
+    pub fn has_images(&self) -> bool {
+        self.images
     }
 
     pub fn push(&mut self, ev: &Event) {
@@ -124,6 +133,10 @@ impl Fold {
             return;
         }
         if let Some(item) = replay_item(ev) {
+            if matches!(&item, ReplayItem::FunctionCallOutput { images, .. } if !images.is_empty())
+            {
+                self.images = true;
+            }
             if self.entries.last().is_some_and(|l| l.seq > ev.seq) {
                 self.disordered = true;
             }
@@ -382,7 +395,8 @@ mod tests {
                 call_id: "c1".into(),
                 output: r#"{"ok":false,"error":{"kind":"x","message":"y"}}"#.into(),
                 ok: false,
-                synthetic: false
+                synthetic: false,
+                images: Vec::new(),
             }
         );
         assert!(r.stats.balanced);

@@ -10,7 +10,7 @@
 
 use super::render;
 use super::stored::Line;
-use agentd_proto::replay::ReplayItem;
+use agentd_proto::replay::{ImageRef, ReplayItem, MAX_IMAGES_PER_RESULT, MAX_IMAGE_BYTES};
 use agentd_proto::{Event, EventType};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -277,6 +277,7 @@ pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
                 output,
                 ok: ev.data.get("ok").and_then(Value::as_bool).unwrap_or(false),
                 synthetic: false,
+                images: image_refs(&ev.data),
             })
         }
         EventType::BranchSummary => Some(ReplayItem::User {
@@ -284,6 +285,37 @@ pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
         }),
         _ => None,
     }
+}
+
+/// The images a `tool_result` refers to (`data.mcp.media` entries of type `image`
+/// stored as resources): only `image/*` types, each at most [`MAX_IMAGE_BYTES`], the
+/// first [`MAX_IMAGES_PER_RESULT`] of them, in content order. The rest keep only their
+/// placeholder line in `output`.
+pub fn image_refs(data: &Value) -> Vec<ImageRef> {
+    let Some(media) = data.pointer("/mcp/media").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    media
+        .iter()
+        .filter_map(|m| {
+            let mime = m.get("mime")?.as_str()?;
+            let bytes = m.get("bytes")?.as_u64()?;
+            let sha = m.get("resource")?.as_str()?.strip_prefix("resources/")?;
+            let is_sha =
+                sha.len() == 64 && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            (m.get("type")?.as_str()? == "image"
+                && mime.starts_with("image/")
+                && bytes <= MAX_IMAGE_BYTES
+                && is_sha)
+                .then(|| ImageRef {
+                    sha256: sha.to_string(),
+                    mime: mime.to_string(),
+                    bytes,
+                    data: None,
+                })
+        })
+        .take(MAX_IMAGES_PER_RESULT)
+        .collect()
 }
 
 /// Builds provider input from a fold's pre-built items (see [`Fold::replay`](crate::fold::Fold::replay)).
@@ -606,6 +638,7 @@ impl Guard {
                 output,
                 ok: false,
                 synthetic: true,
+                images: Vec::new(),
             });
             self.closures.push(SyntheticClosure { call_id, tool });
         }
@@ -789,6 +822,7 @@ mod tests {
             output: String::new(),
             ok: true,
             synthetic: false,
+            images: Vec::new(),
         };
         let u = ReplayItem::User { text: "x".into() };
         assert!(pairing_violation(&[c("a"), o("a"), u.clone()]).is_none());

@@ -5,8 +5,13 @@
 //! function of the items: no map iteration order, no clock, so the same history always
 //! gives the same bytes. Pairing is kept as given (replay already guarantees each call is
 //! followed by exactly one output); the renderers only regroup where an API demands it.
+//!
+//! A tool result's images are sent only when the caller loaded their bytes into the
+//! item ([`ImageRef::data`], read from the session's resources at request-build time):
+//! Responses and Anthropic then get an array of text and image parts; Chat Completions
+//! tool messages are text only and keep the placeholder lines.
 
-use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
+use agentd_proto::replay::{Dialect, ImageRef, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
 
 /// The input for `dialect`: an array of input items (`responses`), an array of messages
@@ -87,6 +92,44 @@ pub fn parse_args(arguments: &str) -> Value {
     }
 }
 
+/// The images of a tool result whose bytes were loaded for this request (the others
+/// are represented by their placeholder lines in the output text only).
+fn loaded(images: &[ImageRef]) -> impl Iterator<Item = (&str, &str)> {
+    images
+        .iter()
+        .filter_map(|i| i.data.as_deref().map(|d| (i.mime.as_str(), d)))
+}
+
+/// A Responses `function_call_output.output`: the text, or with loaded images an array
+/// of `input_text` and `input_image` (a `data:` URL) items.
+fn responses_output(output: &str, images: &[ImageRef]) -> Value {
+    if loaded(images).next().is_none() {
+        return json!(output);
+    }
+    let mut parts = vec![json!({"type": "input_text", "text": output})];
+    parts.extend(loaded(images).map(|(mime, data)| {
+        json!({"type": "input_image", "image_url": format!("data:{mime};base64,{data}")})
+    }));
+    Value::Array(parts)
+}
+
+/// An Anthropic `tool_result` block's `content`: the text, or with loaded images an
+/// array of a `text` block and base64 `image` blocks.
+fn anthropic_content(output: &str, images: &[ImageRef]) -> Value {
+    if loaded(images).next().is_none() {
+        return json!(output);
+    }
+    let mut parts = Vec::new();
+    // The API refuses empty text blocks.
+    if !output.is_empty() {
+        parts.push(json!({"type": "text", "text": output}));
+    }
+    parts.extend(loaded(images).map(|(mime, data)| {
+        json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}})
+    }));
+    Value::Array(parts)
+}
+
 fn render_responses(items: &[ReplayItem]) -> Value {
     let out: Vec<Value> = items
         .iter()
@@ -106,11 +149,14 @@ fn render_responses(items: &[ReplayItem]) -> Value {
                 "arguments": arguments,
             }),
             ReplayItem::FunctionCallOutput {
-                call_id, output, ..
+                call_id,
+                output,
+                images,
+                ..
             } => json!({
                 "type": "function_call_output",
                 "call_id": call_id,
-                "output": output,
+                "output": responses_output(output, images),
             }),
         })
         .collect();
@@ -206,12 +252,13 @@ pub fn anthropic_block(item: &ReplayItem) -> Option<(&'static str, Value)> {
             call_id,
             output,
             ok,
+            images,
             ..
         } => {
             let mut block = Map::new();
             block.insert("type".into(), json!("tool_result"));
             block.insert("tool_use_id".into(), json!(call_id));
-            block.insert("content".into(), json!(output));
+            block.insert("content".into(), anthropic_content(output, images));
             if !ok {
                 block.insert("is_error".into(), json!(true));
             }
@@ -283,12 +330,14 @@ mod tests {
                 output: "a.txt".into(),
                 ok: true,
                 synthetic: false,
+                images: Vec::new(),
             },
             ReplayItem::FunctionCallOutput {
                 call_id: "c2".into(),
                 output: "{\"ok\":false}".into(),
                 ok: false,
                 synthetic: true,
+                images: Vec::new(),
             },
             ReplayItem::Assistant {
                 text: "One file.".into(),
@@ -513,6 +562,7 @@ mod tests {
                 output: "ok".into(),
                 ok: true,
                 synthetic: false,
+                images: Vec::new(),
             },
         ];
         let chat = render(&items, Dialect::Chat);
@@ -523,5 +573,86 @@ mod tests {
         let anth = render(&items, Dialect::Anthropic);
         assert!(anth.get("system").is_none());
         assert_eq!(anth["messages"].as_array().map(Vec::len), Some(3));
+    }
+
+    fn with_image(data: Option<&str>) -> Vec<ReplayItem> {
+        vec![
+            ReplayItem::FunctionCall {
+                call_id: "c".into(),
+                name: "mcp__everything__get-tiny-image".into(),
+                arguments: "{}".into(),
+            },
+            ReplayItem::FunctionCallOutput {
+                call_id: "c".into(),
+                output: "[image image/png, 3 bytes #0]".into(),
+                ok: true,
+                synthetic: false,
+                images: vec![
+                    ImageRef {
+                        sha256: "ab".repeat(32),
+                        mime: "image/png".into(),
+                        bytes: 3,
+                        data: data.map(str::to_string),
+                    },
+                    // Not loaded (e.g. its resource is gone): not sent.
+                    ImageRef {
+                        sha256: "cd".repeat(32),
+                        mime: "image/jpeg".into(),
+                        bytes: 9,
+                        data: None,
+                    },
+                ],
+            },
+        ]
+    }
+
+    #[test]
+    fn anthropic_tool_result_carries_loaded_images() {
+        let m = render(&with_image(Some("AQID")), Dialect::Anthropic);
+        let block = &m["messages"][1]["content"][0];
+        assert_eq!(block["type"], "tool_result");
+        assert_eq!(
+            block["content"],
+            json!([
+                {"type": "text", "text": "[image image/png, 3 bytes #0]"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AQID"}},
+            ])
+        );
+        // The block as the context cache writes it is the same.
+        let (_, b) = anthropic_block(&with_image(Some("AQID"))[1]).unwrap();
+        assert_eq!(&b, block);
+    }
+
+    #[test]
+    fn responses_output_carries_loaded_images() {
+        let r = render(&with_image(Some("AQID")), Dialect::Responses);
+        assert_eq!(r[1]["type"], "function_call_output");
+        assert_eq!(
+            r[1]["output"],
+            json!([
+                {"type": "input_text", "text": "[image image/png, 3 bytes #0]"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AQID"},
+            ])
+        );
+    }
+
+    #[test]
+    fn chat_and_unloaded_images_keep_the_placeholder_text() {
+        let c = render(&with_image(Some("AQID")), Dialect::Chat);
+        assert_eq!(c[1]["role"], "tool");
+        assert_eq!(c[1]["content"], "[image image/png, 3 bytes #0]");
+        // Without loaded bytes every dialect renders exactly what a result without
+        // images renders.
+        let mut plain = with_image(None);
+        for d in [Dialect::Responses, Dialect::Chat, Dialect::Anthropic] {
+            let with_refs = render(&plain, d);
+            if let ReplayItem::FunctionCallOutput { images, .. } = &mut plain[1] {
+                images.clear();
+            }
+            assert_eq!(with_refs, render(&plain, d), "{d:?}");
+            plain = with_image(None);
+        }
+        let r = render(&plain, Dialect::Responses);
+        assert_eq!(r[1]["output"], "[image image/png, 3 bytes #0]");
     }
 }

@@ -398,6 +398,7 @@ mod tests {
             output: "ok".into(),
             ok: true,
             synthetic: false,
+            images: Vec::new(),
         }
     }
     fn assistant(t: &str) -> ReplayItem {

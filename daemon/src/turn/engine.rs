@@ -447,9 +447,24 @@ impl Runner<'_> {
         let ctx_mode = self.spec.permission_mode.as_str();
         let model = self.spec.model.clone();
         let render = self.spec.provider.render();
+        let resources = self.tools.resources_dir.clone();
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
+                // Tool results with images: the Anthropic and Responses dialects send
+                // the image bytes, read now from the session's resources (the kept
+                // rendering holds only text).
+                let images = st.fold.has_images()
+                    && render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
+                if images {
+                    let mut replay = st.fold.replay(&ctx);
+                    crate::context::load_images(&mut replay.items, &resources);
+                    return StepInput {
+                        items: replay.items,
+                        rendered: None,
+                        stats: replay.stats,
+                    };
+                }
                 if let Some(r) = render {
                     let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(out) = cache.items(&st.fold, &ctx, r, None) {
