@@ -1052,3 +1052,212 @@ fn agentctl_mcp_import_shows_then_writes_with_yes_and_doctor_starts_each_server(
         out.stdout
     );
 }
+
+/// A one-thread HTTP/1.1 server answering each request with the next SSE body, then
+/// closing the connection; returns its base URL (ending in `/v1`) and the request
+/// bodies it saw.
+fn sse_server(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Value>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let h = std::thread::spawn(move || {
+        let mut bodies = Vec::new();
+        for reply in replies {
+            let (stream, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(stream.try_clone().unwrap());
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = l.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            bodies.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let mut w = stream;
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            w.write_all(head.as_bytes()).unwrap();
+            w.write_all(reply.as_bytes()).unwrap();
+            w.flush().unwrap();
+        }
+        bodies
+    });
+    (base, h)
+}
+
+/// Named SSE events (`event: T` + `data: …`), as the Responses and Anthropic APIs send.
+fn typed_sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+fn chat_sse(chunks: &[Value]) -> String {
+    let mut s: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+const IMAGE_TOOL: &str = "mcp__everything__get-tiny-image";
+
+/// A provider step calling the image tool, then one ending the turn, in `kind`'s wire.
+fn image_steps(kind: &str) -> Vec<String> {
+    match kind {
+        "anthropic" => vec![
+            typed_sse(&[
+                json!({"type": "message_start", "message": {"model": "m1", "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_img", "name": IMAGE_TOOL, "input": {}}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+                json!({"type": "message_stop"}),
+            ]),
+            typed_sse(&[
+                json!({"type": "message_start", "message": {"model": "m1", "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "A tiny image."}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+                json!({"type": "message_stop"}),
+            ]),
+        ],
+        "openai-responses" => {
+            let usage = json!({"input_tokens": 10, "output_tokens": 2, "total_tokens": 12});
+            vec![
+                typed_sse(&[
+                    json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_img", "name": IMAGE_TOOL, "arguments": "{}"}}),
+                    json!({"type": "response.completed", "response": {"id": "r1", "model": "m1", "status": "completed", "usage": usage}}),
+                ]),
+                typed_sse(&[
+                    json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A tiny image."}]}}),
+                    json!({"type": "response.completed", "response": {"id": "r2", "model": "m1", "status": "completed", "usage": usage}}),
+                ]),
+            ]
+        }
+        _ => vec![
+            chat_sse(&[
+                json!({"model": "m1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_img", "type": "function", "function": {"name": IMAGE_TOOL, "arguments": "{}"}}]}}]}),
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            ]),
+            chat_sse(&[
+                json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": "A tiny image."}}]}),
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            ]),
+        ],
+    }
+}
+
+/// An image from an MCP tool reaches the next provider request as an image where the
+/// wire takes images in tool results (Anthropic `tool_result` content, Responses
+/// `function_call_output.output`), with the stored resource's bytes; Chat Completions
+/// tool messages keep the placeholder text. The Log holds only the reference.
+#[test]
+fn tool_result_images_reach_the_wires_that_take_them() {
+    use base64::Engine;
+    for kind in ["anthropic", "openai-responses", "openai-chat"] {
+        let (base, server) = sse_server(image_steps(kind));
+        let base = if kind == "anthropic" {
+            base.trim_end_matches("/v1").to_string()
+        } else {
+            base
+        };
+        let config = format!(
+            "default_provider = \"p\"\n[providers.p]\nkind = \"{kind}\"\nbase_url = \"{base}\"\n\
+             model = \"m1\"\ncontext_window = 100000\n{}",
+            everything_entry()
+        );
+        let d = daemon(&config);
+        let mut c = d.connect();
+        let sid = c.call_ok("agentd/create", json!({"workspace": d.workspace()}))["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        c.set_call_timeout(Duration::from_secs(60));
+        let r = c.call_ok(
+            "agentd/turn",
+            json!({"session_id": sid, "input": "show me the image"}),
+        );
+        assert_eq!(r["status"], "completed", "{kind}: {r}");
+        let bodies = server.join().unwrap();
+        assert_eq!(bodies.len(), 2, "{kind}");
+
+        let evs = events(&mut c, &sid);
+        let img = result_of(&evs, IMAGE_TOOL, 0);
+        assert_eq!(img["ok"], true, "{kind}: {img}");
+        let media = &img["mcp"]["media"][0];
+        assert_eq!(media["mime"], "image/png", "{kind}: {img}");
+        let stored = d
+            .log_path(&sid)
+            .with_extension("")
+            .join(media["resource"].as_str().unwrap());
+        let png = std::fs::read(&stored).unwrap_or_else(|e| panic!("{}: {e}", stored.display()));
+        assert_eq!(&png[1..4], b"PNG");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+        // The Log never holds the bytes.
+        let log = std::fs::read_to_string(d.log_path(&sid)).unwrap();
+        assert!(!log.contains(&b64), "{kind}: image bytes in the Log");
+        let placeholder = img["output"].as_str().unwrap().to_string();
+        assert!(placeholder.contains("image/png"), "{kind}: {placeholder}");
+
+        let next = &bodies[1];
+        match kind {
+            "anthropic" => {
+                let msgs = next["messages"].as_array().unwrap();
+                let result = msgs
+                    .iter()
+                    .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                    .find(|b| b["type"] == "tool_result")
+                    .unwrap_or_else(|| panic!("no tool_result in {next}"));
+                assert_eq!(result["tool_use_id"], "toolu_img");
+                assert_eq!(
+                    result["content"],
+                    json!([
+                        {"type": "text", "text": placeholder},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+                    ]),
+                    "{next}"
+                );
+            }
+            "openai-responses" => {
+                let out = next["input"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|i| i["type"] == "function_call_output")
+                    .unwrap_or_else(|| panic!("no function_call_output in {next}"));
+                assert_eq!(out["call_id"], "call_img");
+                assert_eq!(
+                    out["output"],
+                    json!([
+                        {"type": "input_text", "text": placeholder},
+                        {"type": "input_image", "image_url": format!("data:image/png;base64,{b64}")},
+                    ]),
+                    "{next}"
+                );
+            }
+            _ => {
+                let tool = next["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|m| m["role"] == "tool")
+                    .unwrap_or_else(|| panic!("no tool message in {next}"));
+                assert_eq!(tool["tool_call_id"], "call_img");
+                assert_eq!(tool["content"], json!(placeholder), "{next}");
+                assert!(!next.to_string().contains(&b64), "{kind}: image bytes sent");
+            }
+        }
+        // `agentd/context` renders the references as the placeholder text only.
+        assert_balanced(&mut c, &sid);
+    }
+}
