@@ -651,7 +651,9 @@ mod tests {
     fn step(log: &mut TestLog, i: usize) {
         let _ = match i % 9 {
             0 if i.is_multiple_of(2) => log.push("user_message", json!({"text": long(i)})),
-            5 if i % 4 == 1 => log.push("tool_result", json!({"call_id": format!("c{}", i - 2), "ok": true, "output": long(i)})),
+            // With an image reference (an MCP result): rendered as its text.
+            5 if i % 4 == 1 => log.push("tool_result", json!({"call_id": format!("c{}", i - 2), "ok": true, "output": long(i),
+                "mcp": {"media": [{"type": "image", "mime": "image/png", "bytes": 3, "resource": format!("resources/{}", "ab".repeat(32))}]}})),
             2 if i % 4 == 2 => log.push("assistant_message", json!({"text": long(i)})),
             0 => log.push("user_message", json!({"text": format!("u{i}")})),
             // Anthropic's thinking blocks are sent back, other reasoning is not.
@@ -710,6 +712,50 @@ mod tests {
         assert!(
             cache.slots.iter().all(|s| !s.points.is_empty()),
             "points to resume earlier contexts from were kept"
+        );
+    }
+
+    /// A request loads the images of tool results from the resources directory; a
+    /// missing resource or one of another size stays a reference, rendered as text.
+    #[test]
+    fn images_load_from_resources_for_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let (good, short, gone) = ("ab".repeat(32), "cd".repeat(32), "ef".repeat(32));
+        std::fs::write(dir.path().join(&good), [1u8, 2, 3]).unwrap();
+        std::fs::write(dir.path().join(&short), [1u8, 2]).unwrap();
+        let media: Vec<Value> = [&good, &short, &gone]
+            .iter()
+            .map(|s| json!({"type": "image", "mime": "image/png", "bytes": 3, "resource": format!("resources/{s}")}))
+            .collect();
+        let mut log = TestLog::new();
+        log.push(
+            "tool_call",
+            json!({"call_id": "c", "name": "mcp__s__img", "args": {}}),
+        );
+        log.push(
+            "tool_result",
+            json!({"call_id": "c", "ok": true, "output": "[image]", "mcp": {"media": media}}),
+        );
+        let fold = Fold::from_events(&log.events);
+        assert!(fold.has_images());
+        let mut items = fold.replay(&ctx()).items;
+        let before = dialect::render(&items, Dialect::Anthropic);
+        load_images(&mut items, dir.path());
+        let ReplayItem::FunctionCallOutput { images, .. } = &items[2] else {
+            panic!("{items:?}");
+        };
+        let data: Vec<Option<&str>> = images.iter().map(|i| i.data.as_deref()).collect();
+        assert_eq!(data, [Some("AQID"), None, None]);
+        let after = dialect::render(&items, Dialect::Anthropic);
+        assert_ne!(before, after);
+        assert_eq!(
+            after["messages"][1]["content"][0]["content"][1]["source"]["data"],
+            "AQID"
+        );
+        // Chat has no images in tool messages: the same text either way.
+        assert_eq!(
+            dialect::render(&items, Dialect::Chat),
+            dialect::render(&fold.replay(&ctx()).items, Dialect::Chat)
         );
     }
 

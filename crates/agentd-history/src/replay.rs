@@ -732,6 +732,55 @@ mod tests {
     }
 
     #[test]
+    fn tool_result_images_are_references_capped_and_filtered() {
+        let sha = |i: usize| format!("{i:064x}");
+        let mut media: Vec<Value> = (0..10)
+            .map(|i| json!({"type": "image", "mime": "image/png", "bytes": 3, "resource": format!("resources/{}", sha(i))}))
+            .collect();
+        media.insert(0, json!({"type": "audio", "mime": "audio/wav", "bytes": 3, "resource": format!("resources/{}", sha(90))}));
+        media.insert(1, json!({"type": "blob", "mime": "image/png", "bytes": 3, "resource": format!("resources/{}", sha(91))}));
+        media.insert(2, json!({"type": "image", "mime": "image/png", "bytes": MAX_IMAGE_BYTES + 1, "resource": format!("resources/{}", sha(92))}));
+        media.insert(3, json!({"type": "image", "mime": "text/plain", "bytes": 3, "resource": format!("resources/{}", sha(93))}));
+        media.insert(
+            4,
+            json!({"type": "image", "mime": "image/png", "bytes": 3, "error": "disk full"}),
+        );
+        media.insert(5, json!({"type": "image", "mime": "image/png", "bytes": 3, "resource": "resources/../../etc/passwd"}));
+        let mut log = TestLog::new();
+        log.push("user_message", json!({"text": "go"}));
+        call(&mut log, "a");
+        log.push(
+            "tool_result",
+            json!({"call_id": "a", "ok": true, "output": "[image]", "mcp": {"media": media}}),
+        );
+        let r = replay_as_of(&log.events, None, &ctx());
+        let ReplayItem::FunctionCallOutput { images, output, .. } = &r.items[3] else {
+            panic!("{:?}", r.items);
+        };
+        assert_eq!(output, "[image]");
+        let shas: Vec<String> = images.iter().map(|i| i.sha256.clone()).collect();
+        assert_eq!(
+            shas,
+            (0..MAX_IMAGES_PER_RESULT).map(sha).collect::<Vec<_>>()
+        );
+        assert!(images
+            .iter()
+            .all(|i| i.data.is_none() && i.mime == "image/png"));
+        // The Log's reference round-trips; loaded bytes never serialize.
+        let mut loaded = r.items[3].clone();
+        if let ReplayItem::FunctionCallOutput { images, .. } = &mut loaded {
+            images[0].data = Some("AQID".into());
+        }
+        let text = serde_json::to_string(&loaded).unwrap();
+        assert!(!text.contains("AQID") && text.contains(&sha(0)), "{text}");
+        // A result without images serializes as before.
+        result(&mut log, "b");
+        let plain = replay_item(log.events.last().unwrap()).unwrap();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("images"));
+        assert!(Fold::from_events(&log.events).has_images());
+    }
+
+    #[test]
     fn orphans_are_closed_and_stray_results_dropped() {
         let mut log = TestLog::new();
         log.push("user_message", json!({"text": "go"}));
