@@ -1,0 +1,147 @@
+//! A small MCP server (stdio, protocol 2025-11-25) for the cases real servers cannot
+//! produce on demand. Arguments:
+//! - `--hang`: read requests and never answer (a server stuck at start);
+//! - `--tools N`: also list N tools `t000`, `t001`, ... (each echoes its arguments);
+//! - `--colliding`: also list tools whose names collide after mangling (`a.b`, `a b`,
+//!   `a_b`) and one with a 100-character name.
+//!
+//! Tools: `echo {message}` → text; `env` → the server's environment, one `K=V` a line;
+//! `die` → the process exits without answering; `big {bytes}` → that much text
+//! (default 10 MB); `burst {count}` → `count` `tools/list_changed` notifications then
+//! text; `image` → a PNG image block; `fail` → `isError` with text; `wait` → never
+//! answers (it stops on `notifications/cancelled`, writing `cancelled <id>` to stderr);
+//! `structured` → only `structuredContent`.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+
+fn send(out: &mut impl Write, v: &Value) {
+    let mut s = serde_json::to_string(v).expect("json");
+    s.push('\n');
+    let _ = out.write_all(s.as_bytes());
+    let _ = out.flush();
+}
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({"name": name, "description": description,
+           "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}}})
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let hang = args.iter().any(|a| a == "--hang");
+    let colliding = args.iter().any(|a| a == "--colliding");
+    let extra: usize = args
+        .iter()
+        .position(|a| a == "--tools")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut tools = vec![
+        tool("echo", "Echoes `message`."),
+        tool("env", "Prints the server's environment."),
+        tool("die", "Exits without answering."),
+        tool("big", "Answers `bytes` bytes of text (default 10 MB)."),
+        tool(
+            "burst",
+            "Sends `count` tools/list_changed notifications, then answers.",
+        ),
+        tool("image", "Answers a PNG image."),
+        tool("fail", "Answers isError."),
+        tool("wait", "Never answers; stops when cancelled."),
+        tool("structured", "Answers structuredContent only."),
+    ];
+    if colliding {
+        for n in ["a.b", "a b", "a_b"] {
+            tools.push(tool(n, "A name that collides after mangling."));
+        }
+        tools.push(tool(&"n".repeat(100), "A 100-character name."));
+    }
+    for i in 0..extra {
+        tools.push(tool(&format!("t{i:03}"), "Echoes its arguments."));
+    }
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if hang {
+            continue;
+        }
+        let method = msg["method"].as_str().unwrap_or_default();
+        let id = msg.get("id").cloned();
+        if method == "notifications/cancelled" {
+            eprintln!("cancelled {}", msg["params"]["requestId"]);
+            continue;
+        }
+        let Some(id) = id else { continue };
+        let result = match method {
+            "initialize" => json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {"listChanged": true}},
+                "serverInfo": {"name": "agentd-mcp-fake", "version": "1"},
+            }),
+            "ping" => json!({}),
+            "tools/list" => json!({"tools": tools}),
+            "tools/call" => {
+                let name = msg["params"]["name"].as_str().unwrap_or_default();
+                let a = &msg["params"]["arguments"];
+                match name {
+                    "echo" => json!({"content": [{"type": "text",
+                        "text": format!("Echo: {}", a["message"].as_str().unwrap_or_default())}]}),
+                    "env" => {
+                        let mut vars: Vec<String> =
+                            std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+                        vars.sort();
+                        json!({"content": [{"type": "text", "text": vars.join("\n")}]})
+                    }
+                    "die" => std::process::exit(3),
+                    "big" => {
+                        let n = a["bytes"].as_u64().unwrap_or(10 << 20) as usize;
+                        json!({"content": [{"type": "text", "text": "x".repeat(n)}]})
+                    }
+                    "burst" => {
+                        for _ in 0..a["count"].as_u64().unwrap_or(5) {
+                            send(
+                                &mut out,
+                                &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                            );
+                        }
+                        json!({"content": [{"type": "text", "text": "burst sent"}]})
+                    }
+                    "image" => json!({"content": [{"type": "image", "mimeType": "image/png",
+                        "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="}]}),
+                    "fail" => json!({"isError": true,
+                        "content": [{"type": "text", "text": "the fake server refused"}]}),
+                    "wait" => continue,
+                    "structured" => json!({"content": [], "structuredContent": {"answer": 42}}),
+                    other if tools.iter().any(|t| t["name"] == other) => {
+                        json!({"content": [{"type": "text", "text": format!("{other} {a}")}]})
+                    }
+                    other => {
+                        send(
+                            &mut out,
+                            &json!({"jsonrpc": "2.0", "id": id,
+                                "error": {"code": -32602, "message": format!("Unknown tool: {other}")}}),
+                        );
+                        continue;
+                    }
+                }
+            }
+            other => {
+                send(
+                    &mut out,
+                    &json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32601, "message": format!("Method not found: {other}")}}),
+                );
+                continue;
+            }
+        };
+        send(
+            &mut out,
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        );
+    }
+}
