@@ -63,7 +63,12 @@ dict() {
     esac
 }
 
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/agentd-fuzz.XXXXXX")
+# Files the targets write (Logs, imports, a daemon's home) go to tmpfs when there is one.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    scratch=$(mktemp -d /dev/shm/agentd-fuzz.XXXXXX)
+else
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/agentd-fuzz.XXXXXX")
+fi
 trap 'rm -rf "$scratch"' EXIT
 export AGENTD_FUZZ_SCRATCH="$scratch"
 mkdir -p "$work/logs"

@@ -148,4 +148,3 @@ pub fn run(data: &[u8]) {
         String::from_utf8_lossy(&hello)
     );
 }
-
