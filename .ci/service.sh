@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Service and packaging checks that are not cargo tests (README: "Run it as a service").
+# Service and packaging checks that are not cargo tests (docs/service.md).
 # Idempotent; runs after the cargo tests and the quick start, whose release build it
 # reuses. `service.sh tools` only installs the systemd tools (before the cargo tests).
 #

@@ -390,7 +390,7 @@ async fn check_database(url: &str, password_file: Option<&str>) -> Check {
         return bad(
             "database",
             e["message"].as_str().unwrap_or("the check failed").to_string(),
-            "check the URL, that the server is up and reachable, the password (URL, PGPASSWORD, store_password_file or ~/.pgpass) and sslmode/sslrootcert (README: A shared PostgreSQL store)",
+            "check the URL, that the server is up and reachable, the password (URL, PGPASSWORD, store_password_file or ~/.pgpass) and sslmode/sslrootcert (docs/postgresql.md)",
         );
     }
     if !out.status.success() || v.is_null() {

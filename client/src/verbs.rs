@@ -266,6 +266,7 @@ tail_events = 40     # events kept raw after a compaction
 # kind = "openai-chat"         # Ollama, vLLM, llama.cpp, OpenRouter
 # base_url = "http://localhost:11434/v1"
 # model = "qwen2.5-coder:14b"
+# models = ["llama3.2"]        # more models editors may offer (ACP's model picker)
 # context_window = 32768
 
 # Prices per million tokens, for `agentctl usage` (any one currency).

@@ -48,30 +48,7 @@ impl Default for CompactionConfig {
     }
 }
 
-/// `[snapshots]`: workspace snapshots in a shadow git repository (DESIGN §13).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SnapshotConfig {
-    /// Record `workspace_snapshot` events around mutating tool calls.
-    pub enabled: bool,
-    /// A file larger than this is left out of a snapshot (and listed as skipped).
-    pub max_file_bytes: u64,
-    /// New or changed bytes one snapshot may add; files past it are skipped.
-    pub max_snapshot_bytes: u64,
-    /// Seconds one git command may run before it is killed.
-    pub timeout_s: u64,
-}
-
-impl Default for SnapshotConfig {
-    fn default() -> Self {
-        SnapshotConfig {
-            enabled: true,
-            max_file_bytes: 8 * 1024 * 1024,
-            max_snapshot_bytes: 128 * 1024 * 1024,
-            timeout_s: 30,
-        }
-    }
-}
+pub use agentd_snapshot::SnapshotConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]

@@ -9,25 +9,27 @@ pub mod api;
 pub mod config;
 pub mod context;
 pub mod daemon;
-pub mod fault;
 pub mod filesystem;
 pub mod framing;
-pub mod history;
-pub mod import;
 pub mod ops;
 pub mod peer;
-pub mod pgstore;
-pub mod provider;
 pub mod registry;
 pub mod server;
 pub mod session;
-pub mod snapshot;
-pub mod store;
 pub mod storecopy;
-pub mod sweep;
-pub mod text;
-pub mod tools;
 pub mod turn;
 pub mod undo;
 pub mod verbs;
 pub mod watch;
+
+// The layers below the daemon are crates of their own (ARCHITECTURE.md: crate graph).
+// They are re-exported under their old module names, so `crate::history::fold` and
+// `agentd::store::LogStore` name the same items as before the split.
+pub use agentd_base::text;
+pub use agentd_history as history;
+pub use agentd_import as import;
+pub use agentd_provider as provider;
+pub use agentd_snapshot as snapshot;
+pub use agentd_store as store;
+pub use agentd_store::{fault, pgstore, sweep};
+pub use agentd_tools as tools;

@@ -25,7 +25,7 @@ const MI_OPTION_ARENA_EAGER_COMMIT: libc::c_int = 4;
 /// default on Linux commits a whole arena when it reserves it; the daemon then kept
 /// about 15 MiB more resident after loading a 65 MiB Log (108 vs 93 MiB in the history
 /// bench) and peaked about 25 MiB higher through its first context, for no measured
-/// gain in speed (README, Performance). `MIMALLOC_ARENA_EAGER_COMMIT` in the environment still
+/// gain in speed (docs/performance.md). `MIMALLOC_ARENA_EAGER_COMMIT` in the environment still
 /// decides when set.
 ///
 /// Runs as an ELF constructor: the option is read when the first arena is reserved,

@@ -42,6 +42,7 @@ pub mod method {
     pub const EXPORT: &str = "agentd/export";
     pub const USAGE: &str = "agentd/usage";
     pub const PREFLIGHT: &str = "agentd/preflight";
+    pub const MODELS: &str = "agentd/models";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -573,6 +574,32 @@ pub struct PreflightParams {
     pub provider: Option<String>,
     #[serde(default)]
     pub model: Option<String>,
+}
+
+/// `agentd/models` takes no params (an empty object, or none).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsParams {}
+
+/// The models a client may offer for a turn, in the daemon's order: each configured
+/// provider's `model`, its `models` list, then the built-in providers' default models
+/// whose key is in the daemon's environment.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ModelsResult {
+    pub models: Vec<ModelChoice>,
+    /// Every provider name a turn may give (configured tables and built-ins), so a
+    /// client can tell `provider:model` from a model name with a colon in it.
+    pub providers: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelChoice {
+    /// The provider's name (the `[providers.NAME]` key or a built-in name).
+    pub provider: String,
+    pub model: String,
+    /// `model` (a configured table's `model`), `models` (an entry of its `models`
+    /// list) or `builtin` (a built-in provider's default model, its key being set).
+    pub source: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -775,3 +775,98 @@ fn undo_diff_and_revert_reach_the_workspace_snapshots() {
     assert_eq!(r["files"], json!(["a.txt"]), "{r}");
     assert_eq!(read(), "agent1\n");
 }
+
+/// Two configured providers and no `--model`: `session/new` offers both providers'
+/// models (and the entries of a `models` list, and a built-in whose key the daemon has)
+/// as `provider:model`, and a prompt with one of them runs on that provider.
+#[test]
+fn the_model_picker_offers_the_configured_providers_without_model_flags() {
+    let hello = example("hello.json");
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .env("ANTHROPIC_API_KEY", "sk-test-not-used")
+        .config(&format!(
+            "[providers.alpha]\nkind = \"script\"\nscript = \"{0}\"\nmodel = \"alpha-1\"\nmodels = [\"alpha-2\"]\n\n\
+             [providers.beta]\nkind = \"script\"\nscript = \"{0}\"\nmodel = \"beta-1\"\n",
+            hello.display()
+        ))
+        .start();
+    let mut a = Acp::spawn(&d, &["--mode", "auto"]);
+    a.initialize();
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let opt = &r["configOptions"][0];
+    assert_eq!(opt["id"], "model", "{r}");
+    let values: Vec<&str> = opt["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["value"].as_str().unwrap())
+        .collect();
+    let at = |v: &str| {
+        values
+            .iter()
+            .position(|x| *x == v)
+            .unwrap_or_else(|| panic!("{v} is not offered: {values:?}"))
+    };
+    // The daemon's default first (the session names no model), then each configured
+    // provider's model, its `models` list, then keyed built-ins.
+    assert_eq!(values[0], "default", "{values:?}");
+    assert_eq!(opt["currentValue"], "default");
+    assert!(at("alpha:alpha-1") < at("beta:beta-1"), "{values:?}");
+    assert!(at("beta:beta-1") < at("alpha:alpha-2"), "{values:?}");
+    assert!(
+        at("alpha:alpha-2") < at("anthropic:claude-sonnet-4-5"),
+        "{values:?}"
+    );
+    // Picking one runs the next prompt on that provider with that model.
+    let (r, _) = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "model", "value": "beta:beta-1"}),
+        WAIT,
+    );
+    assert_eq!(r["configOptions"][0]["currentValue"], "beta:beta-1", "{r}");
+    let id = prompt(&mut a, &sid, "what is here?");
+    assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+    let evs = log_events(&d, &sid);
+    let usage = of_type(&evs, "provider_usage");
+    assert!(!usage.is_empty(), "no provider_usage in {evs:?}");
+    assert_eq!(usage[0]["data"]["provider"], "beta", "{:?}", usage[0]);
+    assert_eq!(usage[0]["data"]["model"], "beta-1", "{:?}", usage[0]);
+    // `--model NAME:MODEL` naming a configured provider: a new session is created on that
+    // provider, and a bridge that loads it shows the choice, once.
+    let mut b = Acp::spawn(&d, &["--model", "alpha:alpha-2", "--mode", "auto"]);
+    b.initialize();
+    let sid = new_session(&mut b, &d);
+    let first = &log_events(&d, &sid)[0]["data"];
+    assert_eq!(
+        (first["provider"].as_str(), first["model"].as_str()),
+        (Some("alpha"), Some("alpha-2")),
+        "{first}"
+    );
+    let mut c = Acp::spawn(&d, &[]);
+    c.initialize();
+    let (r, _) = c.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let opt = &r["configOptions"][0];
+    assert_eq!(opt["currentValue"], "alpha:alpha-2", "{r}");
+    let values: Vec<&str> = opt["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["value"].as_str())
+        .collect();
+    assert_eq!(
+        values.iter().filter(|v| v.contains("alpha-2")).count(),
+        1,
+        "{values:?}"
+    );
+    assert!(!values.contains(&"default"), "{values:?}");
+}

@@ -1,5 +1,5 @@
 //! Storage faults through the store's fault seam (`AGENTD_FAULTS`, see
-//! `daemon/src/fault.rs`) on a real daemon, real files and real fsync:
+//! `crates/agentd-store/src/fault.rs`) on a real daemon, real files and real fsync:
 //! - a failed `fdatasync` (EIO) fails its batch's appends, is never retried and then
 //!   acknowledged, stops the writer, and the session verifies its Log before the next
 //!   append is accepted;

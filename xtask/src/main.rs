@@ -8,12 +8,17 @@
 //! - `systemd/agentd.socket` and `systemd/agentd.service` with `ExecStart` set to
 //!   `BINDIR/agentd` (`--bindir`, default `/usr/bin`), the user units of the packages.
 //!
+//! `cargo xtask tidy`: the layering checks of [`tidy`] (crate graph against
+//! ARCHITECTURE.md, a pure `agentd-history`, no module cycles, crate docs).
+//!
 //! The CLI files are compiled in with `#[path]`: they depend on clap alone, so this
 //! crate does not link the daemon or the client.
 
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+mod tidy;
 
 #[path = "../../client/src/cli.rs"]
 #[allow(dead_code)]
@@ -27,7 +32,28 @@ const SERVICE_UNIT: &str = include_str!("../../packaging/systemd/agentd.service"
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: cargo xtask dist [--bindir DIR] [OUT_DIR]";
+    let usage = "usage: cargo xtask dist [--bindir DIR] [OUT_DIR] | cargo xtask tidy";
+    if args.first().map(String::as_str) == Some("tidy") {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask sits in the workspace");
+        return match tidy::tidy(root) {
+            Ok(problems) if problems.is_empty() => {
+                println!("tidy: crate graph, pure history, module cycles and crate docs hold");
+                ExitCode::SUCCESS
+            }
+            Ok(problems) => {
+                for p in problems {
+                    eprintln!("tidy: {p}");
+                }
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("xtask tidy: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let mut out = PathBuf::from("target/dist");
     let mut bindir = PathBuf::from("/usr/bin");
     let mut it = args.iter();

@@ -2,8 +2,9 @@
 //!
 //! State kept here is only what ACP has and agentd does not: the sessions this client
 //! opened (with their mode, chosen model and "always allow" tools), the running prompts
-//! (to cancel them), and the client's pending answers to `session/request_permission`.
-//! Everything durable lives in the daemon's Logs.
+//! (to cancel them), the client's pending answers to `session/request_permission`, and
+//! the model choices the daemon last offered (`agentd/models`, asked again whenever a
+//! session opens). Everything durable lives in the daemon's Logs.
 
 use super::map::{self, Live};
 use super::{AcpArgs, Out};
@@ -255,6 +256,54 @@ impl Cancel {
 
 type Reply = (Value, Vec<(String, Value)>);
 
+/// The daemon's model choices (`agentd/models`): each as its picker value
+/// `provider:model` with its two parts, and every provider name the daemon knows.
+#[derive(Debug, Default, Clone)]
+struct Catalog {
+    choices: Vec<(String, String, String)>,
+    providers: Vec<String>,
+}
+
+impl Catalog {
+    fn from_result(r: &Value) -> Catalog {
+        let s = |v: &Value| v.as_str().map(str::to_string);
+        let choices = r["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let (p, m) = (s(&c["provider"])?, s(&c["model"])?);
+                Some((format!("{p}:{m}"), p, m))
+            })
+            .collect();
+        let providers = r["providers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(s)
+            .collect();
+        Catalog { choices, providers }
+    }
+
+    /// The `provider` and `model` a turn (or a create) gets for a picker value: a daemon
+    /// choice splits into its parts; `script:PATH` stays a model; `NAME:MODEL` splits
+    /// when NAME is a provider the daemon knows; anything else is a model name for the
+    /// session's (or the default) provider.
+    fn split(&self, v: &str) -> (Option<String>, String) {
+        if let Some((_, p, m)) = self.choices.iter().find(|(val, _, _)| val == v) {
+            return (Some(p.clone()), m.clone());
+        }
+        if !v.starts_with("script:") {
+            if let Some((p, m)) = v.split_once(':') {
+                if !m.is_empty() && self.providers.iter().any(|k| k == p) {
+                    return (Some(p.to_string()), m.to_string());
+                }
+            }
+        }
+        (None, v.to_string())
+    }
+}
+
 pub struct Bridge {
     target: Target,
     args: AcpArgs,
@@ -265,6 +314,7 @@ pub struct Bridge {
     running: Mutex<HashMap<String, Running>>,
     pending: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
     next_id: AtomicU64,
+    catalog: Mutex<Catalog>,
 }
 
 impl Bridge {
@@ -279,6 +329,7 @@ impl Bridge {
             running: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            catalog: Mutex::new(Catalog::default()),
         }
     }
 
@@ -471,15 +522,30 @@ impl Bridge {
         })
     }
 
-    fn model_values(&self, o: &Open) -> Vec<String> {
-        let mut v: Vec<String> = Vec::new();
-        for m in o.own_model.iter().chain(self.args.models.iter()) {
-            if !v.contains(m) {
-                v.push(m.clone());
+    /// Asks the daemon which models it offers; a daemon that cannot say (an older one
+    /// without `agentd/models`) leaves the last answer in place.
+    async fn refresh_catalog(&self) {
+        if let Ok(r) = self.call(method::MODELS, json!({})).await {
+            if let Ok(mut c) = self.catalog.lock() {
+                *c = Catalog::from_result(&r);
             }
         }
-        if v.is_empty() {
-            v.push("default".into());
+    }
+
+    fn catalog(&self) -> Catalog {
+        self.catalog.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// The picker's values: the session's own model (else `default`, the daemon's
+    /// choice), then the daemon's choices, then the `--model` values, each once.
+    fn model_values(&self, o: &Open) -> Vec<String> {
+        let mut v: Vec<String> = vec![o.own_model.clone().unwrap_or_else(|| "default".into())];
+        let catalog = self.catalog();
+        let offered = catalog.choices.into_iter().map(|(val, _, _)| val);
+        for m in offered.chain(self.args.models.iter().cloned()) {
+            if !v.contains(&m) {
+                v.push(m);
+            }
         }
         v
     }
@@ -557,11 +623,15 @@ impl Bridge {
                 "additionalDirectories is not supported: a session has one workspace",
             ));
         }
+        self.refresh_catalog().await;
         let mut create = json!({"workspace": ws});
+        let mut provider = self.args.provider.clone();
         if let Some(m) = self.args.models.first() {
-            create["model"] = json!(m);
+            let (p, model) = self.catalog().split(m);
+            create["model"] = json!(model);
+            provider = p.or(provider);
         }
-        if let Some(pv) = &self.args.provider {
+        if let Some(pv) = &provider {
             create["provider"] = json!(pv);
         }
         let r = self.call(method::CREATE, create).await?;
@@ -599,15 +669,23 @@ impl Bridge {
             ));
         }
         crate::params::check_sid(&p.session_id).map_err(RpcErr::from)?;
+        self.refresh_catalog().await;
         let sid = p.session_id.clone();
         let show = self.call(method::SHOW, json!({"session_id": sid})).await?;
         let ws = PathBuf::from(show["workspace"].as_str().unwrap_or(&p.cwd));
         let first = self
             .call(method::EVENTS, json!({"session_id": sid, "limit": 1}))
             .await?;
-        let own_model = first["events"][0]["data"]["model"]
-            .as_str()
-            .map(str::to_string);
+        let data = &first["events"][0]["data"];
+        // A session created on a provider with one of the daemon's choices shows as that
+        // choice (`provider:model`), not as a second, bare model name.
+        let own_model = data["model"].as_str().map(|m| {
+            let choice = data["provider"].as_str().map(|p| format!("{p}:{m}"));
+            match choice {
+                Some(c) if self.catalog().choices.iter().any(|(v, _, _)| *v == c) => c,
+                _ => m.to_string(),
+            }
+        });
         if replay {
             self.replay(&sid, &ws).await?;
         }
@@ -844,7 +922,11 @@ impl Bridge {
         conn.subscribe(sid, None, ask).await?;
         let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode});
         if let Some(m) = &o.model {
-            params["model"] = json!(m);
+            let (provider, model) = self.catalog().split(m);
+            params["model"] = json!(model);
+            if let Some(p) = provider {
+                params["provider"] = json!(p);
+            }
         }
         let mut live = Live::default();
         let call = conn.call(method::TURN, params);
@@ -1204,6 +1286,31 @@ pub fn prompt_text(blocks: &[Value]) -> Result<String, RpcErr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn picker_values_split_into_provider_and_model() {
+        let c = Catalog::from_result(&json!({
+            "models": [
+                {"provider": "local", "model": "qwen:14b", "source": "model"},
+                {"provider": "anthropic", "model": "claude-sonnet-4-5", "source": "builtin"},
+            ],
+            "providers": ["anthropic", "local", "openai", "script"],
+        }));
+        let some = |p: &str, m: &str| (Some(p.to_string()), m.to_string());
+        assert_eq!(c.choices[0].0, "local:qwen:14b");
+        assert_eq!(c.split("local:qwen:14b"), some("local", "qwen:14b"));
+        assert_eq!(c.split("openai:gpt-5"), some("openai", "gpt-5"));
+        assert_eq!(
+            c.split("script:/x/hello.json"),
+            (None, "script:/x/hello.json".into())
+        );
+        assert_eq!(c.split("llama3:8b"), (None, "llama3:8b".into()));
+        assert_eq!(c.split("gpt-5"), (None, "gpt-5".into()));
+        assert_eq!(
+            Catalog::from_result(&json!(null)).split("a:b"),
+            (None, "a:b".into())
+        );
+    }
 
     #[test]
     fn prompt_blocks_become_turn_input() {

@@ -1,9 +1,10 @@
 //! Session verbs (DESIGN §13): rename, archive/unarchive, delete/restore, search, export,
-//! usage, and the provider preflight `agentctl run` asks before creating a session.
+//! usage, the provider preflight `agentctl run` asks before creating a session, and the
+//! models a client may offer (`agentd/models`).
 //!
 //! A layer above the core: it uses the registry, session actors and the store, and
 //! nothing below imports it. The daemon merges [`methods`] into the native API's method
-//! table. Module map: `manage` (rename, archive, delete, restore, preflight), `export`
+//! table. Module map: `manage` (rename, archive, delete, restore, preflight, models), `export`
 //! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
 //! `usage` (token and cost totals from `provider_usage` events).
 //!
@@ -105,6 +106,9 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
     );
     method(&mut module, m::PREFLIGHT, |r, p| async move {
         to_value(manage::preflight(&r, p)?)
+    });
+    method(&mut module, m::MODELS, |r, p| async move {
+        to_value(manage::models(&r, p)?)
     });
     method(&mut module, m::EXPORT, |r, p| async move {
         to_value(export::export(&r, p).await?)

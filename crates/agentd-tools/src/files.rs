@@ -1,0 +1,432 @@
+//! File tools: `read_file`, `list_dir`, `write_file`, `edit_file`.
+//!
+//! Each records a `file` artifact with the sha256 of the whole file as observed (read) or
+//! left behind (write, edit), so the checkpoint can tell later whether a fact built on
+//! that file still holds. Writes go through a temp file in the same directory and a
+//! rename, so a crash never leaves a half-written file and a final-component symlink is
+//! replaced rather than followed.
+//!
+//! `read_file`, `write_file` and `edit_file` touch the file only through descriptors
+//! opened beneath the workspace (`confine`), never by absolute path, so a directory
+//! swapped for an outward symlink after `resolve` cannot redirect them.
+
+use super::confine;
+use super::workspace::{io_error, relative_uri, resolve, Resolve};
+use super::{user_umask, with_output, Artifact, ToolContext, ToolOutcome};
+use agentd_base::text::sha256_hex;
+use agentd_proto::{AgentError, ErrorKind};
+use serde::Deserialize;
+use serde_json::json;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// Files above this are refused by `read_file` and `edit_file` (use `shell` with
+/// `head`/`sed` for huge files) so one call cannot exhaust memory.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Upper bound on `list_dir` entries.
+pub const MAX_LIST_ENTRIES: usize = 1000;
+const MAX_LIST_DEPTH: u32 = 10;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    pub path: String,
+    #[serde(default)]
+    pub offset_line: Option<u64>,
+    #[serde(default)]
+    pub limit_lines: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListDirArgs {
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub depth: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    pub path: String,
+    pub content: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditFileArgs {
+    pub path: String,
+    pub old: String,
+    pub new: String,
+}
+
+fn file_artifact(ctx: &ToolContext, path: &Path, bytes: &[u8]) -> Artifact {
+    Artifact {
+        uri: relative_uri(&ctx.workspace, path),
+        kind: "file",
+        sha256: Some(sha256_hex(bytes)),
+    }
+}
+
+/// The workspace's descriptor and `path` (resolved) relative to it.
+fn anchor<'a>(
+    ctx: &ToolContext,
+    path: &'a Path,
+    given: &str,
+) -> Result<(OwnedFd, &'a Path), AgentError> {
+    let root = confine::open_root(&ctx.workspace).map_err(|e| io_error(&e, "workspace", given))?;
+    let rel = path
+        .strip_prefix(&ctx.workspace)
+        .map_err(|_| changed(given))?;
+    Ok((root, rel))
+}
+
+/// The error for a path whose directories changed between `resolve` and the open so
+/// that it now leads outside the workspace (or through a symlink the walk refuses).
+fn changed(given: &str) -> AgentError {
+    AgentError::new(
+        ErrorKind::OutsideWorkspace,
+        format!(
+            "path `{given}` changed while the tool ran and no longer resolves inside the workspace"
+        ),
+    )
+    .with_details(
+        json!({"path": given, "rule": "a symlink on the path leads outside the workspace"}),
+    )
+}
+
+fn open_error(e: &std::io::Error, what: &str, given: &str) -> AgentError {
+    if confine::is_escape(e) || e.raw_os_error() == Some(libc::ENOTDIR) {
+        changed(given)
+    } else {
+        io_error(e, what, given)
+    }
+}
+
+/// Reads a regular file (bounded) through a descriptor opened beneath the workspace,
+/// refusing directories with a hint.
+fn read_regular(ctx: &ToolContext, path: &Path, given: &str) -> Result<Vec<u8>, AgentError> {
+    let (root, rel) = anchor(ctx, path, given)?;
+    // O_NONBLOCK: opening a FIFO must not block the call (it is refused below).
+    let fd = confine::open_beneath(
+        &root,
+        rel,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )
+    .map_err(|e| open_error(&e, "file", given))?;
+    let mut file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|e| io_error(&e, "file", given))?;
+    if meta.is_dir() {
+        return Err(
+            AgentError::invalid_args(format!("`{given}` is a directory; use list_dir"))
+                .with_details(json!({"path": given})),
+        );
+    }
+    if !meta.is_file() {
+        // A FIFO or a device would block the call or never end.
+        return Err(
+            AgentError::invalid_args(format!("`{given}` is not a regular file"))
+                .with_details(json!({"path": given})),
+        );
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(AgentError::invalid_args(format!(
+            "`{given}` is {} bytes, over the {MAX_FILE_BYTES}-byte limit; read a slice with shell (head, sed -n)",
+            meta.len()
+        ))
+        .with_details(json!({"path": given, "bytes": meta.len()})));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // Bounded even if the file grows between fstat and read.
+    (&mut file)
+        .take(MAX_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(&e, "file", given))?;
+    Ok(bytes)
+}
+
+pub fn read_file(args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
+    let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
+    let bytes = read_regular(ctx, &path, &args.path)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (output, raw_selected) = select_lines(&text, args.offset_line, args.limit_lines);
+    let mut outcome = ToolOutcome::success(String::new());
+    outcome.artifacts.push(file_artifact(ctx, &path, &bytes));
+    // The stored resource holds the selected text, i.e. what the cut output stands for.
+    let raw = raw_selected.unwrap_or_else(|| bytes.clone());
+    Ok(with_output(outcome, &output, &raw, ctx))
+}
+
+/// Selects lines `offset..offset+limit` (1-based). Returns the output text and, when a
+/// range was selected, the bytes it stands for (else the whole file is meant).
+fn select_lines(text: &str, offset: Option<u64>, limit: Option<u64>) -> (String, Option<Vec<u8>>) {
+    if offset.unwrap_or(1) <= 1 && limit.is_none() {
+        return (text.to_string(), None);
+    }
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let total = lines.len() as u64;
+    let start = offset.unwrap_or(1).max(1);
+    if start > total {
+        return (
+            format!("…[offset_line {start} is past the end: the file has {total} lines]"),
+            Some(Vec::new()),
+        );
+    }
+    let end = match limit {
+        Some(l) => start.saturating_add(l.max(1)).saturating_sub(1).min(total),
+        None => total,
+    };
+    // Both bounds are ≤ total, which came from a usize, so the casts are lossless.
+    let body: String = lines[(start - 1) as usize..end as usize].concat();
+    let raw = body.clone().into_bytes();
+    let mut out = body;
+    if start > 1 || end < total {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&format!("…[lines {start}-{end} of {total}]"));
+    }
+    (out, Some(raw))
+}
+
+pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
+    let given = args.path.unwrap_or_else(|| ".".to_string());
+    let depth = args.depth.unwrap_or(1);
+    if depth == 0 || depth > MAX_LIST_DEPTH {
+        return Err(AgentError::invalid_args(format!(
+            "depth must be between 1 and {MAX_LIST_DEPTH}"
+        ))
+        .with_details(json!({"depth": depth})));
+    }
+    let dir = resolve(&ctx.workspace, &given, Resolve::Existing)?;
+    let meta = std::fs::metadata(&dir).map_err(|e| io_error(&e, "directory", &given))?;
+    if !meta.is_dir() {
+        return Err(AgentError::invalid_args(format!(
+            "`{given}` is not a directory; use read_file"
+        ))
+        .with_details(json!({"path": given})));
+    }
+    let mut lines = Vec::new();
+    let mut truncated = false;
+    walk(&dir, "", depth, &mut lines, &mut truncated, &given)?;
+    let mut out = if lines.is_empty() {
+        "(empty directory)".to_string()
+    } else {
+        lines.join("\n")
+    };
+    if truncated {
+        out.push_str(&format!(
+            "\n…[listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory or lower depth]"
+        ));
+    }
+    let raw = out.clone().into_bytes();
+    Ok(with_output(
+        ToolOutcome::success(String::new()),
+        &out,
+        &raw,
+        ctx,
+    ))
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    depth: u32,
+    out: &mut Vec<String>,
+    truncated: &mut bool,
+    given: &str,
+) -> Result<(), AgentError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| io_error(&e, "directory", given))?;
+    let mut entries: Vec<(String, std::fs::FileType)> = Vec::new();
+    for entry in rd {
+        // An entry vanishing mid-listing is not an error worth failing the call for.
+        let Ok(entry) = entry else { continue };
+        let Ok(ft) = entry.file_type() else { continue };
+        entries.push((entry.file_name().to_string_lossy().into_owned(), ft));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, ft) in entries {
+        if out.len() >= MAX_LIST_ENTRIES {
+            *truncated = true;
+            return Ok(());
+        }
+        let rel = format!("{prefix}{name}");
+        if ft.is_symlink() {
+            out.push(format!("{rel}@"));
+        } else if ft.is_dir() {
+            out.push(format!("{rel}/"));
+            if depth > 1 && name != ".git" {
+                walk(
+                    &dir.join(&name),
+                    &format!("{rel}/"),
+                    depth - 1,
+                    out,
+                    truncated,
+                    given,
+                )?;
+            }
+        } else {
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
+pub fn write_file(args: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
+    let path = resolve(&ctx.workspace, &args.path, Resolve::ForWrite)?;
+    let existed = atomic_write(ctx, &path, args.content.as_bytes(), &args.path)?;
+    let mut outcome = ToolOutcome::success(format!(
+        "{} {} ({} bytes)",
+        if existed { "overwrote" } else { "created" },
+        relative_uri(&ctx.workspace, &path),
+        args.content.len()
+    ));
+    outcome
+        .artifacts
+        .push(file_artifact(ctx, &path, args.content.as_bytes()));
+    Ok(outcome)
+}
+
+pub fn edit_file(args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
+    if args.old.is_empty() {
+        return Err(
+            AgentError::invalid_args("`old` is empty; give the exact text to replace")
+                .with_details(json!({"path": args.path})),
+        );
+    }
+    let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
+    let bytes = read_regular(ctx, &path, &args.path)?;
+    let positions = find_all(&bytes, args.old.as_bytes());
+    match positions.len() {
+        0 => {
+            return Err(AgentError::invalid_args(format!(
+                "no match for `old` in `{}`; read the file and copy the exact text",
+                args.path
+            ))
+            .with_details(json!({"path": args.path, "matches": 0})))
+        }
+        1 => {}
+        n => {
+            return Err(AgentError::invalid_args(format!(
+                "`old` matches {n} places in `{}`; include more surrounding text so it matches exactly once",
+                args.path
+            ))
+            .with_details(json!({"path": args.path, "matches": n})))
+        }
+    }
+    let at = positions[0];
+    let mut new_bytes = Vec::with_capacity(bytes.len() - args.old.len() + args.new.len());
+    new_bytes.extend_from_slice(&bytes[..at]);
+    new_bytes.extend_from_slice(args.new.as_bytes());
+    new_bytes.extend_from_slice(&bytes[at + args.old.len()..]);
+    atomic_write(ctx, &path, &new_bytes, &args.path)?;
+    let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+    let mut outcome = ToolOutcome::success(format!(
+        "edited {} at line {line} (1 replacement, {} bytes now)",
+        relative_uri(&ctx.workspace, &path),
+        new_bytes.len()
+    ));
+    outcome
+        .artifacts
+        .push(file_artifact(ctx, &path, &new_bytes));
+    Ok(outcome)
+}
+
+/// Start offsets of every occurrence of `needle`, overlapping ones included: `aa` in
+/// `aaa` is ambiguous and must not count as a single match.
+fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
+    let finder = memchr::memmem::Finder::new(needle);
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = finder.find(&hay[from..]) {
+        out.push(from + i);
+        from += i + 1;
+        if from > hay.len() {
+            break;
+        }
+    }
+    out
+}
+
+/// Writes `bytes` to `path` through a synced temp file in the same directory, keeping
+/// the permissions of a file it replaces (a new file gets 0666 minus the user's umask).
+/// Creates missing parent directories (0777 minus the user's umask). Everything happens
+/// relative to the parent's descriptor, opened beneath the workspace. Returns whether a
+/// file was replaced.
+fn atomic_write(
+    ctx: &ToolContext,
+    path: &Path,
+    bytes: &[u8],
+    given: &str,
+) -> Result<bool, AgentError> {
+    let (root, rel) = anchor(ctx, path, given)?;
+    let (Some(parent_rel), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(
+            AgentError::invalid_args(format!("`{given}` is the workspace itself"))
+                .with_details(json!({"path": given})),
+        );
+    };
+    let dir_mode = 0o777 & !user_umask();
+    let parent = confine::open_parent_for_write(&root, parent_rel, dir_mode)
+        .map_err(|e| open_error(&e, "directory for", given))?;
+    let existing = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))?;
+    if let Some(st) = &existing {
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(
+                AgentError::invalid_args(format!("`{given}` is a directory"))
+                    .with_details(json!({"path": given})),
+            );
+        }
+    }
+    // A replaced regular file keeps its mode; a new one (or a symlink being replaced)
+    // gets the user's (see `user_umask`).
+    let mode = match &existing {
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => st.st_mode & 0o7777,
+        _ => 0o666 & !user_umask(),
+    };
+    let tmp = OsString::from(format!(
+        ".{}.agentd-{:08x}.tmp",
+        name.to_string_lossy(),
+        rand::random::<u32>()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = confine::create_new(&parent, &tmp)?;
+        f.write_all(bytes)?;
+        // Set explicitly: the daemon's own umask (0077) masked the mode at creation.
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        confine::rename_in(&parent, &tmp, name)?;
+        confine::sync_dir(&parent)
+    })();
+    result.map_err(|e| {
+        let _ = confine::unlink_in(&parent, &tmp);
+        io_error(&e, "write", given)
+    })?;
+    Ok(existing.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_all_counts_overlaps() {
+        assert_eq!(find_all(b"aaa", b"aa"), vec![0, 1]);
+        assert_eq!(find_all(b"abcabc", b"abc"), vec![0, 3]);
+        assert!(find_all(b"abc", b"x").is_empty());
+    }
+
+    #[test]
+    fn select_lines_ranges() {
+        let t = "a\nb\nc\n";
+        assert_eq!(select_lines(t, None, None).0, t);
+        assert_eq!(select_lines(t, Some(2), Some(1)).0, "b\n…[lines 2-2 of 3]");
+        assert_eq!(select_lines(t, Some(2), None).0, "b\nc\n…[lines 2-3 of 3]");
+        assert_eq!(select_lines(t, Some(1), Some(10)).0, t);
+        assert!(select_lines(t, Some(9), None).0.contains("past the end"));
+    }
+}
