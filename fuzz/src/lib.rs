@@ -11,6 +11,7 @@ pub mod framing;
 pub mod history;
 pub mod import;
 pub mod log;
+pub mod mcp;
 pub mod ndjson;
 pub mod path;
 pub mod rpc;
