@@ -151,6 +151,25 @@ fn file_uri(p: &Path) -> String {
     s
 }
 
+/// What servers may inherit from agentd's environment (read through `get`): the
+/// [`BASE_ENV`] variables and every variable some server names
+/// ([`ServerConfig::env_names`]).
+pub fn inheritable<'a>(
+    servers: impl IntoIterator<Item = &'a ServerConfig>,
+    get: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    let mut names: Vec<String> = BASE_ENV.iter().map(|s| s.to_string()).collect();
+    for s in servers {
+        names.extend(s.env_names().into_iter().map(str::to_string));
+    }
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|n| get(&n).map(|v| (n, v)))
+        .collect()
+}
+
 /// The environment a stdio server gets: [`BASE_ENV`] and `env_vars` from agentd's
 /// environment (as collected in `inherited`), then the literal `env`.
 pub fn server_env(cfg: &ServerConfig, inherited: &[(String, String)]) -> Vec<(String, String)> {
@@ -166,7 +185,110 @@ pub fn server_env(cfg: &ServerConfig, inherited: &[(String, String)]) -> Vec<(St
     out
 }
 
+fn handler(ctx: &StartContext, signals: &Signals) -> Handler {
+    Handler {
+        info: client_info(),
+        roots: serde_json::from_value(json!({"roots": [{
+            "uri": file_uri(&ctx.workspace), "name": "workspace"}]}))
+        .expect("roots"),
+        signals: signals.clone(),
+    }
+}
+
+/// Dual era: probe with `server/discover` (2026-07-28), fall back to `initialize`
+/// (2025-11-25); straight to `initialize` for a server known to be legacy.
+fn lifecycle(legacy: bool) -> ClientLifecycleMode {
+    if legacy {
+        ClientLifecycleMode::Initialize
+    } else {
+        ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        }
+    }
+}
+
+fn lookup<'a>(ctx: &'a StartContext, var: &str) -> Option<&'a str> {
+    ctx.inherited_env
+        .iter()
+        .find(|(k, _)| k == var)
+        .map(|(_, v)| v.as_str())
+}
+
 impl Connection {
+    /// Connects a streamable HTTP server: bearer token and headers from the variables
+    /// config names (looked up in `ctx.inherited_env`), literal headers of a client entry.
+    async fn start_http(
+        name: &str,
+        cfg: &ServerConfig,
+        ctx: &StartContext,
+        legacy: bool,
+        began: Instant,
+    ) -> Result<Connection, CallError> {
+        use rmcp::transport::streamable_http_client::{
+            StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+        };
+        let url = cfg.url.as_deref().unwrap_or_default();
+        let fail =
+            |m: String| CallError::new("startup_failed", format!("MCP server `{name}`: {m}"));
+        let mut tc = StreamableHttpClientTransportConfig::with_uri(url);
+        if let Some(var) = &cfg.bearer_token_env {
+            let token = lookup(ctx, var)
+                .ok_or_else(|| fail(format!("bearer_token_env `{var}` is not set")))?;
+            tc = tc.auth_header(token);
+        }
+        let mut headers = std::collections::HashMap::new();
+        let named = cfg.headers_env.iter().map(|(h, var)| {
+            lookup(ctx, var)
+                .map(|v| (h.clone(), v.to_string()))
+                .ok_or_else(|| fail(format!("headers_env: `{var}` (for {h}) is not set")))
+        });
+        let literal = cfg.headers.iter().map(|(h, v)| Ok((h.clone(), v.clone())));
+        for pair in named.chain(literal) {
+            let (h, v) = pair?;
+            let hn = http::HeaderName::from_bytes(h.as_bytes())
+                .map_err(|e| fail(format!("header `{h}`: {e}")))?;
+            let hv =
+                http::HeaderValue::from_str(&v).map_err(|e| fail(format!("header `{h}`: {e}")))?;
+            headers.insert(hn, hv);
+        }
+        tc.custom_headers = headers;
+        let transport =
+            StreamableHttpClientTransport::with_client(crate::http::HttpClient::default(), tc);
+        let signals = Signals::default();
+        let timeout = cfg.startup_timeout();
+        let service = match tokio::time::timeout(
+            timeout,
+            handler(ctx, &signals).serve_with_lifecycle(transport, lifecycle(legacy)),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(fail(format!("connecting to {url} failed: {e}"))),
+            Err(_) => {
+                return Err(fail(format!(
+                    "{url} did not answer its handshake within {:.1} s (startup_timeout_s)",
+                    timeout.as_secs_f64()
+                )))
+            }
+        };
+        let peer = service.peer().clone();
+        let protocol = peer
+            .peer_info()
+            .map(|i| i.protocol_version.to_string())
+            .unwrap_or_else(|| "2026-07-28".into());
+        Ok(Connection {
+            service: Mutex::new(Some(service)),
+            peer,
+            protocol,
+            pid: None,
+            record: None,
+            stderr: Arc::new(Mutex::new(VecDeque::new())),
+            signals,
+            started_in: began.elapsed(),
+        })
+    }
+
     /// Spawns (stdio) and connects, lists nothing yet. `legacy` skips the discover probe
     /// (the server answered `initialize` before). Bounded by the config's startup timeout.
     pub async fn start(
@@ -177,12 +299,7 @@ impl Connection {
     ) -> Result<Connection, CallError> {
         let began = Instant::now();
         let Some(program) = cfg.command.as_deref() else {
-            return Err(CallError::new(
-                "startup_failed",
-                format!(
-                    "MCP server `{name}`: streamable HTTP servers are not supported by this build"
-                ),
-            ));
+            return Self::start_http(name, cfg, ctx, legacy, began).await;
         };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&cfg.args)
@@ -235,21 +352,8 @@ impl Connection {
             });
         }
         let signals = Signals::default();
-        let handler = Handler {
-            info: client_info(),
-            roots: serde_json::from_value(json!({"roots": [{
-                "uri": file_uri(&ctx.workspace), "name": "workspace"}]}))
-            .expect("roots"),
-            signals: signals.clone(),
-        };
-        let lifecycle = if legacy {
-            ClientLifecycleMode::Initialize
-        } else {
-            ClientLifecycleMode::Auto {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                legacy_version: Some(ProtocolVersion::V_2025_11_25),
-            }
-        };
+        let handler = handler(ctx, &signals);
+        let lifecycle = lifecycle(legacy);
         let fail = |msg: String, stderr: &Arc<Mutex<VecDeque<u8>>>| {
             if let Some(pid) = pid {
                 reap::signal_group(pid, libc::SIGKILL);

@@ -212,6 +212,17 @@ impl ServerConfig {
         d
     }
 
+    /// Names of agentd's variables this server reads: `env_vars`, `bearer_token_env` and
+    /// the variables of `headers_env`.
+    pub fn env_names(&self) -> Vec<&str> {
+        self.env_vars
+            .iter()
+            .chain(self.bearer_token_env.iter())
+            .chain(self.headers_env.values())
+            .map(String::as_str)
+            .collect()
+    }
+
     /// Values to scrub from anything recorded: literal env values and header values.
     pub fn secret_values(&self) -> Vec<String> {
         self.env

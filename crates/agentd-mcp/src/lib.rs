@@ -1,11 +1,12 @@
 //! agentd's MCP client (DESIGN §14): server configuration (`config`), model-visible tool
 //! names (`names`), the mapping of call results (`result`), one server connection over
-//! rmcp (`client`), the servers of one session (`manager`) and the pid records that let
+//! rmcp (`client`; streamable HTTP through `http`), the servers of one session (`manager`) and the pid records that let
 //! a restarted daemon reap what a killed one left (`reap`). The daemon's turn engine
 //! decides when tools run and what is recorded; this crate owns how MCP is spoken.
 
 pub mod client;
 pub mod config;
+pub mod http;
 pub mod manager;
 pub mod names;
 pub mod reap;

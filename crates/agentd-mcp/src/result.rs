@@ -131,14 +131,14 @@ pub fn map_result(result: &Value) -> Mapped {
             lines.push(serde_json::to_string(s).unwrap_or_default());
         }
     }
-    if lines.is_empty() {
-        lines.push(if m.ok {
+    m.text = lines.join("\n");
+    if m.text.is_empty() {
+        m.text = if m.ok {
             "(no content)".into()
         } else {
             "(error without content)".into()
-        });
+        };
     }
-    m.text = lines.join("\n");
     m
 }
 

@@ -2,6 +2,8 @@
 //! produce on demand. Arguments:
 //! - `--hang`: read requests and never answer (a server stuck at start);
 //! - `--tools N`: also list N tools `t000`, `t001`, ... (each echoes its arguments);
+//! - `--linger`: stay alive after stdin closes (like a server whose grandchild outlives
+//!   the client), until killed;
 //! - `--colliding`: also list tools whose names collide after mangling (`a.b`, `a b`,
 //!   `a_b`) and one with a 100-character name.
 //!
@@ -31,6 +33,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let hang = args.iter().any(|a| a == "--hang");
     let colliding = args.iter().any(|a| a == "--colliding");
+    let linger = args.iter().any(|a| a == "--linger");
     let extra: usize = args
         .iter()
         .position(|a| a == "--tools")
@@ -143,5 +146,10 @@ fn main() {
             &mut out,
             &json!({"jsonrpc": "2.0", "id": id, "result": result}),
         );
+    }
+    if linger {
+        loop {
+            std::thread::park();
+        }
     }
 }
