@@ -515,6 +515,14 @@ pub enum ImportFormat {
     Pixir,
     /// Codex rollout JSONL.
     Codex,
+    /// Claude Code transcript JSONL (~/.claude/projects/*/*.jsonl).
+    Claude,
+    /// opencode database (opencode.db) or `opencode export` JSON.
+    Opencode,
+    /// Gemini CLI chat JSONL (~/.gemini/tmp/*/chats/*.jsonl).
+    Gemini,
+    /// Recognise the format from the content.
+    Auto,
 }
 
 impl ImportFormat {
@@ -523,6 +531,10 @@ impl ImportFormat {
             ImportFormat::Pi => "pi",
             ImportFormat::Pixir => "pixir",
             ImportFormat::Codex => "codex",
+            ImportFormat::Claude => "claude",
+            ImportFormat::Opencode => "opencode",
+            ImportFormat::Gemini => "gemini",
+            ImportFormat::Auto => "auto",
         }
     }
 }
@@ -530,10 +542,28 @@ impl ImportFormat {
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// Source format.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, default_value = "auto")]
     pub format: ImportFormat,
     /// The file to import (never modified).
-    pub file: PathBuf,
+    #[arg(required_unless_present = "discover")]
+    pub file: Option<PathBuf>,
+    /// The session to take from a source holding many (an opencode database)
+    /// [default: the newest session of --workspace].
+    #[arg(long = "session", value_name = "ID")]
+    pub source_session: Option<String>,
+    /// Find the sessions other agents keep under $HOME and import each one not
+    /// imported yet.
+    #[arg(long, conflicts_with_all = ["file", "source_session"])]
+    pub discover: bool,
+    /// With --discover: only this agent's sessions (claude, codex, pi, opencode, gemini).
+    #[arg(long, value_name = "NAME", requires = "discover")]
+    pub agent: Option<String>,
+    /// With --discover: only sessions changed on or after DATE (YYYY-MM-DD or RFC 3339).
+    #[arg(long, value_name = "DATE", requires = "discover")]
+    pub since: Option<String>,
+    /// With --discover: list what would be imported, import nothing.
+    #[arg(long, requires = "discover")]
+    pub dry_run: bool,
     /// Workspace of the new session [default: the one recorded in the file].
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,

@@ -205,6 +205,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Service(cmd) => crate::service_cmd::run(cmd, &target).await,
         Command::Completions(a) => crate::service_cmd::completions(a.shell, human),
         Command::Doctor => crate::doctor::run(&target, human).await,
+        Command::Import(a) => crate::discover::run(&target, a, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
         _ => Err(AgentError::internal("command without a handler")),
     }

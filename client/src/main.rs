@@ -11,6 +11,7 @@ mod acp;
 mod cli;
 mod commands;
 mod daemon;
+mod discover;
 mod doctor;
 mod output;
 mod params;

@@ -242,11 +242,17 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 object(vec![target, ("max_depth", opt(a.max_depth))]),
             )
         }
+        // Discovery makes several calls (`crate::discover`).
+        Command::Import(a) if a.discover => return Ok(None),
         Command::Import(a) => (
             method::IMPORT,
             object(vec![
                 ("format", Some(a.format.as_str().into())),
-                ("path", Some(abs_dir(Some(&a.file), cwd).into())),
+                (
+                    "path",
+                    Some(abs_dir(Some(a.file.as_deref().unwrap_or(Path::new("."))), cwd).into()),
+                ),
+                ("source_session", a.source_session.clone().map(Into::into)),
                 (
                     "workspace",
                     a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
@@ -437,7 +443,10 @@ mod tests {
             &["compact", "s1", "--strategy", "magic"][..],
             &["turn", "s1"],
             &["context", "s1", "--dialect", "xml"],
-            &["import", "f"],
+            &["import"],
+            &["import", "f", "--discover"],
+            &["import", "--format", "word", "f"],
+            &["import", "--agent", "pi"],
             &["tree", "s1", "--workspace", "/w"],
             &["frobnicate"],
         ] {

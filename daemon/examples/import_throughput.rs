@@ -90,8 +90,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         session_id: "20260102T030405-bench1".into(),
         workspace: None,
         agentd_version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
     };
-    let report = import(Format::Pi, &src, &mut out, &ctx).map_err(|e| e.to_string())?;
+    let report = import(Some(Format::Pi), &src, &mut out, &ctx).map_err(|e| e.to_string())?;
     out.sync_all()?;
     let hwm_after = vm_hwm_kib();
     let out_size = std::fs::metadata(&out_path)?.len();

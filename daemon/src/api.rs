@@ -379,7 +379,12 @@ pub fn methods(api: Api) -> Methods {
     method(
         &mut m,
         method::IMPORT,
-        |api, p: ImportParams, _| async move { to_value(crate::ops::import(&api.registry, p).await?) },
+        |api, p: ImportParams, _| async move {
+            if p.once {
+                return crate::verbs::imports::import_once(&api.registry, p).await;
+            }
+            to_value(crate::ops::import(&api.registry, p).await?)
+        },
     );
     method(&mut m, method::TURN, |api, p: TurnParams, _| async move {
         to_value(api.turns.turn(p).await?)

@@ -654,7 +654,17 @@ pub async fn import(
     registry: &Arc<Registry>,
     p: agentd_proto::rpc::ImportParams,
 ) -> Result<ImportOutcome, AgentError> {
-    let format: crate::import::Format = p.format.parse()?;
+    import_with(registry, p, Default::default()).await
+}
+
+/// `import` with extra `imported_from` fields (the fingerprint and earlier import that
+/// `once` imports record).
+pub async fn import_with(
+    registry: &Arc<Registry>,
+    p: agentd_proto::rpc::ImportParams,
+    imported_from_extra: serde_json::Map<String, Value>,
+) -> Result<ImportOutcome, AgentError> {
+    let format = crate::import::Format::parse_choice(&p.format)?;
     let src = std::path::PathBuf::from(&p.path);
     if !src.is_absolute() {
         return Err(AgentError::invalid_args("path must be absolute")
@@ -677,6 +687,8 @@ pub async fn import(
         session_id: sid.clone(),
         workspace,
         agentd_version: env!("CARGO_PKG_VERSION").to_string(),
+        source_session: p.source_session.clone(),
+        imported_from_extra,
     };
     let report =
         tokio::task::spawn_blocking(move || -> Result<crate::import::ImportReport, AgentError> {

@@ -22,13 +22,14 @@ fn ctx(workspace: Option<&str>) -> ImportContext {
         session_id: "20261121T101500-abc123".into(),
         workspace: workspace.map(str::to_string),
         agentd_version: "0.1.0-test".into(),
+        ..Default::default()
     }
 }
 
 fn run(format: Format, path: &Path, ws: Option<&str>) -> (ImportReport, Vec<Event>) {
     let before = agentd::text::sha256_hex(&std::fs::read(path).unwrap());
     let mut out = Vec::new();
-    let report = import(format, path, &mut out, &ctx(ws)).expect("import succeeds");
+    let report = import(Some(format), path, &mut out, &ctx(ws)).expect("import succeeds");
     let after = agentd::text::sha256_hex(&std::fs::read(path).unwrap());
     assert_eq!(before, after, "import must not modify the source file");
     let text = String::from_utf8(out).expect("output is UTF-8");
@@ -494,23 +495,23 @@ fn pi_errors_are_invalid_args_and_write_nothing_useful() {
         (&no_cwd, "--workspace"),
     ] {
         let mut out = Vec::new();
-        let e = import(Format::Pi, p, &mut out, &ctx(None)).unwrap_err();
+        let e = import(Some(Format::Pi), p, &mut out, &ctx(None)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgs, "{p:?}");
         assert!(e.message.contains(needle), "{}", e.message);
     }
     let mut out = Vec::new();
     let e = import(
-        Format::Pi,
+        Some(Format::Pi),
         &dir.path().join("missing"),
         &mut out,
         &ctx(None),
     )
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
-    let e = import(Format::Pi, dir.path(), &mut out, &ctx(None)).unwrap_err();
+    let e = import(Some(Format::Pi), dir.path(), &mut out, &ctx(None)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgs);
     // A relative workspace is refused too.
-    let e = import(Format::Pi, &no_cwd, &mut out, &ctx(Some("rel/dir"))).unwrap_err();
+    let e = import(Some(Format::Pi), &no_cwd, &mut out, &ctx(Some("rel/dir"))).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgs);
 }
 
@@ -672,7 +673,7 @@ fn codex_header_must_be_session_meta() {
     );
     for (p, needle) in [(&pi, "session_meta"), (&legacy, "early rollout layout")] {
         let mut out = Vec::new();
-        let e = import(Format::Codex, p, &mut out, &ctx(None)).unwrap_err();
+        let e = import(Some(Format::Codex), p, &mut out, &ctx(None)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgs);
         assert!(e.message.contains(needle), "{}", e.message);
     }
@@ -786,7 +787,7 @@ fn agentd_log_reimport_keeps_session_started_and_seqs() {
 fn pixir_header_must_be_an_envelope() {
     let pi = data_dir().join("large-session.jsonl");
     let mut out = Vec::new();
-    let e = import(Format::Pixir, &pi, &mut out, &ctx(None)).unwrap_err();
+    let e = import(Some(Format::Pixir), &pi, &mut out, &ctx(None)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgs);
     assert!(e.message.contains("not a Pixir Log"), "{}", e.message);
 }

@@ -30,6 +30,7 @@ pub mod method {
     pub const FORK: &str = "agentd/fork";
     pub const TREE: &str = "agentd/tree";
     pub const IMPORT: &str = "agentd/import";
+    pub const IMPORT_DISCOVER: &str = "agentd/import_discover";
     pub const PERMISSION: &str = "agentd/permission";
     pub const DIFF: &str = "agentd/diff";
     pub const REVERT: &str = "agentd/revert";
@@ -392,12 +393,44 @@ pub struct TreeParams {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImportParams {
+    /// `pi`, `pixir`, `codex`, `claude`, `opencode`, `gemini` or `auto` (the default).
+    #[serde(default = "auto_format")]
     pub format: String,
     pub path: String,
     #[serde(default)]
     pub workspace: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// The session to take from a source holding many (an opencode database).
+    #[serde(default)]
+    pub source_session: Option<String>,
+    /// Import only if this source (same identity and bytes) was not imported before by
+    /// a `once` import; a source that changed since is imported as a new session naming
+    /// the earlier one (`imported_from.previous_import`).
+    #[serde(default)]
+    pub once: bool,
+}
+
+/// `agentd/import_discover`: lists the sessions other agents keep under `home`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverParams {
+    /// The user's home directory (absolute).
+    pub home: String,
+    /// The agents' own overrides from the caller's environment: `CLAUDE_CONFIG_DIR`,
+    /// `CODEX_HOME`, `PI_CODING_AGENT_DIR`, `XDG_DATA_HOME`, `GEMINI_CLI_HOME`.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Only this agent: `claude`, `codex`, `pi`, `opencode` or `gemini`.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Only sources changed at or after this date (`YYYY-MM-DD` or RFC 3339).
+    #[serde(default)]
+    pub since: Option<String>,
+}
+
+fn auto_format() -> String {
+    "auto".to_string()
 }
 
 // ---- Session verbs (DESIGN §13) ----

@@ -70,7 +70,8 @@ pub struct Output {
 }
 
 impl Output {
-    fn from_std(o: std::process::Output) -> Output {
+    /// Wraps a finished `std::process::Output` (for commands built with `agentctl_cmd`).
+    pub fn from_std(o: std::process::Output) -> Output {
         let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
         let json = serde_json::from_str(stdout.trim()).ok();
         Output {

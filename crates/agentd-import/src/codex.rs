@@ -66,7 +66,10 @@ pub(super) fn import(
     };
     emit_session_started(&mut sink, Format::Codex, &path, ctx, &h)?;
 
-    let mut st = State::default();
+    let mut st = State {
+        provider: h.provider.clone(),
+        ..State::default()
+    };
     let mut source_lines = 1;
     while let Some(line) = reader.next_line().map_err(read_error)? {
         source_lines = line.no;
@@ -86,6 +89,16 @@ pub(super) fn import(
     Ok(report)
 }
 
+/// The exit code codex's exec tools print in an output's header lines
+/// (`Process exited with code N`, or `Exit code: N`).
+fn exit_code(output: &str) -> Option<i64> {
+    output.lines().take(6).find_map(|l| {
+        l.strip_prefix("Process exited with code ")
+            .or_else(|| l.strip_prefix("Exit code: "))
+            .and_then(|n| n.trim().parse().ok())
+    })
+}
+
 #[derive(Default)]
 struct State {
     /// From the latest `turn_context`; reasoning items carry it so they replay only to
@@ -94,9 +107,54 @@ struct State {
     calls: HashSet<String>,
     answered: HashSet<String>,
     images: u64,
+    provider: Option<String>,
+    /// The running total of the last `token_count` written: codex repeats the event
+    /// (rate-limit updates) without a new response.
+    last_total: Option<Value>,
 }
 
 impl State {
+    /// A `token_count` event → `provider_usage` of the response it follows (its
+    /// `last_token_usage`). Returns false when it carries nothing new.
+    fn usage(
+        &mut self,
+        sink: &mut Sink<'_>,
+        no: u64,
+        p: &Map<String, Value>,
+        ts: Option<&Value>,
+    ) -> Result<bool, AgentError> {
+        let Some(info) = p.get("info").filter(|i| i.is_object()) else {
+            return Ok(false);
+        };
+        let (Some(last), total) = (info.get("last_token_usage"), info.get("total_token_usage"))
+        else {
+            return Ok(false);
+        };
+        if total.is_some() && total == self.last_total.as_ref() {
+            return Ok(false);
+        }
+        self.last_total = total.cloned();
+        let n = |k: &str| last.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let (input, output) = (n("input_tokens"), n("output_tokens"));
+        let mut data = json!({
+            "provider": self.provider.clone().unwrap_or_else(|| "openai".to_string()),
+            "model": self.model.clone().unwrap_or_else(|| "unknown".to_string()),
+            "usage": {
+                "input_tokens": input,
+                "cached_tokens": n("cached_input_tokens"),
+                "output_tokens": output,
+                "reasoning_tokens": n("reasoning_output_tokens"),
+                "total_tokens": match n("total_tokens") { 0 => input + output, t => t },
+            },
+            "import_line": no,
+        });
+        if let Some(w) = info.get("model_context_window").filter(|w| w.is_u64()) {
+            data["context_window"] = w.clone();
+        }
+        sink.emit("provider_usage", data, ts)?;
+        Ok(true)
+    }
+
     fn line(
         &mut self,
         sink: &mut Sink<'_>,
@@ -123,9 +181,22 @@ impl State {
                 }
                 sink.account(Disposition::Metadata);
             }
+            "event_msg" if ptype == "token_count" => {
+                sink.count("event_msg:token_count");
+                if !self.usage(sink, no, payload, ts)? {
+                    sink.account(Disposition::UiOnly);
+                }
+            }
             "event_msg" => {
                 sink.count(format!("event_msg:{ptype}"));
                 sink.account(Disposition::UiOnly);
+            }
+            "token_usage_record" => {
+                sink.count("token_usage_record");
+                sink.skip(
+                    no,
+                    "codex token_usage_record: the same counts as the token_count event, imported from there",
+                );
             }
             "compacted" => {
                 sink.count("compacted");
@@ -295,12 +366,14 @@ impl State {
             sink.skip(no, format!("a second codex tool output for call {call_id}"));
             return Ok(());
         }
+        let exit = exit_code(&output);
+        let ok = ok && exit.is_none_or(|c| c == 0);
         let output = sink.cap(output);
-        sink.emit(
-            "tool_result",
-            json!({"call_id": call_id, "ok": ok, "output": output, "import_line": no}),
-            ts,
-        )?;
+        let mut data = json!({"call_id": call_id, "ok": ok, "output": output, "import_line": no});
+        if let Some(c) = exit {
+            data["exit_code"] = json!(c);
+        }
+        sink.emit("tool_result", data, ts)?;
         Ok(())
     }
 
@@ -329,5 +402,20 @@ impl State {
             }
         }
         out.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_come_from_the_output_header() {
+        assert_eq!(
+            exit_code("Chunk ID: x\nWall time: 0\nProcess exited with code 1\nOutput:\n"),
+            Some(1)
+        );
+        assert_eq!(exit_code("Wall time: 0\nOutput:\nExit code: 0\n"), Some(0));
+        assert_eq!(exit_code("plain output"), None);
     }
 }

@@ -30,8 +30,13 @@
 //!   agent, not the conversation. The model they name is still used as the `model` of
 //!   later reasoning items, so those items replay only to the model that produced them.
 
+mod claude;
 mod codex;
+pub mod detect;
+pub mod discover;
+mod gemini;
 mod lines;
+mod opencode;
 mod pi;
 mod pixir;
 mod sink;
@@ -48,6 +53,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 pub use lines::MAX_LINE_BYTES;
+pub use opencode::fingerprint as opencode_fingerprint;
 pub use sink::MAX_SKIPPED_LISTED;
 
 use lines::Line;
@@ -63,7 +69,15 @@ pub enum Format {
     Pi,
     Pixir,
     Codex,
+    Claude,
+    Gemini,
+    Opencode,
 }
+
+/// Names `agentd/import` accepts for `format`; `auto` detects the format from the content.
+pub const FORMAT_NAMES: [&str; 7] = [
+    "pi", "pixir", "codex", "claude", "opencode", "gemini", "auto",
+];
 
 impl Format {
     pub fn as_str(self) -> &'static str {
@@ -71,7 +85,18 @@ impl Format {
             Format::Pi => "pi",
             Format::Pixir => "pixir",
             Format::Codex => "codex",
+            Format::Claude => "claude",
+            Format::Gemini => "gemini",
+            Format::Opencode => "opencode",
         }
+    }
+
+    /// `None` for `auto`.
+    pub fn parse_choice(s: &str) -> Result<Option<Format>, AgentError> {
+        if s == "auto" {
+            return Ok(None);
+        }
+        s.parse().map(Some)
     }
 }
 
@@ -82,23 +107,32 @@ impl FromStr for Format {
             "pi" => Ok(Format::Pi),
             "pixir" => Ok(Format::Pixir),
             "codex" => Ok(Format::Codex),
+            "claude" => Ok(Format::Claude),
+            "gemini" => Ok(Format::Gemini),
+            "opencode" => Ok(Format::Opencode),
             _ => Err(AgentError::invalid_args(format!(
-                "unknown import format ({} bytes); expected pi, pixir or codex",
-                s.len()
+                "unknown import format ({} bytes); expected one of {}",
+                s.len(),
+                FORMAT_NAMES.join(", ")
             ))
-            .with_details(json!({"field": "format", "allowed": ["pi", "pixir", "codex"]}))),
+            .with_details(json!({"field": "format", "allowed": FORMAT_NAMES}))),
         }
     }
 }
 
 /// What the caller decided before the import runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ImportContext {
     /// The new agentd session id (already validated by the caller).
     pub session_id: String,
     /// Overrides the source's working directory.
     pub workspace: Option<String>,
     pub agentd_version: String,
+    /// Which session of a multi-session source (an opencode database) to import.
+    pub source_session: Option<String>,
+    /// Extra fields for `session_started.data.imported_from` (discovery's fingerprint
+    /// and the earlier import of the same source).
+    pub imported_from_extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -133,6 +167,10 @@ pub struct ImportReport {
     pub elapsed_ms: u64,
     /// Source MiB per second.
     pub throughput_mib_s: f64,
+    /// The format imported (the detected one under `auto`).
+    pub format: Option<Format>,
+    /// The source's own session id, when it names one.
+    pub source_session_id: Option<String>,
 }
 
 /// Converts the session at `src` into agentd Log lines written to `out`.
@@ -142,7 +180,7 @@ pub struct ImportReport {
 /// `log_write_failed` when `out` fails. Bad lines inside a valid file are skipped and
 /// reported, never fatal. On error the caller discards whatever reached `out`.
 pub fn import(
-    format: Format,
+    format: Option<Format>,
     src: &Path,
     out: &mut dyn Write,
     ctx: &ImportContext,
@@ -160,16 +198,24 @@ pub fn import(
         return Err(AgentError::invalid_args(format!(
             "{} is empty; there is no {} session to import",
             abs.display(),
-            format.as_str()
+            format.map_or("agent", Format::as_str)
         )));
     }
+    let format = match format {
+        Some(f) => f,
+        None => detect::detect(&abs)?,
+    };
     let file = File::open(&abs).map_err(|e| open_error(src, e))?;
     let source = Source { path: abs, file };
     let mut report = match format {
         Format::Pi => pi::import(source, out, ctx)?,
         Format::Codex => codex::import(source, out, ctx)?,
         Format::Pixir => pixir::import(source, out, ctx)?,
+        Format::Claude => claude::import(source, out, ctx)?,
+        Format::Gemini => gemini::import(source, out, ctx)?,
+        Format::Opencode => opencode::import(source, out, ctx)?,
     };
+    report.format = Some(format);
     let elapsed = started.elapsed();
     report.source_bytes = meta.len();
     report.elapsed_ms = elapsed.as_millis() as u64;
@@ -289,6 +335,10 @@ fn emit_session_started(
             "path": src.to_string_lossy(),
         },
     });
+    for (k, v) in &ctx.imported_from_extra {
+        data["imported_from"][k] = v.clone();
+    }
+    sink.report.source_session_id = h.source_session_id.clone();
     for (k, v) in [
         ("title", &h.title),
         ("model", &h.model),
@@ -325,10 +375,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn format_parses_the_three_names_only() {
-        assert_eq!("pi".parse::<Format>().unwrap(), Format::Pi);
-        assert_eq!("pixir".parse::<Format>().unwrap(), Format::Pixir);
-        assert_eq!("codex".parse::<Format>().unwrap(), Format::Codex);
+    fn format_parses_the_known_names_only() {
+        for name in FORMAT_NAMES {
+            let f = Format::parse_choice(name).unwrap();
+            assert_eq!(f.map_or("auto", Format::as_str), name);
+        }
         let e = "Codex".parse::<Format>().unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgs);
     }

@@ -524,6 +524,30 @@ impl State {
             }
         }
         wrote |= self.flush_text(sink, no, &mut text, failed, m, ts)?;
+        // Usage goes with the step it paid for; an empty (aborted) reply stays a skipped
+        // line, so its counts are not imported.
+        if let (true, Some(Value::Object(u))) = (wrote, m.get("usage")) {
+            let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let cached = n("cacheRead");
+            let input = n("input") + cached + n("cacheWrite");
+            let output = n("output");
+            sink.emit(
+                "provider_usage",
+                json!({
+                    "provider": str_of(m, "provider").unwrap_or("pi"),
+                    "model": model,
+                    "usage": {
+                        "input_tokens": input,
+                        "cached_tokens": cached,
+                        "output_tokens": output,
+                        "reasoning_tokens": 0,
+                        "total_tokens": input + output,
+                    },
+                    "import_line": no,
+                }),
+                ts,
+            )?;
+        }
         if !wrote {
             let mut why = format!("pi assistant message with no content (stopReason {stop:?}");
             if let Some(e) = str_of(m, "errorMessage") {
