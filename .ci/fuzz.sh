@@ -46,10 +46,19 @@ json=(-dict=fuzz/dict/json.dict)
 
 # Per target: extra seed directories, the largest input, the dictionary.
 seeds() {
+    local peers=daemon/tests/data/import/peers
     case "$1" in
         log | history) echo fuzz/corpus/import_pixir ;;
-        import_pi) echo daemon/tests/data/import ;;
+        import_pi) echo daemon/tests/data/import "$peers/pi-0.73.1" ;;
+        import_codex) echo "$peers/codex-0.169.0" ;;
+        import_claude) echo "$peers/claude-code-2.1.328" ;;
+        import_opencode) echo "$peers/opencode-1.18.33" ;;
+        import_gemini) echo "$peers/gemini-cli-0.61.0" ;;
+        import_auto) echo "$peers" ;;
     esac
+    # Inputs that once failed, kept as seeds.
+    [ -d "fuzz/regressions/$1" ] && echo "fuzz/regressions/$1"
+    return 0
 }
 max_len() {
     case "$1" in

@@ -3,4 +3,4 @@
 use agentd::import::Format;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| agentd_fuzz::import::run(Format::Codex, data));
+fuzz_target!(|data: &[u8]| agentd_fuzz::import::run(Some(Format::Codex), data));

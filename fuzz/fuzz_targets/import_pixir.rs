@@ -3,4 +3,4 @@
 use agentd::import::Format;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| agentd_fuzz::import::run(Format::Pixir, data));
+fuzz_target!(|data: &[u8]| agentd_fuzz::import::run(Some(Format::Pixir), data));

@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod ndjson;
 pub mod path;
 pub mod rpc;
+pub mod sandbox;
 pub mod sse;
 
 use agentd::history::fold::{replay_as_of, Fold, ReplayContext};

@@ -1,0 +1,33 @@
+//! The OS sandbox the model's commands run in (DESIGN §14).
+//!
+//! - [`policy`]: modes, network, config, grants and the pure effective-policy function.
+//! - [`env`]: the command's scrubbed environment.
+//! - [`hints`]: denials recognized in output, with the grant that would allow them.
+//! - [`macos`]: the Seatbelt profile generator.
+//! - [`plan`]: the daemon ↔ helper wire.
+//! - `linux`: the helper (namespaces, mounts, Landlock, seccomp), the daemon-side
+//!   builder, cgroups and the socket peer check.
+//!
+//! The daemon binary calls [`is_helper_invocation`] / [`helper_main`] first thing in
+//! `main`: the sandbox helper is the daemon re-executed with [`plan::HELPER_ARG`].
+
+pub mod env;
+pub mod hints;
+pub mod macos;
+pub mod plan;
+pub mod policy;
+
+#[cfg(target_os = "linux")]
+pub mod linux;
+
+pub use policy::{
+    effective, CachePreset, EffectivePolicy, Grant, Inputs, Mode, Network, OnUnavailable,
+    SandboxConfig, SandboxRequest,
+};
+
+#[cfg(target_os = "linux")]
+pub use linux::{
+    helper::{helper_main, is_helper_invocation},
+    peer::is_sandboxed_peer,
+    spawn::{CommandRequest, Knobs, Limits, Prepared, Probe, Sandbox, Unavailable},
+};

@@ -1,0 +1,208 @@
+//! Per-command cgroups with a pids cap and a memory cap, where agentd may make them:
+//! as root (cgroup v2, or the v1 `pids`/`memory` hierarchies), or in a delegated v2
+//! subtree (a systemd unit with `Delegate=yes`). Elsewhere commands run without one and
+//! `data.sandbox.limits.cgroup` says so.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const V2_ROOT: &str = "/sys/fs/cgroup";
+const GROUP: &str = "agentd-sandbox";
+
+/// Where per-command cgroups go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hierarchy {
+    V2(PathBuf),
+    V1 {
+        pids: PathBuf,
+        memory: Option<PathBuf>,
+    },
+}
+
+impl Hierarchy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Hierarchy::V2(_) => "v2",
+            Hierarchy::V1 { .. } => "v1",
+        }
+    }
+}
+
+fn write(p: &Path, s: &str) -> io::Result<()> {
+    std::fs::write(p, s)
+}
+
+fn own_v2_path() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(Path::new(V2_ROOT).join(rel.trim_start_matches('/')))
+}
+
+/// Finds (and prepares) the hierarchy, or `None` when agentd may not make cgroups.
+pub fn detect() -> Option<Hierarchy> {
+    // SAFETY: geteuid never fails.
+    let root = unsafe { libc::geteuid() } == 0;
+    let v2 = Path::new(V2_ROOT).join("cgroup.controllers").exists();
+    if v2 {
+        let base = if root {
+            let _ = write(
+                &Path::new(V2_ROOT).join("cgroup.subtree_control"),
+                "+pids +memory",
+            );
+            Path::new(V2_ROOT).join(GROUP)
+        } else {
+            // Delegated: move the daemon into a leaf of its own cgroup so the cgroup
+            // may enable controllers for its children.
+            let own = own_v2_path()?;
+            let leaf = own.join("agentd-daemon");
+            if !own.join("agentd-daemon").exists() {
+                std::fs::create_dir(&leaf).ok()?;
+            }
+            write(&leaf.join("cgroup.procs"), "0").ok()?;
+            write(&own.join("cgroup.subtree_control"), "+pids +memory").ok()?;
+            own.join(GROUP)
+        };
+        if !base.exists() {
+            std::fs::create_dir(&base).ok()?;
+        }
+        write(&base.join("cgroup.subtree_control"), "+pids +memory").ok()?;
+        let ctl = std::fs::read_to_string(base.join("cgroup.subtree_control")).ok()?;
+        if !ctl.contains("pids") {
+            return None;
+        }
+        return Some(Hierarchy::V2(base));
+    }
+    if !root {
+        return None;
+    }
+    let pids = Path::new(V2_ROOT).join("pids");
+    if !pids.join("cgroup.procs").exists() {
+        return None;
+    }
+    let pids = pids.join(GROUP);
+    let _ = std::fs::create_dir(&pids);
+    let memory = Path::new(V2_ROOT).join("memory");
+    let memory = memory
+        .join("cgroup.procs")
+        .exists()
+        .then(|| memory.join(GROUP));
+    if let Some(m) = &memory {
+        let _ = std::fs::create_dir(m);
+    }
+    Some(Hierarchy::V1 { pids, memory })
+}
+
+/// One command's cgroup (one directory per v1 hierarchy).
+#[derive(Debug)]
+pub struct Cgroup {
+    hierarchy: Hierarchy,
+    dirs: Vec<PathBuf>,
+    pub pids_max: u64,
+    pub memory_max: u64,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Cgroup {
+    pub fn create(h: &Hierarchy, pids_max: u64, memory_max: u64) -> io::Result<Cgroup> {
+        let name = format!(
+            "cmd-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut dirs = Vec::new();
+        match h {
+            Hierarchy::V2(base) => {
+                let d = base.join(&name);
+                std::fs::create_dir(&d)?;
+                dirs.push(d.clone());
+                write(&d.join("pids.max"), &pids_max.to_string())?;
+                let _ = write(&d.join("memory.max"), &memory_max.to_string());
+                let _ = write(&d.join("memory.swap.max"), "0");
+            }
+            Hierarchy::V1 { pids, memory } => {
+                let d = pids.join(&name);
+                std::fs::create_dir(&d)?;
+                dirs.push(d.clone());
+                write(&d.join("pids.max"), &pids_max.to_string())?;
+                if let Some(m) = memory {
+                    let d = m.join(&name);
+                    if std::fs::create_dir(&d).is_ok() {
+                        let _ = write(&d.join("memory.limit_in_bytes"), &memory_max.to_string());
+                        dirs.push(d);
+                    }
+                }
+            }
+        }
+        Ok(Cgroup {
+            hierarchy: h.clone(),
+            dirs,
+            pids_max,
+            memory_max,
+        })
+    }
+
+    /// The `cgroup.procs` files the helper writes itself into.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    fn counter(file: &Path, key: &str) -> u64 {
+        std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    let mut it = l.split_whitespace();
+                    (it.next() == Some(key)).then(|| it.next()?.parse().ok())?
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    /// `(oom kills, times the pids cap was hit)` so far.
+    pub fn events(&self) -> (u64, u64) {
+        let mut oom = 0;
+        let mut pids = 0;
+        for d in &self.dirs {
+            pids += Self::counter(&d.join("pids.events"), "max");
+            oom += Self::counter(&d.join("memory.events"), "oom_kill");
+            oom += Self::counter(&d.join("memory.oom_control"), "oom_kill");
+        }
+        (oom, pids)
+    }
+
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    /// Kills whatever is left and removes the directories.
+    pub fn kill_and_remove(&self) {
+        for d in &self.dirs {
+            if matches!(self.hierarchy, Hierarchy::V2(_)) {
+                let _ = write(&d.join("cgroup.kill"), "1");
+            }
+            for _ in 0..200 {
+                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for p in pids {
+                    // SAFETY: signalling a process of the command's cgroup.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            for _ in 0..100 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}

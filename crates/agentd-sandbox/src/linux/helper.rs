@@ -1,0 +1,414 @@
+//! The helper process: the daemon binary re-executed with [`HELPER_ARG`]. It reads the
+//! [`Plan`] from fd 3, builds the sandbox and executes the command.
+//!
+//! Process shape with namespaces:
+//!
+//! ```text
+//! helper (outer)      joins the cgroup, unshare(user|mnt|pid|ipc|uts[|net]), maps ids,
+//!   └─ pid 1 (reaper) fresh /proc, mount plan, waits for the command; its exit takes
+//!        │             every process left in the pid namespace down with it
+//!        └─ command    setsid, caps dropped, no_new_privs, Landlock, seccomp, execve
+//! ```
+//!
+//! Without namespaces (degraded), the outer helper is a child subreaper: the command's
+//! orphans are reparented to it and killed when the command exits.
+//!
+//! The helper is single-threaded, so it may allocate freely between fork and exec.
+
+use super::{confine, mounts};
+use crate::plan::{
+    Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
+};
+use crate::policy::Network;
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Whether this process was started as the helper.
+pub fn is_helper_invocation() -> bool {
+    std::env::args_os().nth(1).is_some_and(|a| a == HELPER_ARG)
+}
+
+fn fail(report: &mut Report, msg: String) -> ! {
+    report.error = Some(msg.clone());
+    write_report(report);
+    let _ = writeln!(std::io::stderr(), "agentd sandbox: {msg}");
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(SETUP_FAILED) }
+}
+
+fn write_report(report: &Report) {
+    let mut line = serde_json::to_vec(report).unwrap_or_default();
+    line.push(b'\n');
+    // SAFETY: REPORT_FD is the descriptor the daemon handed us (or closed: EBADF).
+    unsafe {
+        libc::write(REPORT_FD, line.as_ptr().cast(), line.len());
+    }
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn exit_code(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// Runs the helper. Never returns.
+pub fn helper_main() -> ! {
+    let mut report = Report::default();
+    // SAFETY: PLAN_FD was set up by the daemon; from_raw_fd takes ownership and closes it.
+    let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
+    let mut buf = Vec::new();
+    if let Err(e) = plan_file.read_to_end(&mut buf) {
+        fail(&mut report, format!("reading the plan: {e}"));
+    }
+    drop(plan_file);
+    let plan: Plan = match serde_json::from_slice(&buf) {
+        Ok(p) => p,
+        Err(e) => fail(&mut report, format!("bad plan: {e}")),
+    };
+    // Only 0/1/2 and the report descriptor survive; the report closes at exec.
+    // SAFETY: plain syscalls on descriptor numbers.
+    unsafe {
+        libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        let first = if plan.join_net { NS_NET_FD } else { REPORT_FD } as u32 + 1;
+        libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
+        libc::close(PLAN_FD);
+    }
+    if plan.holder {
+        hold_namespaces(report)
+    }
+    for procs in &plan.cgroup_procs {
+        match std::fs::write(procs, "0") {
+            Ok(()) => report.cgroup = true,
+            Err(e) => fail(&mut report, format!("joining {}: {e}", procs.display())),
+        }
+    }
+    confine::set_rlimits();
+    if let Some(n) = plan.nproc {
+        confine::set_nproc(n);
+    }
+    if plan.namespaces {
+        with_namespaces(&plan, report)
+    } else {
+        degraded(&plan, report)
+    }
+}
+
+fn write_maps(report: &mut Report, uid: libc::uid_t, gid: libc::gid_t) {
+    let maps = [
+        ("/proc/self/setgroups", "deny".to_string()),
+        ("/proc/self/uid_map", format!("{uid} {uid} 1")),
+        ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+    ];
+    for (file, text) in maps {
+        if let Err(e) = std::fs::write(file, text) {
+            fail(report, format!("writing {file}: {e}"));
+        }
+    }
+}
+
+/// The daemon's empty network namespace (and the user namespace owning it): created,
+/// reported, then held until the daemon has opened both and closes our stdin.
+fn hold_namespaces(mut report: Report) -> ! {
+    // SAFETY: getuid/getgid never fail; unshare takes flags (single-threaded).
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
+        fail(&mut report, format!("unshare: {}", errno()));
+    }
+    write_maps(&mut report, uid, gid);
+    report.level = "holder".into();
+    write_report(&report);
+    // SAFETY: closing the report descriptor; then block until stdin closes.
+    unsafe { libc::close(REPORT_FD) };
+    let mut b = [0u8; 1];
+    let _ = std::io::stdin().read(&mut b);
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(0) }
+}
+
+fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
+    // SAFETY: getuid/getgid never fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut shared_net = false;
+    if plan.join_net && plan.network == Network::None {
+        // SAFETY: setns with descriptors the daemon passed; single-threaded process.
+        let ok = unsafe {
+            libc::setns(NS_USER_FD, libc::CLONE_NEWUSER) == 0
+                && libc::setns(NS_NET_FD, libc::CLONE_NEWNET) == 0
+        };
+        if !ok {
+            fail(
+                &mut report,
+                format!("joining the daemon's network namespace: {}", errno()),
+            );
+        }
+        shared_net = true;
+    }
+    // SAFETY: closing descriptors we no longer need (EBADF when absent).
+    unsafe {
+        libc::close(NS_USER_FD);
+        libc::close(NS_NET_FD);
+    }
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    let mut names = vec!["user", "mount", "pid", "ipc", "uts"];
+    if plan.network == Network::None {
+        if !shared_net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        names.push(if shared_net {
+            "net(shared, empty)"
+        } else {
+            "net"
+        });
+    }
+    // SAFETY: unshare takes flags; the helper is single-threaded.
+    if unsafe { libc::unshare(flags) } != 0 {
+        fail(&mut report, format!("unshare: {}", errno()));
+    }
+    report.namespaces = names.into_iter().map(String::from).collect();
+    write_maps(&mut report, uid, gid);
+    if let Err(e) = mounts::make_private() {
+        fail(&mut report, format!("making mounts private: {e}"));
+    }
+    // SAFETY: single-threaded process; the child only runs our code until exec.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        fail(&mut report, format!("fork: {}", errno()));
+    }
+    if pid > 0 {
+        // SAFETY: closing our copy of the report descriptor.
+        unsafe { libc::close(REPORT_FD) };
+        let mut status = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+            if r == pid {
+                break;
+            }
+            if r < 0 && errno().raw_os_error() != Some(libc::EINTR) {
+                // SAFETY: _exit has no preconditions.
+                unsafe { libc::_exit(SETUP_FAILED) }
+            }
+        }
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(exit_code(status)) }
+    }
+    // pid 1 of the new namespace.
+    // SAFETY: plain prctl; the parent is the outer helper.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    report.proc = match mounts::fresh_proc() {
+        Ok(()) => "fresh".into(),
+        Err(_) => "host".into(),
+    };
+    let _ = mounts::set_hostname();
+    if let Err(e) = mounts::apply(plan, &mut report) {
+        fail(&mut report, e);
+    }
+    if plan.probe {
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(0) }
+    }
+    report.level = "full".into();
+    // SAFETY: single-threaded; the child runs our code until exec.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail(&mut report, format!("fork: {}", errno()));
+    }
+    if child == 0 {
+        // SAFETY: setsid has no preconditions; a new session has no controlling
+        // terminal, so TIOCSTI has no target even before seccomp.
+        unsafe { libc::setsid() };
+        run_command(plan, report);
+    }
+    // SAFETY: closing our copy of the report descriptor.
+    unsafe { libc::close(REPORT_FD) };
+    reap_until(child)
+}
+
+/// As pid 1 (or a subreaper): reap everything until `child` exits, then exit with its
+/// status.
+fn reap_until(child: libc::pid_t) -> ! {
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for any child.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == child {
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(exit_code(status)) }
+        }
+        if r < 0 && errno().raw_os_error() == Some(libc::ECHILD) {
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(SETUP_FAILED) }
+        }
+    }
+}
+
+fn degraded(plan: &Plan, mut report: Report) -> ! {
+    report.level = "degraded".into();
+    report.proc = "host".into();
+    // SAFETY: plain prctl.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    // SAFETY: single-threaded; the child runs our code until exec.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail(&mut report, format!("fork: {}", errno()));
+    }
+    if child == 0 {
+        // SAFETY: see above; the outer helper is our parent.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        }
+        run_command(plan, report);
+    }
+    // SAFETY: closing our copy of the report descriptor.
+    unsafe { libc::close(REPORT_FD) };
+    let mut code = SETUP_FAILED;
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for any child.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == child {
+            code = exit_code(status);
+            break;
+        }
+        if r < 0 && errno().raw_os_error() == Some(libc::ECHILD) {
+            break;
+        }
+    }
+    kill_descendants();
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(code) }
+}
+
+/// Kills every process reparented to this subreaper until none is left.
+fn kill_descendants() {
+    // SAFETY: getpid never fails.
+    let me = unsafe { libc::getpid() };
+    let children = format!("/proc/{me}/task/{me}/children");
+    for _ in 0..10_000 {
+        let list = std::fs::read_to_string(&children).unwrap_or_default();
+        for pid in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let mut status = 0;
+        // SAFETY: reaping any child.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r < 0 && errno().raw_os_error() == Some(libc::ECHILD) {
+            return;
+        }
+    }
+}
+
+fn find_program(argv0: &str, env: &[(String, String)]) -> Option<PathBuf> {
+    if argv0.contains('/') {
+        return Some(PathBuf::from(argv0));
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':').filter(|d| !d.is_empty()).find_map(|d| {
+        let p = Path::new(d).join(argv0);
+        let c = CString::new(p.as_os_str().as_bytes()).ok()?;
+        // SAFETY: access takes a NUL-terminated path.
+        (unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0).then_some(p)
+    })
+}
+
+/// In the command's process: confine, report, exec.
+fn run_command(plan: &Plan, mut report: Report) -> ! {
+    let cwd = match CString::new(plan.cwd.as_os_str().as_bytes()) {
+        Ok(c) => c,
+        Err(_) => fail(&mut report, "bad cwd".into()),
+    };
+    // SAFETY: chdir takes a NUL-terminated path; umask takes a mode.
+    unsafe {
+        if libc::chdir(cwd.as_ptr()) != 0 {
+            let e = errno();
+            fail(&mut report, format!("chdir {}: {e}", plan.cwd.display()));
+        }
+        libc::umask(plan.umask as libc::mode_t);
+    }
+    let Some(argv0) = plan.argv.first() else {
+        fail(&mut report, "empty argv".into())
+    };
+    let Some(program) = find_program(argv0, &plan.env) else {
+        fail(&mut report, format!("{argv0}: not found"))
+    };
+    let cprog = CString::new(program.as_os_str().as_bytes()).unwrap_or_default();
+    let args: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).unwrap_or_default())
+        .collect();
+    let envs: Vec<CString> = plan
+        .env
+        .iter()
+        .map(|(k, v)| CString::new(format!("{k}={v}")).unwrap_or_default())
+        .collect();
+    let mut argp: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argp.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+
+    report.caps_dropped = confine::drop_caps();
+    report.no_new_privs = confine::no_new_privs();
+    if !report.no_new_privs {
+        fail(&mut report, "no_new_privs could not be set".into());
+    }
+    if plan.landlock {
+        match confine::landlock(plan) {
+            Ok((abi, status)) => {
+                report.landlock_abi = abi;
+                report.landlock = status;
+            }
+            Err(e) => fail(&mut report, format!("landlock: {e}")),
+        }
+    } else {
+        report.landlock = "off".into();
+        report.landlock_abi = confine::landlock_abi();
+    }
+    if plan.seccomp {
+        if let Err(e) = confine::seccomp(plan.network) {
+            fail(&mut report, format!("seccomp: {e}"));
+        }
+        report.seccomp = true;
+    }
+    write_report(&report);
+    // SAFETY: all pointers are NUL-terminated strings kept alive above; arrays end in
+    // a null pointer.
+    unsafe {
+        libc::execve(cprog.as_ptr(), argp.as_ptr(), envp.as_ptr());
+    }
+    let e = errno();
+    let _ = writeln!(
+        std::io::stderr(),
+        "agentd sandbox: cannot run {}: {e}",
+        program.display()
+    );
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(127) }
+}

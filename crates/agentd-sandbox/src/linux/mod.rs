@@ -1,0 +1,9 @@
+//! The Linux mechanism: the helper (namespaces, mounts, Landlock, seccomp), the
+//! daemon-side builder, per-command cgroups and the socket peer check.
+
+pub mod cgroup;
+pub mod confine;
+pub mod helper;
+pub mod mounts;
+pub mod peer;
+pub mod spawn;

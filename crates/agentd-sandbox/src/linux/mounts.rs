@@ -1,0 +1,330 @@
+//! The mount plan, run by pid 1 of the sandbox's namespaces: a fresh `/proc`, a private
+//! `/tmp` (writable roots and the working directory under `/tmp` are bound back), hidden
+//! directories covered by an empty read-only tmpfs, hidden files by `/dev/null`, and
+//! protected paths bound read-only over themselves.
+//!
+//! Every path is opened with `openat2(RESOLVE_NO_SYMLINKS)` into an `O_PATH` descriptor
+//! and the mount targets `/proc/self/fd/N`, so a symlink planted on the path (by an
+//! earlier command) cannot redirect a mount elsewhere. A protected path that is a
+//! symlink (or sits below one) gets its nearest real parent inside the root protected
+//! instead, which is stricter, and is reported.
+
+use crate::plan::{Plan, Report};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `O_PATH` descriptor of `p`, refusing any symlink on the way (the last component
+/// included).
+pub fn open_nofollow(p: &Path) -> io::Result<OwnedFd> {
+    let c = cstr(p)?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a valid path and a correctly sized open_how.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+fn mount(
+    src: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let src = src.map(cstr).transpose()?;
+    let target = cstr(target)?;
+    let fstype = fstype.map(|s| CString::new(s).unwrap_or_default());
+    let data = data.map(|s| CString::new(s).unwrap_or_default());
+    // SAFETY: every pointer is null or a NUL-terminated string alive for the call.
+    check(unsafe {
+        libc::mount(
+            src.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            target.as_ptr(),
+            fstype.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            data.as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr().cast()),
+        )
+    })
+}
+
+/// Stops mount events from propagating back to the host.
+pub fn make_private() -> io::Result<()> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+}
+
+/// A `/proc` of the new pid namespace.
+pub fn fresh_proc() -> io::Result<()> {
+    mount(
+        Some(Path::new("proc")),
+        Path::new("/proc"),
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+}
+
+pub fn set_hostname() -> io::Result<()> {
+    let name = b"sandbox";
+    // SAFETY: sethostname takes a pointer and length.
+    check(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) })
+}
+
+/// The mount flags a read-only remount must keep (they are locked in a user namespace).
+fn locked_flags(fd: &OwnedFd) -> libc::c_ulong {
+    // SAFETY: fstatvfs fills the struct for a valid descriptor.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut s) } != 0 {
+        return 0;
+    }
+    let mut out = 0;
+    for (st, ms) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if s.f_flag & st != 0 {
+            out |= ms;
+        }
+    }
+    out
+}
+
+/// Binds `p` read-only over itself, resolved without symlinks.
+fn bind_readonly(p: &Path) -> io::Result<()> {
+    let fd = open_nofollow(p)?;
+    let target = fd_path(&fd);
+    mount(
+        Some(&target),
+        &target,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
+    // The descriptor still names the covered inode; reopen to reach the new mount.
+    let fd2 = open_nofollow(p)?;
+    let flags = locked_flags(&fd2);
+    mount(
+        None,
+        &fd_path(&fd2),
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+        None,
+    )
+}
+
+fn is_dir(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat fills the struct for a valid descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFDIR
+    }
+}
+
+/// Covers a hidden path: an empty read-only tmpfs over a directory, `/dev/null` over
+/// anything else.
+fn hide(p: &Path) -> io::Result<()> {
+    let fd = open_nofollow(p)?;
+    let target = fd_path(&fd);
+    if is_dir(&fd) {
+        mount(
+            Some(Path::new("tmpfs")),
+            &target,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("mode=000,size=4k"),
+        )
+    } else {
+        mount(
+            Some(Path::new("/dev/null")),
+            &target,
+            None,
+            libc::MS_BIND,
+            None,
+        )
+    }
+}
+
+fn mkdir_all_fresh(p: &Path, dir: bool) -> io::Result<()> {
+    if dir {
+        std::fs::create_dir_all(p)
+    } else {
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(p)
+            .map(|_| ())
+    }
+}
+
+/// Protects `p`; when it (or a component) is a symlink, protects its nearest parent
+/// that is not, within `root`. Missing `hooks`/`info` directories of a git dir are
+/// created first (as `git init` would), so they cannot be created later with content.
+fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), String> {
+    match bind_readonly(p) {
+        Ok(()) => {
+            report.protected.push(p.to_path_buf());
+            return Ok(());
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let parent_is_gitdir = p
+                .parent()
+                .is_some_and(|d| d.join("objects").is_dir() && d.join("HEAD").exists());
+            if (name == "hooks" || name == "info") && parent_is_gitdir {
+                let parent = p.parent().unwrap_or(p);
+                let pfd =
+                    open_nofollow(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                if !is_dir(&pfd) {
+                    return Err(format!("{} is not a directory", parent.display()));
+                }
+                // Created through the pinned parent, never through a path a symlink
+                // could redirect.
+                let dir = fd_path(&pfd).join(name);
+                std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", p.display()))?;
+                bind_readonly(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                report.protected.push(p.to_path_buf());
+            }
+            return Ok(());
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
+        Err(e) => return Err(format!("protecting {}: {e}", p.display())),
+    }
+    // A symlink on the way: protect the nearest parent that resolves without one.
+    let root = roots
+        .iter()
+        .filter(|r| p.starts_with(r))
+        .max_by_key(|r| r.as_os_str().len());
+    let mut cur = p.parent();
+    while let Some(d) = cur {
+        if root.is_some_and(|r| !d.starts_with(r)) {
+            break;
+        }
+        match bind_readonly(d) {
+            Ok(()) => {
+                report.protected_parent.push(d.to_path_buf());
+                return Ok(());
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => cur = d.parent(),
+            Err(e) => return Err(format!("protecting {}: {e}", d.display())),
+        }
+    }
+    Err(format!(
+        "cannot protect {}: symlinks up to its writable root",
+        p.display()
+    ))
+}
+
+/// Applies the mount plan (pid 1, after `/proc`).
+pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
+    let tmp = Path::new("/tmp");
+    // Paths under /tmp that must stay visible: writable roots and the working
+    // directory. Pin them before the private /tmp covers them.
+    let mut keep: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
+    let mut wanted: Vec<PathBuf> = plan.writable.clone();
+    wanted.push(plan.cwd.clone());
+    wanted.sort();
+    wanted.dedup();
+    for p in &wanted {
+        if p.starts_with(tmp) && p != tmp && !keep.iter().any(|(k, _, _)| p.starts_with(k)) {
+            match open_nofollow(p) {
+                Ok(fd) => {
+                    let d = is_dir(&fd);
+                    keep.push((p.clone(), fd, d));
+                }
+                Err(e) => return Err(format!("{}: {e}", p.display())),
+            }
+        }
+    }
+    mount(
+        Some(Path::new("tmpfs")),
+        tmp,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777"),
+    )
+    .map_err(|e| format!("private /tmp: {e}"))?;
+    for (p, fd, dir) in &keep {
+        mkdir_all_fresh(p, *dir).map_err(|e| format!("{}: {e}", p.display()))?;
+        mount(
+            Some(&fd_path(fd)),
+            p,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )
+        .map_err(|e| format!("binding {}: {e}", p.display()))?;
+        // Everything under the private /tmp is writable to Landlock: a kept path that
+        // is not a writable root (the working directory in read_only mode) is made
+        // read-only by the mount itself.
+        if !plan.writable.iter().any(|w| p.starts_with(w)) {
+            bind_readonly(p).map_err(|e| format!("read-only {}: {e}", p.display()))?;
+        }
+    }
+    drop(keep);
+    for h in &plan.hidden {
+        match hide(h) {
+            Ok(()) => report.hidden_mounted += 1,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(format!("hiding {}: {e}", h.display())),
+        }
+    }
+    for p in &plan.protected {
+        protect(p, &plan.writable, report)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,752 @@
+//! The daemon side: probes what the kernel offers (once), turns an
+//! [`EffectivePolicy`](crate::EffectivePolicy) into a [`Plan`], and builds the
+//! `std::process::Command` that runs the helper with the plan on fd 3 and the report
+//! pipe on fd 4. [`Prepared::finish`] collects what was in force afterwards.
+
+use super::cgroup::{self, Cgroup, Hierarchy};
+use super::confine;
+use crate::hints;
+use crate::plan::{Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
+use crate::policy::{EffectivePolicy, Mode, OnUnavailable};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// Daemon-side switches that simulate a kernel without a feature. They come from the
+/// daemon's own environment or config, never from a command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Knobs {
+    pub force_no_userns: bool,
+    pub force_no_landlock: bool,
+    pub force_no_seccomp: bool,
+}
+
+impl Knobs {
+    /// Parses `no_userns,no_landlock,no_seccomp` (any subset, comma separated).
+    pub fn parse(s: &str) -> Knobs {
+        let mut k = Knobs::default();
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "no_userns" => k.force_no_userns = true,
+                "no_landlock" => k.force_no_landlock = true,
+                "no_seccomp" => k.force_no_seccomp = true,
+                _ => {}
+            }
+        }
+        k
+    }
+}
+
+/// What the kernel offers, probed once.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    pub landlock_abi: i32,
+    pub seccomp: bool,
+    pub userns: bool,
+    pub userns_error: Option<String>,
+    pub cgroup: Option<String>,
+    /// `full`, `degraded` or `unavailable`.
+    pub level: String,
+    pub missing: Vec<String>,
+    pub knobs: Knobs,
+}
+
+/// Per-command resource caps (cgroup, where one can be made).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub pids_max: u64,
+    pub memory_max: u64,
+}
+
+impl Limits {
+    /// The config's caps (0 means the default).
+    pub fn from_config(c: &crate::policy::SandboxConfig) -> Limits {
+        let d = Limits::default();
+        Limits {
+            pids_max: if c.pids_max == 0 {
+                d.pids_max
+            } else {
+                c.pids_max
+            },
+            memory_max: if c.memory_max == 0 {
+                d.memory_max
+            } else {
+                c.memory_max
+            },
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            pids_max: 512,
+            memory_max: 4 << 30,
+        }
+    }
+}
+
+/// The sandbox cannot be built and the policy says refuse.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    pub missing: Vec<String>,
+    pub message: String,
+}
+
+/// One command to run.
+#[derive(Debug, Clone)]
+pub struct CommandRequest<'a> {
+    pub policy: &'a EffectivePolicy,
+    pub on_unavailable: OnUnavailable,
+    pub argv: Vec<String>,
+    pub cwd: &'a Path,
+    pub umask: u32,
+    pub limits: Limits,
+}
+
+/// Builds sandboxed commands.
+#[derive(Debug)]
+pub struct Sandbox {
+    helper: PathBuf,
+    knobs: Knobs,
+    probe: OnceLock<Probe>,
+    cgroups: OnceLock<Option<Hierarchy>>,
+    /// The empty network namespace commands with network `none` join (and its user
+    /// namespace), held open for the daemon's lifetime; `None` when it could not be made
+    /// or Landlock cannot scope abstract sockets (ABI < 6), where each command gets its
+    /// own.
+    netns: OnceLock<Option<(OwnedFd, OwnedFd)>>,
+}
+
+/// A command ready to spawn, and what to collect once it ended.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The helper (or, unconfined, the command itself). The caller adds stdio.
+    pub command: Command,
+    facts: serde_json::Map<String, Value>,
+    report: Option<OwnedFd>,
+    tmp_dir: Option<PathBuf>,
+    cgroup: Option<Cgroup>,
+    policy: EffectivePolicy,
+    protected: Vec<PathBuf>,
+}
+
+fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    for fd in fds {
+        // Moved above the descriptors the child's setup uses (3 and 4).
+        // SAFETY: fcntl on a descriptor we own; the original is closed after.
+        let hi = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        let err = std::io::Error::last_os_error();
+        // SAFETY: closing the descriptor pipe2 gave us.
+        unsafe { libc::close(fd) };
+        if hi < 0 {
+            return Err(err);
+        }
+        // SAFETY: fcntl returned a fresh descriptor we own.
+        out.push(unsafe { OwnedFd::from_raw_fd(hi) });
+    }
+    let w = out.pop().expect("two fds");
+    let r = out.pop().expect("two fds");
+    Ok((r, w))
+}
+
+fn seccomp_available() -> bool {
+    Path::new("/proc/sys/kernel/seccomp/actions_avail").exists()
+}
+
+/// Files and directories that execute code when the user runs git later: protected
+/// inside writable roots. Also returns the git directories a linked worktree needs
+/// writable (its own gitdir and the common dir) so `git commit` works there.
+pub fn git_protected(roots: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut protected = Vec::new();
+    let mut extra_roots = Vec::new();
+    let hooks_path = |config: &Path, worktree: &Path| -> Option<PathBuf> {
+        let text = std::fs::read_to_string(config).ok()?;
+        let mut in_core = false;
+        for line in text.lines() {
+            let l = line.trim();
+            if l.starts_with('[') {
+                in_core = l.to_ascii_lowercase().starts_with("[core");
+                continue;
+            }
+            if in_core {
+                let (k, v) = l.split_once('=')?;
+                if k.trim().eq_ignore_ascii_case("hookspath") {
+                    let v = v.trim().trim_matches('"');
+                    let p = Path::new(v);
+                    return Some(if p.is_absolute() {
+                        p.to_path_buf()
+                    } else {
+                        worktree.join(p)
+                    });
+                }
+            }
+        }
+        None
+    };
+    let add_gitdir = |g: &Path, wt: &Path, out: &mut Vec<PathBuf>| {
+        for n in ["hooks", "info"] {
+            out.push(g.join(n));
+        }
+        for n in ["config", "config.worktree"] {
+            if g.join(n).exists() {
+                out.push(g.join(n));
+            }
+        }
+        if let Ok(rd) = std::fs::read_dir(g.join("modules")) {
+            for m in rd.flatten() {
+                out.push(m.path().join("hooks"));
+                out.push(m.path().join("config"));
+            }
+        }
+        if let Some(h) = hooks_path(&g.join("config"), wt) {
+            if let Ok(c) = h.canonicalize() {
+                out.push(c);
+            }
+        }
+    };
+    for r in roots {
+        if r.join(".gitmodules").exists() {
+            protected.push(r.join(".gitmodules"));
+        }
+        let g = r.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&g) else {
+            continue;
+        };
+        if meta.is_dir() {
+            add_gitdir(&g, r, &mut protected);
+        } else if meta.is_file() {
+            protected.push(g.clone());
+            let Ok(text) = std::fs::read_to_string(&g) else {
+                continue;
+            };
+            let Some(gd) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
+                continue;
+            };
+            let gd = r.join(gd.trim());
+            let Ok(gd) = gd.canonicalize() else { continue };
+            for n in ["config", "config.worktree"] {
+                if gd.join(n).exists() {
+                    protected.push(gd.join(n));
+                }
+            }
+            extra_roots.push(gd.clone());
+            let common = std::fs::read_to_string(gd.join("commondir"))
+                .ok()
+                .and_then(|c| gd.join(c.trim()).canonicalize().ok());
+            if let Some(c) = common {
+                add_gitdir(&c, r, &mut protected);
+                extra_roots.push(c);
+            }
+        }
+    }
+    protected.sort();
+    protected.dedup();
+    (protected, extra_roots)
+}
+
+fn canonical_existing(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = paths.iter().filter_map(|p| p.canonicalize().ok()).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+impl Sandbox {
+    /// `helper` is the executable that calls [`crate::helper_main`] on [`HELPER_ARG`]
+    /// (the daemon: `std::env::current_exe()`).
+    pub fn new(helper: PathBuf, knobs: Knobs) -> Sandbox {
+        Sandbox {
+            helper,
+            knobs,
+            probe: OnceLock::new(),
+            cgroups: OnceLock::new(),
+            netns: OnceLock::new(),
+        }
+    }
+
+    pub fn knobs(&self) -> Knobs {
+        self.knobs
+    }
+
+    /// What the kernel offers (probed on first use: one helper run building the
+    /// namespaces).
+    pub fn probe(&self) -> &Probe {
+        self.probe.get_or_init(|| self.run_probe())
+    }
+
+    fn hierarchy(&self) -> Option<&Hierarchy> {
+        self.cgroups.get_or_init(cgroup::detect).as_ref()
+    }
+
+    fn run_probe(&self) -> Probe {
+        let landlock_abi = if self.knobs.force_no_landlock {
+            0
+        } else {
+            confine::landlock_abi()
+        };
+        let seccomp = !self.knobs.force_no_seccomp && seccomp_available();
+        let (userns, userns_error) = if self.knobs.force_no_userns {
+            (
+                false,
+                Some("forced off by the daemon (test knob)".to_string()),
+            )
+        } else {
+            match self.probe_userns() {
+                Ok(()) => (true, None),
+                Err(e) => (false, Some(e)),
+            }
+        };
+        let mut missing = Vec::new();
+        if landlock_abi < 1 {
+            missing.push("landlock".to_string());
+        }
+        if !seccomp {
+            missing.push("seccomp".to_string());
+        }
+        let level = if !missing.is_empty() {
+            "unavailable"
+        } else if userns {
+            "full"
+        } else {
+            "degraded"
+        };
+        Probe {
+            landlock_abi,
+            seccomp,
+            userns,
+            userns_error,
+            cgroup: self.hierarchy().map(|h| h.name().to_string()),
+            level: level.into(),
+            missing,
+            knobs: self.knobs,
+        }
+    }
+
+    fn probe_userns(&self) -> Result<(), String> {
+        let plan = Plan {
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            namespaces: true,
+            probe: true,
+            ..Default::default()
+        };
+        let (mut cmd, report) = self
+            .helper_command(&plan, None)
+            .map_err(|e| e.to_string())?;
+        let out = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("running {}: {e}", self.helper.display()))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let r = read_report(report);
+        Err(r
+            .and_then(|r| r.error)
+            .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_string()))
+    }
+
+    fn shared_netns(&self) -> Option<&(OwnedFd, OwnedFd)> {
+        self.netns
+            .get_or_init(|| {
+                if self.probe().landlock_abi < 6 || !self.probe().userns {
+                    return None;
+                }
+                self.make_netns().ok()
+            })
+            .as_ref()
+    }
+
+    fn make_netns(&self) -> std::io::Result<(OwnedFd, OwnedFd)> {
+        let plan = Plan {
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            namespaces: true,
+            holder: true,
+            ..Default::default()
+        };
+        let (mut cmd, report) = self.helper_command(&plan, None)?;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        drop(cmd);
+        let mut f = std::fs::File::from(report);
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while f.read(&mut b)? == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        let ok = serde_json::from_slice::<Report>(&line)
+            .map(|r| r.level == "holder")
+            .unwrap_or(false);
+        let open = |kind: &str| {
+            let f = std::fs::File::open(format!("/proc/{}/ns/{kind}", child.id()))?;
+            // Above the descriptors the helper's setup uses (3 to 6).
+            // SAFETY: fcntl on a descriptor we own.
+            let hi = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+            if hi < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: fcntl returned a fresh descriptor we own.
+            Ok(unsafe { OwnedFd::from_raw_fd(hi) })
+        };
+        let fds = if ok {
+            open("user").and_then(|u| Ok((u, open("net")?)))
+        } else {
+            Err(std::io::Error::other("the namespace holder failed"))
+        };
+        drop(child.stdin.take());
+        let _ = child.kill();
+        let _ = child.wait();
+        fds
+    }
+
+    fn helper_command(
+        &self,
+        plan: &Plan,
+        ns: Option<&(OwnedFd, OwnedFd)>,
+    ) -> std::io::Result<(Command, OwnedFd)> {
+        let text = serde_json::to_vec(plan).map_err(std::io::Error::other)?;
+        if text.len() > 60_000 {
+            return Err(std::io::Error::other("sandbox plan too large for the pipe"));
+        }
+        let (plan_r, plan_w) = pipe_high()?;
+        let (rep_r, rep_w) = pipe_high()?;
+        std::fs::File::from(plan_w).write_all(&text)?;
+        let (pr, rw) = (plan_r.as_raw_fd(), rep_w.as_raw_fd());
+        let ns_fds = ns.map(|(u, n)| (u.as_raw_fd(), n.as_raw_fd()));
+        let mut cmd = Command::new(&self.helper);
+        cmd.arg(HELPER_ARG).env_clear().current_dir("/");
+        // The closure owns both descriptors so they live until spawn; the parent's
+        // copies close with the Command.
+        let keep = (plan_r, rep_w);
+        // SAFETY: dup2 is async-signal-safe; the descriptors are open and above 4.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = &keep;
+                if libc::dup2(pr, PLAN_FD) < 0 || libc::dup2(rw, REPORT_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some((u, n)) = ns_fds {
+                    if libc::dup2(u, NS_USER_FD) < 0 || libc::dup2(n, NS_NET_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        Ok((cmd, rep_r))
+    }
+
+    /// Builds the command for `req`: sandboxed, or unconfined when the mode is
+    /// `full_access` or the sandbox is unavailable and `on_unavailable = "warn"`.
+    pub fn prepare(&self, req: &CommandRequest<'_>) -> Result<Prepared, Unavailable> {
+        let p = req.policy;
+        let mut facts = serde_json::Map::new();
+        facts.insert("mode".into(), json!(p.mode.as_str()));
+        facts.insert("network".into(), json!(p.network.as_str()));
+        facts.insert("policy".into(), json!(p.digest()));
+        let unconfined = |facts: serde_json::Map<String, Value>, tmp: Option<PathBuf>| {
+            let mut cmd = Command::new(&req.argv[0]);
+            cmd.args(&req.argv[1..]).env_clear().current_dir(req.cwd);
+            cmd.envs(&p.env);
+            let tmp_env = tmp.clone().unwrap_or_else(std::env::temp_dir);
+            cmd.env("TMPDIR", tmp_env);
+            let umask = req.umask;
+            // SAFETY: umask/setrlimit are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(umask as libc::mode_t);
+                    confine::set_rlimits();
+                    Ok(())
+                });
+            }
+            Prepared {
+                command: cmd,
+                facts,
+                report: None,
+                tmp_dir: tmp,
+                cgroup: None,
+                policy: p.clone(),
+                protected: Vec::new(),
+            }
+        };
+        if p.mode == Mode::FullAccess {
+            facts.insert("level".into(), json!("none"));
+            facts.insert("reason".into(), json!("full_access"));
+            return Ok(unconfined(facts, None));
+        }
+        let probe = self.probe().clone();
+        facts.insert("landlock_abi".into(), json!(probe.landlock_abi));
+        if !probe.missing.is_empty() {
+            let message = format!(
+                "the command sandbox cannot be built: this kernel lacks {} (Landlock needs \
+                 Linux 5.13+ with `lsm=landlock` on the kernel command line; seccomp needs \
+                 CONFIG_SECCOMP_FILTER); set [sandbox] on_unavailable = \"warn\" to run \
+                 commands unconfined",
+                probe.missing.join(" and ")
+            );
+            if req.on_unavailable == OnUnavailable::Refuse {
+                return Err(Unavailable {
+                    missing: probe.missing.clone(),
+                    message,
+                });
+            }
+            facts.insert("level".into(), json!("none"));
+            facts.insert(
+                "reason".into(),
+                json!(format!(
+                    "on_unavailable = warn; missing {}",
+                    probe.missing.join(", ")
+                )),
+            );
+            return Ok(unconfined(facts, None));
+        }
+        let mut writable: Vec<PathBuf> = canonical_existing(&p.writable_roots);
+        let hidden = canonical_existing(&p.hidden);
+        writable.retain(|r| !hidden.iter().any(|h| r.starts_with(h)));
+        let (protected, git_roots) = git_protected(&writable);
+        if p.mode == Mode::WorkspaceWrite {
+            for g in git_roots {
+                if !hidden.iter().any(|h| g.starts_with(h)) && !writable.contains(&g) {
+                    writable.push(g);
+                }
+            }
+        }
+        let cwd = req
+            .cwd
+            .canonicalize()
+            .unwrap_or_else(|_| req.cwd.to_path_buf());
+        if let Some(h) = hidden.iter().find(|h| cwd.starts_with(h)) {
+            return Err(Unavailable {
+                missing: vec![],
+                message: format!(
+                    "the working directory {} lies inside {}, which the sandbox hides",
+                    cwd.display(),
+                    h.display()
+                ),
+            });
+        }
+        let namespaces = probe.userns;
+        let tmp_dir = if namespaces {
+            None
+        } else {
+            let base = std::env::temp_dir();
+            let d = base.join(format!(
+                "agentd-cmd-{}-{}",
+                std::process::id(),
+                rand_suffix()
+            ));
+            match std::fs::create_dir(&d) {
+                Ok(()) => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+                    Some(d)
+                }
+                Err(_) => None,
+            }
+        };
+        let cgroup = self
+            .hierarchy()
+            .and_then(|h| Cgroup::create(h, req.limits.pids_max, req.limits.memory_max).ok());
+        let mut env: Vec<(String, String)> =
+            p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let tmp_env = tmp_dir
+            .as_ref()
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|| "/tmp".into());
+        env.push(("TMPDIR".into(), tmp_env));
+        let plan = Plan {
+            argv: req.argv.clone(),
+            cwd: cwd.clone(),
+            env,
+            umask: req.umask,
+            namespaces,
+            network: p.network,
+            writable: writable.clone(),
+            hidden: hidden.clone(),
+            protected: protected.clone(),
+            tmp_dir: tmp_dir.clone(),
+            landlock: true,
+            seccomp: true,
+            cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            // SAFETY: geteuid never fails.
+            nproc: (cgroup.is_none() && unsafe { libc::geteuid() } != 0)
+                .then_some(req.limits.pids_max),
+            probe: false,
+            join_net: false,
+            holder: false,
+        };
+        let ns = if namespaces && p.network == crate::policy::Network::None {
+            self.shared_netns()
+        } else {
+            None
+        };
+        let plan = Plan {
+            join_net: ns.is_some(),
+            ..plan
+        };
+        let (command, report) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
+            missing: vec![],
+            message: format!("could not start the sandbox helper: {e}"),
+        })?;
+        if !namespaces {
+            facts.insert(
+                "reason".into(),
+                json!(format!(
+                    "no user namespaces ({}): no mount, pid or net isolation; Landlock hides \
+                     the hidden set, seccomp blocks inet sockets, leftovers are killed by \
+                     the subreaper",
+                    probe.userns_error.clone().unwrap_or_default()
+                )),
+            );
+        }
+        facts.insert(
+            "limits".into(),
+            json!({
+                "cgroup": cgroup.as_ref().map(|c| c.hierarchy().name()),
+                "pids_max": cgroup.as_ref().map(|c| c.pids_max),
+                "memory_max": cgroup.as_ref().map(|c| c.memory_max),
+                "rlimit_core": 0,
+                "rlimit_nproc": (cgroup.is_none() && unsafe { libc::geteuid() } != 0)
+                    .then_some(req.limits.pids_max),
+            }),
+        );
+        facts.insert("writable_roots".into(), json!(writable));
+        Ok(Prepared {
+            command,
+            facts,
+            report: Some(report),
+            tmp_dir,
+            cgroup,
+            policy: p.clone(),
+            protected,
+        })
+    }
+}
+
+fn rand_suffix() -> String {
+    let mut b = [0u8; 6];
+    // SAFETY: getrandom fills the buffer.
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn read_report(fd: OwnedFd) -> Option<Report> {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+    let mut f = std::fs::File::from(fd);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => break,
+        }
+    }
+    // The last complete line wins (pid 1's failure, or the command's report).
+    buf.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .rev()
+        .find_map(|l| serde_json::from_slice::<Report>(l).ok())
+}
+
+impl Prepared {
+    /// What is known before the command runs.
+    pub fn facts(&self) -> Value {
+        Value::Object(self.facts.clone())
+    }
+
+    /// Whether the command runs inside the sandbox (false for `full_access` and
+    /// `on_unavailable = "warn"` without a sandbox).
+    pub fn is_confined(&self) -> bool {
+        self.report.is_some()
+    }
+
+    /// After the command ended: kills leftovers in its cgroup, removes the temporary
+    /// directory, and returns `data.sandbox` with what the helper reported and the
+    /// denials recognized in `output`.
+    pub fn finish(mut self, output: &[u8]) -> Value {
+        let mut facts = std::mem::take(&mut self.facts);
+        if let Some(fd) = self.report.take() {
+            match read_report(fd) {
+                Some(r) => {
+                    if let Some(e) = &r.error {
+                        facts.insert("error".into(), json!(e));
+                    }
+                    if !r.level.is_empty() {
+                        facts.insert("level".into(), json!(r.level));
+                    }
+                    facts.insert(
+                        "landlock".into(),
+                        json!({"abi": r.landlock_abi, "status": r.landlock}),
+                    );
+                    facts.insert("seccomp".into(), json!(r.seccomp));
+                    facts.insert("namespaces".into(), json!(r.namespaces));
+                    facts.insert("proc".into(), json!(r.proc));
+                    facts.insert("caps_dropped".into(), json!(r.caps_dropped));
+                    facts.insert("no_new_privs".into(), json!(r.no_new_privs));
+                    facts.insert("protected".into(), json!(r.protected));
+                    if !r.protected_parent.is_empty() {
+                        facts.insert("protected_parent".into(), json!(r.protected_parent));
+                    }
+                    facts.insert("hidden_mounted".into(), json!(r.hidden_mounted));
+                }
+                None => {
+                    facts.insert("error".into(), json!("the sandbox helper reported nothing"));
+                }
+            }
+        }
+        if let Some(cg) = self.cgroup.take() {
+            let (oom, pids) = cg.events();
+            cg.kill_and_remove();
+            facts.insert("oom_kills".into(), json!(oom));
+            facts.insert("pids_max_hits".into(), json!(pids));
+        }
+        if let Some(t) = self.tmp_dir.take() {
+            let _ = std::fs::remove_dir_all(t);
+        }
+        let text = String::from_utf8_lossy(output);
+        let denials = hints::denials(&text, &self.policy, &self.protected);
+        facts.insert("denials".into(), json!(denials));
+        Value::Object(facts)
+    }
+
+    /// Kills everything left in the command's cgroup now (timeouts, interrupts).
+    pub fn kill_cgroup(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill_and_remove();
+        }
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some(cg) = self.cgroup.take() {
+            cg.kill_and_remove();
+        }
+        if let Some(t) = self.tmp_dir.take() {
+            let _ = std::fs::remove_dir_all(t);
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! The wire between the daemon and the helper: the [`Plan`] the daemon writes on the
+//! helper's fd 3 and the [`Report`] the helper writes on fd 4 just before it executes the
+//! command. Both are one JSON document; neither ever travels in argv or the environment.
+
+use crate::policy::Network;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The first argument that turns the daemon binary into the helper.
+pub const HELPER_ARG: &str = "__sandbox-exec";
+/// The helper reads the plan from this descriptor.
+pub const PLAN_FD: i32 = 3;
+/// The helper writes its report on this descriptor (closed at exec).
+pub const REPORT_FD: i32 = 4;
+/// With [`Plan::join_net`]: a user namespace and its network namespace to join (held
+/// open by the daemon) instead of creating a network namespace per command.
+pub const NS_USER_FD: i32 = 5;
+pub const NS_NET_FD: i32 = 6;
+/// Exit status of the helper when it could not build the sandbox.
+pub const SETUP_FAILED: i32 = 125;
+
+/// What the helper builds and runs. Paths are canonical and were checked to exist by the
+/// daemon; the helper re-resolves every one without following symlinks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Plan {
+    /// The command (`argv[0]` is looked up on the plan's `PATH` when not absolute).
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub umask: u32,
+    /// User, mount, pid, ipc, uts (and net unless `network = host`) namespaces.
+    pub namespaces: bool,
+    pub network: Network,
+    /// Writable beneath (the private `/tmp` is added in namespace mode, `tmp_dir`
+    /// otherwise).
+    pub writable: Vec<PathBuf>,
+    pub hidden: Vec<PathBuf>,
+    /// Protected (read-only) inside writable roots.
+    pub protected: Vec<PathBuf>,
+    /// Without namespaces: the per-command temporary directory (`TMPDIR`).
+    pub tmp_dir: Option<PathBuf>,
+    pub landlock: bool,
+    pub seccomp: bool,
+    /// `cgroup.procs` files the helper joins before anything else.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// `RLIMIT_NPROC` for the command (non-root without a cgroup).
+    pub nproc: Option<u64>,
+    /// Build the namespaces and mounts, then exit 0 without running anything.
+    pub probe: bool,
+    /// Join the daemon's empty network namespace (fds 5 and 6) rather than creating one:
+    /// creating a network namespace is most of the set-up cost.
+    pub join_net: bool,
+    /// Create a user and an empty network namespace, report, and wait on stdin (the
+    /// daemon opens the two namespaces and ends it).
+    pub holder: bool,
+}
+
+/// What the helper put in force, written just before exec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// `full` or `degraded`.
+    pub level: String,
+    pub namespaces: Vec<String>,
+    /// `fresh` or `host`.
+    pub proc: String,
+    pub landlock_abi: i32,
+    /// `fully_enforced`, `partially_enforced`, `not_enforced` or `off`.
+    pub landlock: String,
+    pub seccomp: bool,
+    pub caps_dropped: bool,
+    pub no_new_privs: bool,
+    pub protected: Vec<PathBuf>,
+    /// Protected paths that were symlinks: their parent was made read-only instead.
+    pub protected_parent: Vec<PathBuf>,
+    pub hidden_mounted: usize,
+    pub cgroup: bool,
+    /// Set when the helper failed; nothing ran.
+    pub error: Option<String>,
+}

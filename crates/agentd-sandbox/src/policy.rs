@@ -1,0 +1,649 @@
+//! The sandbox policy: the `[sandbox]` config shape, per-session and per-turn requests,
+//! grants, and the pure function [`effective`] that turns them into what a command may
+//! touch (writable roots, hidden set, environment rules).
+//!
+//! Everything here is pure and deterministic: no filesystem access, no environment
+//! reads. The caller passes the home directory, `$XDG_RUNTIME_DIR`, agentd's own
+//! directories and the daemon's environment in [`Inputs`]. Paths are normalized
+//! lexically (`.` and `..` removed); relative paths are dropped.
+//!
+//! Invariant (checked by [`EffectivePolicy::check`] and the fuzz target): a hidden path
+//! is never inside or equal to a writable root's subtree grant *and* readable; a
+//! writable root that lies inside a hidden path is dropped. Only a per-call grant
+//! ([`Grant::ReadHidden`] in [`Inputs::call_grants`]) that names a hidden path takes it
+//! out of the hidden set.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// How much of the filesystem a command may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Writes to the workspace, the private `/tmp`, extra roots and granted caches.
+    #[default]
+    WorkspaceWrite,
+    /// Writes only to the private `/tmp`.
+    ReadOnly,
+    /// No OS sandbox at all (the environment is still scrubbed). Only by explicit
+    /// config, flag or grant; recorded.
+    FullAccess,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::WorkspaceWrite => "workspace_write",
+            Mode::ReadOnly => "read_only",
+            Mode::FullAccess => "full_access",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "workspace_write" | "workspace-write" => Some(Mode::WorkspaceWrite),
+            "read_only" | "read-only" => Some(Mode::ReadOnly),
+            "full_access" | "full-access" => Some(Mode::FullAccess),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a command may use the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// No inet sockets at all (own network namespace, seccomp, Landlock TCP rules).
+    #[default]
+    None,
+    /// The host's network.
+    Host,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Host => "host",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Network> {
+        match s {
+            "none" => Some(Network::None),
+            "host" => Some(Network::Host),
+            _ => None,
+        }
+    }
+}
+
+/// What to do when the sandbox cannot be built (no Landlock or no seccomp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnavailable {
+    /// Refuse to run the command (error kind `sandbox_unavailable`).
+    #[default]
+    Refuse,
+    /// Run it unconfined, recorded as `level: "none"` with the reason.
+    Warn,
+}
+
+/// Toolchain caches a grant can make writable (`cache:<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CachePreset {
+    Cargo,
+    Npm,
+    Pip,
+    Go,
+}
+
+impl CachePreset {
+    pub const ALL: [CachePreset; 4] = [
+        CachePreset::Cargo,
+        CachePreset::Npm,
+        CachePreset::Pip,
+        CachePreset::Go,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePreset::Cargo => "cache:cargo",
+            CachePreset::Npm => "cache:npm",
+            CachePreset::Pip => "cache:pip",
+            CachePreset::Go => "cache:go",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CachePreset> {
+        CachePreset::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// The directories this preset makes writable. Never `~/.cargo/bin`, credentials or
+    /// toolchains.
+    pub fn roots(self, home: Option<&Path>, env: &BTreeMap<String, String>) -> Vec<PathBuf> {
+        let abs = |k: &str| {
+            env.get(k)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|p| normalize(&p))
+        };
+        let under_home = |rel: &str| home.map(|h| h.join(rel));
+        let mut out = Vec::new();
+        match self {
+            CachePreset::Cargo => {
+                if let Some(c) = abs("CARGO_HOME").or_else(|| under_home(".cargo")) {
+                    out.push(c.join("registry"));
+                    out.push(c.join("git"));
+                }
+            }
+            CachePreset::Npm => {
+                out.extend(abs("npm_config_cache").or_else(|| under_home(".npm")));
+            }
+            CachePreset::Pip => {
+                out.extend(abs("PIP_CACHE_DIR").or_else(|| under_home(".cache/pip")));
+            }
+            CachePreset::Go => {
+                out.extend(abs("GOMODCACHE").or_else(|| {
+                    abs("GOPATH")
+                        .map(|g| g.join("pkg/mod"))
+                        .or_else(|| under_home("go/pkg/mod"))
+                }));
+                out.extend(abs("GOCACHE").or_else(|| under_home(".cache/go-build")));
+            }
+        }
+        out
+    }
+}
+
+/// The `[sandbox]` table of `config.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub mode: Mode,
+    pub network: Network,
+    /// Extra absolute paths commands may write.
+    pub writable_roots: Vec<PathBuf>,
+    pub on_unavailable: OnUnavailable,
+    /// Cache presets granted for every session (`"cache:cargo"`, ...).
+    pub caches: Vec<String>,
+    /// Extra variables set in every command's environment (explicit, so not scrubbed).
+    pub env: BTreeMap<String, String>,
+    /// Names of daemon environment variables passed through to commands (explicit, so
+    /// not scrubbed; `AGENTD_*` never passes).
+    pub env_pass: Vec<String>,
+    /// Per-command process cap (cgroup `pids.max`; `RLIMIT_NPROC` for a non-root
+    /// daemon without a delegated cgroup). 0: the default, 512.
+    pub pids_max: u64,
+    /// Per-command memory cap in bytes (cgroup `memory.max`). 0: the default, 4 GiB.
+    pub memory_max: u64,
+}
+
+/// `sandbox: {mode?, network?}` of `agentd/create` / `agentd/turn`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxRequest {
+    pub mode: Option<Mode>,
+    pub network: Option<Network>,
+}
+
+impl SandboxRequest {
+    pub fn is_empty(&self) -> bool {
+        self.mode.is_none() && self.network.is_none()
+    }
+}
+
+/// A widening of the policy, approved for a session or for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "grant", rename_all = "snake_case")]
+pub enum Grant {
+    Cache {
+        cache: CachePreset,
+    },
+    WriteRoot {
+        path: PathBuf,
+    },
+    Network {
+        network: Network,
+    },
+    /// Makes a hidden path readable; honoured only for one call.
+    ReadHidden {
+        path: PathBuf,
+    },
+    FullAccess,
+}
+
+/// Everything [`effective`] depends on.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub config: SandboxConfig,
+    pub session: SandboxRequest,
+    pub turn: SandboxRequest,
+    /// Grants approved for the session.
+    pub grants: Vec<Grant>,
+    /// Grants approved for this one call (the only way to unhide a path).
+    pub call_grants: Vec<Grant>,
+    /// Canonical workspace.
+    pub workspace: PathBuf,
+    pub home: Option<PathBuf>,
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// agentd's home and config directory.
+    pub agentd_dirs: Vec<PathBuf>,
+    /// agentd's socket path.
+    pub agentd_socket: Option<PathBuf>,
+    /// The daemon's environment (toolchain homes for the cache presets, and the source
+    /// of the command's environment).
+    pub env: BTreeMap<String, String>,
+}
+
+/// What a command may do, as decided before anything is looked up on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectivePolicy {
+    pub mode: Mode,
+    pub network: Network,
+    /// Directories (and files) writable beneath; the private `/tmp` is added by the
+    /// mechanism.
+    pub writable_roots: Vec<PathBuf>,
+    /// Not readable, not writable, not connectable.
+    pub hidden: Vec<PathBuf>,
+    /// Cache presets in force.
+    pub caches: Vec<CachePreset>,
+    /// The command's environment, minus `TMPDIR` (set by the mechanism).
+    pub env: BTreeMap<String, String>,
+    /// Writable roots dropped because they lie in the hidden set.
+    pub dropped_roots: Vec<PathBuf>,
+}
+
+/// Home-relative credential files and folders hidden from commands.
+pub const HOME_HIDDEN: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".password-store",
+    ".local/share/keyrings",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".gem/credentials",
+    ".config/op",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/agentd",
+    ".local/share/agentd",
+];
+
+/// System sockets and runtime directories hidden from commands.
+pub const SYSTEM_HIDDEN: &[&str] = &[
+    "/run/user",
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/containerd",
+    "/run/podman",
+    "/run/dbus",
+    "/run/snapd.socket",
+    "/run/systemd/private",
+    "/run/systemd/io.system.ManagedOOM",
+    "/tmp/.X11-unix",
+    "/tmp/.ICE-unix",
+];
+
+/// Directories too shared to hide whole when agentd's socket sits in one: the socket
+/// file alone is hidden then.
+const SHARED_DIRS: &[&str] = &["/", "/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm"];
+
+/// Lexical normalization: `.` dropped, `..` pops. Relative input stays relative.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// Whether `p` is `base` or lies beneath it (component-wise).
+pub fn is_within(p: &Path, base: &Path) -> bool {
+    p.starts_with(base)
+}
+
+fn push_unique(v: &mut Vec<PathBuf>, p: PathBuf) {
+    if !v.contains(&p) {
+        v.push(p);
+    }
+}
+
+/// The effective mode and network after config, session and turn (later wins), and
+/// session or call grants (a grant only widens).
+pub fn mode_and_network(inputs: &Inputs) -> (Mode, Network) {
+    let mut mode = inputs.config.mode;
+    let mut network = inputs.config.network;
+    for r in [inputs.session, inputs.turn] {
+        if let Some(m) = r.mode {
+            mode = m;
+        }
+        if let Some(n) = r.network {
+            network = n;
+        }
+    }
+    for g in inputs.grants.iter().chain(&inputs.call_grants) {
+        match g {
+            Grant::FullAccess => mode = Mode::FullAccess,
+            Grant::Network {
+                network: Network::Host,
+            } => network = Network::Host,
+            _ => {}
+        }
+    }
+    if mode == Mode::FullAccess {
+        network = Network::Host;
+    }
+    (mode, network)
+}
+
+/// Computes the effective policy. Pure: same inputs, same output.
+pub fn effective(inputs: &Inputs) -> EffectivePolicy {
+    let (mode, network) = mode_and_network(inputs);
+    let home = inputs
+        .home
+        .as_deref()
+        .filter(|h| h.is_absolute())
+        .map(normalize);
+
+    // Hidden set.
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    if let Some(h) = &home {
+        for rel in HOME_HIDDEN {
+            push_unique(&mut hidden, h.join(rel));
+        }
+    }
+    for s in SYSTEM_HIDDEN {
+        push_unique(&mut hidden, PathBuf::from(s));
+    }
+    if let Some(x) = inputs
+        .xdg_runtime_dir
+        .as_deref()
+        .filter(|p| p.is_absolute())
+    {
+        let x = normalize(x);
+        if !SHARED_DIRS.iter().any(|s| Path::new(s) == x) && Some(&x) != home.as_ref() {
+            push_unique(&mut hidden, x);
+        }
+    }
+    let workspace = normalize(&inputs.workspace);
+    // agentd's own directories, except one holding the workspace (hiding it would
+    // hide the workspace; its Logs and config files are still listed one by one).
+    for d in inputs.agentd_dirs.iter().filter(|p| p.is_absolute()) {
+        let d = normalize(d);
+        if !is_within(&workspace, &d) {
+            push_unique(&mut hidden, d);
+        }
+    }
+    if let Some(sock) = inputs.agentd_socket.as_deref().filter(|p| p.is_absolute()) {
+        let sock = normalize(sock);
+        push_unique(&mut hidden, sock.clone());
+        if let Some(dir) = sock.parent() {
+            let shared = SHARED_DIRS.iter().any(|s| Path::new(s) == dir)
+                || Some(dir) == home.as_deref()
+                || is_within(&workspace, dir);
+            if !shared {
+                push_unique(&mut hidden, dir.to_path_buf());
+            }
+        }
+    }
+    // A hidden path that is the workspace, or an ancestor of it, would hide the
+    // workspace itself: the home and shared dirs never are; others are kept (the
+    // workspace then becomes unreachable, which the spawner reports).
+    hidden.retain(|h| h.is_absolute() && h != Path::new("/"));
+    // Per-call unhiding.
+    for g in &inputs.call_grants {
+        if let Grant::ReadHidden { path } = g {
+            let p = normalize(path);
+            hidden.retain(|h| h != &p);
+        }
+    }
+    hidden.sort();
+    hidden.dedup();
+
+    // Caches.
+    let mut caches: Vec<CachePreset> = inputs
+        .config
+        .caches
+        .iter()
+        .filter_map(|c| CachePreset::parse(c))
+        .collect();
+    for g in inputs.grants.iter().chain(&inputs.call_grants) {
+        if let Grant::Cache { cache } = g {
+            caches.push(*cache);
+        }
+    }
+    caches.sort();
+    caches.dedup();
+
+    // Writable roots.
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if mode == Mode::WorkspaceWrite {
+        if workspace.is_absolute() {
+            push_unique(&mut roots, workspace.clone());
+        }
+        for r in &inputs.config.writable_roots {
+            if r.is_absolute() {
+                push_unique(&mut roots, normalize(r));
+            }
+        }
+        for c in &caches {
+            for r in c.roots(home.as_deref(), &inputs.env) {
+                push_unique(&mut roots, r);
+            }
+        }
+    }
+    if mode != Mode::FullAccess {
+        for g in inputs.grants.iter().chain(&inputs.call_grants) {
+            if let Grant::WriteRoot { path } = g {
+                if path.is_absolute() {
+                    push_unique(&mut roots, normalize(path));
+                }
+            }
+        }
+    }
+    if mode == Mode::FullAccess {
+        roots.clear();
+    }
+    let mut dropped = Vec::new();
+    roots.retain(|r| {
+        let inside_hidden = hidden.iter().any(|h| is_within(r, h));
+        if inside_hidden {
+            dropped.push(r.clone());
+        }
+        !inside_hidden && r != Path::new("/")
+    });
+
+    EffectivePolicy {
+        mode,
+        network,
+        writable_roots: roots,
+        hidden,
+        caches,
+        env: crate::env::scrub(&inputs.env, &inputs.config),
+        dropped_roots: dropped,
+    }
+}
+
+impl EffectivePolicy {
+    /// The invariants every policy keeps; `Err` names the broken one.
+    pub fn check(&self) -> Result<(), String> {
+        for r in &self.writable_roots {
+            if !r.is_absolute() {
+                return Err(format!("relative writable root {}", r.display()));
+            }
+            if let Some(h) = self.hidden.iter().find(|h| is_within(r, h)) {
+                return Err(format!(
+                    "writable root {} inside hidden {}",
+                    r.display(),
+                    h.display()
+                ));
+            }
+        }
+        for k in self.env.keys() {
+            if k.starts_with("AGENTD_") {
+                return Err(format!("{k} in the environment"));
+            }
+        }
+        if self.mode == Mode::FullAccess && !self.writable_roots.is_empty() {
+            return Err("full_access lists roots".into());
+        }
+        Ok(())
+    }
+
+    /// A short stable hash of the policy, for the Log.
+    pub fn digest(&self) -> String {
+        let s = serde_json::to_string(self).unwrap_or_default();
+        // FNV-1a 64: stable across builds, no dependency.
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in s.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        format!("{h:016x}")
+    }
+
+    /// The policy as recorded in the Log (env names, never values).
+    pub fn to_record(&self) -> serde_json::Value {
+        serde_json::json!({
+            "mode": self.mode.as_str(),
+            "network": self.network.as_str(),
+            "writable_roots": self.writable_roots,
+            "hidden": self.hidden,
+            "caches": self.caches.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "env": self.env.keys().collect::<Vec<_>>(),
+            "dropped_roots": self.dropped_roots,
+            "digest": self.digest(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Inputs {
+        Inputs {
+            workspace: "/home/u/ws".into(),
+            home: Some("/home/u".into()),
+            xdg_runtime_dir: Some("/run/user/1000".into()),
+            agentd_dirs: vec!["/home/u/.local/state/agentd".into()],
+            agentd_socket: Some("/run/user/1000/agentd/agentd.sock".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn default_policy_hides_credentials_and_writes_workspace() {
+        let p = effective(&base());
+        assert_eq!(p.mode, Mode::WorkspaceWrite);
+        assert_eq!(p.network, Network::None);
+        assert_eq!(p.writable_roots, vec![PathBuf::from("/home/u/ws")]);
+        for h in [
+            "/home/u/.ssh",
+            "/home/u/.aws",
+            "/run/user/1000",
+            "/run/user/1000/agentd",
+            "/home/u/.local/state/agentd",
+            "/run/docker.sock",
+            "/tmp/.X11-unix",
+        ] {
+            assert!(p.hidden.contains(&PathBuf::from(h)), "{h} not hidden");
+        }
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn roots_inside_hidden_are_dropped_and_call_grant_unhides() {
+        let mut i = base();
+        i.config.writable_roots = vec!["/home/u/.ssh/x".into(), "/srv/data/../out".into()];
+        let p = effective(&i);
+        assert!(p.writable_roots.contains(&PathBuf::from("/srv/out")));
+        assert_eq!(p.dropped_roots, vec![PathBuf::from("/home/u/.ssh/x")]);
+        i.grants.push(Grant::ReadHidden {
+            path: "/home/u/.ssh".into(),
+        });
+        assert!(effective(&i)
+            .hidden
+            .contains(&PathBuf::from("/home/u/.ssh")));
+        i.call_grants.push(Grant::ReadHidden {
+            path: "/home/u/.ssh".into(),
+        });
+        let p = effective(&i);
+        assert!(!p.hidden.contains(&PathBuf::from("/home/u/.ssh")));
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn later_requests_win_and_full_access_means_host() {
+        let mut i = base();
+        i.config.mode = Mode::ReadOnly;
+        i.session.network = Some(Network::Host);
+        i.turn.mode = Some(Mode::WorkspaceWrite);
+        let p = effective(&i);
+        assert_eq!((p.mode, p.network), (Mode::WorkspaceWrite, Network::Host));
+        i.turn.mode = Some(Mode::FullAccess);
+        i.turn.network = Some(Network::None);
+        let p = effective(&i);
+        assert_eq!((p.mode, p.network), (Mode::FullAccess, Network::Host));
+        assert!(p.writable_roots.is_empty());
+        i.turn = SandboxRequest::default();
+        i.config.mode = Mode::ReadOnly;
+        i.session.network = None;
+        assert!(effective(&i).writable_roots.is_empty());
+    }
+
+    #[test]
+    fn cache_presets_never_include_bin() {
+        let mut i = base();
+        i.grants.push(Grant::Cache {
+            cache: CachePreset::Cargo,
+        });
+        let p = effective(&i);
+        assert!(p
+            .writable_roots
+            .contains(&PathBuf::from("/home/u/.cargo/registry")));
+        assert!(!p.writable_roots.iter().any(|r| r.ends_with("bin")));
+        assert!(p
+            .hidden
+            .contains(&PathBuf::from("/home/u/.cargo/credentials.toml")));
+    }
+
+    #[test]
+    fn shared_socket_dir_hides_only_the_socket() {
+        let mut i = base();
+        i.agentd_socket = Some("/tmp/agentd.sock".into());
+        let p = effective(&i);
+        assert!(p.hidden.contains(&PathBuf::from("/tmp/agentd.sock")));
+        assert!(!p.hidden.contains(&PathBuf::from("/tmp")));
+    }
+
+    #[test]
+    fn digest_is_stable() {
+        assert_eq!(effective(&base()).digest(), effective(&base()).digest());
+    }
+}
