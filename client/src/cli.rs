@@ -81,7 +81,8 @@ pub enum Command {
     Fork(ForkArgs),
     /// Draw the fork tree of a session, or of every session in a workspace.
     Tree(TreeArgs),
-    /// Import a session from another harness's log file as a new agentd session.
+    /// Import another agent's session (a file, an opencode database) as a new agentd
+    /// session, or with --discover every session other agents keep under $HOME.
     Import(ImportArgs),
     /// Show what the session changed in its workspace, as a unified diff per file.
     Diff(DiffArgs),
@@ -553,7 +554,7 @@ pub struct ImportArgs {
     pub source_session: Option<String>,
     /// Find the sessions other agents keep under $HOME and import each one not
     /// imported yet.
-    #[arg(long, conflicts_with_all = ["file", "source_session"])]
+    #[arg(long, conflicts_with_all = ["file", "source_session", "workspace"])]
     pub discover: bool,
     /// With --discover: only this agent's sessions (claude, codex, pi, opencode, gemini).
     #[arg(long, value_name = "NAME", requires = "discover")]

@@ -393,11 +393,22 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
         Command::Tree(_) => render::tree_result(v),
         Command::Import(_) => match v.get("session_id").and_then(Value::as_str) {
             Some(sid) => {
-                let events = v
-                    .get("event_count")
-                    .map(|c| format!(" ({c} events)"))
-                    .unwrap_or_default();
-                format!("{sid}{events}\n")
+                let mut facts = Vec::new();
+                if let Some(c) = v.get("event_count") {
+                    facts.push(format!("{c} events"));
+                }
+                if let Some(f) = v.get("format").and_then(Value::as_str) {
+                    facts.push(format!("from {f}"));
+                }
+                match v.get("skipped_total").and_then(Value::as_u64) {
+                    Some(0) | None => {}
+                    Some(n) => facts.push(format!("{n} source lines skipped, see --json")),
+                }
+                if facts.is_empty() {
+                    format!("{sid}\n")
+                } else {
+                    format!("{sid} ({})\n", facts.join("; "))
+                }
             }
             None => pretty(v),
         },

@@ -110,7 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             json!({"type": "api-request-blob", "sessionId": "bench-session", "hash": "h",
                      "message": {"role": "user", "content": [{"type": "text", "text": blob}]}}),
         )?;
-        if turn % 50 == 0 {
+        if turn.is_multiple_of(50) {
             // A rewound attempt: an answer the user abandoned.
             let side = g.uuid();
             g.put(assistant(
@@ -145,9 +145,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             json!({"type": "tool_use", "id": call, "name": "Read",
             "input": {"file_path": "/work/bench/src/lib.rs"}}),
         ))?;
-        let mut last_use = tu.clone();
-        let mut pair = None;
-        if turn % 20 == 0 {
+        if turn.is_multiple_of(20) {
             // The parallel pair: the second tool_use and its result sit off the chain.
             let call_b = format!("toolu_{turn}b");
             let tb = g.uuid();
@@ -162,12 +160,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             g.put(record("user", &rb, Some(&tb), json!({"message": {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": call_b, "content": "a\nb\n", "is_error": false}]},
                 "toolUseResult": {"stdout": "a\nb\n"}})))?;
-            pair = Some(rb);
-            last_use = tu.clone();
         }
-        let _ = pair;
         let r = g.uuid();
-        g.put(record("user", &r, Some(&last_use), json!({"message": {"role": "user", "content": [
+        g.put(record("user", &r, Some(&tu), json!({"message": {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": call, "content": output, "is_error": false}]},
             "toolUseResult": {"type": "text", "file": {"filePath": "/work/bench/src/lib.rs", "content": output}}})))?;
         g.put(

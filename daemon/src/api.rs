@@ -381,7 +381,7 @@ pub fn methods(api: Api) -> Methods {
         method::IMPORT,
         |api, p: ImportParams, _| async move {
             if p.once {
-                return crate::verbs::imports::import_once(&api.registry, p).await;
+                return crate::imports::import_once(&api.registry, p).await;
             }
             to_value(crate::ops::import(&api.registry, p).await?)
         },

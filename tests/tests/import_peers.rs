@@ -753,3 +753,200 @@ fn a_locked_opencode_database_is_a_clear_error_and_nothing_is_made() {
         .execute_batch("UPDATE session SET title = 'again';")
         .unwrap();
 }
+
+/// A local mock of the OpenAI chat completions API: each `POST …/chat/completions`
+/// takes the next scripted SSE body; anything else gets a 404. Returns the base URL and
+/// a handle giving the paths it saw once `replies` are used up.
+fn chat_mock(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let h = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut replies = replies.into_iter();
+        while replies.len() > 0 {
+            let Ok((stream, _)) = listener.accept() else {
+                break;
+            };
+            let mut r = BufReader::new(stream.try_clone().unwrap());
+            let mut request = String::new();
+            if r.read_line(&mut request).is_err() {
+                continue;
+            }
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = l.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            seen.push(request.trim_end().to_string());
+            let mut w = stream;
+            if !request.contains("/chat/completions") {
+                let _ = w.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            let reply = replies.next().unwrap_or_default();
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            let _ = w.write_all(head.as_bytes());
+            let _ = w.write_all(reply.as_bytes());
+            let _ = w.flush();
+        }
+        seen
+    });
+    (base, h)
+}
+
+/// One streamed chat completion: `content` and tool calls `(id, name, arguments)`.
+fn chat_sse(content: &str, calls: &[(&str, &str, Value)]) -> String {
+    let chunk = |delta: Value, finish: Value, usage: Value| {
+        let mut c = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+            "model": "mock-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        if !usage.is_null() {
+            c["usage"] = usage;
+        }
+        format!("data: {c}\n\n")
+    };
+    let mut out = chunk(
+        json!({"role": "assistant", "content": content}),
+        Value::Null,
+        Value::Null,
+    );
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        out.push_str(&chunk(
+            json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                "function": {"name": name, "arguments": args.to_string()}}]}),
+            Value::Null,
+            Value::Null,
+        ));
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    out.push_str(&chunk(
+        json!({}),
+        json!(finish),
+        json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}),
+    ));
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// A real peer, installed from npm by `.ci/peers.sh` (pi, pinned in
+/// `tests/peers/package-lock.json`), writes a fresh session against a local mock model;
+/// discovery finds it under the peer's own directory override and imports it balanced.
+/// A format change in a new release fails here.
+#[test]
+fn a_session_written_by_a_real_pi_imports() {
+    let pi = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/node_modules/.bin/pi");
+    assert!(
+        pi.exists(),
+        "{} is missing: run .ci/peers.sh (npm ci of tests/peers)",
+        pi.display()
+    );
+    let d = daemon();
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let agent = root.path().join("agent");
+    let ws = root.path().join("ws");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("notes.txt"), "Lyon 6\nZürich 5\n").unwrap();
+    let (base, mock) = chat_mock(vec![
+        chat_sse(
+            "Reading the notes.",
+            &[("call_1", "bash", json!({"command": "cat notes.txt"}))],
+        ),
+        chat_sse("The notes list Lyon 6 and Zürich 5.", &[]),
+    ]);
+    std::fs::write(
+        agent.join("models.json"),
+        json!({"providers": {"mock": {"baseUrl": base, "api": "openai-completions",
+            "apiKey": "MOCK_API_KEY",
+            "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+            "models": [{"id": "mock-model", "contextWindow": 128000, "maxTokens": 4096}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(&pi)
+        .args([
+            "-p",
+            "--provider",
+            "mock",
+            "--model",
+            "mock-model",
+            "--tools",
+            "bash",
+        ])
+        .arg("Summarise notes.txt for me.")
+        .current_dir(&ws)
+        .env("HOME", &home)
+        .env("PI_CODING_AGENT_DIR", &agent)
+        .env("PI_OFFLINE", "1")
+        .env("MOCK_API_KEY", "sk-x")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run pi");
+    assert!(
+        out.status.success(),
+        "pi failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = mock.join().unwrap();
+    assert!(
+        seen.iter()
+            .filter(|r| r.contains("/chat/completions"))
+            .count()
+            == 2,
+        "{seen:?}"
+    );
+
+    let mut cmd = d.agentctl_cmd();
+    cmd.env("HOME", &home)
+        .env("PI_CODING_AGENT_DIR", &agent)
+        .args(["--json", "import", "--discover", "--agent", "pi"]);
+    let out = Output::from_std(cmd.output().expect("run agentctl"));
+    out.assert_code(0);
+    let v = out.json().clone();
+    let rows = v["sources"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!(rows[0]["status"], "imported", "{v}");
+    let sid = rows[0]["session_id"].as_str().unwrap();
+    let evs = events(&d, sid);
+    let n = type_counts(&evs);
+    assert_eq!(n["user_message"], 1, "{n:?}");
+    assert_eq!(n["tool_call"], 1, "{n:?}");
+    assert_eq!(n["tool_result"], 1, "{n:?}");
+    assert_eq!(n["assistant_message"], 2, "{n:?}");
+    let result = evs.iter().find(|e| e["type"] == "tool_result").unwrap();
+    assert!(
+        result["data"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("Zürich 5"),
+        "{result}"
+    );
+    assert_eq!(
+        evs[0]["data"]["workspace"],
+        ws.canonicalize().unwrap().display().to_string()
+    );
+    assert_pairs(&ctl(&d, &["context", sid]));
+}

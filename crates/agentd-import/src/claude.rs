@@ -52,7 +52,8 @@ struct Skim<'a> {
     session_id: Option<Cow<'a>>,
     #[serde(borrow)]
     cwd: Option<Cow<'a>>,
-    timestamp: Option<Value>,
+    #[serde(borrow)]
+    timestamp: Option<&'a serde_json::value::RawValue>,
     #[serde(borrow)]
     message: Option<SkimMessage<'a>>,
     #[serde(borrow)]
@@ -108,6 +109,65 @@ struct Ids {
 impl Ids {
     fn get(&self, s: &str) -> Option<u32> {
         self.map.get(s).copied()
+    }
+}
+
+/// The fields pass 2 reads. Everything else (notably `toolUseResult`, which repeats a
+/// tool's output in the harness's own shape) is skipped without being built.
+#[derive(Deserialize)]
+struct Rec {
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    #[serde(rename = "isSidechain")]
+    sidechain: Option<Value>,
+    timestamp: Option<Value>,
+    message: Option<Value>,
+    #[serde(rename = "isMeta")]
+    is_meta: Option<Value>,
+    #[serde(rename = "isCompactSummary")]
+    compact_summary: Option<Value>,
+    #[serde(rename = "isApiErrorMessage")]
+    api_error: Option<Value>,
+    subtype: Option<Value>,
+    #[serde(rename = "agentId")]
+    agent_id: Option<Value>,
+    uuid: Option<Value>,
+    #[serde(rename = "parentUuid")]
+    parent_uuid: Option<Value>,
+}
+
+impl Rec {
+    fn into_map(self) -> Map<String, Value> {
+        let mut m = Map::new();
+        for (k, v) in [
+            ("type", self.kind),
+            ("isSidechain", self.sidechain),
+            ("timestamp", self.timestamp),
+            ("message", self.message),
+            ("isMeta", self.is_meta),
+            ("isCompactSummary", self.compact_summary),
+            ("isApiErrorMessage", self.api_error),
+            ("subtype", self.subtype),
+            ("agentId", self.agent_id),
+            ("uuid", self.uuid),
+            ("parentUuid", self.parent_uuid),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.to_string(), v);
+            }
+        }
+        m
+    }
+}
+
+/// A kept line as the fields pass 2 reads, or `None` after listing why it is skipped.
+fn pass2_record(sink: &mut Sink<'_>, line: &super::lines::Line<'_>) -> Option<Map<String, Value>> {
+    if line.oversized.is_some() || !line.terminated {
+        return parse_line(sink, line);
+    }
+    match serde_json::from_slice::<Rec>(line.bytes) {
+        Ok(r) => Some(r.into_map()),
+        Err(_) => parse_line(sink, line),
     }
 }
 
@@ -206,7 +266,7 @@ pub(super) fn import(
                 "the source file shrank while it was being imported",
             ));
         };
-        if let Some(obj) = parse_line(&mut sink, &line) {
+        if let Some(obj) = pass2_record(&mut sink, &line) {
             st.record(&mut sink, no, obj, rescued)?;
         }
     }
@@ -237,7 +297,9 @@ impl Pass1 {
             h.cwd = skim.cwd.as_deref().map(str::to_string);
         }
         if h.ts.is_none() && skim.uuid.is_some() {
-            h.ts = skim.timestamp.clone();
+            h.ts = skim
+                .timestamp
+                .and_then(|t| serde_json::from_str(t.get()).ok());
         }
         let Some(uuid) = skim.uuid.as_deref() else {
             self.bookkeeping(sink, no, kind, &skim);

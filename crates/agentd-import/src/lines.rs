@@ -10,6 +10,9 @@ use std::io::{self, BufRead, Seek, SeekFrom};
 /// Lines longer than this are skipped, never buffered whole.
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
+/// `seek_to` reads forward through at most this many bytes rather than seeking.
+const READ_THROUGH_MAX: u64 = 4 * 1024 * 1024;
+
 /// One physical line of the source.
 pub struct Line<'a> {
     /// 1-based line number.
@@ -101,7 +104,28 @@ impl<R: BufRead> LineReader<R> {
 impl<R: BufRead + Seek> LineReader<R> {
     /// Positions the reader so that the next line read starts at `offset` and is numbered
     /// `no`. Seeks only when needed, so walking lines in file order costs no seeks.
+    ///
+    /// A short forward move reads through instead: seeking a `BufReader` drops its
+    /// buffer, and a second pass that visits every few lines would otherwise refill a
+    /// whole buffer per line.
     pub fn seek_to(&mut self, offset: u64, no: u64) -> io::Result<()> {
+        if offset > self.offset && offset - self.offset <= READ_THROUGH_MAX {
+            let mut left = offset - self.offset;
+            while left > 0 {
+                let avail = match self.inner.fill_buf() {
+                    Ok(a) => a.len() as u64,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                if avail == 0 {
+                    break;
+                }
+                let n = avail.min(left);
+                self.inner.consume(n as usize);
+                left -= n;
+            }
+            self.offset = offset - left;
+        }
         if offset != self.offset {
             self.inner.seek(SeekFrom::Start(offset))?;
             self.offset = offset;
@@ -151,6 +175,23 @@ mod tests {
         assert_eq!(got[1], (2, 11, b"ok".to_vec(), true, None));
         // Exactly at the cap is kept.
         assert_eq!(collect(b"0123\n", 4)[0].2, b"0123".to_vec());
+    }
+
+    #[test]
+    fn seek_to_reads_forward_through_the_buffer() {
+        let mut r = LineReader::new(io::BufReader::with_capacity(
+            4,
+            Cursor::new(b"a\nbb\nccc\ndddd\n".to_vec()),
+        ));
+        r.seek_to(5, 3).unwrap();
+        let l = r.next_line().unwrap().unwrap();
+        assert_eq!((l.no, l.offset, l.bytes), (3, 5, &b"ccc"[..]));
+        r.seek_to(9, 4).unwrap();
+        let l = r.next_line().unwrap().unwrap();
+        assert_eq!((l.no, l.offset, l.bytes), (4, 9, &b"dddd"[..]));
+        // Backwards still seeks.
+        r.seek_to(2, 2).unwrap();
+        assert_eq!(r.next_line().unwrap().unwrap().bytes, b"bb");
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! nothing below imports it. The daemon merges [`methods`] into the native API's method
 //! table. Module map: `manage` (rename, archive, delete, restore, preflight, models), `export`
 //! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
-//! `usage` (token and cost totals from `provider_usage` events), `imports` (discovery
-//! and importing each source once, with its ledger).
+//! `usage` (token and cost totals from `provider_usage` events); `agentd/import_discover`
+//! is served from `crate::imports`.
 //!
 //! Decisions:
 //! - Titles and the archive flag are `session_info` events (`title`, `labels`), so the
@@ -18,7 +18,6 @@
 //!   append can land in between or after.
 
 pub mod export;
-pub mod imports;
 pub mod manage;
 pub mod search;
 pub mod usage;
@@ -122,7 +121,7 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
         to_value(usage::usage(&r, p).await?)
     });
     method(&mut module, m::IMPORT_DISCOVER, |r, p| async move {
-        imports::discover(&r, p).await
+        crate::imports::discover(&r, p).await
     });
     module.into()
 }

@@ -1,5 +1,8 @@
 //! Importing each source once: `agentd/import_discover` and `agentd/import` with `once`.
 //!
+//! A core module beside `ops` (whose `import` it wraps): the API calls `import_once`, the
+//! session verbs register `discover`.
+//!
 //! The ledger `<home>/imports.jsonl` is owned here: one line per `once` import,
 //! `{identity, bytes, sha256, session_id, imported_at}`. A source's identity is its
 //! format and canonical path (plus the session id inside an opencode database); its
@@ -196,7 +199,8 @@ pub async fn import_once(r: &Arc<Registry>, p: ImportParams) -> Result<Value, Ag
             imported_at: agentd_proto::event::now_ts(),
         },
     )?;
-    let mut v = super::to_value(outcome)?;
+    let mut v = serde_json::to_value(outcome)
+        .map_err(|e| AgentError::internal(format!("serialize result: {e}")))?;
     v["status"] = json!(if status == "new" {
         "imported"
     } else {
