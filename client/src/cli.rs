@@ -65,6 +65,9 @@ pub enum Command {
     /// Serve the Agent Client Protocol (ACP v1) on stdio, for editors that launch agents
     /// (Zed, JetBrains, Neovim plugins); every ACP session is an agentd session.
     Acp(AcpArgs),
+    /// Serve agentd's sessions as an MCP server on stdio, for other agents (Claude Code,
+    /// Codex): read-only tools by default (list, search, show, context, tree, checkpoint).
+    McpServer(McpServerArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.
@@ -275,6 +278,64 @@ pub struct NewArgs {
     /// Use this id instead of a generated one (1..=128 bytes of [A-Za-z0-9_][A-Za-z0-9_.-]*).
     #[arg(long, value_name = "ID")]
     pub session_id: Option<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// The command sandbox's mode (DESIGN §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxMode {
+    /// Commands write only the workspace, a private /tmp and granted roots.
+    #[value(name = "workspace_write")]
+    WorkspaceWrite,
+    /// Commands write only a private /tmp.
+    #[value(name = "read_only")]
+    ReadOnly,
+    /// No sandbox (recorded).
+    #[value(name = "full_access")]
+    FullAccess,
+}
+
+/// The command sandbox's network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetworkArg {
+    None,
+    Host,
+}
+
+/// `--sandbox MODE` and `--network none|host`.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct SandboxArgs {
+    /// How the model's commands are confined [default: config, else workspace_write].
+    #[arg(long = "sandbox", id = "sandbox_mode", value_enum, value_name = "MODE")]
+    pub mode: Option<SandboxMode>,
+    /// Whether the model's commands may use the network [default: config, else none].
+    #[arg(long, value_enum, value_name = "NET")]
+    pub network: Option<NetworkArg>,
+}
+
+impl SandboxArgs {
+    /// `{mode?, network?}` for `agentd/create` / `agentd/turn`, when either is set.
+    pub fn to_param(self) -> Option<serde_json::Value> {
+        if self.mode.is_none() && self.network.is_none() {
+            return None;
+        }
+        let mut v = serde_json::json!({});
+        if let Some(m) = self.mode {
+            v["mode"] = serde_json::json!(match m {
+                SandboxMode::WorkspaceWrite => "workspace_write",
+                SandboxMode::ReadOnly => "read_only",
+                SandboxMode::FullAccess => "full_access",
+            });
+        }
+        if let Some(n) = self.network {
+            v["network"] = serde_json::json!(match n {
+                NetworkArg::None => "none",
+                NetworkArg::Host => "host",
+            });
+        }
+        Some(v)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -358,6 +419,8 @@ pub struct TurnOptions {
     /// Which tools may run without asking.
     #[arg(long, value_enum, value_name = "MODE")]
     pub permission_mode: Option<PermissionMode>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Args)]
@@ -588,6 +651,17 @@ pub struct AcpArgs {
     /// Sessions per `session/list` page.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub page_size: usize,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// Options of `agentctl mcp-server`.
+#[derive(Debug, Clone, Args)]
+pub struct McpServerArgs {
+    /// Also offer the tools that change sessions: `fork` and `turn` (runs a model turn
+    /// in a session). Off by default: a read-only server cannot alter what it serves.
+    #[arg(long)]
+    pub allow_writes: bool,
 }
 
 // ---- Session verbs (DESIGN §13); run by `verbs.rs` ----

@@ -28,6 +28,10 @@ pub async fn run(mut cli: Cli) -> i32 {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::acp::run(target, a).await;
     }
+    if let Command::McpServer(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::mcp_server::run(target, a).await;
+    }
     if let Command::Append(a) = &mut cli.command {
         if a.data == "-" {
             let mut s = String::new();
@@ -154,6 +158,9 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             }
             if let Some(p) = &a.turn.provider {
                 create["provider"] = json!(p);
+            }
+            if let Some(s) = a.turn.sandbox.to_param() {
+                create["sandbox"] = s;
             }
             let c: Connected = daemon::connect_or_start(&target).await?;
             // Provider, model and key are checked before the session exists: a first

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Longest socket path the platform's `sun_path` holds (with its NUL).
 const SUN_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
@@ -444,6 +444,67 @@ async fn check_database(url: &str, password_file: Option<&str>) -> Check {
     ok("database", detail)
 }
 
+/// What the kernel offers the command sandbox and the level commands will get, probed
+/// by running the agentd binary as the sandbox helper once (DESIGN §14).
+#[cfg(target_os = "linux")]
+fn check_sandbox(found: Option<PathBuf>) -> Check {
+    let Some(bin) = found else {
+        return bad(
+            "sandbox",
+            "cannot probe: the agentd binary was not found",
+            "install agentd next to agentctl or set AGENTD_BIN",
+        );
+    };
+    let sb = agentd_sandbox::Sandbox::new(bin, agentd_sandbox::Knobs::default());
+    let p = sb.probe();
+    let detail = format!(
+        "level {}: Landlock ABI {}, seccomp {}, user namespaces {}{}, cgroup limits {}",
+        p.level,
+        p.landlock_abi,
+        if p.seccomp { "yes" } else { "no" },
+        if p.userns { "yes" } else { "no" },
+        p.userns_error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default(),
+        p.cgroup
+            .as_deref()
+            .unwrap_or("none (not root, not delegated)"),
+    );
+    match p.level.as_str() {
+        "full" => ok("sandbox", detail),
+        "degraded" => bad(
+            "sandbox",
+            detail,
+            "commands get Landlock + seccomp only; on Ubuntu 24.04 load packaging/apparmor/agentd \
+             (apparmor_parser -r) to allow user namespaces for agentd",
+        ),
+        _ => bad(
+            "sandbox",
+            detail,
+            format!(
+                "commands are refused (missing {}): enable Landlock (lsm=landlock) and seccomp, \
+                 or set [sandbox] on_unavailable = \"warn\"",
+                p.missing.join(", ")
+            ),
+        ),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn binary_path() -> Option<PathBuf> {
+    let bin = daemon::agentd_binary();
+    if bin.components().count() == 1 {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(&bin))
+                .find(|c| c.is_file())
+        })
+    } else {
+        Some(bin.clone()).filter(|b| b.is_file())
+    }
+}
+
 fn check_binary() -> Check {
     let bin = daemon::agentd_binary();
     let found = if bin.components().count() == 1 {
@@ -524,6 +585,8 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
     let store_env = std::env::var("AGENTD_STORE").ok();
     checks.push(check_store(config.as_ref(), store_env.as_deref()));
     checks.push(check_binary());
+    #[cfg(target_os = "linux")]
+    checks.push(check_sandbox(binary_path()));
     if let Some((url, password_file)) = database_store(config.as_ref(), store_env.as_deref()) {
         checks.push(check_database(&url, password_file.as_deref()).await);
     }

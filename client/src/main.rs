@@ -5,7 +5,8 @@
 //! `daemon` (socket discovery, auto-start, stop), `stream` (streamed turns and
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
-//! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks).
+//! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks),
+//! `acp` (the ACP agent on stdio), `mcp_server` (the MCP server on stdio).
 
 mod acp;
 mod cli;
@@ -13,6 +14,7 @@ mod commands;
 mod daemon;
 mod discover;
 mod doctor;
+mod mcp_server;
 mod output;
 mod params;
 mod render;

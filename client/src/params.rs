@@ -72,6 +72,7 @@ pub fn create_params(a: &NewArgs, cwd: &Path) -> Result<Value, AgentError> {
         ("model", opt(a.model.clone())),
         ("provider", opt(a.provider.clone())),
         ("session_id", opt(a.session_id.clone())),
+        ("sandbox", a.sandbox.to_param()),
     ]))
 }
 
@@ -87,6 +88,7 @@ pub fn turn_params(sid: &str, prompt: &str, t: &TurnOptions) -> Result<Value, Ag
             "permission_mode",
             opt(t.permission_mode.map(|m| m.as_str())),
         ),
+        ("sandbox", t.sandbox.to_param()),
     ]))
 }
 
@@ -279,7 +281,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Completions(_)
         | Command::Doctor
         | Command::Store(_)
-        | Command::Acp(_) => return Ok(None),
+        | Command::Acp(_)
+        | Command::McpServer(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))
 }

@@ -473,6 +473,11 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
             data[k] = json!(v);
         }
     }
+    // The session's sandbox request, validated now and recorded (DESIGN §14).
+    let sandbox = crate::tools::sandboxing::parse_request(p.sandbox.as_ref())?;
+    if !sandbox.is_empty() {
+        data["sandbox"] = json!(sandbox);
+    }
     let ev = Event {
         id: new_event_id(),
         session_id: sid.clone(),

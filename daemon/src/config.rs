@@ -79,6 +79,8 @@ pub struct Config {
     pub store_password_file: Option<std::path::PathBuf>,
     /// Seconds a session's lease in a shared store lasts without renewal.
     pub lease_s: f64,
+    /// `[sandbox]`: how the model's commands are confined (DESIGN §14).
+    pub sandbox: agentd_sandbox::SandboxConfig,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
@@ -103,6 +105,7 @@ impl Default for Config {
             store: None,
             store_password_file: None,
             lease_s: 30.0,
+            sandbox: agentd_sandbox::SandboxConfig::default(),
             rest: toml::Table::new(),
             path: None,
         }

@@ -55,6 +55,13 @@ fn release_freed() {
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The command sandbox's helper is this binary re-executed: it must run before
+    // anything else (in particular before PR_SET_DUMPABLE below, which would stop it
+    // writing its own uid map).
+    #[cfg(target_os = "linux")]
+    if agentd_sandbox::is_helper_invocation() {
+        agentd_sandbox::helper_main();
+    }
     let _ = agentd::allocator::RELEASE_FREED.set(release_freed);
     // Not dumpable: /proc/<agentd pid>/environ (and mem, maps, …) become unreadable to
     // other processes of the same uid, so a tool's shell command cannot copy the
@@ -107,6 +114,16 @@ fn main() -> ExitCode {
             .unwrap_or_else(agentd_proto::paths::default_config),
         activation,
     };
+    // The sandbox helper is this very executable, through /proc/self/exe: it still runs
+    // after the installed binary was replaced or removed by an upgrade.
+    #[cfg(target_os = "linux")]
+    agentd::tools::sandboxing::install(
+        std::path::PathBuf::from("/proc/self/exe"),
+        opts.socket.clone(),
+        opts.home.clone(),
+        opts.config.clone(),
+        &std::env::var("AGENTD_SANDBOX_FORCE").unwrap_or_default(),
+    );
     if let Err(msg) = agentd::fault::init_from_env() {
         eprintln!("agentd: AGENTD_FAULTS: {msg}");
         return ExitCode::from(2);

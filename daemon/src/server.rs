@@ -152,6 +152,14 @@ impl Listener {
             };
             match stream.peer_cred() {
                 Ok(cred) if cred.uid() == my_uid => {
+                    // A command of a turn is never a client (DESIGN §14): from inside a
+                    // sandbox it could start turns or answer its own permission requests.
+                    #[cfg(target_os = "linux")]
+                    if let Some(why) = agentd_sandbox::is_sandboxed_peer(cred.pid().unwrap_or(0)) {
+                        tracing::warn!(pid = ?cred.pid(), reason = %why, "refusing requests from a sandboxed command");
+                        tokio::spawn(refuse_sandboxed(stream, why));
+                        continue;
+                    }
                     tracing::debug!(pid = ?cred.pid(), "connection accepted");
                 }
                 Ok(cred) => {
@@ -185,6 +193,35 @@ impl Listener {
         if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
             tracing::warn!("connections did not finish within the drain timeout; closing them");
             conns.abort_all();
+        }
+    }
+}
+
+/// Answers every request of a connection from inside a command sandbox with
+/// `permission_denied` (each one logged), then closes it. Newline-delimited requests
+/// only; anything else just ends the connection.
+async fn refuse_sandboxed(stream: UnixStream, why: String) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let (rd, mut wr) = stream.into_split();
+    let mut lines = BufReader::new(rd.take(1 << 20)).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Ok(req) = serde_json::from_str::<serde_json::Value>(&line) else {
+            break;
+        };
+        let method = req.get("method").and_then(|m| m.as_str()).unwrap_or("");
+        tracing::warn!(method, reason = %why, "refused a request from a sandboxed command");
+        let Some(id) = req.get("id") else { continue };
+        let err = agentd_proto::AgentError::new(
+            agentd_proto::ErrorKind::PermissionDenied,
+            "requests from inside a command sandbox are refused",
+        )
+        .with_details(serde_json::json!({"reason": why, "method": method}));
+        let obj = crate::api::error_object(&err);
+        let resp = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": obj});
+        let mut text = resp.to_string();
+        text.push('\n');
+        if wr.write_all(text.as_bytes()).await.is_err() {
+            break;
         }
     }
 }

@@ -34,6 +34,8 @@ pub enum ErrorKind {
     Interrupted,
     MessageTooLarge,
     Unsupported,
+    /// The command sandbox cannot be built and `[sandbox] on_unavailable = "refuse"`.
+    SandboxUnavailable,
     DaemonUnavailable,
     Internal,
 }
@@ -62,6 +64,7 @@ impl ErrorKind {
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::MessageTooLarge => "message_too_large",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::SandboxUnavailable => "sandbox_unavailable",
             ErrorKind::DaemonUnavailable => "daemon_unavailable",
             ErrorKind::Internal => "internal",
         }

@@ -88,6 +88,9 @@ pub struct CreateParams {
     pub provider: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// `{mode?, network?}` for the session's commands (DESIGN §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -231,6 +234,9 @@ pub struct TurnParams {
     pub permission_mode: Option<String>,
     #[serde(default)]
     pub wait: Option<bool>,
+    /// `{mode?, network?}` for this turn's commands (DESIGN §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -870,3 +870,50 @@ fn the_model_picker_offers_the_configured_providers_without_model_flags() {
     );
     assert!(!values.contains(&"default"), "{values:?}");
 }
+
+/// The bridge offers the command sandbox as a session config option (DESIGN §14): the
+/// editor's pick is the next prompts' `sandbox.mode`, recorded on their commands.
+#[test]
+fn the_sandbox_is_a_session_config_option() {
+    let d = daemon();
+    let m = script_model(
+        &d,
+        "sbx.json",
+        json!({"rules": [{"steps": [
+            {"tool_calls": [{"name": "shell", "args": {"command": "echo x > made.txt"}}]},
+            {"text": "done"}
+        ]}]}),
+    );
+    let mut a = Acp::spawn(&d, &["--model", &m, "--mode", "auto"]);
+    a.initialize();
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let opt = &r["configOptions"][1];
+    assert_eq!(opt["id"], "sandbox", "{r}");
+    assert_eq!(opt["currentValue"], "default");
+    let (r, _) = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "sandbox", "value": "read_only"}),
+        WAIT,
+    );
+    assert_eq!(r["configOptions"][1]["currentValue"], "read_only", "{r}");
+    let id = prompt(&mut a, &sid, "make a file");
+    assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+    let evs = log_events(&d, &sid);
+    let res = of_type(&evs, "tool_result");
+    assert_eq!(
+        res[0]["data"]["sandbox"]["mode"], "read_only",
+        "{:?}",
+        res[0]
+    );
+    assert!(!d.workspace().join("made.txt").exists());
+    let id = a.request(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "sandbox", "value": "yolo"}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+}

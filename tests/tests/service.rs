@@ -592,8 +592,10 @@ fn tool_subprocesses_do_not_inherit_the_activation_environment() {
         "the command ran: {}",
         results[0]
     );
-    // The environment was printed: a variable passed the same way is there.
-    assert!(results[0].contains("AGENTD_LOG="), "{}", results[0]);
+    // The environment was printed: an allowlisted variable is there, and (DESIGN §14)
+    // no AGENTD_* one is.
+    assert!(results[0].contains("PATH="), "{}", results[0]);
+    assert!(!results[0].contains("AGENTD_LOG="), "{}", results[0]);
     for var in [
         "LISTEN_FDS",
         "LISTEN_PID",

@@ -285,7 +285,11 @@ fn symlinks_to_outside_are_never_followed() {
 
 #[test]
 fn a_workspace_deleted_under_a_running_session_is_recorded_not_fatal() {
-    let d = Daemon::start();
+    // The command sandbox never lets a command remove the workspace itself (DESIGN
+    // §14): this deletion stands for one made outside agentd, so no sandbox here.
+    let d = Daemon::builder()
+        .config("[sandbox]\nmode = \"full_access\"\n")
+        .start();
     let ws = d.root().join("doomed");
     std::fs::create_dir(&ws).unwrap();
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();

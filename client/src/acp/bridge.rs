@@ -219,8 +219,18 @@ struct Open {
     own_model: Option<String>,
     /// The model picked in the editor; `None` = the session's own.
     model: Option<String>,
+    /// The command sandbox mode picked in the editor; `None` = the session's own.
+    sandbox: Option<String>,
     always_allow: HashSet<String>,
 }
+
+/// The `sandbox` config option's values (`default`: the session's own policy).
+const SANDBOX_VALUES: &[(&str, &str)] = &[
+    ("default", "Session default"),
+    ("workspace_write", "Workspace write"),
+    ("read_only", "Read only"),
+    ("full_access", "Full access (no sandbox)"),
+];
 
 struct Running {
     cancelled: Arc<Cancel>,
@@ -568,6 +578,13 @@ impl Bridge {
                 "value": v,
                 "name": if v == "default" { "Daemon default".to_string() } else { v.clone() },
             })).collect::<Vec<_>>(),
+        }, {
+            "id": "sandbox",
+            "name": "Sandbox",
+            "description": "How the model's commands are confined (DESIGN §14)",
+            "type": "select",
+            "currentValue": o.sandbox.clone().unwrap_or_else(|| "default".into()),
+            "options": SANDBOX_VALUES.iter().map(|(v, n)| json!({"value": v, "name": n})).collect::<Vec<_>>(),
         }])
     }
 
@@ -634,6 +651,9 @@ impl Bridge {
         if let Some(pv) = &provider {
             create["provider"] = json!(pv);
         }
+        if let Some(s) = self.args.sandbox.to_param() {
+            create["sandbox"] = s;
+        }
         let r = self.call(method::CREATE, create).await?;
         let sid = r["session_id"].as_str().unwrap_or_default().to_string();
         let o = Open {
@@ -641,6 +661,7 @@ impl Bridge {
             mode: self.args.mode.clone(),
             own_model: self.args.models.first().cloned(),
             model: None,
+            sandbox: None,
             always_allow: HashSet::new(),
         };
         if let Ok(mut m) = self.open.lock() {
@@ -702,6 +723,7 @@ impl Bridge {
                     .map_or_else(|| self.args.mode.clone(), |x| x.mode.clone()),
                 own_model,
                 model: prev.as_ref().and_then(|x| x.model.clone()),
+                sandbox: None,
                 always_allow: prev.map(|x| x.always_allow).unwrap_or_default(),
             };
             m.insert(sid.clone(), o.clone());
@@ -829,9 +851,32 @@ impl Bridge {
     fn set_config(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: SetConfig = parse(params, "session/set_config_option params")?;
         let o = self.session_state(&p.session_id)?;
+        if p.config_id == "sandbox" {
+            let v = p.value.as_str().unwrap_or("");
+            if !SANDBOX_VALUES.iter().any(|(s, _)| *s == v) {
+                return Err(RpcErr::params(format!("unknown sandbox value `{v}`")));
+            }
+            let o = {
+                let mut m = self
+                    .open
+                    .lock()
+                    .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
+                let Some(o) = m.get_mut(&p.session_id) else {
+                    return Err(RpcErr::new(-32002, "session closed"));
+                };
+                o.sandbox = (v != "default").then(|| v.to_string());
+                o.clone()
+            };
+            let opts = self.config_options(&o);
+            let note = (
+                "session/update".to_string(),
+                json!({"sessionId": p.session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}),
+            );
+            return Ok((json!({"configOptions": opts}), vec![note]));
+        }
         if p.config_id != "model" {
             return Err(RpcErr::params(format!(
-                "unknown config option `{}`: agentd offers `model`",
+                "unknown config option `{}`: agentd offers `model` and `sandbox`",
                 p.config_id
             )));
         }
@@ -921,6 +966,9 @@ impl Bridge {
         let ask = o.mode == "ask";
         conn.subscribe(sid, None, ask).await?;
         let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode});
+        if let Some(s) = &o.sandbox {
+            params["sandbox"] = json!({"mode": s});
+        }
         if let Some(m) = &o.model {
             let (provider, model) = self.catalog().split(m);
             params["model"] = json!(model);
@@ -1044,8 +1092,13 @@ impl Bridge {
                     self.out
                         .notify("session/update", json!({"sessionId": sid, "update": u}));
                 }
-                let decision = self.permission(sid, &o.workspace, &params, cancelled).await;
-                let _ = conn.respond(id, json!({"decision": decision})).await;
+                let (decision, scope) =
+                    self.permission(sid, &o.workspace, &params, cancelled).await;
+                let mut answer = json!({"decision": decision});
+                if let Some(s) = scope {
+                    answer["scope"] = json!(s);
+                }
+                let _ = conn.respond(id, answer).await;
             }
             Incoming::Request { id, .. } => {
                 let _ = conn
@@ -1056,8 +1109,91 @@ impl Bridge {
         }
     }
 
-    /// Relays one `agentd/permission` request as `session/request_permission`.
-    async fn permission(&self, sid: &str, ws: &Path, p: &Value, cancel: &Cancel) -> &'static str {
+    /// Relays one `agentd/permission` request as `session/request_permission`: the
+    /// decision, and for a sandbox grant the scope the user chose (`call`/`session`).
+    async fn permission(
+        &self,
+        sid: &str,
+        ws: &Path,
+        p: &Value,
+        cancel: &Cancel,
+    ) -> (&'static str, Option<&'static str>) {
+        let grant = p.get("sandbox_grant").filter(|g| !g.is_null());
+        if let Some(g) = grant {
+            return self.grant_permission(sid, ws, p, g, cancel).await;
+        }
+        (self.tool_permission(sid, ws, p, cancel).await, None)
+    }
+
+    /// A command asking for a wider sandbox (DESIGN §14): the grant is spelled out, and
+    /// "always allow" for the tool never covers it.
+    async fn grant_permission(
+        &self,
+        sid: &str,
+        ws: &Path,
+        p: &Value,
+        grant: &Value,
+        cancel: &Cancel,
+    ) -> (&'static str, Option<&'static str>) {
+        let tool = p["tool"].as_str().unwrap_or("tool").to_string();
+        let call_id = p["call_id"].as_str().unwrap_or("");
+        let args = p.get("args").cloned().unwrap_or_else(|| json!({}));
+        let mut fields = map::tool_call_fields(ws, call_id, &tool, &args, None);
+        let spelled: Vec<String> = grant
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| {
+                        format!("{k} {}", v.as_str().map_or(v.to_string(), str::to_string))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let why = p["justification"].as_str().unwrap_or("no reason given");
+        let title = fields
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or(&tool)
+            .to_string();
+        fields.insert(
+            "title".into(),
+            json!(format!(
+                "{title} — wider sandbox: {} ({why})",
+                spelled.join(", ")
+            )),
+        );
+        let req = json!({
+            "sessionId": sid,
+            "toolCall": Value::Object(fields),
+            "options": [
+                {"optionId": "allow-once", "name": "Allow this grant once", "kind": "allow_once"},
+                {"optionId": "allow-session", "name": "Allow this grant for the session", "kind": "allow_always"},
+                {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
+            ],
+        });
+        let ans = tokio::select! {
+            a = self.ask_client("session/request_permission", req) => a,
+            _ = cancel.wait() => None,
+        };
+        let Some(ans) = ans else {
+            return ("deny", None);
+        };
+        let outcome = &ans["result"]["outcome"];
+        match (outcome["outcome"].as_str(), outcome["optionId"].as_str()) {
+            (Some("selected"), Some("allow-once")) => ("allow", Some("call")),
+            (Some("selected"), Some("allow-session")) => ("allow", Some("session")),
+            _ => ("deny", None),
+        }
+    }
+
+    async fn tool_permission(
+        &self,
+        sid: &str,
+        ws: &Path,
+        p: &Value,
+        cancel: &Cancel,
+    ) -> &'static str {
         let tool = p["tool"].as_str().unwrap_or("tool").to_string();
         let always = self
             .open

@@ -2,7 +2,6 @@
 //! that looks like a secret or a way back to the user's session, plus what config names
 //! explicitly. `TMPDIR` is set by the mechanism (the private `/tmp`).
 
-use crate::policy::SandboxConfig;
 use std::collections::BTreeMap;
 
 /// Variables passed through from the daemon's environment.
@@ -74,14 +73,15 @@ fn is_allowed(name: &str) -> bool {
 /// config's `env_pass` names and `env` values (explicit, so only `AGENTD_*` is refused).
 pub fn scrub(
     daemon_env: &BTreeMap<String, String>,
-    config: &SandboxConfig,
+    env_pass: &[String],
+    env_set: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = daemon_env
         .iter()
         .filter(|(k, _)| is_allowed(k) && !is_denied(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    for k in &config.env_pass {
+    for k in env_pass {
         if k.to_ascii_uppercase().starts_with("AGENTD_") {
             continue;
         }
@@ -89,7 +89,7 @@ pub fn scrub(
             out.insert(k.clone(), v.clone());
         }
     }
-    for (k, v) in &config.env {
+    for (k, v) in env_set {
         if !k.to_ascii_uppercase().starts_with("AGENTD_") {
             out.insert(k.clone(), v.clone());
         }
@@ -121,8 +121,8 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let mut cfg = SandboxConfig::default();
-        let out = scrub(&env, &cfg);
+        let mut cfg = crate::policy::SandboxConfig::default();
+        let out = scrub(&env, &cfg.env_pass, &cfg.env);
         assert_eq!(
             out.keys().map(String::as_str).collect::<Vec<_>>(),
             ["HOME", "LC_ALL", "PATH"]
@@ -130,7 +130,7 @@ mod tests {
         cfg.env_pass = vec!["RANDOM_THING".into(), "AGENTD_HOME".into()];
         cfg.env.insert("MY_API_KEY".into(), "explicit".into());
         cfg.env.insert("AGENTD_SOCKET".into(), "no".into());
-        let out = scrub(&env, &cfg);
+        let out = scrub(&env, &cfg.env_pass, &cfg.env);
         assert_eq!(out.get("RANDOM_THING").map(String::as_str), Some("x"));
         assert_eq!(out.get("MY_API_KEY").map(String::as_str), Some("explicit"));
         assert!(!out.keys().any(|k| k.starts_with("AGENTD_")));

@@ -144,11 +144,14 @@ pub fn denials(output: &str, policy: &EffectivePolicy, protected: &[PathBuf]) ->
             }
             continue;
         }
-        if !FS_ERRORS.iter().any(|e| line.contains(e)) {
+        // A hidden directory is an empty mount: reads there fail with ENOENT.
+        let missing = line.contains("No such file or directory") || line.contains("ENOENT");
+        if !missing && !FS_ERRORS.iter().any(|e| line.contains(e)) {
             continue;
         }
         for p in paths_in(line) {
-            if let Some(d) = classify(&p, policy, protected) {
+            let d = classify(&p, policy, protected).filter(|d| !missing || d.kind == "hidden");
+            if let Some(d) = d {
                 if !out.contains(&d) {
                     out.push(d);
                 }
@@ -193,6 +196,13 @@ mod tests {
                    curl: (6) Could not resolve host: example.com\n";
         let d = denials(out, &policy(), &prot);
         let kinds: Vec<&str> = d.iter().map(|d| d.kind.as_str()).collect();
-        assert_eq!(kinds, ["hidden", "protected", "write", "network"]);
+        assert_eq!(kinds, ["hidden", "hidden", "protected", "write", "network"]);
+        // A missing file elsewhere is no denial.
+        assert!(denials(
+            "cat: /etc/nope: No such file or directory",
+            &policy(),
+            &prot
+        )
+        .is_empty());
     }
 }

@@ -53,6 +53,8 @@ pub struct Plan {
     /// Create a user and an empty network namespace, report, and wait on stdin (the
     /// daemon opens the two namespaces and ends it).
     pub holder: bool,
+    /// Fail the mount plan on purpose (the daemon's `fail_setup` test knob).
+    pub fail_setup: bool,
 }
 
 /// What the helper put in force, written just before exec.

@@ -484,7 +484,7 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
         writable_roots: roots,
         hidden,
         caches,
-        env: crate::env::scrub(&inputs.env, &inputs.config),
+        env: crate::env::scrub(&inputs.env, &inputs.config.env_pass, &inputs.config.env),
         dropped_roots: dropped,
     }
 }

@@ -330,3 +330,36 @@ fn no_landlock_refuses_unless_warn() {
     assert_eq!(p.facts()["level"], "none");
     assert!(!p.is_confined());
 }
+
+#[test]
+fn a_symlinked_hooks_dir_still_starts_and_stays_protected() {
+    let e = env();
+    let git = |args: &[&str]| {
+        let s = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&e.ws)
+            .output()
+            .expect("git");
+        assert!(s.status.success(), "git {args:?}: {s:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::create_dir(e.ws.join("my-hooks")).unwrap();
+    std::fs::remove_dir_all(e.ws.join(".git/hooks")).unwrap();
+    std::os::unix::fs::symlink("../my-hooks", e.ws.join(".git/hooks")).unwrap();
+    let sb = sandbox(Knobs::default());
+    let (code, out, facts) = run(
+        &sb,
+        &inputs(&e),
+        &e.ws,
+        "echo x > .git/hooks/post-commit 2>/dev/null && echo BAD-HOOK; rm -f .git/hooks 2>/dev/null && echo BAD-UNLINK; echo ok",
+    );
+    assert_eq!(code, 0, "{out}\n{facts:#}");
+    assert!(!out.contains("BAD-"), "{out}\n{facts:#}");
+    assert!(!e.ws.join("my-hooks/post-commit").exists());
+    assert!(
+        facts["protected_parent"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().unwrap().ends_with(".git"))),
+        "{facts:#}"
+    );
+}

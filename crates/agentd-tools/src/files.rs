@@ -151,6 +151,7 @@ fn read_regular(ctx: &ToolContext, path: &Path, given: &str) -> Result<Vec<u8>, 
 
 pub fn read_file(args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
+    ctx.paths.check(&path, false)?;
     let bytes = read_regular(ctx, &path, &args.path)?;
     let text = String::from_utf8_lossy(&bytes);
     let (output, raw_selected) = select_lines(&text, args.offset_line, args.limit_lines);
@@ -203,6 +204,7 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
         .with_details(json!({"depth": depth})));
     }
     let dir = resolve(&ctx.workspace, &given, Resolve::Existing)?;
+    ctx.paths.check(&dir, false)?;
     let meta = std::fs::metadata(&dir).map_err(|e| io_error(&e, "directory", &given))?;
     if !meta.is_dir() {
         return Err(AgentError::invalid_args(format!(
@@ -212,7 +214,15 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
     }
     let mut lines = Vec::new();
     let mut truncated = false;
-    walk(&dir, "", depth, &mut lines, &mut truncated, &given)?;
+    walk(
+        &dir,
+        "",
+        depth,
+        &mut lines,
+        &mut truncated,
+        &given,
+        &ctx.paths.hidden,
+    )?;
     let mut out = if lines.is_empty() {
         "(empty directory)".to_string()
     } else {
@@ -239,6 +249,7 @@ fn walk(
     out: &mut Vec<String>,
     truncated: &mut bool,
     given: &str,
+    hidden: &[std::path::PathBuf],
 ) -> Result<(), AgentError> {
     let rd = std::fs::read_dir(dir).map_err(|e| io_error(&e, "directory", given))?;
     let mut entries: Vec<(String, std::fs::FileType)> = Vec::new();
@@ -255,6 +266,10 @@ fn walk(
             return Ok(());
         }
         let rel = format!("{prefix}{name}");
+        // What the sandbox hides is not listed either.
+        if hidden.iter().any(|h| dir.join(&name).starts_with(h)) {
+            continue;
+        }
         if ft.is_symlink() {
             out.push(format!("{rel}@"));
         } else if ft.is_dir() {
@@ -267,6 +282,7 @@ fn walk(
                     out,
                     truncated,
                     given,
+                    hidden,
                 )?;
             }
         } else {
@@ -278,6 +294,7 @@ fn walk(
 
 pub fn write_file(args: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
     let path = resolve(&ctx.workspace, &args.path, Resolve::ForWrite)?;
+    ctx.paths.check(&path, true)?;
     let existed = atomic_write(ctx, &path, args.content.as_bytes(), &args.path)?;
     let mut outcome = ToolOutcome::success(format!(
         "{} {} ({} bytes)",
@@ -299,6 +316,7 @@ pub fn edit_file(args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
         );
     }
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
+    ctx.paths.check(&path, true)?;
     let bytes = read_regular(ctx, &path, &args.path)?;
     let positions = find_all(&bytes, args.old.as_bytes());
     match positions.len() {

@@ -22,6 +22,7 @@
 
 pub mod confine;
 pub mod files;
+pub mod sandboxing;
 pub mod search;
 pub mod shell;
 pub mod spec;
@@ -81,6 +82,11 @@ pub struct ToolContext {
     /// it is returned or stored as a resource: a command can still find a key (a file,
     /// another process), and a Log is not the place for it. See [`redact`].
     pub redact: Vec<String>,
+    /// The sandbox `shell` commands run in; `None` only where no daemon binary can
+    /// act as the helper (unit tests).
+    pub sandbox: Option<sandboxing::CommandSandbox>,
+    /// Hidden and protected paths the file tools obey (the sandbox's sets).
+    pub paths: sandboxing::PathRules,
 }
 
 impl ToolContext {
@@ -107,6 +113,8 @@ impl ToolContext {
             output_cap: TOOL_OUTPUT_CAP,
             shell_env_remove: Vec::new(),
             redact: Vec::new(),
+            sandbox: None,
+            paths: sandboxing::PathRules::default(),
         })
     }
 }
@@ -143,6 +151,8 @@ pub struct ToolOutcome {
     pub artifacts: Vec<Artifact>,
     /// Descriptor of the stored full output: `{sha256, bytes, path, media_type}`.
     pub resource: Option<Value>,
+    /// `data.sandbox` of a command: what was in force and what it ran into.
+    pub sandbox: Option<Value>,
 }
 
 impl ToolOutcome {
@@ -154,6 +164,7 @@ impl ToolOutcome {
             exit_code: None,
             artifacts: Vec::new(),
             resource: None,
+            sandbox: None,
         }
     }
 
@@ -165,6 +176,7 @@ impl ToolOutcome {
             exit_code: None,
             artifacts: Vec::new(),
             resource: None,
+            sandbox: None,
         }
     }
 
@@ -199,6 +211,9 @@ impl ToolOutcome {
         }
         if let Some(r) = self.resource {
             m.insert("resource".into(), r);
+        }
+        if let Some(s) = self.sandbox {
+            m.insert("sandbox".into(), s);
         }
         Value::Object(m)
     }

@@ -51,6 +51,7 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
         })?;
     let given = args.path.clone().unwrap_or_else(|| ".".to_string());
     let root = resolve(&ctx.workspace, &given, Resolve::Existing)?;
+    ctx.paths.check(&root, false)?;
     let glob = match &args.glob {
         None => None,
         Some(g) => {
@@ -84,6 +85,10 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
         // Unreadable directories or broken entries are skipped, as a shell search would.
         let Ok(entry) = entry else { continue };
         if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        // What the sandbox hides is not searched either.
+        if ctx.paths.hidden.iter().any(|h| entry.path().starts_with(h)) {
             continue;
         }
         let path = entry.path();

@@ -48,6 +48,12 @@ pub struct ShellArgs {
     pub command: String,
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// A wider sandbox asked for this call; the turn engine decides and widens
+    /// [`ToolContext::sandbox`] before the call runs (never here).
+    #[serde(default)]
+    pub sandbox_grant: Option<serde_json::Value>,
+    #[serde(default)]
+    pub justification: Option<String>,
 }
 
 /// Why the call stopped waiting for the command on its own.
@@ -132,7 +138,50 @@ async fn run_inner(
     };
     let (read_end, write_end) = pipe().map_err(spawn_err)?;
     let write_end2 = write_end.try_clone().map_err(spawn_err)?;
-    let mut child = {
+    // Sandboxed: the helper runs bash inside the sandbox (DESIGN §14).
+    let mut prepared = match &ctx.sandbox {
+        None => None,
+        Some(sb) => {
+            let rt = sb.runtime.clone();
+            let (policy, on_unavailable, limits) =
+                (sb.policy.clone(), sb.on_unavailable, sb.limits);
+            let argv = vec!["bash".to_string(), "-c".to_string(), command.to_string()];
+            let umask = super::user_umask();
+            let cwd = ctx.workspace.clone();
+            // The first call probes the kernel (one helper run): off the workers.
+            let r = tokio::task::spawn_blocking(move || {
+                rt.sandbox.prepare(&agentd_sandbox::CommandRequest {
+                    policy: &policy,
+                    on_unavailable,
+                    argv,
+                    cwd: &cwd,
+                    umask,
+                    limits,
+                })
+            })
+            .await
+            .map_err(|e| AgentError::internal(format!("sandbox setup: {e}")))?;
+            match r {
+                Ok(p) => Some(p),
+                Err(u) => {
+                    return Err(AgentError::new(ErrorKind::SandboxUnavailable, u.message)
+                        .with_details(
+                            json!({"missing": u.missing, "command": clip_chars(command, 160)}),
+                        ))
+                }
+            }
+        }
+    };
+    let mut child = if let Some(p) = prepared.as_mut() {
+        let std_cmd = std::mem::replace(&mut p.command, std::process::Command::new("true"));
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::from(write_end2))
+            .process_group(0)
+            .kill_on_drop(true);
+        cmd.spawn().map_err(spawn_err)?
+    } else {
         // The Command holds the parent's copies of the write end; dropping it at the end
         // of this block is what lets the pipe reach EOF once the children are done.
         let mut cmd = tokio::process::Command::new("bash");
@@ -205,6 +254,9 @@ async fn run_inner(
 
     if stop.is_some() {
         group.kill();
+        if let Some(p) = &prepared {
+            p.kill_cgroup();
+        }
         if status.is_none() {
             if let Ok(Ok(s)) = tokio::time::timeout(REAP_AFTER_KILL, child.wait()).await {
                 status = Some(s);
@@ -227,6 +279,18 @@ async fn run_inner(
 
     let exit_code = status.map(exit_code_of);
     let mut text = String::from_utf8_lossy(&buf).into_owned();
+    let sandbox = prepared.map(|p| p.finish(&buf));
+    if let Some(denials) = sandbox
+        .as_ref()
+        .and_then(|s| s.get("denials"))
+        .and_then(|d| d.as_array())
+    {
+        for d in denials {
+            if let Some(h) = d.get("hint").and_then(|h| h.as_str()) {
+                text.push_str(&format!("\n[sandbox] {h}"));
+            }
+        }
+    }
     if discarded > 0 {
         text.push_str(&format!("\n…[{discarded} further output bytes discarded]"));
     }
@@ -257,6 +321,24 @@ async fn run_inner(
         }
     };
     outcome.exit_code = exit_code;
+    // The helper could not build the sandbox (nothing ran): say so with its kind.
+    if let Some(msg) = sandbox
+        .as_ref()
+        .and_then(|s| s.get("error"))
+        .and_then(|e| e.as_str())
+    {
+        if outcome.error.is_none() && exit_code == Some(agentd_sandbox::plan::SETUP_FAILED) {
+            outcome.ok = false;
+            outcome.error = Some(
+                AgentError::new(
+                    ErrorKind::SandboxUnavailable,
+                    format!("the command sandbox could not be built: {msg}"),
+                )
+                .with_details(json!({"command": clip_chars(command, 160)})),
+            );
+        }
+    }
+    outcome.sandbox = sandbox;
     outcome.artifacts.push(Artifact {
         uri: format!("command:{}", clip_chars(command, 160)),
         kind: "command",

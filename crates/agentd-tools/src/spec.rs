@@ -125,6 +125,23 @@ pub fn specs() -> Vec<ToolSpec> {
                 "command": {"type": "string", "description": "Bash command line."},
                 "timeout_s": {"type": ["integer", "null"], "minimum": 1, "maximum": 600,
                     "description": "Timeout in seconds (null: the session default, 120)."},
+                "sandbox_grant": {
+                    "type": ["object", "null"],
+                    "description": "Only when a command failed on a sandbox denial and truly \
+                        needs more: ask the user for a wider sandbox for this one command \
+                        (null: the session's sandbox). Only honoured in `ask` permission mode.",
+                    "properties": {
+                        "network": {"type": ["string", "null"], "enum": ["host", null]},
+                        "write": {"type": ["string", "null"], "description": "An absolute path to make writable."},
+                        "read": {"type": ["string", "null"], "description": "An absolute hidden path to make readable."},
+                        "cache": {"type": ["string", "null"], "enum": ["cache:cargo", "cache:npm", "cache:pip", "cache:go", null]},
+                        "full_access": {"type": ["boolean", "null"]},
+                    },
+                    "required": ["network", "write", "read", "cache", "full_access"],
+                    "additionalProperties": false,
+                },
+                "justification": {"type": ["string", "null"],
+                    "description": "Why the wider sandbox is needed (shown to the user)."},
             })),
         ),
     ]

@@ -115,12 +115,13 @@ pub(super) async fn run(
     let begin = async {
         crate::ops::reconcile(h, ReconcileReason::BeforeStartTurn, false, true).await?;
         h.set_running_turn(Some(running.turn_id.clone())).await?;
-        let (workspace, ratio, deps) = h
+        let (workspace, ratio, deps, session_grants) = h
             .query(move |st| {
                 (
                     st.workspace().to_string(),
                     usage_ratio(st),
                     st.checkpoint.fact_dependency_uris(),
+                    session_grants(st),
                 )
             })
             .await?;
@@ -130,6 +131,7 @@ pub(super) async fn run(
             workspace.clone(),
             &spec,
             &running.cancel,
+            session_grants,
         )
         .await?;
         let res = h
@@ -137,7 +139,7 @@ pub(super) async fn run(
                 vec![
                     EventDraft::new(
                         EventType::TurnStarted,
-                        json!({"turn_id": running.turn_id, "model": spec.model, "provider": spec.provider_name()}),
+                        turn_started_data(&running.turn_id, &spec, &tools),
                     ),
                     EventDraft::new(EventType::UserMessage, json!({"text": input})),
                 ],
@@ -206,6 +208,7 @@ async fn tool_context(
     workspace: String,
     spec: &TurnSpec,
     cancel: &CancellationToken,
+    session_grants: Vec<agentd_sandbox::Grant>,
 ) -> Result<ToolContext, AgentError> {
     let resources = registry.home.resources_dir(sid)?;
     // Canonicalizing the workspace walks the filesystem: off the runtime's workers.
@@ -214,7 +217,62 @@ async fn tool_context(
     ctx.cancel = cancel.clone();
     ctx.shell_env_remove = spec.env_remove.clone();
     ctx.redact = spec.secrets.clone();
+    if let Some(rt) = crate::tools::sandboxing::runtime() {
+        let inputs = crate::tools::sandboxing::inputs(
+            &rt,
+            &registry.config.sandbox,
+            spec.sandbox_session,
+            spec.sandbox_turn,
+            &ctx.workspace,
+        );
+        let mut inputs = inputs;
+        inputs.grants = session_grants;
+        let policy = agentd_sandbox::effective(&inputs);
+        let paths = crate::filesystem::blocking({
+            let policy = policy.clone();
+            move || Ok::<_, AgentError>(crate::tools::sandboxing::PathRules::from_policy(&policy))
+        })
+        .await??;
+        ctx.paths = paths;
+        ctx.sandbox = Some(crate::tools::sandboxing::CommandSandbox {
+            runtime: rt,
+            inputs,
+            policy,
+            on_unavailable: registry.config.sandbox.on_unavailable,
+            limits: agentd_sandbox::Limits::from_config(&registry.config.sandbox),
+        });
+    }
     Ok(ctx)
+}
+
+/// Sandbox grants approved for the session: the `permission_decision`s that allowed a
+/// `grant` with `scope: "session"` (DESIGN §14), in Log order.
+fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
+    st.events
+        .iter()
+        .filter(|e| e.event_type() == EventType::PermissionDecision)
+        .map(|e| e.event())
+        .filter(|e| {
+            e.data.get("decision").and_then(|d| d.as_str()) == Some("allow")
+                && e.data.get("scope").and_then(|d| d.as_str()) == Some("session")
+        })
+        .filter_map(|e| {
+            tools::sandboxing::parse_grant(e.data.get("grant"))
+                .ok()
+                .flatten()
+        })
+        .flatten()
+        .collect()
+}
+
+/// `turn_started` data: the turn, its model, and the effective sandbox policy its
+/// commands run under (recorded each turn, so every change is in the Log).
+fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> serde_json::Value {
+    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name()});
+    if let Some(sb) = &tools.sandbox {
+        d["sandbox"] = sb.policy.to_record();
+    }
+    d
 }
 
 /// The estimate correction from the latest `provider_usage` that recorded its estimate.
@@ -524,10 +582,31 @@ impl Runner<'_> {
                 turn_id: &self.turn_id,
                 cancel: &self.cancel,
             };
-            let decision = match permission::decide(mode, &ask, &call_id, &name, &args).await {
-                Ok(d) => d,
-                Err(_) => return Ok(false),
+            // A `shell` call may ask for a wider sandbox (DESIGN §14): only a client's
+            // approval in `ask` mode grants it.
+            let grant_arg = (name == "shell")
+                .then(|| args.get("sandbox_grant").filter(|g| !g.is_null()))
+                .flatten()
+                .cloned();
+            let grants = match tools::sandboxing::parse_grant(grant_arg.as_ref()) {
+                Ok(g) => g,
+                Err(e) => {
+                    let data = ToolOutcome::failure(e).into_result_data(&call_id);
+                    self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                        .await?;
+                    continue;
+                }
             };
+            let grant_value = grants
+                .as_ref()
+                .map(|_| grant_arg.clone().unwrap_or_default());
+            let decision =
+                match permission::decide(mode, &ask, &call_id, &name, &args, grant_value.as_ref())
+                    .await
+                {
+                    Ok(d) => d,
+                    Err(_) => return Ok(false),
+                };
             if let Some(d) = &decision {
                 self.append(vec![EventDraft::new(
                     EventType::PermissionDecision,
@@ -545,10 +624,26 @@ impl Runner<'_> {
                 self.memory_apply(call_id, args).await?;
                 continue;
             }
+            // An approved grant widens this call's sandbox, or the session's from now on.
+            let mut call_tools = None;
+            if let (Some(g), Some(d), Some(sb)) = (&grants, &decision, &self.tools.sandbox) {
+                if d.allow {
+                    let session = d.scope == Some("session");
+                    let widened = sb.widened(g, !session);
+                    let mut ctx = self.tools.clone();
+                    ctx.paths = tools::sandboxing::PathRules::from_policy(&widened.policy);
+                    ctx.sandbox = Some(widened);
+                    if session {
+                        self.tools = ctx.clone();
+                    }
+                    call_tools = Some(ctx);
+                }
+            }
             if let Some(d) = self.snapshots.before(self.h, &name, &call_id).await {
                 self.append(vec![d]).await?;
             }
-            let outcome = tools::run(&name, &args, &self.tools).await;
+            let outcome =
+                tools::run(&name, &args, call_tools.as_ref().unwrap_or(&self.tools)).await;
             let data = outcome.into_result_data(&call_id);
             self.watch_artifacts(&data);
             // The snapshot goes first, so the files "at" the result's seq include the call.

@@ -53,17 +53,37 @@ impl PermissionMode {
 pub struct Decision {
     pub allow: bool,
     pub reason: &'static str,
+    /// A wider sandbox the call asked for (DESIGN §14), as asked.
+    pub grant: Option<Value>,
+    /// `call` or `session`: how long an allowed grant holds.
+    pub scope: Option<&'static str>,
 }
 
 impl Decision {
-    /// `permission_decision` data.
+    pub fn new(allow: bool, reason: &'static str) -> Decision {
+        Decision {
+            allow,
+            reason,
+            grant: None,
+            scope: None,
+        }
+    }
+
+    /// `permission_decision` data (with `grant` and `scope` for a sandbox escalation).
     pub fn event_data(&self, call_id: &str, mode: PermissionMode) -> Value {
-        json!({
+        let mut d = json!({
             "call_id": call_id,
             "decision": if self.allow { "allow" } else { "deny" },
             "mode": mode.as_str(),
             "reason": self.reason,
-        })
+        });
+        if let Some(g) = &self.grant {
+            d["grant"] = g.clone();
+            if self.allow {
+                d["scope"] = json!(self.scope.unwrap_or("call"));
+            }
+        }
+        d
     }
 
     /// The `tool_result` error of a denied call.
@@ -107,30 +127,40 @@ pub async fn decide(
     call_id: &str,
     tool: &str,
     args: &Value,
+    grant: Option<&Value>,
 ) -> Result<Option<Decision>, AgentError> {
     if !crate::tools::is_mutating(tool) {
         return Ok(None);
     }
+    let with_grant = |mut d: Decision| {
+        d.grant = grant.cloned();
+        d
+    };
     match mode {
+        // `auto` never widens the session's sandbox.
+        PermissionMode::Auto if grant.is_some() => Ok(Some(with_grant(Decision::new(
+            false,
+            "escalation_needs_ask",
+        )))),
         PermissionMode::Auto => Ok(None),
-        PermissionMode::ReadOnly => Ok(Some(Decision {
-            allow: false,
-            reason: "read_only",
-        })),
+        PermissionMode::ReadOnly => Ok(Some(Decision::new(false, "read_only"))),
         PermissionMode::Ask => {
             let Some(client) = ask.turns.permission_peer(ask.session_id) else {
-                return Ok(Some(Decision {
-                    allow: false,
-                    reason: "no_client",
-                }));
+                return Ok(Some(Decision::new(false, "no_client")));
             };
-            let params = json!({
+            let mut params = json!({
                 "session_id": ask.session_id,
                 "turn_id": ask.turn_id,
                 "call_id": call_id,
                 "tool": tool,
                 "args": args,
             });
+            if let Some(g) = grant {
+                // The grant spelled out: the client may allow it for this call or, with
+                // `"scope": "session"` in its answer, for the session.
+                params["sandbox_grant"] = g.clone();
+                params["justification"] = args.get("justification").cloned().unwrap_or(Value::Null);
+            }
             let timeout =
                 Duration::from_secs(ask.turns.registry.config.permission_timeout_s.max(1));
             let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
@@ -139,16 +169,25 @@ pub async fn decide(
                     return Err(AgentError::new(ErrorKind::Interrupted, "interrupted while asking for permission"));
                 }
                 r = tokio::time::timeout(timeout, request) => match r {
-                    Err(_) => Decision { allow: false, reason: "timeout" },
-                    Ok(None) => Decision { allow: false, reason: "client_gone" },
+                    Err(_) => Decision::new(false, "timeout"),
+                    Ok(None) => Decision::new(false, "client_gone"),
                     Ok(Some(resp)) => match answer_allows(&resp) {
-                        Some(true) => Decision { allow: true, reason: "client_allowed" },
-                        Some(false) => Decision { allow: false, reason: "client_denied" },
-                        None => Decision { allow: false, reason: "bad_answer" },
+                        Some(true) => {
+                            let mut d = Decision::new(true, "client_allowed");
+                            let session = resp
+                                .get("result")
+                                .and_then(|r| r.get("scope"))
+                                .and_then(Value::as_str)
+                                == Some("session");
+                            d.scope = Some(if session { "session" } else { "call" });
+                            d
+                        }
+                        Some(false) => Decision::new(false, "client_denied"),
+                        None => Decision::new(false, "bad_answer"),
                     },
                 },
             };
-            Ok(Some(decision))
+            Ok(Some(with_grant(decision)))
         }
     }
 }
@@ -174,10 +213,7 @@ mod tests {
             Some(false)
         );
         assert_eq!(answer_allows(&json!({"error": {"code": 1}})), None);
-        let d = Decision {
-            allow: false,
-            reason: "read_only",
-        };
+        let d = Decision::new(false, "read_only");
         assert_eq!(
             d.event_data("c1", PermissionMode::ReadOnly),
             json!({"call_id":"c1","decision":"deny","mode":"read_only","reason":"read_only"})

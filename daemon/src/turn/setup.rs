@@ -34,6 +34,9 @@ pub struct TurnSpec {
     /// The values of those variables (the keys themselves), scrubbed from everything
     /// the turn records.
     pub secrets: Vec<String>,
+    /// The session's and this turn's `sandbox: {mode?, network?}` (DESIGN §14).
+    pub sandbox_session: agentd_sandbox::SandboxRequest,
+    pub sandbox_turn: agentd_sandbox::SandboxRequest,
 }
 
 impl TurnSpec {
@@ -68,6 +71,21 @@ pub fn provider_for(
 
 /// The session's `{provider, model}`, read off its first event whatever its type
 /// (`session_started`, or a fork's `session_fork`).
+/// The session's `sandbox` request, read off its `session_started`.
+pub async fn session_sandbox(
+    h: &SessionHandle,
+) -> Result<agentd_sandbox::SandboxRequest, AgentError> {
+    h.query(|st| {
+        st.events
+            .first()
+            .map(|e| e.event())
+            .and_then(|e| e.data.get("sandbox").cloned())
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    })
+    .await
+}
+
 pub async fn session_choice(
     h: &SessionHandle,
 ) -> Result<(Option<String>, Option<String>), AgentError> {
@@ -90,6 +108,8 @@ pub async fn resolve(
     p: &TurnParams,
 ) -> Result<TurnSpec, AgentError> {
     let permission_mode = PermissionMode::parse(p.permission_mode.as_deref())?;
+    let sandbox_turn = crate::tools::sandboxing::parse_request(p.sandbox.as_ref())?;
+    let sandbox_session = session_sandbox(h).await?;
     let max_iterations = p.max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS);
     if max_iterations == 0 || max_iterations > MAX_MAX_ITERATIONS {
         return Err(AgentError::invalid_args(format!(
@@ -137,5 +157,7 @@ pub async fn resolve(
         max_iterations,
         env_remove,
         secrets,
+        sandbox_session,
+        sandbox_turn,
     })
 }

@@ -39,6 +39,26 @@ fn own_v2_path() -> Option<PathBuf> {
     Some(Path::new(V2_ROOT).join(rel.trim_start_matches('/')))
 }
 
+/// Which hierarchy [`detect`] would use, without changing anything (for reports such as
+/// `agentctl doctor`).
+pub fn available() -> Option<&'static str> {
+    // SAFETY: geteuid never fails.
+    let root = unsafe { libc::geteuid() } == 0;
+    if Path::new(V2_ROOT).join("cgroup.controllers").exists() {
+        if root {
+            return Some("v2");
+        }
+        let own = own_v2_path()?;
+        let ctl = std::fs::read_to_string(own.join("cgroup.controllers")).ok()?;
+        let c =
+            std::ffi::CString::new(own.join("cgroup.procs").as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: access takes a NUL-terminated path.
+        let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+        return (ctl.contains("pids") && writable).then_some("v2 (delegated)");
+    }
+    (root && Path::new(V2_ROOT).join("pids/cgroup.procs").exists()).then_some("v1")
+}
+
 /// Finds (and prepares) the hierarchy, or `None` when agentd may not make cgroups.
 pub fn detect() -> Option<Hierarchy> {
     // SAFETY: geteuid never fails.

@@ -6,4 +6,5 @@ pub mod confine;
 pub mod helper;
 pub mod mounts;
 pub mod peer;
+pub mod restore;
 pub mod spawn;

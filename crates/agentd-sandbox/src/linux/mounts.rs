@@ -140,9 +140,22 @@ fn locked_flags(fd: &OwnedFd) -> libc::c_ulong {
     out
 }
 
-/// Binds `p` read-only over itself, resolved without symlinks.
+fn is_symlink(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat fills the struct for a valid descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFLNK
+    }
+}
+
+/// Binds `p` read-only over itself, resolved without symlinks. A symlink at `p` itself
+/// is refused (`ELOOP`) like one on the way: protecting the link would leave what it
+/// points to writable.
 fn bind_readonly(p: &Path) -> io::Result<()> {
     let fd = open_nofollow(p)?;
+    if is_symlink(&fd) {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
     let target = fd_path(&fd);
     mount(
         Some(&target),
@@ -175,6 +188,9 @@ fn is_dir(fd: &OwnedFd) -> bool {
 /// anything else.
 fn hide(p: &Path) -> io::Result<()> {
     let fd = open_nofollow(p)?;
+    if is_symlink(&fd) {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
     let target = fd_path(&fd);
     if is_dir(&fd) {
         mount(
@@ -271,6 +287,9 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
 
 /// Applies the mount plan (pid 1, after `/proc`).
 pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
+    if plan.fail_setup {
+        return Err("the mount plan failed on purpose (test knob fail_setup)".into());
+    }
     let tmp = Path::new("/tmp");
     // Paths under /tmp that must stay visible: writable roots and the working
     // directory. Pin them before the private /tmp covers them.

@@ -24,6 +24,8 @@ pub struct Knobs {
     pub force_no_userns: bool,
     pub force_no_landlock: bool,
     pub force_no_seccomp: bool,
+    /// The helper's mount plan fails (a sandbox that cannot be built mid-way).
+    pub fail_setup: bool,
 }
 
 impl Knobs {
@@ -35,6 +37,7 @@ impl Knobs {
                 "no_userns" => k.force_no_userns = true,
                 "no_landlock" => k.force_no_landlock = true,
                 "no_seccomp" => k.force_no_seccomp = true,
+                "fail_setup" => k.fail_setup = true,
                 _ => {}
             }
         }
@@ -134,6 +137,8 @@ pub struct Prepared {
     cgroup: Option<Cgroup>,
     policy: EffectivePolicy,
     protected: Vec<PathBuf>,
+    /// Without a mount namespace: the protected paths as they were, put back after.
+    restore: Option<super::restore::Snapshot>,
 }
 
 fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -251,6 +256,14 @@ pub fn git_protected(roots: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
             }
         }
     }
+    // A protected path that is a symlink (`.git/hooks -> ../my-hooks`): what it points
+    // to is protected too (the link itself gets its parent protected by the helper).
+    let targets: Vec<PathBuf> = protected
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    protected.extend(targets);
     protected.sort();
     protected.dedup();
     (protected, extra_roots)
@@ -327,7 +340,7 @@ impl Sandbox {
             seccomp,
             userns,
             userns_error,
-            cgroup: self.hierarchy().map(|h| h.name().to_string()),
+            cgroup: cgroup::available().map(str::to_string),
             level: level.into(),
             missing,
             knobs: self.knobs,
@@ -485,6 +498,7 @@ impl Sandbox {
                 cgroup: None,
                 policy: p.clone(),
                 protected: Vec::new(),
+                restore: None,
             }
         };
         if p.mode == Mode::FullAccess {
@@ -592,6 +606,7 @@ impl Sandbox {
             probe: false,
             join_net: false,
             holder: false,
+            fail_setup: self.knobs.fail_setup,
         };
         let ns = if namespaces && p.network == crate::policy::Network::None {
             self.shared_netns()
@@ -636,6 +651,7 @@ impl Sandbox {
             tmp_dir,
             cgroup,
             policy: p.clone(),
+            restore: (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable)),
             protected,
         })
     }
@@ -727,8 +743,22 @@ impl Prepared {
             let _ = std::fs::remove_dir_all(t);
         }
         let text = String::from_utf8_lossy(output);
-        let denials = hints::denials(&text, &self.policy, &self.protected);
-        facts.insert("denials".into(), json!(denials));
+        let mut denials = json!(hints::denials(&text, &self.policy, &self.protected));
+        if let Some(snap) = self.restore.take() {
+            for (path, what) in snap.restore() {
+                if let Some(d) = denials.as_array_mut() {
+                    d.push(json!({
+                        "kind": "protected",
+                        "path": path,
+                        "hint": format!(
+                            "{} is protected by the sandbox (git hooks and config run code outside it): {what}",
+                            path.display()
+                        ),
+                    }));
+                }
+            }
+        }
+        facts.insert("denials".into(), denials);
         Value::Object(facts)
     }
 
@@ -744,6 +774,9 @@ impl Drop for Prepared {
     fn drop(&mut self) {
         if let Some(cg) = self.cgroup.take() {
             cg.kill_and_remove();
+        }
+        if let Some(snap) = self.restore.take() {
+            snap.restore();
         }
         if let Some(t) = self.tmp_dir.take() {
             let _ = std::fs::remove_dir_all(t);
