@@ -80,8 +80,8 @@ else
 fi
 trap 'rm -rf "$scratch"' EXIT
 export AGENTD_FUZZ_SCRATCH="$scratch"
-# As `cargo fuzz run` does: the bundled SQLite's C code is instrumented too, and gcc's
-# same-named static arrays in it read as one-definition-rule violations at start-up.
+# The bundled SQLite's C code is instrumented too, and two same-named static arrays in
+# it read as a one-definition-rule violation at start-up.
 export ASAN_OPTIONS="detect_odr_violation=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 mkdir -p "$work/logs"
 
