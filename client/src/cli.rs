@@ -122,6 +122,55 @@ pub enum Command {
     /// Move sessions between stores (a file home, a PostgreSQL database).
     #[command(subcommand)]
     Store(StoreCmd),
+    /// MCP servers (`[mcp_servers.NAME]` in config.toml): their state, their tools, and
+    /// importing entries from another agent's configuration.
+    #[command(subcommand)]
+    Mcp(McpCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCmd {
+    /// The configured MCP servers and, for sessions that started theirs, each server's
+    /// state, tool count, pid and last error. MCP tools run outside the workspace
+    /// confinement of the built-in file tools.
+    List(McpListArgs),
+    /// The tools of the MCP servers: a session's (`--session`), or else each configured
+    /// server started once, listed and stopped.
+    Tools(McpToolsArgs),
+    /// Copy MCP server entries from another agent's file (`.mcp.json`, Claude's or
+    /// Cursor's `{"mcpServers": {...}}`, or a Codex config.toml) into agentd's
+    /// config.toml. Prints the entries (with env values hidden) and writes them only with
+    /// --yes: running the commands a file names is code execution.
+    Import(McpImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpListArgs {
+    /// Only this session.
+    #[arg(long = "session", value_name = "ID")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct McpToolsArgs {
+    /// Only this server.
+    pub server: Option<String>,
+    /// The tools of this session's running servers.
+    #[arg(long = "session", value_name = "ID")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct McpImportArgs {
+    /// The file to read.
+    pub file: PathBuf,
+    /// Write the entries into config.toml (entries whose name config already has are
+    /// left alone).
+    #[arg(long)]
+    pub yes: bool,
+    /// The config file to write (default: AGENTD_CONFIG, else ~/.config/agentd/config.toml).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -214,6 +214,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Doctor => crate::doctor::run(&target, human).await,
         Command::Import(a) => crate::discover::run(&target, a, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
+        Command::Mcp(crate::cli::McpCmd::Import(a)) => crate::mcp::import(a),
         _ => Err(AgentError::internal("command without a handler")),
     }
 }

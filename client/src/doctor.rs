@@ -21,24 +21,28 @@ use std::path::{Path, PathBuf};
 const SUN_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
 
 struct Check {
-    name: &'static str,
+    name: std::borrow::Cow<'static, str>,
     ok: bool,
     detail: String,
     fix: Option<String>,
 }
 
-fn ok(name: &'static str, detail: impl Into<String>) -> Check {
+fn ok(name: impl Into<std::borrow::Cow<'static, str>>, detail: impl Into<String>) -> Check {
     Check {
-        name,
+        name: name.into(),
         ok: true,
         detail: detail.into(),
         fix: None,
     }
 }
 
-fn bad(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+fn bad(
+    name: impl Into<std::borrow::Cow<'static, str>>,
+    detail: impl Into<String>,
+    fix: impl Into<String>,
+) -> Check {
     Check {
-        name,
+        name: name.into(),
         ok: false,
         detail: detail.into(),
         fix: Some(fix.into()),
@@ -591,6 +595,16 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
         checks.push(check_database(&url, password_file.as_deref()).await);
     }
     checks.push(check_service(target).await);
+    if let Some(cfg) = config.as_ref() {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| home.clone());
+        for (name, good, detail, fix) in crate::mcp::probe(cfg, &cwd).await {
+            let label = format!("mcp:{name}");
+            checks.push(match fix {
+                Some(f) if !good => bad(label, detail, f),
+                _ => ok(label, detail),
+            });
+        }
+    }
 
     let problems = checks.iter().filter(|c| !c.ok).count();
     let mut text = String::new();

@@ -6,7 +6,8 @@
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
 //! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks),
-//! `acp` (the ACP agent on stdio), `mcp_server` (the MCP server on stdio).
+//! `acp` (the ACP agent on stdio), `mcp_server` (the MCP server on stdio), `mcp`
+//! (`mcp import` and doctor's MCP probe).
 
 mod acp;
 mod cli;
@@ -14,6 +15,7 @@ mod commands;
 mod daemon;
 mod discover;
 mod doctor;
+mod mcp;
 mod mcp_server;
 mod output;
 mod params;

@@ -281,6 +281,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Completions(_)
         | Command::Doctor
         | Command::Store(_)
+        | Command::Mcp(_)
         | Command::Acp(_)
         | Command::McpServer(_) => return Ok(None),
     };

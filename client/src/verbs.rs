@@ -2,7 +2,7 @@
 //! `rm`, `restore`, `search`, `export`, `usage`, and `config init`. Arguments, their
 //! mapping to native methods, and human rendering live here; `commands` dispatches.
 
-use crate::cli::{Command, ExportArgs, RmArgs, UsageBy};
+use crate::cli::{Command, ExportArgs, McpCmd, RmArgs, UsageBy};
 use crate::params::{abs_dir, check_sid, object, Request};
 use agentd_proto::rpc::method;
 use agentd_proto::AgentError;
@@ -52,6 +52,29 @@ pub fn request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, AgentError>
                 ("types", (!a.types.is_empty()).then(|| json!(a.types))),
                 ("limit", Some(a.limit.into())),
                 ("cursor", a.cursor.clone().map(Into::into)),
+            ]),
+        ),
+        Command::Mcp(McpCmd::List(a)) => (
+            method::MCP_LIST,
+            object(vec![(
+                "session_id",
+                a.session_id.as_deref().map(sid).transpose()?.flatten(),
+            )]),
+        ),
+        Command::Mcp(McpCmd::Tools(a)) => (
+            method::MCP_TOOLS,
+            object(vec![
+                (
+                    "session_id",
+                    a.session_id.as_deref().map(sid).transpose()?.flatten(),
+                ),
+                ("server", a.server.clone().map(Into::into)),
+                (
+                    "workspace",
+                    a.session_id
+                        .is_none()
+                        .then(|| cwd.to_string_lossy().into_owned().into()),
+                ),
             ]),
         ),
         Command::Usage(a) => (
@@ -130,9 +153,88 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
+fn server_line(out: &mut String, st: &Value) {
+    let _ = write!(
+        out,
+        "  {:<20} {:<11} {:>3} tools",
+        s(st, "name"),
+        s(st, "state"),
+        st["tools"].as_u64().unwrap_or(0)
+    );
+    if let Some(p) = st["protocol"].as_str() {
+        let _ = write!(out, "  protocol {p}");
+    }
+    if let Some(pid) = st["pid"].as_i64() {
+        let _ = write!(out, "  pid {pid}");
+    }
+    if let Some(ms) = st["started_ms"].as_u64() {
+        let _ = write!(out, "  started in {ms} ms");
+    }
+    out.push('\n');
+    if let Some(e) = st["last_error"].as_str() {
+        let _ = writeln!(out, "      last error: {e}");
+    }
+}
+
 /// Human text of a verb's result; `None` for other commands.
 pub fn render(cmd: &Command, v: &Value) -> Option<String> {
     Some(match cmd {
+        Command::Mcp(McpCmd::List(_)) => {
+            let mut out = String::new();
+            let config = v["config"].as_array().cloned().unwrap_or_default();
+            if config.is_empty() {
+                out.push_str("no [mcp_servers] in config.toml\n");
+            }
+            for c in &config {
+                let what = c["command"]
+                    .as_str()
+                    .map(|cmd| {
+                        let args: Vec<&str> = c["args"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(Value::as_str).collect())
+                            .unwrap_or_default();
+                        format!("{cmd} {}", args.join(" "))
+                    })
+                    .or_else(|| c["url"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "{:<20} {:<6} {}{}",
+                    s(c, "name"),
+                    s(c, "transport"),
+                    what.trim_end(),
+                    if c["enabled"] == false {
+                        "  (disabled)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            for sess in v["sessions"].as_array().into_iter().flatten() {
+                let _ = writeln!(out, "session {}", s(sess, "session_id"));
+                for st in sess["servers"].as_array().into_iter().flatten() {
+                    server_line(&mut out, st);
+                }
+            }
+            out.push_str("MCP tools run outside the workspace confinement of the file tools.\n");
+            out
+        }
+        Command::Mcp(McpCmd::Tools(_)) => {
+            let mut out = String::new();
+            for st in v["servers"].as_array().into_iter().flatten() {
+                server_line(&mut out, st);
+            }
+            for t in v["tools"].as_array().into_iter().flatten() {
+                let ro = if t["annotations"]["readOnlyHint"] == true {
+                    " [read-only hint]"
+                } else {
+                    ""
+                };
+                let desc = s(t, "description").lines().next().unwrap_or("");
+                let _ = writeln!(out, "{}{ro}\n    {desc}", s(t, "name"));
+            }
+            out
+        }
         Command::Rename(_) | Command::Archive(_) | Command::Unarchive(_) => {
             let what = match cmd {
                 Command::Rename(_) => format!("title {}", Value::String(s(v, "title").into())),

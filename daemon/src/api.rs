@@ -269,7 +269,27 @@ pub fn methods(api: Api) -> Methods {
     method(
         &mut m,
         method::CREATE,
-        |api, p: CreateParams, _| async move { create(&api.registry, p).await },
+        |api, mut p: CreateParams, _| async move {
+            let mcp = match p.mcp_servers.take() {
+                Some(entries) => Some(crate::turn::mcp::parse_client(&entries)?),
+                None => None,
+            };
+            let out = create(&api.registry, p).await?;
+            if let (Some(mcp), Some(sid)) = (mcp, out["session_id"].as_str()) {
+                api.turns.mcp.set_client(sid, mcp);
+            }
+            Ok(out)
+        },
+    );
+    method(
+        &mut m,
+        method::MCP_LIST,
+        |api, p: McpListParams, _| async move { mcp_list(&api.turns, p).await },
+    );
+    method(
+        &mut m,
+        method::MCP_TOOLS,
+        |api, p: McpToolsParams, _| async move { mcp_tools(&api.turns, p).await },
     );
     method(
         &mut m,
@@ -447,6 +467,110 @@ fn capabilities() -> Vec<String> {
 #[derive(serde::Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct Empty {}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct McpListParams {
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct McpToolsParams {
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    server: Option<String>,
+    /// Where a probe runs the servers (a session's workspace is used for a session).
+    #[serde(default)]
+    workspace: Option<String>,
+}
+
+/// `agentd/mcp_list`: the configured servers and, per session with servers, their state.
+async fn mcp_list(turns: &Arc<TurnManager>, p: McpListParams) -> Result<Value, AgentError> {
+    let config: Vec<Value> = turns
+        .mcp
+        .config()
+        .iter()
+        .map(|(n, c)| {
+            let mut d = c.describe(n);
+            d["enabled"] = json!(c.enabled);
+            d
+        })
+        .collect();
+    let mut sessions = Vec::new();
+    for (sid, m) in turns.mcp.sessions() {
+        if p.session_id.as_deref().is_some_and(|s| s != sid) {
+            continue;
+        }
+        sessions.push(json!({
+            "session_id": sid,
+            "servers": crate::turn::mcp::describe(&m).await,
+        }));
+    }
+    sessions.sort_by(|a, b| a["session_id"].as_str().cmp(&b["session_id"].as_str()));
+    Ok(json!({"config": config, "sessions": sessions}))
+}
+
+fn offered_json(o: &agentd_mcp::Offered) -> Value {
+    json!({
+        "name": o.name, "server": o.server, "tool": o.tool.name, "title": o.tool.title,
+        "description": o.tool.description, "annotations": o.tool.annotations,
+        "trusted_read_only": o.trusted_read_only,
+    })
+}
+
+/// `agentd/mcp_tools`: a session's MCP tools, or (no session) a probe that starts the
+/// configured servers once, lists their tools and stops them.
+async fn mcp_tools(turns: &Arc<TurnManager>, p: McpToolsParams) -> Result<Value, AgentError> {
+    let keep = |o: &agentd_mcp::Offered| p.server.as_deref().is_none_or(|s| s == o.server);
+    if let Some(sid) = &p.session_id {
+        let Some(m) = turns.mcp.manager(sid) else {
+            return Err(AgentError::new(
+                agentd_proto::ErrorKind::NotFound,
+                format!("session {sid} has no running MCP servers (they start at its first turn)"),
+            ));
+        };
+        let tools: Vec<Value> = m
+            .tools()
+            .await
+            .iter()
+            .filter(|o| keep(o))
+            .map(offered_json)
+            .collect();
+        return Ok(json!({"servers": crate::turn::mcp::describe(&m).await, "tools": tools}));
+    }
+    let mut servers = turns.mcp.config().clone();
+    servers.retain(|n, c| c.enabled && p.server.as_deref().is_none_or(|s| s == n));
+    if let Some(s) = &p.server {
+        if servers.is_empty() {
+            return Err(AgentError::new(
+                agentd_proto::ErrorKind::NotFound,
+                format!("no enabled MCP server `{s}` in config"),
+            ));
+        }
+    }
+    let workspace = match p.workspace {
+        Some(w) => crate::filesystem::check_workspace_async(w).await?,
+        None => std::env::var("HOME").unwrap_or_else(|_| "/".into()),
+    };
+    let probe_dir = turns.registry.home.root().to_path_buf();
+    let manager = agentd_mcp::Manager::new(agentd_mcp::ManagerOptions {
+        start: agentd_mcp::StartContext {
+            workspace: workspace.into(),
+            run_dir: crate::turn::mcp::run_dir(&probe_dir),
+            session_id: "probe".into(),
+            inherited_env: crate::turn::mcp::inherited_env(&servers),
+        },
+        servers,
+    });
+    manager.start().await;
+    let tools: Vec<Value> = manager.tools().await.iter().map(offered_json).collect();
+    let status = crate::turn::mcp::describe(&manager).await;
+    manager.stop().await;
+    Ok(json!({"servers": status, "tools": tools}))
+}
 
 async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, AgentError> {
     let workspace = crate::filesystem::check_workspace_async(p.workspace.clone()).await?;

@@ -81,6 +81,11 @@ pub struct Config {
     pub lease_s: f64,
     /// `[sandbox]`: how the model's commands are confined (DESIGN §14).
     pub sandbox: agentd_sandbox::SandboxConfig,
+    /// Seconds a session's MCP servers may go unused before they are stopped (they
+    /// start again at the next call); 0 keeps them until the daemon stops.
+    pub mcp_idle_stop_s: u64,
+    /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (DESIGN §14).
+    pub mcp_servers: std::collections::BTreeMap<String, agentd_mcp::ServerConfig>,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
     pub rest: toml::Table,
@@ -106,6 +111,8 @@ impl Default for Config {
             store_password_file: None,
             lease_s: 30.0,
             sandbox: agentd_sandbox::SandboxConfig::default(),
+            mcp_idle_stop_s: 600,
+            mcp_servers: Default::default(),
             rest: toml::Table::new(),
             path: None,
         }
@@ -147,6 +154,11 @@ impl Config {
                 cfg.lease_s
             ));
         }
+        for (name, server) in &cfg.mcp_servers {
+            server
+                .validate(name)
+                .map_err(|e| format!("config {}: {e}", path.display()))?;
+        }
         cfg.path = Some(path.to_path_buf());
         Ok(cfg)
     }
@@ -169,6 +181,21 @@ mod tests {
         assert_eq!(cfg.durability, Durability::Batch);
         assert!(cfg.rest.contains_key("providers"));
         assert!(toml::from_str::<Config>("durability = \"fast\"").is_err());
+    }
+
+    #[test]
+    fn mcp_servers_parse_in_codex_shape() {
+        let cfg: Config = toml::from_str(
+            "[mcp_servers.git]\ncommand = \"mcp-server-git\"\nargs = [\"--repository\", \".\"]\n\
+             startup_timeout_sec = 20\n[mcp_servers.git.env]\nX = \"1\"\n",
+        )
+        .unwrap();
+        let git = &cfg.mcp_servers["git"];
+        assert_eq!(git.args, ["--repository", "."]);
+        assert_eq!(git.startup_timeout_s, Some(20.0));
+        assert_eq!(git.env["X"], "1");
+        assert!(!cfg.rest.contains_key("mcp_servers"));
+        assert!(toml::from_str::<Config>("[mcp_servers.x]\ncomand = \"a\"").is_err());
     }
 
     #[test]

@@ -97,6 +97,9 @@ pub async fn run(opts: Options) -> Result<(), String> {
     tracing::info!("shutting down");
     activation.stopping("ending running turns");
     turns.interrupt_all("daemon_shutdown").await;
+    // MCP servers go after the turns that used them ended durably, each as a whole
+    // process group, in parallel.
+    turns.mcp.stop_all().await;
     stop_serving.cancel();
     let _ = server.await;
     // Nobody can connect any more: the socket file goes now, before the last commits.

@@ -101,6 +101,7 @@ event_types! {
     SkillActivation => "skill_activation", ephemeral: false, required: [];
     WorkspaceSnapshot => "workspace_snapshot", ephemeral: false, required: ["tree", "files_changed", "reason"];
     WorkspaceRevert => "workspace_revert", ephemeral: false, required: ["to_seq", "tree", "files_changed"];
+    McpServers => "mcp_servers", ephemeral: false, required: ["servers"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];

@@ -43,6 +43,8 @@ pub mod method {
     pub const EXPORT: &str = "agentd/export";
     pub const USAGE: &str = "agentd/usage";
     pub const PREFLIGHT: &str = "agentd/preflight";
+    pub const MCP_LIST: &str = "agentd/mcp_list";
+    pub const MCP_TOOLS: &str = "agentd/mcp_tools";
     pub const MODELS: &str = "agentd/models";
 }
 
@@ -91,6 +93,10 @@ pub struct CreateParams {
     /// `{mode?, network?}` for the session's commands (DESIGN §14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
+    /// MCP servers of this session, in ACP's `McpServer` shape (DESIGN §14); kept in
+    /// the daemon's memory only (their env values may be secrets).
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -237,6 +243,9 @@ pub struct TurnParams {
     /// `{mode?, network?}` for this turn's commands (DESIGN §14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
+    /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -111,14 +111,21 @@ fn bad_input_gets_the_schema_errors_and_the_bridge_keeps_running() {
         json!({"sessionId": "nope", "cwd": d.workspace(), "mcpServers": []}),
     );
     assert_eq!(error_code(&a.response(id, WAIT).0), -32002);
-    // MCP servers are accepted with a clear warning, not silently dropped.
+    // A stdio MCP server is taken (it starts at the session's first turn); a transport
+    // `initialize` did not advertise is refused naming the entry.
     let (r, _) = a.call(
         "session/new",
         json!({"cwd": d.workspace(), "mcpServers": [{"name": "fs", "command": "/bin/true", "args": [], "env": []}]}),
         WAIT,
     );
-    let warning = r["_meta"]["agentd"]["warnings"][0].as_str().unwrap();
-    assert!(warning.contains("MCP"), "{warning}");
+    assert!(r["sessionId"].is_string(), "{r}");
+    let id = a.request(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": [{"type": "sse", "name": "old", "url": "http://127.0.0.1:1/sse", "headers": []}]}),
+    );
+    let (r, _) = a.response(id, WAIT);
+    assert_eq!(error_code(&r), -32602);
+    assert!(r.to_string().contains("`old`"), "{r}");
     // Still serving.
     let (r, _) = a.call("session/list", json!({}), WAIT);
     assert!(r["sessions"].is_array());

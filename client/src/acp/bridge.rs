@@ -222,6 +222,10 @@ struct Open {
     /// The command sandbox mode picked in the editor; `None` = the session's own.
     sandbox: Option<String>,
     always_allow: HashSet<String>,
+    /// The `mcpServers` of `session/load` / `session/resume`, sent with every turn (the
+    /// daemon keeps client-given servers in memory only; `session/new` gives them to
+    /// `agentd/create`).
+    mcp_servers: Option<Vec<Value>>,
 }
 
 /// The `sandbox` config option's values (`default`: the session's own policy).
@@ -423,7 +427,7 @@ impl Bridge {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
             "agentInfo": {"name": "agentd", "title": "agentd", "version": env!("CARGO_PKG_VERSION")},
@@ -605,20 +609,21 @@ impl Bridge {
         )
     }
 
-    fn session_meta(mcp: &[Value]) -> Option<Value> {
-        if mcp.is_empty() {
-            return None;
+    /// Checks the `mcpServers` of a request against what `initialize` advertised:
+    /// stdio and streamable HTTP servers (`mcpCapabilities` says `http: true, sse: false`).
+    fn check_mcp(mcp: &[Value]) -> Result<(), RpcErr> {
+        for s in mcp {
+            let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
+            match s.get("type").and_then(Value::as_str) {
+                None | Some("stdio") | Some("http") => {}
+                Some(t) => {
+                    return Err(RpcErr::params(format!(
+                        "MCP server `{name}`: transport `{t}` is not supported (mcpCapabilities: stdio and http)"
+                    )))
+                }
+            }
         }
-        let names: Vec<Value> = mcp
-            .iter()
-            .map(|s| s.get("name").cloned().unwrap_or(Value::Null))
-            .collect();
-        let warning = format!(
-            "agentd does not connect to MCP servers; {} server(s) were not connected: the session uses agentd's own tools only",
-            names.len()
-        );
-        eprintln!("agentctl acp: {warning}");
-        Some(json!({"agentd": {"warnings": [warning], "ignoredMcpServers": names}}))
+        Ok(())
     }
 
     fn opened(&self, sid: &str, o: &Open, meta: Option<Value>, id: bool) -> Reply {
@@ -635,6 +640,7 @@ impl Bridge {
     async fn new_session(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: NewSession = parse(params, "session/new params")?;
         let ws = abs_dir(&p.cwd)?;
+        Self::check_mcp(&p.mcp_servers)?;
         if !p.additional_directories.unwrap_or_default().is_empty() {
             return Err(RpcErr::params(
                 "additionalDirectories is not supported: a session has one workspace",
@@ -642,6 +648,9 @@ impl Bridge {
         }
         self.refresh_catalog().await;
         let mut create = json!({"workspace": ws});
+        if !p.mcp_servers.is_empty() {
+            create["mcp_servers"] = json!(p.mcp_servers);
+        }
         let mut provider = self.args.provider.clone();
         if let Some(m) = self.args.models.first() {
             let (p, model) = self.catalog().split(m);
@@ -663,11 +672,12 @@ impl Bridge {
             model: None,
             sandbox: None,
             always_allow: HashSet::new(),
+            mcp_servers: None,
         };
         if let Ok(mut m) = self.open.lock() {
             m.insert(sid.clone(), o.clone());
         }
-        Ok(self.opened(&sid, &o, Self::session_meta(&p.mcp_servers), true))
+        Ok(self.opened(&sid, &o, None, true))
     }
 
     /// `session/load` (with the whole conversation replayed first) and `session/resume`.
@@ -684,6 +694,7 @@ impl Bridge {
             ));
         }
         abs_dir(&p.cwd)?;
+        Self::check_mcp(p.mcp_servers.as_deref().unwrap_or(&[]))?;
         if !p.additional_directories.unwrap_or_default().is_empty() {
             return Err(RpcErr::params(
                 "additionalDirectories is not supported: a session has one workspace",
@@ -725,12 +736,13 @@ impl Bridge {
                 model: prev.as_ref().and_then(|x| x.model.clone()),
                 sandbox: None,
                 always_allow: prev.map(|x| x.always_allow).unwrap_or_default(),
+                // Exactly the servers of this request (none when it names none).
+                mcp_servers: Some(p.mcp_servers.clone().unwrap_or_default()),
             };
             m.insert(sid.clone(), o.clone());
             o
         };
-        let meta = Self::session_meta(p.mcp_servers.as_deref().unwrap_or(&[]));
-        Ok(self.opened(&sid, &o, meta, false))
+        Ok(self.opened(&sid, &o, None, false))
     }
 
     /// Replays the Log as `session/update`s. Pages are read as JSON text into borrowed
@@ -975,6 +987,9 @@ impl Bridge {
             if let Some(p) = provider {
                 params["provider"] = json!(p);
             }
+        }
+        if let Some(mcp) = &o.mcp_servers {
+            params["mcp_servers"] = json!(mcp);
         }
         let mut live = Live::default();
         let call = conn.call(method::TURN, params);

@@ -33,6 +33,9 @@ impl ReconcileReason {
     }
 }
 
+/// Prefix of the model-visible names of MCP tools.
+const MCP_PREFIX: &str = "mcp__";
+
 /// One `tool_result{ok:false, error{kind:"orphan_tool_call"}}` per pending call, sorted by
 /// `call_id` (a call id listed twice is closed once).
 pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDraft> {
@@ -42,6 +45,23 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
     sorted
         .into_iter()
         .map(|p| {
+            let mut details =
+                json!({"call_id": p.call_id, "tool": p.name, "reason": reason.as_str()});
+            // An MCP call may have reached its server: its effect is unknown, and it is
+            // never retried (DESIGN §14).
+            // An interrupt closes only calls it stopped before they were sent.
+            let message = if p.name.starts_with(MCP_PREFIX) && reason != ReconcileReason::Interrupt
+            {
+                details["outcome"] = json!("unknown");
+                format!(
+                    "the MCP call `{}` was cut ({}) before its result was recorded; it may or may \
+                     not have taken effect on the server, and it was not retried",
+                    p.name,
+                    reason.as_str()
+                )
+            } else {
+                "agentd reconciled a tool_call that had no recorded tool_result".to_string()
+            };
             EventDraft::new(
                 EventType::ToolResult,
                 json!({
@@ -49,8 +69,8 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
                     "ok": false,
                     "error": {
                         "kind": "orphan_tool_call",
-                        "message": "agentd reconciled a tool_call that had no recorded tool_result",
-                        "details": {"call_id": p.call_id, "tool": p.name, "reason": reason.as_str()}
+                        "message": message,
+                        "details": details
                     }
                 }),
             )

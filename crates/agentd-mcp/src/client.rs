@@ -74,10 +74,22 @@ impl CallError {
 }
 
 /// What the connection reports upward.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Signals {
     /// Set by `notifications/tools/list_changed`; cleared when the list is fetched.
     pub tools_changed: Arc<AtomicBool>,
+    /// `notifications/progress` as `{progress, total?, message?}` (a session's calls run
+    /// one at a time, so a subscriber during a call sees that call's progress).
+    pub progress: tokio::sync::broadcast::Sender<Value>,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals {
+            tools_changed: Arc::default(),
+            progress: tokio::sync::broadcast::channel(64).0,
+        }
+    }
 }
 
 struct Handler {
@@ -96,6 +108,22 @@ impl ClientHandler for Handler {
         _context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<ListRootsResult, rmcp::ErrorData>> + Send + '_ {
         std::future::ready(Ok(self.roots.clone()))
+    }
+
+    fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let mut v = json!({"progress": params.progress});
+        if let Some(t) = params.total {
+            v["total"] = json!(t);
+        }
+        if let Some(m) = params.message {
+            v["message"] = json!(m);
+        }
+        let _ = self.signals.progress.send(v);
+        std::future::ready(())
     }
 
     fn on_tool_list_changed(

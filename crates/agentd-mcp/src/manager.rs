@@ -132,8 +132,21 @@ pub struct ManagerOptions {
 pub struct Manager {
     slots: BTreeMap<String, Arc<Slot>>,
     ctx: StartContext,
-    /// The latest offering: mangled name → index into `offered`.
+    /// The latest offering.
     offered: Mutex<Vec<Offered>>,
+    /// Calls in flight, and when the servers were last used (started, listed, called).
+    active: std::sync::atomic::AtomicUsize,
+    last_used: Mutex<std::time::Instant>,
+}
+
+/// Counts a call in flight for [`Manager::idle_for`].
+struct InFlight<'a>(&'a Manager);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Manager {
@@ -158,7 +171,36 @@ impl Manager {
             slots,
             ctx: opts.start,
             offered: Mutex::new(Vec::new()),
+            active: std::sync::atomic::AtomicUsize::new(0),
+            last_used: Mutex::new(std::time::Instant::now()),
         }
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
+
+    /// How long the servers have gone unused; `None` while a call runs.
+    pub fn idle_for(&self) -> Option<std::time::Duration> {
+        if self.active.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(
+            self.last_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed(),
+        )
+    }
+
+    /// True while some server of the session runs.
+    pub async fn any_running(&self) -> bool {
+        for slot in self.slots.values() {
+            if slot.live.lock().await.is_some() {
+                return true;
+            }
+        }
+        false
     }
 
     pub fn is_empty(&self) -> bool {
@@ -175,6 +217,7 @@ impl Manager {
 
     /// Starts every server not running, in parallel; returns those that failed.
     pub async fn start(&self) -> Vec<StartFailure> {
+        self.touch();
         let mut set = tokio::task::JoinSet::new();
         for slot in self.slots.values() {
             let (slot, ctx) = (slot.clone(), self.ctx.clone());
@@ -195,6 +238,7 @@ impl Manager {
     /// sorted by (server, tool) with their model-visible names. A server that announced
     /// `list_changed` is listed again first. Remembered for [`Manager::resolve`].
     pub async fn tools(&self) -> Vec<Offered> {
+        self.touch();
         let mut all: Vec<(String, ToolInfo, bool)> = Vec::new();
         for slot in self.slots.values() {
             let live = slot.live.lock().await.clone();
@@ -270,6 +314,8 @@ impl Manager {
                 format!("no MCP server `{server}` in this session"),
             ));
         };
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let _in_flight = InFlight(self);
         let live = slot.ensure(&self.ctx).await?;
         let res = live
             .conn
@@ -294,6 +340,13 @@ impl Manager {
             }
         }
         res
+    }
+
+    /// Progress notifications of `server` from now on (`None` while it is not running).
+    pub async fn progress(&self, server: &str) -> Option<tokio::sync::broadcast::Receiver<Value>> {
+        let slot = self.slots.get(server)?;
+        let live = slot.live.lock().await;
+        live.as_ref().map(|l| l.conn.signals.progress.subscribe())
     }
 
     /// The state of every server.

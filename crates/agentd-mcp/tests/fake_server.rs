@@ -66,7 +66,7 @@ async fn tools_are_offered_sorted_with_valid_unique_names_and_calls_route_to_raw
     let m = env.manager(&[("fake", fake(&["--colliding", "--tools", "200"]))]);
     assert!(m.start().await.is_empty());
     let offered = m.tools().await;
-    assert_eq!(offered.len(), 9 + 4 + 200);
+    assert_eq!(offered.len(), 10 + 4 + 200);
     let mut seen = std::collections::BTreeSet::new();
     for o in &offered {
         assert!(names::is_valid(&o.name), "{}", o.name);
@@ -241,14 +241,34 @@ async fn a_list_changed_burst_is_applied_once_at_the_next_listing() {
     let m = env.manager(&[("fake", fake(&[]))]);
     assert!(m.start().await.is_empty());
     let before = m.tools().await;
+    assert!(!before.iter().any(|o| o.tool.name == "grown"));
     let c = CancellationToken::new();
     m.call("fake", "burst", json!({"count": 50}), &c)
         .await
         .unwrap();
-    // The notifications arrived before the answer on the same pipe.
+    // The notifications came before the answer on the same pipe, but nothing was
+    // listed yet: the change waits for the next listing (the next provider call).
+    let lists = |r: serde_json::Value| map_result(&r).text;
+    assert_eq!(
+        lists(m.call("fake", "lists", json!({}), &c).await.unwrap()),
+        "0"
+    );
     let after = m.tools().await;
-    assert_eq!(before, after);
-    assert_eq!(m.status().await[0].state, "ready");
+    assert!(
+        after.iter().any(|o| o.tool.name == "grown"),
+        "the new tool is offered"
+    );
+    assert_eq!(after.len(), before.len() + 1);
+    // 50 notifications, one tools/list; a second listing without news lists nothing.
+    assert_eq!(
+        lists(m.call("fake", "lists", json!({}), &c).await.unwrap()),
+        "1"
+    );
+    m.tools().await;
+    assert_eq!(
+        lists(m.call("fake", "lists", json!({}), &c).await.unwrap()),
+        "1"
+    );
     m.stop().await;
 }
 

@@ -364,7 +364,7 @@ pub fn redact_value(v: &mut Value, secrets: &[String]) {
 /// When cut, the `raw` bytes are stored as a resource and recorded as a `tool_output`
 /// artifact. Both are scrubbed of `ctx.redact` first, so a stored resource holds no
 /// secret either.
-pub(crate) fn with_output(
+pub fn with_output(
     mut outcome: ToolOutcome,
     full: &str,
     raw: &[u8],

@@ -21,6 +21,15 @@
 //!   tool that was running (it answers `interrupted`), then in one append orphan closures
 //!   (`reason:"interrupt"`) for calls that never ran and `turn_ended{interrupted, reason}`.
 //!
+//! MCP tools (DESIGN §14): the session's servers start after `user_message` (a failure
+//! is recorded in `mcp_servers{servers, failed}` and fails the turn only for a
+//! `required` server); their tools are listed again before every provider call (so a
+//! `list_changed` takes effect there, never mid-call) and offered after the built-ins
+//! under their mangled names; a `tool_call` of one carries `mcp: {server, tool}` and is
+//! durable before `tools/call` is sent; the server's content becomes the `tool_result`
+//! (`ok = !isError`, text capped like built-ins, images and blobs stored as resources);
+//! its progress notifications are published as ephemeral `status{call_id, mcp_progress}`.
+//!
 //! Tool results are appended one call at a time, in call order, as each call finishes,
 //! so a crash mid-step loses only the call that was running (closed on restart).
 //!
@@ -34,7 +43,7 @@
 //! then triggers recovery). `context_pressure{estimated_tokens, context_window,
 //! pressure}` is published before every call.
 
-use super::permission::{self, Ask};
+use super::permission::{self, Ask, McpCall};
 use super::setup::TurnSpec;
 use super::{RunningTurn, Started, TurnManager};
 use crate::history::compaction::{CompactOptions, CompactStrategy, Trigger};
@@ -92,6 +101,10 @@ struct Runner<'a> {
     ratio: f64,
     last_seq: u64,
     snapshots: crate::undo::TurnSnapshots,
+    /// The session's MCP servers, when it has any.
+    mcp: Option<Arc<agentd_mcp::Manager>>,
+    /// MCP tools offered at the latest provider call.
+    mcp_offered: Vec<agentd_mcp::Offered>,
 }
 
 /// Runs a whole turn; returns its result and the call ids an interrupt closed.
@@ -176,9 +189,17 @@ pub(super) async fn run(
         workspace,
         ratio,
         last_seq: res.last_seq,
+        mcp: None,
+        mcp_offered: Vec::new(),
     };
     let mut output_text = String::new();
-    let end = match r.iterate(&mut output_text).await {
+    let started_mcp = r.start_mcp().await;
+    let end = match started_mcp {
+        Ok(Some(end)) => Ok(end),
+        Ok(None) => r.iterate(&mut output_text).await,
+        Err(e) => Err(e),
+    };
+    let end = match end {
         Ok(end) => end,
         Err(e) if r.cancel.is_cancelled() => {
             tracing::debug!(error = %e, "turn step failed after an interrupt");
@@ -314,11 +335,87 @@ impl Runner<'_> {
         Ok(res)
     }
 
+    /// Starts the session's MCP servers and records which it uses (names of env
+    /// variables and headers, never values) and which failed. `Some(end)` when a
+    /// `required` server failed.
+    async fn start_mcp(&mut self) -> Result<Option<End>, AgentError> {
+        let Some((manager, fresh, notes)) =
+            self.turns.mcp.for_turn(&self.sid, &self.workspace).await
+        else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = Vec::new();
+        let mut servers = Vec::new();
+        for name in manager.server_names() {
+            if let Some(cfg) = manager.config(&name) {
+                // Values a client gave (env, headers) join the redaction set.
+                // So do the token and header values read from the daemon's environment.
+                let from_env = cfg
+                    .bearer_token_env
+                    .iter()
+                    .chain(cfg.headers_env.values())
+                    .filter_map(|var| std::env::var(var).ok());
+                for v in cfg.secret_values().into_iter().chain(from_env) {
+                    if v.len() >= tools::MIN_SECRET_LEN && !self.spec.secrets.contains(&v) {
+                        self.spec.secrets.push(v);
+                    }
+                }
+                servers.push(cfg.describe(&name));
+            }
+            names.push(name);
+        }
+        self.tools.redact = self.spec.secrets.clone();
+        let failed = tokio::select! {
+            f = manager.start() => f,
+            _ = self.cancel.cancelled() => return Ok(Some(End::Interrupted)),
+        };
+        self.mcp = Some(manager);
+        if fresh || !failed.is_empty() {
+            let mut data = json!({"turn_id": self.turn_id, "servers": servers});
+            if !failed.is_empty() {
+                data["failed"] = json!(failed
+                    .iter()
+                    .map(|f| json!({"server": f.server, "message": f.message, "required": f.required}))
+                    .collect::<Vec<_>>());
+            }
+            if !notes.is_empty() {
+                data["notes"] = json!(notes);
+            }
+            self.append(vec![EventDraft::new(EventType::McpServers, data)])
+                .await?;
+        }
+        if let Some(f) = failed.iter().find(|f| f.required) {
+            return Ok(Some(End::Failed(
+                AgentError::new(
+                    ErrorKind::Unsupported,
+                    format!("a required MCP server did not start: {}", f.message),
+                )
+                .with_details(json!({"mcp_server": f.server})),
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The MCP tools as of now (a `list_changed` since the last call applies here).
+    async fn refresh_mcp(&mut self) {
+        if let Some(m) = &self.mcp {
+            self.mcp_offered = m.tools().await;
+        }
+    }
+
+    fn mcp_tool(&self, name: &str) -> Option<&agentd_mcp::Offered> {
+        if !name.starts_with(agentd_mcp::names::PREFIX) {
+            return None;
+        }
+        self.mcp_offered.iter().find(|o| o.name == name)
+    }
+
     async fn iterate(&mut self, output_text: &mut String) -> Result<End, AgentError> {
         for _ in 0..self.spec.max_iterations {
             if self.cancel.is_cancelled() {
                 return Ok(End::Interrupted);
             }
+            self.refresh_mcp().await;
             let (resp, estimated) = match self.step().await? {
                 Ok(v) => v,
                 Err(f) => return self.provider_failed(f).await,
@@ -449,6 +546,8 @@ impl Runner<'_> {
     ) -> Result<ProviderResponse, ProviderFailure> {
         let mut specs = tools::specs();
         specs.push(memory::tool_spec());
+        // After the built-ins, in (server, tool) order: a stable prompt prefix.
+        specs.extend(self.mcp_offered.iter().map(mcp_spec));
         let req = ProviderRequest {
             model: self.spec.request_model.clone(),
             items,
@@ -554,10 +653,12 @@ impl Runner<'_> {
                     } else {
                         json!({"_raw": args.to_string()})
                     };
-                    drafts.push(EventDraft::new(
-                        EventType::ToolCall,
-                        json!({"call_id": call_id, "name": name, "args": args}),
-                    ));
+                    let mut data = json!({"call_id": call_id, "name": name, "args": args});
+                    if let Some(o) = self.mcp_tool(name) {
+                        // The raw names: replay, search and reconcile never recompute them.
+                        data["mcp"] = json!({"server": o.server, "tool": o.tool.name});
+                    }
+                    drafts.push(EventDraft::new(EventType::ToolCall, data));
                     calls.push((call_id.clone(), name.clone(), args));
                 }
             }
@@ -600,13 +701,27 @@ impl Runner<'_> {
             let grant_value = grants
                 .as_ref()
                 .map(|_| grant_arg.clone().unwrap_or_default());
-            let decision =
-                match permission::decide(mode, &ask, &call_id, &name, &args, grant_value.as_ref())
-                    .await
-                {
-                    Ok(d) => d,
-                    Err(_) => return Ok(false),
-                };
+            let mcp = self.mcp_tool(&name).cloned();
+            let decided = match &mcp {
+                Some(o) => {
+                    let call = McpCall {
+                        server: &o.server,
+                        tool: &o.tool.name,
+                        title: o.tool.title.as_deref(),
+                        annotations: &o.tool.annotations,
+                        trusted_read_only: o.trusted_read_only,
+                    };
+                    permission::decide_mcp(mode, &ask, &call_id, &name, &args, &call).await
+                }
+                None => {
+                    permission::decide(mode, &ask, &call_id, &name, &args, grant_value.as_ref())
+                        .await
+                }
+            };
+            let decision = match decided {
+                Ok(d) => d,
+                Err(_) => return Ok(false),
+            };
             if let Some(d) = &decision {
                 self.append(vec![EventDraft::new(
                     EventType::PermissionDecision,
@@ -622,6 +737,12 @@ impl Runner<'_> {
             }
             if name == memory::TOOL_NAME {
                 self.memory_apply(call_id, args).await?;
+                continue;
+            }
+            if let Some(o) = mcp {
+                let data = self.run_mcp(&call_id, &o, args).await;
+                self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                    .await?;
                 continue;
             }
             // An approved grant widens this call's sandbox, or the session's from now on.
@@ -656,6 +777,87 @@ impl Runner<'_> {
             self.append(drafts).await?;
         }
         Ok(!self.cancel.is_cancelled())
+    }
+
+    /// Runs one MCP call; returns its `tool_result` data.
+    async fn run_mcp(&self, call_id: &str, o: &agentd_mcp::Offered, args: Value) -> Value {
+        let Some(manager) = &self.mcp else {
+            return ToolOutcome::failure(AgentError::internal("no MCP servers in this turn"))
+                .into_result_data(call_id);
+        };
+        let began = std::time::Instant::now();
+        // The server's progress notifications go to subscribers as ephemeral `status`
+        // events while the call runs (they also reset its idle timeout).
+        let mut progress = manager.progress(&o.server).await;
+        let call = manager.call(&o.server, &o.tool.name, args, &self.cancel);
+        tokio::pin!(call);
+        let res = loop {
+            let next = async {
+                match progress.as_mut() {
+                    Some(rx) => rx.recv().await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = &mut call => break r,
+                p = next => match p {
+                    Some(p) => self.h.publish(
+                        EventType::Status,
+                        json!({"turn_id": self.turn_id, "call_id": call_id,
+                               "message": format!("{}: {} in progress", o.server, o.tool.name),
+                               "mcp_progress": p}),
+                    ),
+                    None => progress = None,
+                },
+            }
+        };
+        let duration_ms = began.elapsed().as_millis() as u64;
+        let mut meta = json!({"server": o.server, "tool": o.tool.name, "duration_ms": duration_ms});
+        let outcome = match res {
+            Ok(raw) => {
+                let mapped = agentd_mcp::result::map_result(&raw);
+                meta["is_error"] = json!(!mapped.ok);
+                meta["structured"] = json!(mapped.structured);
+                meta["content_types"] = json!(mapped.content_types);
+                let mut media = Vec::new();
+                for m in &mapped.media {
+                    let mut d = json!({"type": m.kind, "mime": m.mime, "bytes": m.bytes.len()});
+                    match tools::store_resource(&self.tools.resources_dir, &m.bytes) {
+                        Ok(desc) => d["resource"] = desc["path"].clone(),
+                        Err(e) => d["error"] = json!(e.message),
+                    }
+                    if let Some(u) = &m.uri {
+                        d["uri"] = json!(u);
+                    }
+                    media.push(d);
+                }
+                if !media.is_empty() {
+                    meta["media"] = json!(media);
+                }
+                let base = ToolOutcome {
+                    ok: mapped.ok,
+                    ..ToolOutcome::success(String::new())
+                };
+                tools::with_output(base, &mapped.text, mapped.text.as_bytes(), &self.tools)
+            }
+            Err(e) => {
+                meta["is_error"] = json!(true);
+                meta["error_kind"] = json!(e.kind);
+                let kind = match e.kind {
+                    "timeout" => ErrorKind::Timeout,
+                    "cancelled" => ErrorKind::Interrupted,
+                    "input_required_unsupported" => ErrorKind::Unsupported,
+                    "protocol" | "unknown_tool" => ErrorKind::InvalidArgs,
+                    _ => ErrorKind::Internal,
+                };
+                ToolOutcome::failure(AgentError::new(kind, e.message).with_details(
+                    json!({"mcp_error_kind": e.kind, "server": o.server, "tool": o.tool.name}),
+                ))
+            }
+        };
+        let mut data = outcome.into_result_data(call_id);
+        data["mcp"] = meta;
+        data
     }
 
     /// `memory_apply`: validated against the session state and recorded as
@@ -774,6 +976,27 @@ impl Runner<'_> {
                 })
             }
         }
+    }
+}
+
+/// The provider spec of an MCP tool: its schema as the server wrote it (an object
+/// schema without `properties` gets an empty one, which some providers require).
+fn mcp_spec(o: &agentd_mcp::Offered) -> agentd_proto::replay::ToolSpec {
+    let mut parameters = o.tool.schema.clone();
+    if let Some(m) = parameters.as_object_mut() {
+        m.entry("type").or_insert_with(|| json!("object"));
+        if m.get("type") == Some(&json!("object")) {
+            m.entry("properties").or_insert_with(|| json!({}));
+        }
+    }
+    let mut description = o.tool.description.clone();
+    if description.is_empty() {
+        description = o.tool.title.clone().unwrap_or_else(|| o.tool.name.clone());
+    }
+    agentd_proto::replay::ToolSpec {
+        name: o.name.clone(),
+        description: format!("[MCP server `{}`] {description}", o.server),
+        parameters,
     }
 }
 

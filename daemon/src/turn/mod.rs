@@ -38,6 +38,7 @@
 
 mod compact;
 mod engine;
+pub mod mcp;
 mod permission;
 mod setup;
 
@@ -84,6 +85,8 @@ pub struct TurnManager {
     /// Peers that subscribed with `permissions:true`, per session: where `ask` mode
     /// sends `agentd/permission` requests.
     permission_peers: DashMap<String, Vec<PeerHandle>>,
+    /// The MCP servers of each session.
+    pub mcp: mcp::McpSessions,
 }
 
 impl TurnManager {
@@ -137,7 +140,13 @@ impl RunningTurn {
 
 impl TurnManager {
     pub fn new(registry: Arc<Registry>) -> Arc<TurnManager> {
+        let mcp = mcp::McpSessions::new(
+            registry.config.mcp_servers.clone(),
+            Duration::from_secs(registry.config.mcp_idle_stop_s),
+            registry.home.root(),
+        );
         Arc::new(TurnManager {
+            mcp,
             registry,
             running: DashMap::new(),
             turns_running: AtomicU64::new(0),
@@ -170,6 +179,10 @@ impl TurnManager {
     pub async fn turn(self: &Arc<Self>, p: TurnParams) -> Result<TurnResult, AgentError> {
         let h = self.registry.get(&p.session_id).await?;
         let spec = setup::resolve(&self.registry, &h, &p).await?;
+        if let Some(entries) = &p.mcp_servers {
+            let parsed = mcp::parse_client(entries)?;
+            self.mcp.set_client(&p.session_id, parsed);
+        }
         let input = p.input;
         launch(
             self,

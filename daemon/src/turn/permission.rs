@@ -1,5 +1,12 @@
 //! Permission modes (DESIGN §10): which tool calls run without asking.
 //!
+//! MCP tools (`mcp__*`, DESIGN §14) are decided by [`decide_mcp`]: `read_only` refuses
+//! them unless the user trusts the tool as read-only (config `read_only_tools`, or
+//! `trust_annotations` with the tool's `readOnlyHint`); `ask` asks before every call,
+//! with `mcp: {server, tool, title, annotations, trusted}` in the request, and a client
+//! answering `allow_always` is not asked again for that (server, tool) in the session
+//! (reason `always_allowed`).
+//!
 //! - `auto` (default): every tool runs; nothing is recorded.
 //! - `read_only`: mutating tools (`tools::is_mutating`: write_file, edit_file, shell)
 //!   are denied without asking.
@@ -100,6 +107,101 @@ impl Decision {
     }
 }
 
+/// Sends `agentd/permission` to the session's client; the flag says the client
+/// answered `allow_always`.
+async fn ask_client(ask: &Ask<'_>, params: Value) -> Result<(Decision, bool), AgentError> {
+    let Some(client) = ask.turns.permission_peer(ask.session_id) else {
+        return Ok((Decision::new(false, "no_client"), false));
+    };
+    let timeout = Duration::from_secs(ask.turns.registry.config.permission_timeout_s.max(1));
+    let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
+    let denied = |reason| Decision::new(false, reason);
+    Ok(tokio::select! {
+        _ = ask.cancel.cancelled() => {
+            return Err(AgentError::new(ErrorKind::Interrupted, "interrupted while asking for permission"));
+        }
+        r = tokio::time::timeout(timeout, request) => match r {
+            Err(_) => (denied("timeout"), false),
+            Ok(None) => (denied("client_gone"), false),
+            Ok(Some(resp)) => {
+                let always = resp.get("result").and_then(|r| r.get("decision"))
+                    == Some(&json!("allow_always"));
+                match answer_allows(&resp) {
+                    Some(true) => {
+                        // A grant may be allowed for the session (`"scope": "session"`).
+                        let mut d = Decision::new(true, "client_allowed");
+                        let session = resp
+                            .get("result")
+                            .and_then(|r| r.get("scope"))
+                            .and_then(Value::as_str)
+                            == Some("session");
+                        d.scope = Some(if session { "session" } else { "call" });
+                        (d, false)
+                    }
+                    _ if always => (Decision::new(true, "client_allowed_always"), true),
+                    Some(false) => (denied("client_denied"), false),
+                    None => (denied("bad_answer"), false),
+                }
+            }
+        },
+    })
+}
+
+/// What the permission request and the decision say of an MCP tool.
+pub struct McpCall<'a> {
+    pub server: &'a str,
+    pub tool: &'a str,
+    pub title: Option<&'a str>,
+    pub annotations: &'a Value,
+    pub trusted_read_only: bool,
+}
+
+/// Decides an MCP call (see the module doc).
+pub async fn decide_mcp(
+    mode: PermissionMode,
+    ask: &Ask<'_>,
+    call_id: &str,
+    name: &str,
+    args: &Value,
+    call: &McpCall<'_>,
+) -> Result<Option<Decision>, AgentError> {
+    match mode {
+        PermissionMode::Auto => Ok(None),
+        PermissionMode::ReadOnly if call.trusted_read_only => Ok(None),
+        PermissionMode::ReadOnly => Ok(Some(Decision::new(false, "read_only"))),
+        PermissionMode::Ask => {
+            let turns = ask.turns;
+            if turns
+                .mcp
+                .always_allowed(ask.session_id, call.server, call.tool)
+            {
+                return Ok(Some(Decision::new(true, "always_allowed")));
+            }
+            let params = json!({
+                "session_id": ask.session_id,
+                "turn_id": ask.turn_id,
+                "call_id": call_id,
+                "tool": name,
+                "args": args,
+                "mcp": {
+                    "server": call.server,
+                    "tool": call.tool,
+                    "title": call.title,
+                    "annotations": call.annotations,
+                    "trusted": call.trusted_read_only,
+                },
+            });
+            let (d, always) = ask_client(ask, params).await?;
+            if always {
+                turns
+                    .mcp
+                    .allow_always(ask.session_id, call.server, call.tool);
+            }
+            Ok(Some(d))
+        }
+    }
+}
+
 /// Whether the client's answer allows the call.
 pub fn answer_allows(response: &Value) -> Option<bool> {
     match response
@@ -145,9 +247,6 @@ pub async fn decide(
         PermissionMode::Auto => Ok(None),
         PermissionMode::ReadOnly => Ok(Some(Decision::new(false, "read_only"))),
         PermissionMode::Ask => {
-            let Some(client) = ask.turns.permission_peer(ask.session_id) else {
-                return Ok(Some(Decision::new(false, "no_client")));
-            };
             let mut params = json!({
                 "session_id": ask.session_id,
                 "turn_id": ask.turn_id,
@@ -161,32 +260,7 @@ pub async fn decide(
                 params["sandbox_grant"] = g.clone();
                 params["justification"] = args.get("justification").cloned().unwrap_or(Value::Null);
             }
-            let timeout =
-                Duration::from_secs(ask.turns.registry.config.permission_timeout_s.max(1));
-            let request = client.request(agentd_proto::rpc::method::PERMISSION, params);
-            let decision = tokio::select! {
-                _ = ask.cancel.cancelled() => {
-                    return Err(AgentError::new(ErrorKind::Interrupted, "interrupted while asking for permission"));
-                }
-                r = tokio::time::timeout(timeout, request) => match r {
-                    Err(_) => Decision::new(false, "timeout"),
-                    Ok(None) => Decision::new(false, "client_gone"),
-                    Ok(Some(resp)) => match answer_allows(&resp) {
-                        Some(true) => {
-                            let mut d = Decision::new(true, "client_allowed");
-                            let session = resp
-                                .get("result")
-                                .and_then(|r| r.get("scope"))
-                                .and_then(Value::as_str)
-                                == Some("session");
-                            d.scope = Some(if session { "session" } else { "call" });
-                            d
-                        }
-                        Some(false) => Decision::new(false, "client_denied"),
-                        None => Decision::new(false, "bad_answer"),
-                    },
-                },
-            };
+            let (decision, _) = ask_client(ask, params).await?;
             Ok(Some(with_grant(decision)))
         }
     }

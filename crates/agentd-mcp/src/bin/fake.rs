@@ -12,7 +12,8 @@
 //! (default 10 MB); `burst {count}` → `count` `tools/list_changed` notifications then
 //! text; `image` → a PNG image block; `fail` → `isError` with text; `wait` → never
 //! answers (it stops on `notifications/cancelled`, writing `cancelled <id>` to stderr);
-//! `structured` → only `structuredContent`.
+//! `structured` → only `structuredContent`; `lists` → the number of `tools/list`
+//! requests since the last `burst` (which also adds a tool `grown` to the list).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
@@ -40,6 +41,8 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
+    // `tools/list` requests since the last burst, answered by the `lists` tool.
+    let mut lists = 0u32;
     let mut tools = vec![
         tool("echo", "Echoes `message`."),
         tool("env", "Prints the server's environment."),
@@ -53,6 +56,10 @@ fn main() {
         tool("fail", "Answers isError."),
         tool("wait", "Never answers; stops when cancelled."),
         tool("structured", "Answers structuredContent only."),
+        tool(
+            "lists",
+            "Answers how many tools/list requests came since the last burst.",
+        ),
     ];
     if colliding {
         for n in ["a.b", "a b", "a_b"] {
@@ -87,7 +94,10 @@ fn main() {
                 "serverInfo": {"name": "agentd-mcp-fake", "version": "1"},
             }),
             "ping" => json!({}),
-            "tools/list" => json!({"tools": tools}),
+            "tools/list" => {
+                lists += 1;
+                json!({"tools": tools})
+            }
             "tools/call" => {
                 let name = msg["params"]["name"].as_str().unwrap_or_default();
                 let a = &msg["params"]["arguments"];
@@ -106,6 +116,11 @@ fn main() {
                         json!({"content": [{"type": "text", "text": "x".repeat(n)}]})
                     }
                     "burst" => {
+                        // The list really changes: a tool `grown` appears, once.
+                        if !tools.iter().any(|t| t["name"] == "grown") {
+                            tools.push(tool("grown", "Appeared with a list_changed burst."));
+                        }
+                        lists = 0;
                         for _ in 0..a["count"].as_u64().unwrap_or(5) {
                             send(
                                 &mut out,
@@ -120,6 +135,7 @@ fn main() {
                         "content": [{"type": "text", "text": "the fake server refused"}]}),
                     "wait" => continue,
                     "structured" => json!({"content": [], "structuredContent": {"answer": 42}}),
+                    "lists" => json!({"content": [{"type": "text", "text": lists.to_string()}]}),
                     other if tools.iter().any(|t| t["name"] == other) => {
                         json!({"content": [{"type": "text", "text": format!("{other} {a}")}]})
                     }
