@@ -916,8 +916,9 @@ async fn run_one(
 /// tries `null` first and builds (and formats) an error for every numeric or string id
 /// before it tries the next form, 9% of the reader's busy time per append. Accepts and
 /// refuses exactly what `Request` does (a missing or fractional id, a wrong `jsonrpc`
-/// falls through to the generic path as before).
-fn parse_call(text: &str) -> serde_json::Result<Request<'_>> {
+/// falls through to the generic path as before). Public for the `rpc_call` fuzz target,
+/// which checks that claim against `Request` on every input.
+pub fn parse_call(text: &str) -> serde_json::Result<Request<'_>> {
     #[derive(serde::Deserialize)]
     struct Call<'a> {
         jsonrpc: jsonrpsee::types::TwoPointZero,

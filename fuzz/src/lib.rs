@@ -1,58 +1,85 @@
-//! Fuzzing for agentd on the stable toolchain: the targets (`targets`), the mutational
-//! engine that runs them (`engine`), and where their seeds live (`seed_dirs`).
+//! Fuzz target bodies for agentd, run by libFuzzer through `cargo fuzz`.
 //!
-//! `agentd-fuzz TARGET --seconds N` runs one target (`all` runs each in turn); crashes
-//! are written to `fuzz/artifacts/TARGET/`. Every committed file under
-//! `fuzz/regressions/TARGET/` and `fuzz/corpus/TARGET/` is replayed by `cargo test -p
-//! agentd-fuzz`, so a crash, once fixed and committed there, stays fixed.
+//! Each `fuzz_targets/NAME.rs` is a thin `fuzz_target!` that hands its input to a
+//! function here; the function panics when agentd panics or an invariant breaks
+//! (libFuzzer then saves the input under `fuzz/artifacts/NAME/`). Shared here: the
+//! scratch directory for targets that need files, and the replay invariants every
+//! event sequence must keep. `docs/fuzzing.md` lists the targets and how to run them.
 
-pub mod engine;
-pub mod targets;
+pub mod config;
+pub mod framing;
+pub mod history;
+pub mod import;
+pub mod log;
+pub mod mcp;
+pub mod ndjson;
+pub mod path;
+pub mod rpc;
+pub mod sandbox;
+pub mod sse;
 
+use agentd::history::fold::{replay_as_of, Fold, ReplayContext};
+use agentd::history::replay::pairing_violation;
+use agentd_proto::Event;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-/// The fuzz crate's directory (`fuzz/`).
-pub fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+/// The session id the targets give the Logs they write.
+pub const SID: &str = "20261121T101500-f022ed";
 
-/// Seed directories of a target: its committed corpus and regressions, plus the test
-/// fixtures that fit it.
-pub fn seed_dirs(target: &str) -> Vec<PathBuf> {
-    let fuzz = crate_dir();
-    let repo = fuzz.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let mut dirs = vec![
-        fuzz.join("corpus").join(target),
-        fuzz.join("regressions").join(target),
-    ];
-    match target {
-        "import_pi" => dirs.push(repo.join("daemon/tests/data/import")),
-        "log" | "history" => dirs.push(fuzz.join("corpus/import_pixir")),
-        "config" => dirs.push(repo.join("examples")),
-        _ => {}
-    }
-    dirs.retain(|d| d.is_dir());
-    dirs
-}
-
-/// Committed inputs that must never crash a target again.
-pub fn regression_inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let fuzz = crate_dir();
-    let mut out = Vec::new();
-    for d in [
-        fuzz.join("regressions").join(target),
-        fuzz.join("corpus").join(target),
-    ] {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
+/// Scratch space for targets that need files, removed when the process exits:
+/// `$AGENTD_FUZZ_SCRATCH` if set, else tmpfs (`/dev/shm`) when there is one, so the
+/// loader's fsyncs cost nothing, else the temp dir.
+pub fn scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let base = match std::env::var_os("AGENTD_FUZZ_SCRATCH") {
+            Some(b) => PathBuf::from(b),
+            None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+            None => std::env::temp_dir(),
         };
-        let mut paths: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-        paths.sort();
-        for p in paths {
-            if let Ok(b) = std::fs::read(&p) {
-                out.push((p, b));
+        let d = base.join(format!("agentd-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create fuzz scratch dir");
+        extern "C" fn remove_scratch() {
+            if let Some(d) = DIR.get() {
+                let _ = std::fs::remove_dir_all(d);
             }
         }
+        // SAFETY: registers a plain `extern "C"` function, run once at exit.
+        unsafe { libc::atexit(remove_scratch) };
+        d
+    })
+}
+
+/// The replay context every target folds with.
+pub fn replay_context() -> ReplayContext {
+    ReplayContext {
+        workspace: "/w".into(),
+        permission_mode: "auto".into(),
+        model: Some("m1".into()),
     }
-    out
+}
+
+/// Every replay of `events` is balanced and passes the pairing guard, and the
+/// incremental fold agrees with a fresh replay when seqs are contiguous.
+pub fn check_replay(events: &[Event], what: &str) {
+    let ctx = replay_context();
+    let fold = Fold::from_events(events);
+    let r = fold.replay(&ctx);
+    assert!(r.stats.balanced, "{what}: replay unbalanced: {:?}", r.items);
+    if let Some(v) = pairing_violation(&r.items) {
+        panic!("{what}: pairing guard let through: {v}");
+    }
+    // Seqs come from the input: `u64::MAX` is one of them.
+    if events
+        .windows(2)
+        .all(|w| w[0].seq.checked_add(1) == Some(w[1].seq))
+    {
+        let fresh = replay_as_of(events, None, &ctx);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            serde_json::to_string(&fresh).unwrap(),
+            "{what}: incremental fold and fresh replay differ"
+        );
+    }
 }

@@ -195,7 +195,8 @@ impl State {
         }
         // After a break, count the next break relative to what the source says, so one
         // gap is one break rather than every later line.
-        self.expect = seq.map_or(self.expect + 1, |s| s + 1);
+        // Saturating: a source seq of `u64::MAX` is a break like any other, not an overflow.
+        self.expect = seq.unwrap_or(self.expect).saturating_add(1);
     }
 
     fn event(&mut self, sink: &mut Sink<'_>, ev: SourceEvent, no: u64) -> Result<(), AgentError> {
@@ -227,5 +228,51 @@ impl State {
         sink.emit(&ev.kind, data, Some(&ev.ts))?;
         sink.account(Disposition::Imported);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{import, Format, ImportContext};
+
+    fn line(seq: u64, kind: &str, data: &str) -> String {
+        format!(
+            "{{\"id\":\"00112233445566ff\",\"session_id\":\"px\",\"seq\":{seq},\
+             \"ts\":\"2026-05-29T12:00:00.000000Z\",\"type\":\"{kind}\",\"data\":{data}}}\n"
+        )
+    }
+
+    #[test]
+    fn a_seq_at_u64_max_is_a_break_not_an_overflow() {
+        // The seq expected after `u64::MAX` was `u64::MAX + 1`: a panic in debug builds.
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("p.ndjson");
+        let text = [
+            line(0, "user_message", r#"{"text":"hi"}"#),
+            line(u64::MAX, "assistant_message", r#"{"text":"a"}"#),
+            line(2, "user_message", r#"{"text":"b"}"#),
+            line(3, "assistant_message", r#"{"text":"c"}"#),
+        ]
+        .concat();
+        std::fs::write(&src, text).unwrap();
+        let ctx = ImportContext {
+            session_id: "20261121T101500-abc123".into(),
+            workspace: Some("/w".into()),
+            agentd_version: "test".into(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        let report = import(Some(Format::Pixir), &src, &mut out, &ctx).unwrap();
+        assert_eq!(report.imported, 5, "session_started and the four lines");
+        let w = report
+            .warnings
+            .iter()
+            .find(|w| w.contains("renumbered"))
+            .expect("a renumber warning");
+        assert!(
+            w.contains("line 2: expected seq 1, found 18446744073709551615"),
+            "{w}"
+        );
+        assert!(w.contains("2 break(s)"), "{w}");
     }
 }
