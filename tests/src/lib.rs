@@ -15,6 +15,7 @@
 
 pub mod acp;
 pub mod pg;
+pub mod sse;
 
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -908,6 +909,27 @@ pub fn wait_output(mut child: Child, timeout: Duration) -> Option<Output> {
             stderr,
         })
     })
+}
+
+/// Asserts an `agentd/context` answer is balanced, and every function call answered by exactly one output before the next
+/// non-call item.
+#[track_caller]
+pub fn assert_replay_paired(ctx: &Value) {
+    assert_eq!(ctx["stats"]["balanced"], true, "{}", ctx["stats"]);
+    let mut open: Vec<&str> = Vec::new();
+    for it in ctx["items"].as_array().unwrap() {
+        match it["type"].as_str() {
+            Some("function_call") => open.push(it["call_id"].as_str().unwrap()),
+            Some("function_call_output") => {
+                let id = it["call_id"].as_str().unwrap();
+                let pos = open.iter().position(|c| *c == id);
+                assert!(pos.is_some(), "output {id} without an open call");
+                open.remove(pos.unwrap());
+            }
+            _ => assert!(open.is_empty(), "calls {open:?} left open"),
+        }
+    }
+    assert!(open.is_empty(), "calls {open:?} never answered");
 }
 
 /// True when the event is of `kind` (a helper for `wait_event` predicates).

@@ -4,7 +4,7 @@
 //! balanced context, compacts and forks; its source is never modified; a failed import
 //! leaves nothing behind.
 
-use agentd_tests::{Daemon, Output};
+use agentd_tests::{assert_replay_paired, Daemon, Output};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -82,25 +82,10 @@ fn events(d: &Daemon, sid: &str) -> Vec<Value> {
     r["events"].as_array().unwrap().clone()
 }
 
-/// Balanced, and every function call answered by exactly one output before the next
-/// non-call item.
+/// Balanced and paired ([`assert_replay_paired`]), with as many outputs as calls.
 #[track_caller]
 fn assert_pairs(ctx: &Value) {
-    assert_eq!(ctx["stats"]["balanced"], true, "{}", ctx["stats"]);
-    let mut open: Vec<&str> = Vec::new();
-    for it in ctx["items"].as_array().unwrap() {
-        match it["type"].as_str() {
-            Some("function_call") => open.push(it["call_id"].as_str().unwrap()),
-            Some("function_call_output") => {
-                let id = it["call_id"].as_str().unwrap();
-                let pos = open.iter().position(|c| *c == id);
-                assert!(pos.is_some(), "output {id} without an open call");
-                open.remove(pos.unwrap());
-            }
-            _ => assert!(open.is_empty(), "calls {open:?} left open"),
-        }
-    }
-    assert!(open.is_empty(), "calls {open:?} never answered");
+    assert_replay_paired(ctx);
     assert_eq!(
         ctx["stats"]["function_calls"],
         ctx["stats"]["function_call_outputs"]

@@ -6,7 +6,7 @@
 //! each once; bad input gets a clear error or a skip with a reason, never a half-made
 //! session.
 
-use agentd_tests::{Daemon, Output};
+use agentd_tests::{assert_replay_paired, Daemon, Output};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -83,27 +83,6 @@ fn type_counts(evs: &[Value]) -> BTreeMap<String, usize> {
             .or_default() += 1;
     }
     m
-}
-
-/// Balanced, and every function call answered by exactly one output before the next
-/// non-call item.
-#[track_caller]
-fn assert_pairs(ctx: &Value) {
-    assert_eq!(ctx["stats"]["balanced"], true, "{}", ctx["stats"]);
-    let mut open: Vec<&str> = Vec::new();
-    for it in ctx["items"].as_array().unwrap() {
-        match it["type"].as_str() {
-            Some("function_call") => open.push(it["call_id"].as_str().unwrap()),
-            Some("function_call_output") => {
-                let id = it["call_id"].as_str().unwrap();
-                let pos = open.iter().position(|c| *c == id);
-                assert!(pos.is_some(), "output {id} without an open call");
-                open.remove(pos.unwrap());
-            }
-            _ => assert!(open.is_empty(), "calls {open:?} left open"),
-        }
-    }
-    assert!(open.is_empty(), "calls {open:?} never answered");
 }
 
 fn script_model() -> String {
@@ -224,7 +203,7 @@ fn peer_sessions_import_balanced_with_their_counts_and_continue() {
             .filter(|e| e["type"] == "tool_result" && e["data"]["ok"] == false)
             .count();
         assert_eq!(failed, 1, "{what}: one failing call");
-        assert_pairs(&ctl(&d, &["context", &sid]));
+        assert_replay_paired(&ctl(&d, &["context", &sid]));
         let usage = ctl(&d, &["usage", &sid]);
         assert_eq!(usage["total"]["calls"], 9, "{what}: {usage}");
 
@@ -240,7 +219,7 @@ fn peer_sessions_import_balanced_with_their_counts_and_continue() {
         let last = events(&d, &sid).last().cloned().unwrap();
         assert_eq!(last["type"], "turn_ended");
         assert_eq!(last["data"]["status"], "completed");
-        assert_pairs(&ctl(&d, &["context", &sid]));
+        assert_replay_paired(&ctl(&d, &["context", &sid]));
     }
 }
 
@@ -612,7 +591,7 @@ fn bad_claude_input_is_skipped_with_reasons_or_refused() {
     );
     let r = import_text(&d, dir.path(), "torn.jsonl", &torn, &ws);
     assert!(skipped_reasons(&r).contains("torn last line"), "{r}");
-    assert_pairs(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
 
     // A missing parent (line 43, the second prompt, removed): the active branch starts
     // after it, with a warning, and stays balanced.
@@ -624,7 +603,7 @@ fn bad_claude_input_is_skipped_with_reasons_or_refused() {
         .collect();
     let r = import_text(&d, dir.path(), "cut.jsonl", &join_lines(&cut), &ws);
     assert!(r["warnings"].to_string().contains("missing parent"), "{r}");
-    assert_pairs(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
 
     // A duplicated record (same uuid twice), an unknown record type, a non-UTF-8 line.
     let mut dup = src.clone();
@@ -642,7 +621,7 @@ fn bad_claude_input_is_skipped_with_reasons_or_refused() {
         "{reasons}"
     );
     assert!(reasons.contains("not valid UTF-8"), "{reasons}");
-    assert_pairs(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
 
     // A file cut short to its first records (no conversation yet) is refused; no session.
     let before = session_ids(&d);
@@ -687,7 +666,7 @@ fn gemini_and_opencode_bad_input() {
     assert!(reasons.contains("torn last line"), "{reasons}");
     assert!(reasons.contains("neither a header"), "{reasons}");
     assert!(reasons.contains("rewritten by line"), "{reasons}");
-    assert_pairs(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
 
     // opencode export: truncated JSON is refused whole.
     let before = session_ids(&d);
@@ -948,5 +927,5 @@ fn a_session_written_by_a_real_pi_imports() {
         evs[0]["data"]["workspace"],
         ws.canonicalize().unwrap().display().to_string()
     );
-    assert_pairs(&ctl(&d, &["context", sid]));
+    assert_replay_paired(&ctl(&d, &["context", sid]));
 }

@@ -1,6 +1,7 @@
 //! Black-box tests of turns (DESIGN §10, §7.4): the real daemon and agentctl with the
 //! offline `script` provider. Every wait is on an event or a response with a deadline.
 
+use agentd_tests::sse::{chat_sse, sse_server, typed_sse};
 use agentd_tests::{is_type, Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -642,52 +643,6 @@ fn artifact_changes_are_published_to_dependent_sessions() {
     assert_eq!(ev["data"]["uri"], "notes.txt");
 }
 
-/// A one-thread HTTP/1.1 server answering each request with the next SSE body, then
-/// closing the connection; returns its base URL and the request bodies it saw.
-fn sse_server(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Value>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}/v1", listener.local_addr().unwrap());
-    let h = std::thread::spawn(move || {
-        let mut bodies = Vec::new();
-        for reply in replies {
-            let (stream, _) = listener.accept().unwrap();
-            let mut r = BufReader::new(stream.try_clone().unwrap());
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                r.read_line(&mut line).unwrap();
-                let l = line.trim_end();
-                if l.is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = l.split_once(':') {
-                    if k.eq_ignore_ascii_case("content-length") {
-                        len = v.trim().parse().unwrap();
-                    }
-                }
-            }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            bodies.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            let mut w = stream;
-            let head =
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-            w.write_all(head.as_bytes()).unwrap();
-            w.write_all(reply.as_bytes()).unwrap();
-            w.flush().unwrap();
-        }
-        bodies
-    });
-    (base, h)
-}
-
-fn chat_sse(chunks: &[Value]) -> String {
-    let mut s: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
-    s.push_str("data: [DONE]\n\n");
-    s
-}
-
 #[test]
 fn openai_chat_provider_over_a_local_sse_server() {
     let (base, server) = sse_server(vec![
@@ -799,14 +754,6 @@ fn a_fork_keeps_the_parents_model_and_provider() {
     d.agentctl(["fork", "kid", "--child-session-id", "grandkid"])
         .assert_code(0);
     d.agentctl(["turn", "grandkid", "once more"]).assert_code(0);
-}
-
-/// Named SSE events (`event: T` + `data: …`), as the Responses and Anthropic APIs send.
-fn typed_sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect()
 }
 
 fn chat_stop(text: &str, finish: &str) -> String {

@@ -895,30 +895,13 @@ impl State {
 
     /// Text of a Claude content value (a string, or text/image blocks).
     fn text_of(&mut self, content: Option<&Value>) -> String {
-        match content {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(blocks)) => {
-                let mut parts: Vec<String> = Vec::new();
-                for b in blocks {
-                    match b.get("type").and_then(Value::as_str) {
-                        Some("text") => parts.push(
-                            b.get("text")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                .to_string(),
-                        ),
-                        Some("thinking") => {}
-                        Some("image") => {
-                            self.images += 1;
-                            parts.push("[image not imported]".to_string());
-                        }
-                        _ => {}
-                    }
-                }
-                parts.join("\n")
-            }
-            _ => String::new(),
-        }
+        let images = &mut self.images;
+        crate::content_text(content, &["text"], |b| {
+            (b.get("type").and_then(Value::as_str) == Some("image")).then(|| {
+                *images += 1;
+                "[image not imported]".to_string()
+            })
+        })
     }
 }
 

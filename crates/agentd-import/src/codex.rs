@@ -379,29 +379,13 @@ impl State {
 
     /// Text of codex content parts (`input_text`, `output_text`, `input_image`).
     fn text_of(&mut self, content: Option<&Value>) -> String {
-        let Some(Value::Array(parts)) = content else {
-            return content
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_default();
-        };
-        let mut out: Vec<String> = Vec::new();
-        for part in parts {
-            match part.get("type").and_then(Value::as_str) {
-                Some("input_text" | "output_text" | "text") => out.push(
-                    part.get("text")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                ),
-                Some("input_image") => {
-                    self.images += 1;
-                    out.push("[image not imported]".to_string());
-                }
-                _ => {}
-            }
-        }
-        out.join("\n")
+        let images = &mut self.images;
+        crate::content_text(content, &["input_text", "output_text", "text"], |b| {
+            (b.get("type").and_then(Value::as_str) == Some("input_image")).then(|| {
+                *images += 1;
+                "[image not imported]".to_string()
+            })
+        })
     }
 }
 

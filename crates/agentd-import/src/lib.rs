@@ -366,6 +366,37 @@ fn args_object(v: Value) -> Value {
     }
 }
 
+/// The text of a message's `content`: a string as it is, or the text of its blocks whose
+/// `type` is one of `text_types`, one per line. `image` names the placeholder line of a
+/// block it recognises as an image (and counts it); every other block is left out.
+fn content_text(
+    content: Option<&Value>,
+    text_types: &[&str],
+    mut image: impl FnMut(&Value) -> Option<String>,
+) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => {
+            let mut parts: Vec<String> = Vec::new();
+            for b in blocks {
+                let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
+                if text_types.contains(&kind) {
+                    parts.push(
+                        b.get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                } else if let Some(placeholder) = image(b) {
+                    parts.push(placeholder);
+                }
+            }
+            parts.join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
 fn str_of<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a str> {
     m.get(k).and_then(Value::as_str)
 }

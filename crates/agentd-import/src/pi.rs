@@ -599,30 +599,14 @@ impl State {
     /// Text of a pi `content` (a string, or text/image blocks). Images cannot be carried
     /// over (agentd would need the bytes as a resource), so each leaves a placeholder.
     fn text_of(&mut self, content: Option<&Value>) -> String {
-        match content {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(blocks)) => {
-                let mut parts: Vec<String> = Vec::new();
-                for b in blocks {
-                    match b.get("type").and_then(Value::as_str) {
-                        Some("text") => parts.push(
-                            b.get("text")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                .to_string(),
-                        ),
-                        Some("image") => {
-                            self.images += 1;
-                            let mime = b.get("mimeType").and_then(Value::as_str).unwrap_or("?");
-                            parts.push(format!("[image not imported: {}]", clip(mime)));
-                        }
-                        _ => {}
-                    }
-                }
-                parts.join("\n")
-            }
-            _ => String::new(),
-        }
+        let images = &mut self.images;
+        crate::content_text(content, &["text"], |b| {
+            (b.get("type").and_then(Value::as_str) == Some("image")).then(|| {
+                *images += 1;
+                let mime = b.get("mimeType").and_then(Value::as_str).unwrap_or("?");
+                format!("[image not imported: {}]", clip(mime))
+            })
+        })
     }
 }
 
