@@ -37,8 +37,9 @@ context for the exact provider input a continuation would get, tree for its fork
 checkpoint for a compact summary of where it stands. Session ids look like \
 `20260101T120000-1a2b3c`.";
 
-/// How long a finished `turn` waits for its last progress reports.
-const PROGRESS_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a finished `turn` waits, at most, for the subscription to deliver its last
+/// events (the wait ends at `turn_ended`; the bound only covers a daemon that is gone).
+const PROGRESS_DRAIN: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The MCP side of `agentctl mcp-server`.
 pub struct McpServer {
