@@ -212,6 +212,10 @@ pub async fn probe(
     let Some(table) = config.get("mcp_servers").and_then(|t| t.as_table()) else {
         return Vec::new();
     };
+    let sandbox_default = config
+        .get("mcp_sandbox")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
     let mut servers = BTreeMap::new();
     let mut out = Vec::new();
     for (name, v) in table {
@@ -222,6 +226,18 @@ pub async fn probe(
             })
             .and_then(|c| c.validate(name).map(|_| c));
         match parsed {
+            Ok(c) if c.enabled && c.command.is_some() && c.sandbox.unwrap_or(sandbox_default) => {
+                // The sandbox is the daemon's: never started unconfined here.
+                out.push((
+                    name.clone(),
+                    true,
+                    format!(
+                        "runs only inside the daemon's command sandbox, so it is not started \
+                         here; `agentctl mcp tools {name}` starts it there"
+                    ),
+                    None,
+                ))
+            }
             Ok(c) if c.enabled => {
                 servers.insert(name.clone(), c);
             }
@@ -245,6 +261,7 @@ pub async fn probe(
             run_dir: run_dir.clone(),
             session_id: "doctor".into(),
             inherited_env: inherited,
+            confine: None,
         },
         servers,
     });

@@ -543,6 +543,7 @@ async fn mcp_tools(turns: &Arc<TurnManager>, p: McpToolsParams) -> Result<Value,
     }
     let mut servers = turns.mcp.config().clone();
     servers.retain(|n, c| c.enabled && p.server.as_deref().is_none_or(|s| s == n));
+    turns.mcp.settle_sandbox(&mut servers);
     if let Some(s) = &p.server {
         if servers.is_empty() {
             return Err(AgentError::new(
@@ -558,10 +559,14 @@ async fn mcp_tools(turns: &Arc<TurnManager>, p: McpToolsParams) -> Result<Value,
     let probe_dir = turns.registry.home.root().to_path_buf();
     let manager = agentd_mcp::Manager::new(agentd_mcp::ManagerOptions {
         start: agentd_mcp::StartContext {
-            workspace: workspace.into(),
+            workspace: workspace.clone().into(),
             run_dir: crate::turn::mcp::run_dir(&probe_dir),
             session_id: "probe".into(),
             inherited_env: crate::turn::mcp::inherited_env(&servers),
+            confine: crate::turn::mcp::probe_confine(
+                &turns.registry.config.sandbox,
+                std::path::Path::new(&workspace),
+            ),
         },
         servers,
     });

@@ -84,6 +84,10 @@ pub struct Config {
     /// Seconds a session's MCP servers may go unused before they are stopped (they
     /// start again at the next call); 0 keeps them until the daemon stops.
     pub mcp_idle_stop_s: u64,
+    /// Whether a stdio MCP server whose entry does not say `sandbox` runs under the
+    /// session's command sandbox (DESIGN §14). Off by default: most servers need more
+    /// than a command gets (the network, caches in the home).
+    pub mcp_sandbox: bool,
     /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (DESIGN §14).
     pub mcp_servers: std::collections::BTreeMap<String, agentd_mcp::ServerConfig>,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
@@ -112,6 +116,7 @@ impl Default for Config {
             lease_s: 30.0,
             sandbox: agentd_sandbox::SandboxConfig::default(),
             mcp_idle_stop_s: 600,
+            mcp_sandbox: false,
             mcp_servers: Default::default(),
             rest: toml::Table::new(),
             path: None,

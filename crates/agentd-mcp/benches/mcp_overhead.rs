@@ -89,6 +89,7 @@ fn manager(name: &str, cfg: ServerConfig, dir: &Path) -> Manager {
             run_dir: dir.join("running"),
             session_id: "bench".into(),
             inherited_env: agentd_mcp::client::inheritable([], |n| std::env::var(n).ok()),
+            confine: None,
         },
     })
 }

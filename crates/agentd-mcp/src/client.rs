@@ -78,6 +78,9 @@ impl CallError {
 pub struct Signals {
     /// Set by `notifications/tools/list_changed`; cleared when the list is fetched.
     pub tools_changed: Arc<AtomicBool>,
+    /// When the latest `list_changed` arrived (for the quiet window of
+    /// [`Signals::changed_within`]).
+    pub changed_at: Arc<Mutex<Option<Instant>>>,
     /// `notifications/progress` as `{progress, total?, message?}` (a session's calls run
     /// one at a time, so a subscriber during a call sees that call's progress).
     pub progress: tokio::sync::broadcast::Sender<Value>,
@@ -87,8 +90,18 @@ impl Default for Signals {
     fn default() -> Self {
         Signals {
             tools_changed: Arc::default(),
+            changed_at: Arc::default(),
             progress: tokio::sync::broadcast::channel(64).0,
         }
+    }
+}
+
+impl Signals {
+    /// How long ago the latest `list_changed` arrived, when that is less than `window`
+    /// (the server may still be changing its list).
+    pub fn changed_within(&self, window: Duration) -> Option<Duration> {
+        let at = *self.changed_at.lock().unwrap_or_else(|p| p.into_inner());
+        at.map(|t| t.elapsed()).filter(|d| *d < window)
     }
 }
 
@@ -130,9 +143,43 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
+        *self
+            .signals
+            .changed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.signals.tools_changed.store(true, Ordering::Release);
         std::future::ready(())
     }
+}
+
+/// Runs a stdio server confined: handed down by the daemon for the servers that opt in
+/// to the session's command sandbox (`sandbox = true`). This crate knows nothing of how
+/// the confinement is built; it spawns the command it is given and keeps the guard for
+/// as long as the server runs.
+pub trait Confine: Send + Sync + std::fmt::Debug {
+    /// The command that runs `argv` in `cwd` with exactly `env` (stdio is the caller's),
+    /// or why it cannot be built (the server then fails to start with that message).
+    fn command(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        env: &[(String, String)],
+    ) -> Result<Confined, String>;
+}
+
+/// A confined command and what it holds.
+pub struct Confined {
+    pub command: std::process::Command,
+    pub guard: Box<dyn Confinement>,
+}
+
+/// What a confined server holds while it runs; dropping it tears the confinement down
+/// (leftover processes killed, temporary directories removed).
+pub trait Confinement: Send + Sync {
+    /// What is in force, read once the server runs (recorded in the Log and shown by
+    /// `agentctl mcp list`).
+    fn facts(&mut self) -> Value;
 }
 
 /// Everything a start needs besides the server's own config.
@@ -144,6 +191,9 @@ pub struct StartContext {
     pub session_id: String,
     /// The values of [`BASE_ENV`] and of every `env_vars` name, from agentd's environment.
     pub inherited_env: Vec<(String, String)>,
+    /// How servers with `sandbox = true` are confined; `None` where there is no sandbox
+    /// (such a server then fails to start, it never runs unconfined).
+    pub confine: Option<Arc<dyn Confine>>,
 }
 
 /// A started server.
@@ -156,6 +206,10 @@ pub struct Connection {
     stderr: Arc<Mutex<VecDeque<u8>>>,
     pub signals: Signals,
     pub started_in: Duration,
+    /// What the sandbox put in force, for a confined server.
+    pub sandbox: Option<Value>,
+    /// Held while the server runs; dropped after its group is gone.
+    confinement: Mutex<Option<Box<dyn Confinement>>>,
 }
 
 fn client_info() -> ClientConfig {
@@ -314,6 +368,8 @@ impl Connection {
             stderr: Arc::new(Mutex::new(VecDeque::new())),
             signals,
             started_in: began.elapsed(),
+            sandbox: None,
+            confinement: Mutex::new(None),
         })
     }
 
@@ -329,16 +385,36 @@ impl Connection {
         let Some(program) = cfg.command.as_deref() else {
             return Self::start_http(name, cfg, ctx, legacy, began).await;
         };
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(&cfg.args)
-            .env_clear()
-            .envs(server_env(cfg, &ctx.inherited_env))
-            .current_dir(
-                cfg.cwd
-                    .as_deref()
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| ctx.workspace.clone()),
-            );
+        let env = server_env(cfg, &ctx.inherited_env);
+        let cwd = cfg
+            .cwd
+            .as_deref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| ctx.workspace.clone());
+        let mut confinement: Option<Box<dyn Confinement>> = None;
+        let cmd = if cfg.sandboxed() {
+            let Some(confine) = &ctx.confine else {
+                return Err(CallError::new(
+                    "startup_failed",
+                    format!(
+                        "MCP server `{name}` asks for the sandbox (sandbox = true), and no \
+                         command sandbox is available here; it is not run unconfined"
+                    ),
+                ));
+            };
+            let argv: Vec<String> = std::iter::once(program.to_string())
+                .chain(cfg.args.iter().cloned())
+                .collect();
+            let confined = confine.command(&argv, &cwd, &env).map_err(|m| {
+                CallError::new("startup_failed", format!("MCP server `{name}`: {m}"))
+            })?;
+            confinement = Some(confined.guard);
+            tokio::process::Command::from(confined.command)
+        } else {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(&cfg.args).env_clear().envs(env).current_dir(cwd);
+            cmd
+        };
         let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
         wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
         let (transport, stderr_pipe) = TokioChildProcess::builder(wrap)
@@ -404,10 +480,17 @@ impl Connection {
             {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
+                    // A sandbox that could not be built says why in its report.
+                    let why = confinement
+                        .as_mut()
+                        .map(|c| c.facts())
+                        .and_then(|f| f.get("error").and_then(Value::as_str).map(String::from))
+                        .map(|w| format!(" (the sandbox could not be built: {w})"))
+                        .unwrap_or_default();
                     return Err(fail(
-                        format!("MCP server `{name}` failed its handshake: {e}"),
+                        format!("MCP server `{name}` failed its handshake: {e}{why}"),
                         &stderr,
-                    ))
+                    ));
                 }
                 Err(_) => {
                     return Err(fail(
@@ -424,6 +507,8 @@ impl Connection {
             .peer_info()
             .map(|i| i.protocol_version.to_string())
             .unwrap_or_else(|| "2026-07-28".into());
+        // The server answered its handshake, so the confinement's report is complete.
+        let sandbox = confinement.as_mut().map(|c| c.facts());
         Ok(Connection {
             service: Mutex::new(Some(service)),
             peer,
@@ -433,6 +518,8 @@ impl Connection {
             stderr,
             signals,
             started_in: began.elapsed(),
+            sandbox,
+            confinement: Mutex::new(confinement),
         })
     }
 
@@ -563,6 +650,15 @@ impl Connection {
         }
         if let Some(r) = &self.record {
             let _ = std::fs::remove_file(r);
+        }
+        // After the group: whatever the server left in its sandbox goes now.
+        let guard = self
+            .confinement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(g) = guard {
+            let _ = tokio::task::spawn_blocking(move || drop(g)).await;
         }
     }
 }

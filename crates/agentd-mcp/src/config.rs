@@ -82,6 +82,10 @@ pub struct ServerConfig {
     /// Raw tool names the user declares read-only (allowed in `read_only` mode).
     #[serde(default)]
     pub read_only_tools: Vec<String>,
+    /// Run this stdio server under the session's command sandbox (`true`), or not
+    /// (`false`). Absent: the daemon's `mcp_sandbox` default decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<bool>,
     /// Literal header values (ACP `http` entries); never written to config.
     #[serde(skip)]
     pub headers: BTreeMap<String, String>,
@@ -113,6 +117,7 @@ impl Default for ServerConfig {
             headers_env: BTreeMap::new(),
             trust_annotations: false,
             read_only_tools: Vec::new(),
+            sandbox: None,
             headers: BTreeMap::new(),
             origin: Origin::Config,
         }
@@ -148,6 +153,10 @@ impl ServerConfig {
             (None, Some(u)) if !(u.starts_with("http://") || u.starts_with("https://")) => Err(
                 format!("mcp_servers.{name}: `url` must be http:// or https://"),
             ),
+            (None, Some(_)) if self.sandbox == Some(true) => Err(format!(
+                "mcp_servers.{name}: `sandbox` confines the process of a stdio server; a `url` \
+                 server runs elsewhere"
+            )),
             _ => Ok(()),
         }
     }
@@ -209,7 +218,15 @@ impl ServerConfig {
         if self.required {
             d["required"] = json!(true);
         }
+        if self.sandboxed() {
+            d["sandbox"] = json!(true);
+        }
         d
+    }
+
+    /// Whether the server runs under the session's command sandbox.
+    pub fn sandboxed(&self) -> bool {
+        self.sandbox == Some(true) && self.command.is_some()
     }
 
     /// Names of agentd's variables this server reads: `env_vars`, `bearer_token_env` and
@@ -309,6 +326,11 @@ pub fn parse_client_entry(v: &Value) -> Result<(String, ServerConfig), String> {
                     .map_err(|_| format!("MCP server `{name}`: `args` is a list of strings"))?,
             };
             cfg.env = pairs("env")?;
+            // agentd's own field: a client may ask for the sandbox, never out of it (the
+            // daemon's `mcp_sandbox` default still applies to an entry without it).
+            if v.get("sandbox") == Some(&Value::Bool(true)) {
+                cfg.sandbox = Some(true);
+            }
         }
         "http" => {
             cfg.url = Some(

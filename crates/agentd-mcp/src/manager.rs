@@ -2,7 +2,9 @@
 //! startup timeout), their tools offered under mangled names in a stable order, calls
 //! routed by raw (server, tool), a dead server restarted at its next call, a
 //! `list_changed` applied when the tools are next asked for (that is, at the next
-//! provider call, never mid-call), and every server stopped as a whole process group.
+//! provider call, never mid-call) once the server has been quiet for [`LIST_QUIET`]
+//! (debounced, bounded by [`LIST_SETTLE`]), and every server stopped as a whole process
+//! group.
 //! Owns the per-session state; reports through return values only.
 
 use crate::client::{CallError, Connection, StartContext, ToolInfo};
@@ -13,6 +15,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
+
+/// A `list_changed` is acted on once the server has sent none for this long...
+pub const LIST_QUIET: std::time::Duration = std::time::Duration::from_millis(100);
+/// ...or once this much time has passed since the provider call began waiting, whichever
+/// comes first.
+pub const LIST_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A server that did not start, for the turn to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +53,8 @@ pub struct ServerStatus {
     pub pid: Option<i32>,
     pub last_error: Option<String>,
     pub started_ms: Option<u64>,
+    /// What the command sandbox put in force, for a server that runs in it.
+    pub sandbox: Option<Value>,
 }
 
 impl ServerStatus {
@@ -53,6 +63,7 @@ impl ServerStatus {
             "name": self.name, "state": self.state, "transport": self.transport,
             "tools": self.tools, "protocol": self.protocol, "pid": self.pid,
             "last_error": self.last_error, "started_ms": self.started_ms,
+            "sandbox": self.sandbox,
         })
     }
 }
@@ -244,6 +255,17 @@ impl Manager {
             let live = slot.live.lock().await.clone();
             let Some(mut live) = live else { continue };
             if live.conn.signals.tools_changed.load(Ordering::Acquire) && !live.conn.is_closed() {
+                // Debounced: a server still announcing changes is given until it has
+                // been quiet for LIST_QUIET (at most LIST_SETTLE in all), so a burst
+                // or a trickle of notifications costs one listing of its final list.
+                let began = std::time::Instant::now();
+                while let Some(ago) = live.conn.signals.changed_within(LIST_QUIET) {
+                    let left = LIST_SETTLE.saturating_sub(began.elapsed());
+                    if left.is_zero() {
+                        break;
+                    }
+                    tokio::time::sleep((LIST_QUIET - ago).min(left)).await;
+                }
                 match live.conn.list_tools(slot.cfg.startup_timeout()).await {
                     Ok(tools) => {
                         let mut guard = slot.live.lock().await;
@@ -288,6 +310,19 @@ impl Manager {
             .collect();
         *self.offered.lock().unwrap_or_else(|p| p.into_inner()) = offered.clone();
         offered
+    }
+
+    /// True when a running server announced `list_changed` since its tools were last
+    /// listed (the next [`Manager::tools`] lists it again).
+    pub async fn tools_changed(&self) -> bool {
+        for slot in self.slots.values() {
+            if let Some(l) = slot.live.lock().await.as_ref() {
+                if l.conn.signals.tools_changed.load(Ordering::Acquire) {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// The offered tool behind a model-visible name, from the latest [`Manager::tools`].
@@ -377,6 +412,7 @@ impl Manager {
                 pid: live.as_ref().and_then(|l| l.conn.pid),
                 last_error,
                 started_ms: live.as_ref().map(|l| l.conn.started_in.as_millis() as u64),
+                sandbox: live.as_ref().and_then(|l| l.conn.sandbox.clone()),
             });
         }
         out

@@ -37,6 +37,7 @@ impl Env {
                 run_dir: self.run_dir(),
                 session_id: "s1".into(),
                 inherited_env: inherited,
+                confine: None,
             },
         })
     }
@@ -66,7 +67,7 @@ async fn tools_are_offered_sorted_with_valid_unique_names_and_calls_route_to_raw
     let m = env.manager(&[("fake", fake(&["--colliding", "--tools", "200"]))]);
     assert!(m.start().await.is_empty());
     let offered = m.tools().await;
-    assert_eq!(offered.len(), 10 + 4 + 200);
+    assert_eq!(offered.len(), 15 + 4 + 200);
     let mut seen = std::collections::BTreeSet::new();
     for o in &offered {
         assert!(names::is_valid(&o.name), "{}", o.name);
@@ -313,4 +314,50 @@ async fn records_left_by_a_killed_owner_are_reaped() {
     .unwrap();
     assert_eq!(reaped, vec![rec.clone()]);
     assert!(records(&env.run_dir()).is_empty());
+}
+
+#[tokio::test]
+async fn a_trickle_of_list_changed_is_debounced_into_one_listing_of_the_final_list() {
+    let env = Env::new();
+    let m = env.manager(&[("fake", fake(&[]))]);
+    assert!(m.start().await.is_empty());
+    let c = CancellationToken::new();
+    let lists = |r: serde_json::Value| map_result(&r).text;
+    // Ten notifications 30 ms apart; the tool `late` exists only from the last one on.
+    m.call("fake", "trickle", json!({"count": 10, "every_ms": 30}), &c)
+        .await
+        .unwrap();
+    // Wait for the first notification, then ask for the tools while the trickle still
+    // runs, as a provider call would.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !m.tools_changed().await {
+        assert!(Instant::now() < deadline, "no list_changed arrived");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        lists(m.call("fake", "lists", json!({}), &c).await.unwrap()),
+        "0",
+        "nothing is listed before the next listing"
+    );
+    let began = Instant::now();
+    let after = m.tools().await;
+    let waited = began.elapsed();
+    assert!(
+        after.iter().any(|o| o.tool.name == "late"),
+        "the listing waited for the trickle to end and got its final list ({waited:?})"
+    );
+    assert!(
+        waited < manager_settle() + Duration::from_millis(500),
+        "{waited:?}"
+    );
+    assert_eq!(
+        lists(m.call("fake", "lists", json!({}), &c).await.unwrap()),
+        "1",
+        "ten notifications, one tools/list"
+    );
+    m.stop().await;
+}
+
+fn manager_settle() -> Duration {
+    agentd_mcp::manager::LIST_SETTLE
 }

@@ -339,8 +339,11 @@ impl Runner<'_> {
     /// variables and headers, never values) and which failed. `Some(end)` when a
     /// `required` server failed.
     async fn start_mcp(&mut self) -> Result<Option<End>, AgentError> {
-        let Some((manager, fresh, notes)) =
-            self.turns.mcp.for_turn(&self.sid, &self.workspace).await
+        let Some((manager, fresh, notes)) = self
+            .turns
+            .mcp
+            .for_turn(&self.sid, &self.workspace, self.tools.sandbox.as_ref())
+            .await
         else {
             return Ok(None);
         };

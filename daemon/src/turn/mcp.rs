@@ -5,14 +5,85 @@
 //! remembered per (server, tool), the reaping of groups a killed daemon left, and the
 //! stop of every server at shutdown. Client-given entries live in memory only: their env
 //! values may be secrets and are never written to a Log.
+//!
+//! A stdio server with `sandbox = true` (or every stdio server without a `sandbox` of
+//! its own, with `mcp_sandbox = true`) runs under the turn's command sandbox:
+//! [`SandboxConfine`] is the `agentd_mcp::client::Confine` the daemon hands down. Its
+//! servers are restarted when a turn's policy differs from the one they run under, so
+//! a server never has more than the turn that calls it.
 
+use crate::tools::sandboxing::CommandSandbox;
+use agentd_mcp::client::{Confine, Confined, Confinement};
 use agentd_mcp::{Manager, ManagerOptions, ServerConfig, StartContext};
 use agentd_proto::AgentError;
 use dashmap::DashMap;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Runs sandboxed MCP servers under one turn's command sandbox, with the environment
+/// the server's config names (never the command environment of the policy).
+#[derive(Debug)]
+pub struct SandboxConfine(pub CommandSandbox);
+
+struct SandboxGuard(agentd_sandbox::Prepared);
+
+impl Confinement for SandboxGuard {
+    fn facts(&mut self) -> Value {
+        self.0.running_facts()
+    }
+}
+
+impl Confine for SandboxConfine {
+    fn command(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        env: &[(String, String)],
+    ) -> Result<Confined, String> {
+        let sb = &self.0;
+        let mut policy = sb.policy.clone();
+        policy.env = env.iter().cloned().collect();
+        let req = agentd_sandbox::CommandRequest {
+            policy: &policy,
+            on_unavailable: sb.on_unavailable,
+            argv: argv.to_vec(),
+            cwd,
+            umask: 0o022,
+            limits: sb.limits,
+        };
+        let mut prepared = sb.runtime.sandbox.prepare(&req).map_err(|u| u.message)?;
+        Ok(Confined {
+            command: prepared.take_command(),
+            guard: Box::new(SandboxGuard(prepared)),
+        })
+    }
+}
+
+/// The confinement for a probe outside any session (`agentd/mcp_tools` without one):
+/// the config's sandbox for `workspace`, read-only (a probe lists tools; nothing it
+/// starts needs to write).
+pub fn probe_confine(
+    config: &agentd_sandbox::SandboxConfig,
+    workspace: &Path,
+) -> Option<Arc<dyn Confine>> {
+    let rt = crate::tools::sandboxing::runtime()?;
+    let read_only = agentd_sandbox::SandboxRequest {
+        mode: Some(agentd_sandbox::Mode::ReadOnly),
+        network: None,
+    };
+    let inputs =
+        crate::tools::sandboxing::inputs(&rt, config, Default::default(), read_only, workspace);
+    let policy = agentd_sandbox::effective(&inputs);
+    Some(Arc::new(SandboxConfine(CommandSandbox {
+        runtime: rt,
+        inputs,
+        policy,
+        on_unavailable: config.on_unavailable,
+        limits: agentd_sandbox::Limits::from_config(config),
+    })))
+}
 
 /// `<home>/mcp/running`: one pid record per running server group.
 pub fn run_dir(home: &std::path::Path) -> PathBuf {
@@ -27,6 +98,8 @@ struct Live {
 
 pub struct McpSessions {
     config: BTreeMap<String, ServerConfig>,
+    /// `mcp_sandbox`: the `sandbox` of a stdio entry that does not say.
+    sandbox_default: bool,
     /// `mcp_idle_stop_s`; zero never stops idle servers.
     idle_stop: std::time::Duration,
     run_dir: PathBuf,
@@ -66,6 +139,7 @@ impl McpSessions {
     pub fn new(
         config: BTreeMap<String, ServerConfig>,
         idle_stop: std::time::Duration,
+        sandbox_default: bool,
         home: &std::path::Path,
     ) -> Self {
         let run_dir = run_dir(home);
@@ -75,6 +149,7 @@ impl McpSessions {
         }
         McpSessions {
             config,
+            sandbox_default,
             idle_stop,
             run_dir,
             client: DashMap::new(),
@@ -92,10 +167,22 @@ impl McpSessions {
         self.client.insert(sid.to_string(), entries);
     }
 
-    /// The merged servers of `sid` and notes on dropped client entries.
+    /// The merged servers of `sid` and notes on dropped client entries; each stdio
+    /// entry's `sandbox` is settled (its own, else `mcp_sandbox`).
     pub fn merged(&self, sid: &str) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
         let client = self.client.get(sid).map(|c| c.clone()).unwrap_or_default();
-        agentd_mcp::config::merge(&self.config, &client)
+        let (mut servers, notes) = agentd_mcp::config::merge(&self.config, &client);
+        self.settle_sandbox(&mut servers);
+        (servers, notes)
+    }
+
+    /// Applies `mcp_sandbox` to the stdio entries that do not say.
+    pub fn settle_sandbox(&self, servers: &mut BTreeMap<String, ServerConfig>) {
+        for cfg in servers.values_mut() {
+            if cfg.command.is_some() && cfg.sandbox.is_none() {
+                cfg.sandbox = Some(self.sandbox_default);
+            }
+        }
     }
 
     /// The manager of `sid` for a turn in `workspace`: the running one, or a new one
@@ -105,6 +192,7 @@ impl McpSessions {
         &self,
         sid: &str,
         workspace: &str,
+        sandbox: Option<&CommandSandbox>,
     ) -> Option<(Arc<Manager>, bool, Vec<String>)> {
         let (servers, notes) = self.merged(sid);
         if servers.is_empty() {
@@ -113,8 +201,15 @@ impl McpSessions {
             }
             return None;
         }
+        // Sandboxed servers run under the policy they started with: a turn under
+        // another policy gets servers started under its own.
+        let confined = servers.values().any(ServerConfig::sandboxed);
+        let policy = match (confined, sandbox) {
+            (true, Some(sb)) => sb.policy.digest(),
+            _ => String::new(),
+        };
         let key = format!(
-            "{workspace}\0{}",
+            "{workspace}\0{policy}\0{}",
             servers
                 .iter()
                 .map(|(n, c)| format!("{n}={c:?}"))
@@ -135,6 +230,7 @@ impl McpSessions {
                 run_dir: self.run_dir.clone(),
                 session_id: sid.to_string(),
                 inherited_env: inherited_env(&servers),
+                confine: sandbox.map(|sb| Arc::new(SandboxConfine(sb.clone())) as Arc<dyn Confine>),
             },
             servers,
         }));

@@ -143,6 +143,7 @@ impl TurnManager {
         let mcp = mcp::McpSessions::new(
             registry.config.mcp_servers.clone(),
             Duration::from_secs(registry.config.mcp_idle_stop_s),
+            registry.config.mcp_sandbox,
             registry.home.root(),
         );
         Arc::new(TurnManager {

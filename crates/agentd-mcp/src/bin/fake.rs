@@ -13,16 +13,34 @@
 //! text; `image` → a PNG image block; `fail` → `isError` with text; `wait` → never
 //! answers (it stops on `notifications/cancelled`, writing `cancelled <id>` to stderr);
 //! `structured` → only `structuredContent`; `lists` → the number of `tools/list`
-//! requests since the last `burst` (which also adds a tool `grown` to the list).
+//! requests since the last `burst` (which also adds a tool `grown` to the list);
+//! `trickle {count, every_ms}` → answers at once, then sends `count` `list_changed`
+//! notifications `every_ms` apart (adding a tool `late` before the last one).
+//!
+//! Probes of what the server's process may do (the sandbox tests): `read {path}` → the
+//! file's text, `write {path, text}` → writes it, `connect {path}` → connects to a Unix
+//! socket, `tcp {addr}` → opens a TCP connection. Each answers `ok ...` or
+//! `denied: <error>` as text (never `isError`: only the outcome is reported).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
-fn send(out: &mut impl Write, v: &Value) {
+/// One message, written whole under the stdout lock (a `trickle` thread writes too).
+fn send(v: &Value) {
     let mut s = serde_json::to_string(v).expect("json");
     s.push('\n');
+    let mut out = std::io::stdout().lock();
     let _ = out.write_all(s.as_bytes());
     let _ = out.flush();
+}
+
+/// A probe's outcome as text.
+fn probe<T>(r: std::io::Result<T>, ok: impl FnOnce(T) -> String) -> Value {
+    let text = match r {
+        Ok(v) => format!("ok {}", ok(v)),
+        Err(e) => format!("denied: {e}"),
+    };
+    json!({"content": [{"type": "text", "text": text}]})
 }
 
 fn tool(name: &str, description: &str) -> Value {
@@ -60,6 +78,14 @@ fn main() {
             "lists",
             "Answers how many tools/list requests came since the last burst.",
         ),
+        tool(
+            "trickle",
+            "Answers, then sends `count` tools/list_changed notifications `every_ms` apart.",
+        ),
+        tool("read", "Reads the file `path`."),
+        tool("write", "Writes `text` to the file `path`."),
+        tool("connect", "Connects to the Unix socket `path`."),
+        tool("tcp", "Opens a TCP connection to `addr`."),
     ];
     if colliding {
         for n in ["a.b", "a b", "a_b"] {
@@ -71,7 +97,8 @@ fn main() {
         tools.push(tool(&format!("t{i:03}"), "Echoes its arguments."));
     }
     let stdin = std::io::stdin();
-    let mut out = std::io::stdout().lock();
+    // Tools added by a `trickle` thread before its last notification.
+    let late = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
@@ -96,6 +123,11 @@ fn main() {
             "ping" => json!({}),
             "tools/list" => {
                 lists += 1;
+                if late.load(std::sync::atomic::Ordering::Acquire)
+                    && !tools.iter().any(|t| t["name"] == "late")
+                {
+                    tools.push(tool("late", "Appeared at the end of a trickle."));
+                }
                 json!({"tools": tools})
             }
             "tools/call" => {
@@ -123,7 +155,6 @@ fn main() {
                         lists = 0;
                         for _ in 0..a["count"].as_u64().unwrap_or(5) {
                             send(
-                                &mut out,
                                 &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
                             );
                         }
@@ -136,32 +167,62 @@ fn main() {
                     "wait" => continue,
                     "structured" => json!({"content": [], "structuredContent": {"answer": 42}}),
                     "lists" => json!({"content": [{"type": "text", "text": lists.to_string()}]}),
+                    "trickle" => {
+                        lists = 0;
+                        let count = a["count"].as_u64().unwrap_or(10);
+                        let every =
+                            std::time::Duration::from_millis(a["every_ms"].as_u64().unwrap_or(20));
+                        let late = late.clone();
+                        std::thread::spawn(move || {
+                            for i in 0..count {
+                                std::thread::sleep(every);
+                                if i + 1 == count {
+                                    late.store(true, std::sync::atomic::Ordering::Release);
+                                }
+                                send(&json!({"jsonrpc": "2.0",
+                                    "method": "notifications/tools/list_changed"}));
+                            }
+                        });
+                        json!({"content": [{"type": "text", "text": "trickle started"}]})
+                    }
+                    "read" => probe(
+                        std::fs::read_to_string(a["path"].as_str().unwrap_or_default()),
+                        |t| t,
+                    ),
+                    "write" => probe(
+                        std::fs::write(
+                            a["path"].as_str().unwrap_or_default(),
+                            a["text"].as_str().unwrap_or_default(),
+                        ),
+                        |()| "written".to_string(),
+                    ),
+                    "connect" => probe(
+                        std::os::unix::net::UnixStream::connect(
+                            a["path"].as_str().unwrap_or_default(),
+                        ),
+                        |_| "connected".to_string(),
+                    ),
+                    "tcp" => probe(
+                        std::net::TcpStream::connect(a["addr"].as_str().unwrap_or_default()),
+                        |_| "connected".to_string(),
+                    ),
                     other if tools.iter().any(|t| t["name"] == other) => {
                         json!({"content": [{"type": "text", "text": format!("{other} {a}")}]})
                     }
                     other => {
-                        send(
-                            &mut out,
-                            &json!({"jsonrpc": "2.0", "id": id,
-                                "error": {"code": -32602, "message": format!("Unknown tool: {other}")}}),
-                        );
+                        send(&json!({"jsonrpc": "2.0", "id": id,
+                                "error": {"code": -32602, "message": format!("Unknown tool: {other}")}}));
                         continue;
                     }
                 }
             }
             other => {
-                send(
-                    &mut out,
-                    &json!({"jsonrpc": "2.0", "id": id,
-                        "error": {"code": -32601, "message": format!("Method not found: {other}")}}),
-                );
+                send(&json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32601, "message": format!("Method not found: {other}")}}));
                 continue;
             }
         };
-        send(
-            &mut out,
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        );
+        send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
     }
     if linger {
         loop {

@@ -699,40 +699,60 @@ impl Prepared {
         self.report.is_some()
     }
 
+    /// The command to spawn, taken out for a caller that spawns it itself (a
+    /// long-running MCP server); this `Prepared` stays the guard of what it runs in.
+    pub fn take_command(&mut self) -> Command {
+        std::mem::replace(&mut self.command, Command::new("/"))
+    }
+
+    /// Reads the helper's report into the facts, once; it is complete as soon as the
+    /// command runs (the helper writes it just before exec).
+    fn absorb_report(&mut self) {
+        let Some(fd) = self.report.take() else { return };
+        let facts = &mut self.facts;
+        match read_report(fd) {
+            Some(r) => {
+                if let Some(e) = &r.error {
+                    facts.insert("error".into(), json!(e));
+                }
+                if !r.level.is_empty() {
+                    facts.insert("level".into(), json!(r.level));
+                }
+                facts.insert(
+                    "landlock".into(),
+                    json!({"abi": r.landlock_abi, "status": r.landlock}),
+                );
+                facts.insert("seccomp".into(), json!(r.seccomp));
+                facts.insert("namespaces".into(), json!(r.namespaces));
+                facts.insert("proc".into(), json!(r.proc));
+                facts.insert("caps_dropped".into(), json!(r.caps_dropped));
+                facts.insert("no_new_privs".into(), json!(r.no_new_privs));
+                facts.insert("protected".into(), json!(r.protected));
+                if !r.protected_parent.is_empty() {
+                    facts.insert("protected_parent".into(), json!(r.protected_parent));
+                }
+                facts.insert("hidden_mounted".into(), json!(r.hidden_mounted));
+            }
+            None => {
+                facts.insert("error".into(), json!("the sandbox helper reported nothing"));
+            }
+        }
+    }
+
+    /// What is in force while a long-running command runs: the facts known before it
+    /// started and what the helper reported (read once). Cgroup and temporary directory
+    /// stay until this `Prepared` is dropped.
+    pub fn running_facts(&mut self) -> Value {
+        self.absorb_report();
+        Value::Object(self.facts.clone())
+    }
+
     /// After the command ended: kills leftovers in its cgroup, removes the temporary
     /// directory, and returns `data.sandbox` with what the helper reported and the
     /// denials recognized in `output`.
     pub fn finish(mut self, output: &[u8]) -> Value {
+        self.absorb_report();
         let mut facts = std::mem::take(&mut self.facts);
-        if let Some(fd) = self.report.take() {
-            match read_report(fd) {
-                Some(r) => {
-                    if let Some(e) = &r.error {
-                        facts.insert("error".into(), json!(e));
-                    }
-                    if !r.level.is_empty() {
-                        facts.insert("level".into(), json!(r.level));
-                    }
-                    facts.insert(
-                        "landlock".into(),
-                        json!({"abi": r.landlock_abi, "status": r.landlock}),
-                    );
-                    facts.insert("seccomp".into(), json!(r.seccomp));
-                    facts.insert("namespaces".into(), json!(r.namespaces));
-                    facts.insert("proc".into(), json!(r.proc));
-                    facts.insert("caps_dropped".into(), json!(r.caps_dropped));
-                    facts.insert("no_new_privs".into(), json!(r.no_new_privs));
-                    facts.insert("protected".into(), json!(r.protected));
-                    if !r.protected_parent.is_empty() {
-                        facts.insert("protected_parent".into(), json!(r.protected_parent));
-                    }
-                    facts.insert("hidden_mounted".into(), json!(r.hidden_mounted));
-                }
-                None => {
-                    facts.insert("error".into(), json!("the sandbox helper reported nothing"));
-                }
-            }
-        }
         if let Some(cg) = self.cgroup.take() {
             let (oom, pids) = cg.events();
             cg.kill_and_remove();
