@@ -7,13 +7,17 @@
 //! session opens). Everything durable lives in the daemon's Logs.
 
 use super::map::{self, Live};
+use super::params::{
+    abs_dir, parse, prompt_text, slash_command, ListReq, NewSession, OpenSession, Prompt,
+    SessionRef, SetConfig, SetMode, COMMANDS, MODES,
+};
+pub use super::params::{check_mode, RpcErr};
 use super::{AcpArgs, Out};
 use crate::daemon::{self, Target};
 use crate::render;
 use crate::rpc::{self, Conn, Incoming};
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::{AgentError, ErrorKind};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -23,192 +27,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 pub const PROTOCOL_VERSION: u64 = 1;
-const MODES: [(&str, &str, &str); 3] = [
-    ("ask", "Ask", "Mutating tools ask before they run"),
-    ("auto", "Auto", "Every tool runs without asking"),
-    (
-        "read_only",
-        "Read only",
-        "Mutating tools are refused; reading and searching run",
-    ),
-];
-const COMMANDS: [(&str, &str, Option<&str>); 5] = [
-    (
-        "compact",
-        "Compact older history into a deterministic checkpoint",
-        Some("events to keep verbatim (default 40)"),
-    ),
-    (
-        "fork",
-        "Fork this session into a new one (optionally up to a seq)",
-        Some("seq to fork at (default: the end)"),
-    ),
-    ("tree", "Show this session's fork tree", None),
-    (
-        "checkpoint",
-        "Show the session's state checkpoint (what replay injects)",
-        None,
-    ),
-    (
-        "undo",
-        "Revert the files the last turn that changed files changed",
-        None,
-    ),
-];
 /// After the turn's response, how long to wait for its trailing events.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Events per `agentd/events` page during `session/load`.
 const LOAD_PAGE: usize = 20_000;
-
-/// A JSON-RPC error for the client.
-#[derive(Debug, Clone)]
-pub struct RpcErr {
-    pub code: i64,
-    pub message: String,
-    pub data: Option<Value>,
-}
-
-impl RpcErr {
-    pub fn new(code: i64, message: impl Into<String>) -> RpcErr {
-        RpcErr {
-            code,
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    fn params(message: impl Into<String>) -> RpcErr {
-        RpcErr::new(-32602, message)
-    }
-
-    pub fn to_value(&self) -> Value {
-        let mut v = json!({"code": self.code, "message": self.message});
-        if let Some(d) = &self.data {
-            v["data"] = d.clone();
-        }
-        v
-    }
-}
-
-impl From<AgentError> for RpcErr {
-    fn from(e: AgentError) -> RpcErr {
-        let code = match e.kind {
-            ErrorKind::InvalidArgs => -32602,
-            ErrorKind::NotFound => -32002,
-            _ => -32603,
-        };
-        let message = match e.kind {
-            ErrorKind::DaemonUnavailable => format!(
-                "{} (the next request reconnects, starting agentd if needed)",
-                e.message
-            ),
-            _ => e.message.clone(),
-        };
-        RpcErr {
-            code,
-            message,
-            data: Some(json!({"kind": e.kind.as_str(), "details": e.details})),
-        }
-    }
-}
-
-pub fn check_mode(mode: &str) -> Result<(), RpcErr> {
-    if MODES.iter().any(|m| m.0 == mode) {
-        Ok(())
-    } else {
-        Err(RpcErr::params(format!(
-            "unknown mode `{mode}`: use ask, auto or read_only"
-        )))
-    }
-}
-
-fn parse<T: for<'de> Deserialize<'de>>(params: Value, what: &str) -> Result<T, RpcErr> {
-    let params = if params.is_null() { json!({}) } else { params };
-    serde_json::from_value(params).map_err(|e| RpcErr::params(format!("invalid {what}: {e}")))
-}
-
-fn abs_dir(cwd: &str) -> Result<PathBuf, RpcErr> {
-    let p = PathBuf::from(cwd);
-    if !p.is_absolute() {
-        return Err(RpcErr::params(format!(
-            "cwd must be an absolute path: {cwd}"
-        )));
-    }
-    Ok(p)
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NewSession {
-    cwd: String,
-    mcp_servers: Vec<Value>,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-    #[serde(default)]
-    additional_directories: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OpenSession {
-    session_id: String,
-    cwd: String,
-    #[serde(default)]
-    mcp_servers: Option<Vec<Value>>,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-    #[serde(default)]
-    additional_directories: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionRef {
-    session_id: String,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Prompt {
-    session_id: String,
-    prompt: Vec<Value>,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListReq {
-    #[serde(default)]
-    cwd: Option<String>,
-    #[serde(default)]
-    cursor: Option<String>,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SetMode {
-    session_id: String,
-    mode_id: String,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SetConfig {
-    session_id: String,
-    config_id: String,
-    value: Value,
-    #[serde(default, rename = "type")]
-    _kind: Option<String>,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<Value>,
-}
 
 /// What this client has open.
 #[derive(Debug, Clone)]
@@ -413,14 +235,7 @@ impl Bridge {
     // ---- lifecycle -----------------------------------------------------------------
 
     pub fn initialize(&self, params: Value) -> Result<Value, RpcErr> {
-        let v = params
-            .get("protocolVersion")
-            .ok_or_else(|| RpcErr::params("initialize needs protocolVersion"))?;
-        if v.as_u64().is_none() || v.as_u64().is_some_and(|n| n > u64::from(u16::MAX)) {
-            return Err(RpcErr::params(
-                "protocolVersion must be an integer (the MAJOR version)",
-            ));
-        }
+        super::params::protocol_version(&params)?;
         self.initialized.store(true, Ordering::SeqCst);
         Ok(json!({
             "protocolVersion": PROTOCOL_VERSION,
@@ -609,23 +424,6 @@ impl Bridge {
         )
     }
 
-    /// Checks the `mcpServers` of a request against what `initialize` advertised:
-    /// stdio and streamable HTTP servers (`mcpCapabilities` says `http: true, sse: false`).
-    fn check_mcp(mcp: &[Value]) -> Result<(), RpcErr> {
-        for s in mcp {
-            let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
-            match s.get("type").and_then(Value::as_str) {
-                None | Some("stdio") | Some("http") => {}
-                Some(t) => {
-                    return Err(RpcErr::params(format!(
-                        "MCP server `{name}`: transport `{t}` is not supported (mcpCapabilities: stdio and http)"
-                    )))
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn opened(&self, sid: &str, o: &Open, meta: Option<Value>, id: bool) -> Reply {
         let mut r = json!({"modes": self.modes(o), "configOptions": self.config_options(o)});
         if id {
@@ -638,14 +436,7 @@ impl Bridge {
     }
 
     async fn new_session(&self, params: Value) -> Result<Reply, RpcErr> {
-        let p: NewSession = parse(params, "session/new params")?;
-        let ws = abs_dir(&p.cwd)?;
-        Self::check_mcp(&p.mcp_servers)?;
-        if !p.additional_directories.unwrap_or_default().is_empty() {
-            return Err(RpcErr::params(
-                "additionalDirectories is not supported: a session has one workspace",
-            ));
-        }
+        let (p, ws) = NewSession::from_params(params)?;
         self.refresh_catalog().await;
         let mut create = json!({"workspace": ws});
         if !p.mcp_servers.is_empty() {
@@ -682,25 +473,7 @@ impl Bridge {
 
     /// `session/load` (with the whole conversation replayed first) and `session/resume`.
     async fn open_session(&self, params: Value, replay: bool) -> Result<Reply, RpcErr> {
-        let what = if replay {
-            "session/load"
-        } else {
-            "session/resume"
-        };
-        let p: OpenSession = parse(params, &format!("{what} params"))?;
-        if replay && p.mcp_servers.is_none() {
-            return Err(RpcErr::params(
-                "invalid session/load params: missing field `mcpServers`",
-            ));
-        }
-        abs_dir(&p.cwd)?;
-        Self::check_mcp(p.mcp_servers.as_deref().unwrap_or(&[]))?;
-        if !p.additional_directories.unwrap_or_default().is_empty() {
-            return Err(RpcErr::params(
-                "additionalDirectories is not supported: a session has one workspace",
-            ));
-        }
-        crate::params::check_sid(&p.session_id).map_err(RpcErr::from)?;
+        let p = OpenSession::from_params(params, replay)?;
         self.refresh_catalog().await;
         let sid = p.session_id.clone();
         let show = self.call(method::SHOW, json!({"session_id": sid})).await?;
@@ -845,8 +618,7 @@ impl Bridge {
     }
 
     fn set_mode(&self, params: Value) -> Result<Reply, RpcErr> {
-        let p: SetMode = parse(params, "session/set_mode params")?;
-        check_mode(&p.mode_id)?;
+        let p = SetMode::from_params(params)?;
         self.session_state(&p.session_id)?;
         if let Ok(mut m) = self.open.lock() {
             if let Some(o) = m.get_mut(&p.session_id) {
@@ -924,12 +696,8 @@ impl Bridge {
         let sid = p.session_id.clone();
         let o = self.session_state(&sid)?;
         let input = prompt_text(&p.prompt)?;
-        if let Some(cmd) = input.strip_prefix('/') {
-            let name = cmd.split_whitespace().next().unwrap_or("");
-            if COMMANDS.iter().any(|c| c.0 == name) {
-                let arg = cmd[name.len()..].trim().to_string();
-                return self.command(&sid, name, &arg).await;
-            }
+        if let Some((name, arg)) = slash_command(&input) {
+            return self.command(&sid, name, arg).await;
         }
         let cancelled = Arc::new(Cancel::default());
         {
@@ -1386,52 +1154,6 @@ impl Bridge {
 
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
-}
-
-/// The turn input a prompt's content blocks make: text as is, resource links as links,
-/// embedded text resources inline with their URI. Images and audio are not advertised.
-pub fn prompt_text(blocks: &[Value]) -> Result<String, RpcErr> {
-    let mut out = String::new();
-    for b in blocks {
-        let piece = match b["type"].as_str().unwrap_or("") {
-            "text" => b["text"]
-                .as_str()
-                .ok_or_else(|| RpcErr::params("text block without text"))?
-                .to_string(),
-            "resource_link" => {
-                let uri = b["uri"]
-                    .as_str()
-                    .ok_or_else(|| RpcErr::params("resource_link without uri"))?;
-                let name = b["name"].as_str().unwrap_or(uri);
-                format!("[@{name}]({uri})")
-            }
-            "resource" => {
-                let r = &b["resource"];
-                let uri = r["uri"].as_str().unwrap_or("");
-                match r["text"].as_str() {
-                    Some(t) => format!("<context uri=\"{uri}\">\n{t}\n</context>"),
-                    None => {
-                        return Err(RpcErr::params(
-                            "binary embedded resources are not supported; send text",
-                        ))
-                    }
-                }
-            }
-            other => {
-                return Err(RpcErr::params(format!(
-                    "`{other}` content is not supported (promptCapabilities says so)"
-                )))
-            }
-        };
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&piece);
-    }
-    if out.trim().is_empty() {
-        return Err(RpcErr::params("the prompt is empty"));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

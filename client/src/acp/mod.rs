@@ -14,6 +14,8 @@
 
 mod bridge;
 pub mod map;
+/// The requests' params and their checks, from the library (pure; fuzzed).
+pub use agentctl::acp::params;
 
 use crate::daemon::Target;
 use bridge::{Bridge, RpcErr};

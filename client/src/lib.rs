@@ -1,0 +1,9 @@
+//! agentctl's library: the parts of the command line client that are pure and checked
+//! from outside the binary. The binary (`main.rs`) uses them from here.
+//!
+//! `acp::params`: the ACP requests' params and every check the bridge makes on them
+//! (fuzzed under `fuzz/`, target `acp_params`).
+
+pub mod acp {
+    pub mod params;
+}
