@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The command sandbox's hostile suite (tests/tests/sandbox.rs) again as an unprivileged
-# user: the main test pass runs it as root (CI's user). Needs git (installed from Debian
+# The command sandbox's hostile suite (tests/tests/sandbox.rs, with its sandboxed MCP
+# servers and the no-provider-key environment check of MCP servers) again as an
+# unprivileged user: the main test pass runs it as root (CI's user). Needs git (installed from Debian
 # when missing). The built binaries are copied into a temp dir the user owns, named by
 # AGENTD_TEST_BIN_DIR; the suite's files outside /tmp go under AGENTD_SANDBOX_TEST_DIR.
 #   bash .ci/sandbox.sh          # build, then run as the user `agentd-sbx` (created) or nobody
@@ -17,7 +18,7 @@ if ! command -v git >/dev/null; then
     fi
 fi
 
-cargo build -p agentd -p agentctl -p agentd-tests --bins
+cargo build -p agentd -p agentctl -p agentd-tests -p agentd-mcp --bins
 test_bin=$(cargo test -p agentd-tests --test sandbox --no-run --message-format=json 2>/dev/null |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep '/deps/sandbox-' | tail -1)
 [ -x "$test_bin" ] || { echo "sandbox.sh: test binary not found" >&2; exit 1; }
@@ -36,7 +37,8 @@ dir=$(mktemp -d /var/tmp/agentd-sbx-ci.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/bin" "$dir/work" "$dir/home"
 profile_dir=$(dirname "$(dirname "$test_bin")")
-cp "$profile_dir/agentd" "$profile_dir/agentctl" "$profile_dir/sandbox-probe" "$test_bin" "$dir/bin/"
+cp "$profile_dir/agentd" "$profile_dir/agentctl" "$profile_dir/sandbox-probe" \
+    "$profile_dir/agentd-mcp-fake" "$test_bin" "$dir/bin/"
 chown -R "$user" "$dir"
 chmod 0755 "$dir" "$dir/bin"
 echo "sandbox.sh: running the suite as $user ($(id "$user"))"

@@ -489,9 +489,9 @@ struct McpToolsParams {
 
 /// `agentd/mcp_list`: the configured servers and, per session with servers, their state.
 async fn mcp_list(turns: &Arc<TurnManager>, p: McpListParams) -> Result<Value, AgentError> {
-    let config: Vec<Value> = turns
-        .mcp
-        .config()
+    let mut servers = turns.mcp.config().clone();
+    turns.mcp.settle_sandbox(&mut servers);
+    let config: Vec<Value> = servers
         .iter()
         .map(|(n, c)| {
             let mut d = c.describe(n);

@@ -926,3 +926,373 @@ fn agentctl_flags_choose_the_sandbox() {
     assert_eq!(res["data"]["sandbox"]["network"], "host", "{res}");
     assert_eq!(res["data"]["sandbox"]["mode"], "read_only");
 }
+
+// MCP servers that opt in to the sandbox (`sandbox = true`, DESIGN §14): the in-repo
+// fake server's probes (`read`, `write`, `connect`, `tcp`, `env`) called through real
+// turns, once from a sandboxed server and once from the same server unconfined.
+
+fn mcp_entry(name: &str, extra: &str) -> String {
+    format!(
+        "[mcp_servers.{name}]\ncommand = {:?}\nrequired = true\n{extra}",
+        bin("agentd-mcp-fake").display().to_string()
+    )
+}
+
+/// Runs one turn calling `calls` (tool name, args); returns the turn's answer and the
+/// session's events.
+fn mcp_turn(
+    d: &Daemon,
+    c: &mut RpcConn,
+    sid: &str,
+    calls: &[(&str, Value)],
+    extra: Value,
+) -> (Value, Vec<Value>) {
+    let name = format!("m{}.json", rand::random::<u64>());
+    let p = d.root().join(&name);
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(n, a)| json!({"name": n, "args": a}))
+        .collect();
+    let body = json!({"rules": [{"steps": [{"tool_calls": tool_calls}, {"text": "done"}]}]});
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    let mut params =
+        json!({"session_id": sid, "input": "go", "model": format!("script:{}", p.display())});
+    if let Some(o) = extra.as_object() {
+        for (k, v) in o {
+            params[k] = v.clone();
+        }
+    }
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok("agentd/turn", params);
+    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    (r, evs)
+}
+
+/// The output of the `n`th call of `name` in `evs`.
+fn mcp_output(evs: &[Value], name: &str, n: usize) -> String {
+    let call = evs
+        .iter()
+        .filter(|e| is_type(e, "tool_call") && e["data"]["name"] == name)
+        .nth(n)
+        .unwrap_or_else(|| panic!("no call #{n} of {name}"));
+    let id = &call["data"]["call_id"];
+    let r = evs
+        .iter()
+        .find(|e| is_type(e, "tool_result") && &e["data"]["call_id"] == id)
+        .unwrap_or_else(|| panic!("no result of {name}"));
+    r["data"]["output"].as_str().unwrap_or("").to_string()
+}
+
+/// The `sandbox` the latest `mcp_servers` event records for `server`.
+fn mcp_sandbox_facts(evs: &[Value], server: &str) -> Value {
+    let ev = evs
+        .iter()
+        .rev()
+        .find(|e| is_type(e, "mcp_servers"))
+        .expect("an mcp_servers event");
+    ev["data"]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == server)
+        .unwrap_or_else(|| panic!("{server} not in {ev}"))["sandbox"]
+        .clone()
+}
+
+#[test]
+fn a_sandboxed_mcp_server_is_held_to_the_turns_sandbox_and_an_unconfined_one_is_not() {
+    let o = outside();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let config = format!(
+        "{}{}",
+        mcp_entry("boxed", "sandbox = true\n"),
+        mcp_entry("open", "")
+    );
+    let d = builder(&o)
+        .env("OPENAI_API_KEY", "sk-test-provider-key-0123456789")
+        .config(&config)
+        .start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let key = o.home.join(".ssh/id_ed25519").display().to_string();
+    let victim = o.root.join("out/victim").display().to_string();
+    let planted = o.root.join("out/planted").display().to_string();
+    let inside = d.workspace().join("inside.txt").display().to_string();
+    let socket = d.socket().display().to_string();
+    let probes = |server: &str| -> Vec<(String, Value)> {
+        vec![
+            (format!("mcp__{server}__read"), json!({"path": key})),
+            (
+                format!("mcp__{server}__write"),
+                json!({"path": victim, "text": format!("overwritten by {server}")}),
+            ),
+            (
+                format!("mcp__{server}__write"),
+                json!({"path": planted, "text": "planted"}),
+            ),
+            (
+                format!("mcp__{server}__write"),
+                json!({"path": inside, "text": format!("from {server}")}),
+            ),
+            (format!("mcp__{server}__connect"), json!({"path": socket})),
+            (format!("mcp__{server}__tcp"), json!({"addr": addr})),
+            (format!("mcp__{server}__env"), json!({})),
+        ]
+    };
+    let calls: Vec<(String, Value)> = probes("boxed");
+    let calls: Vec<(&str, Value)> = calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
+    let (r, evs) = mcp_turn(&d, &mut c, &sid, &calls, json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let out = |name: &str, n: usize| mcp_output(&evs, &format!("mcp__boxed__{name}"), n);
+    let read = out("read", 0);
+    assert!(read.starts_with("denied"), "{read}");
+    assert!(!read.contains("PRIVATE-KEY-MATERIAL"));
+    assert!(out("write", 0).starts_with("denied"), "{}", out("write", 0));
+    assert!(out("write", 1).starts_with("denied"), "{}", out("write", 1));
+    assert_eq!(out("write", 2), "ok written");
+    assert!(
+        out("connect", 0).starts_with("denied"),
+        "{}",
+        out("connect", 0)
+    );
+    assert!(out("tcp", 0).starts_with("denied"), "{}", out("tcp", 0));
+    let env = out("env", 0);
+    assert!(env.contains("PATH="), "{env}");
+    for bad in [
+        "sk-test-provider",
+        "OPENAI_API_KEY",
+        "DEPLOY_TOKEN",
+        "AGENTD_",
+    ] {
+        assert!(
+            !env.contains(bad),
+            "{bad} reached the sandboxed server: {env}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(o.root.join("out/victim")).unwrap(),
+        "original"
+    );
+    assert!(!o.root.join("out/planted").exists());
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("inside.txt")).unwrap(),
+        "from boxed"
+    );
+    // The Log says what the server ran under.
+    let facts = mcp_sandbox_facts(&evs, "boxed");
+    assert_eq!(facts["mode"], "workspace_write", "{facts:#}");
+    assert_eq!(facts["network"], "none", "{facts:#}");
+    assert!(
+        facts["level"] == "full" || facts["level"] == "degraded",
+        "{facts:#}"
+    );
+    assert!(facts["landlock"]["abi"].as_i64().unwrap() >= 1, "{facts:#}");
+    assert_eq!(mcp_sandbox_facts(&evs, "open"), Value::Null);
+    let st = c.call_ok("agentd/mcp_list", json!({"session_id": sid}));
+    let boxed = st["sessions"][0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "boxed")
+        .unwrap()
+        .clone();
+    assert_eq!(boxed["sandbox"]["mode"], "workspace_write", "{st:#}");
+
+    // The same probes from the unconfined server reach what the sandbox kept out: the
+    // difference is the sandbox, not the probes. It still gets no provider key.
+    let calls: Vec<(String, Value)> = probes("open");
+    let calls: Vec<(&str, Value)> = calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
+    let (r, evs) = mcp_turn(&d, &mut c, &sid, &calls, json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    let out = |name: &str, n: usize| mcp_output(&evs, &format!("mcp__open__{name}"), n);
+    assert!(
+        out("read", 0).contains("PRIVATE-KEY-MATERIAL"),
+        "{}",
+        out("read", 0)
+    );
+    assert_eq!(out("write", 1), "ok written");
+    assert_eq!(out("tcp", 0), "ok connected");
+    let env = out("env", 0);
+    for bad in [
+        "sk-test-provider",
+        "OPENAI_API_KEY",
+        "DEPLOY_TOKEN",
+        "AGENTD_",
+    ] {
+        assert!(!env.contains(bad), "{bad} reached the server: {env}");
+    }
+    drop(listener);
+}
+
+#[test]
+fn a_sandboxed_mcp_server_runs_under_each_turns_policy() {
+    let o = outside();
+    let d = builder(&o)
+        .config(&mcp_entry("boxed", "sandbox = true\n"))
+        .start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let inside = d.workspace().join("inside.txt").display().to_string();
+    let write = [("mcp__boxed__write", json!({"path": inside, "text": "x"}))];
+    let (r, evs) = mcp_turn(
+        &d,
+        &mut c,
+        &sid,
+        &write,
+        json!({"sandbox": {"mode": "read_only"}}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    assert!(
+        mcp_output(&evs, "mcp__boxed__write", 0).starts_with("denied"),
+        "a read-only turn's server wrote"
+    );
+    assert_eq!(mcp_sandbox_facts(&evs, "boxed")["mode"], "read_only");
+    assert!(!d.workspace().join("inside.txt").exists());
+    // The next turn asks for nothing: its server is started again under the default.
+    let (r, evs) = mcp_turn(&d, &mut c, &sid, &write, json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(mcp_output(&evs, "mcp__boxed__write", 1), "ok written");
+    assert_eq!(mcp_sandbox_facts(&evs, "boxed")["mode"], "workspace_write");
+    let started = evs.iter().filter(|e| is_type(e, "mcp_servers")).count();
+    assert_eq!(started, 2, "one start per policy");
+}
+
+#[test]
+fn mcp_sandbox_puts_every_stdio_server_in_and_client_servers_too() {
+    let o = outside();
+    let d = builder(&o)
+        .config(&format!("mcp_sandbox = true\n{}", mcp_entry("cfg", "")))
+        .start();
+    let mut c = d.connect();
+    let key = o.home.join(".ssh/id_ed25519").display().to_string();
+    let sid = c.call_ok(
+        "agentd/create",
+        json!({"workspace": d.workspace(), "mcp_servers": [
+            {"name": "client", "command": bin("agentd-mcp-fake"), "args": [], "env": []}]}),
+    )["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reads = [
+        ("mcp__cfg__read", json!({"path": key})),
+        ("mcp__client__read", json!({"path": key})),
+    ];
+    let (r, evs) = mcp_turn(&d, &mut c, &sid, &reads, json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    for name in ["mcp__cfg__read", "mcp__client__read"] {
+        let out = mcp_output(&evs, name, 0);
+        assert!(out.starts_with("denied"), "{name}: {out}");
+    }
+    for server in ["cfg", "client"] {
+        assert_eq!(
+            mcp_sandbox_facts(&evs, server)["mode"],
+            "workspace_write",
+            "{server}"
+        );
+    }
+}
+
+#[test]
+fn a_sandboxed_mcp_server_never_runs_unconfined_when_the_sandbox_is_unavailable() {
+    let o = outside();
+    let d = builder(&o)
+        .env("AGENTD_SANDBOX_FORCE", "no_landlock")
+        .config(&mcp_entry("boxed", "sandbox = true\n"))
+        .start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let inside = d.workspace().join("ran.txt").display().to_string();
+    let write = [("mcp__boxed__write", json!({"path": inside, "text": "x"}))];
+    let (r, evs) = mcp_turn(&d, &mut c, &sid, &write, json!({}));
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("Landlock"),
+        "{r}"
+    );
+    let failed = &evs
+        .iter()
+        .rev()
+        .find(|e| is_type(e, "mcp_servers"))
+        .unwrap()["data"]["failed"];
+    assert_eq!(failed[0]["server"], "boxed", "{failed}");
+    assert!(!d.workspace().join("ran.txt").exists());
+    drop(c);
+    drop(d);
+
+    // `on_unavailable = "warn"` is the user saying so: it runs, recorded as unconfined.
+    let d = builder(&o)
+        .env("AGENTD_SANDBOX_FORCE", "no_landlock")
+        .config(&format!(
+            "[sandbox]\non_unavailable = \"warn\"\n{}",
+            mcp_entry("boxed", "sandbox = true\n")
+        ))
+        .start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let inside = d.workspace().join("ran.txt").display().to_string();
+    let write = [("mcp__boxed__write", json!({"path": inside, "text": "x"}))];
+    let (r, evs) = mcp_turn(&d, &mut c, &sid, &write, json!({}));
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(mcp_output(&evs, "mcp__boxed__write", 0), "ok written");
+    let facts = mcp_sandbox_facts(&evs, "boxed");
+    assert_eq!(facts["level"], "none", "{facts:#}");
+    assert!(facts["reason"].as_str().unwrap().contains("landlock"));
+}
+
+#[test]
+fn a_sandboxed_mcp_server_cannot_plant_git_hooks_with_or_without_user_namespaces() {
+    for force in ["", "no_userns"] {
+        let o = outside();
+        let d = builder(&o)
+            .env("AGENTD_SANDBOX_FORCE", force)
+            .config(&mcp_entry("boxed", "sandbox = true\n"))
+            .start();
+        let ws = d.workspace().to_path_buf();
+        git(&ws, &["init", "-q"]);
+        let config_before = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let hook = ws.join(".git/hooks/pre-commit").display().to_string();
+        let cfg = ws.join(".git/config").display().to_string();
+        let calls = [
+            (
+                "mcp__boxed__write",
+                json!({"path": hook, "text": "#!/bin/sh\necho PWNED\n"}),
+            ),
+            (
+                "mcp__boxed__write",
+                json!({"path": cfg, "text": "[core]\n\thooksPath = /tmp/evil\n"}),
+            ),
+            (
+                "mcp__boxed__write",
+                json!({"path": ws.join("src.txt").display().to_string(), "text": "code"}),
+            ),
+        ];
+        let (r, evs) = mcp_turn(&d, &mut c, &sid, &calls, json!({}));
+        assert_eq!(r["status"], "completed", "{force}: {r}");
+        let level = mcp_sandbox_facts(&evs, "boxed")["level"].clone();
+        let expected = if force.is_empty() { "full" } else { "degraded" };
+        assert_eq!(level, expected, "{force}");
+        // Refused by a read-only mount, or undone before the call's result came back
+        // and the model told so.
+        assert!(!ws.join(".git/hooks/pre-commit").exists(), "{force}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+            config_before,
+            "{force}"
+        );
+        for n in 0..2 {
+            let out = mcp_output(&evs, "mcp__boxed__write", n);
+            assert!(
+                out.starts_with("denied") || out.contains("restored"),
+                "{force} #{n}: {out}"
+            );
+        }
+        assert_eq!(mcp_output(&evs, "mcp__boxed__write", 2), "ok written");
+        assert_eq!(std::fs::read_to_string(ws.join("src.txt")).unwrap(), "code");
+    }
+}

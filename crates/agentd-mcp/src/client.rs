@@ -180,6 +180,12 @@ pub trait Confinement: Send + Sync {
     /// What is in force, read once the server runs (recorded in the Log and shown by
     /// `agentctl mcp list`).
     fn facts(&mut self) -> Value;
+
+    /// After each call: undoes what the confinement could not prevent (protected files
+    /// changed where there is no mount namespace); one line per fix, for the model.
+    fn after_call(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Everything a start needs besides the server's own config.
@@ -521,6 +527,16 @@ impl Connection {
             sandbox,
             confinement: Mutex::new(confinement),
         })
+    }
+
+    /// The confinement's fixes after a call (see [`Confinement::after_call`]).
+    pub fn after_call(&self) -> Vec<String> {
+        self.confinement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .map(|c| c.after_call())
+            .unwrap_or_default()
     }
 
     /// True when the server negotiated the `initialize` era.

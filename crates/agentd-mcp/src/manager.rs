@@ -362,6 +362,17 @@ impl Manager {
                 cancel,
             )
             .await;
+        // What the sandbox had to put back is told to the model with the result.
+        let fixes = live.conn.after_call();
+        let res = match res {
+            Ok(mut v) if !fixes.is_empty() => {
+                if let Some(content) = v.get_mut("content").and_then(Value::as_array_mut) {
+                    content.extend(fixes.iter().map(|f| json!({"type": "text", "text": f})));
+                }
+                Ok(v)
+            }
+            other => other,
+        };
         if let Err(e) = &res {
             if e.kind == "transport_closed" {
                 let tail = live.conn.stderr_tail();

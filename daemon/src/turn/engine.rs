@@ -372,6 +372,15 @@ impl Runner<'_> {
             f = manager.start() => f,
             _ = self.cancel.cancelled() => return Ok(Some(End::Interrupted)),
         };
+        // What the sandbox put in force, for each sandboxed server that started.
+        for st in manager.status().await {
+            if let (Some(facts), Some(d)) = (
+                st.sandbox,
+                servers.iter_mut().find(|d| d["name"] == st.name.as_str()),
+            ) {
+                d["sandbox"] = facts;
+            }
+        }
         self.mcp = Some(manager);
         if fresh || !failed.is_empty() {
             let mut data = json!({"turn_id": self.turn_id, "servers": servers});

@@ -33,6 +33,10 @@ impl Confinement for SandboxGuard {
     fn facts(&mut self) -> Value {
         self.0.running_facts()
     }
+
+    fn after_call(&mut self) -> Vec<String> {
+        self.0.put_back()
+    }
 }
 
 impl Confine for SandboxConfine {

@@ -747,6 +747,26 @@ impl Prepared {
         Value::Object(self.facts.clone())
     }
 
+    /// Without a mount namespace: puts back the protected paths a long-running command
+    /// changed so far (it keeps running); one hint per path. Empty with namespaces,
+    /// where they are read-only mounts.
+    pub fn put_back(&self) -> Vec<String> {
+        self.restore
+            .as_ref()
+            .map(|snap| {
+                snap.restore()
+                    .into_iter()
+                    .map(|(path, what)| {
+                        format!(
+                            "[sandbox] {} is protected by the sandbox (git hooks and config run code outside it): {what}",
+                            path.display()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// After the command ended: kills leftovers in its cgroup, removes the temporary
     /// directory, and returns `data.sandbox` with what the helper reported and the
     /// denials recognized in `output`.
