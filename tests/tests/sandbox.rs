@@ -1296,3 +1296,37 @@ fn a_sandboxed_mcp_server_cannot_plant_git_hooks_with_or_without_user_namespaces
         assert_eq!(std::fs::read_to_string(ws.join("src.txt")).unwrap(), "code");
     }
 }
+
+#[test]
+fn a_sandboxed_mcp_server_is_probed_only_inside_the_daemon_and_read_only() {
+    let o = outside();
+    let d = builder(&o)
+        .config(&mcp_entry("boxed", "sandbox = true\n"))
+        .start();
+    // `agentctl mcp tools` starts it in the daemon, under a read-only policy.
+    let out = d.agentctl(["mcp", "tools", "boxed", "--json"]);
+    out.assert_code(0);
+    let v = out.json();
+    let names: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"mcp__boxed__read"), "{v:#}");
+    let st = &v["servers"][0];
+    assert_eq!(st["sandbox"]["mode"], "read_only", "{v:#}");
+    assert_eq!(st["sandbox"]["network"], "none", "{v:#}");
+    // doctor has no sandbox of its own: it says so rather than start it unconfined.
+    let out = d.agentctl(["doctor"]);
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("mcp:boxed"))
+        .unwrap_or_else(|| panic!("no mcp:boxed line: {}", out.stdout))
+        .to_string();
+    assert!(
+        line.contains("runs only inside the daemon's command sandbox"),
+        "{line}"
+    );
+}
