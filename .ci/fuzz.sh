@@ -68,7 +68,7 @@ max_len() {
 }
 dict() {
     case "$1" in
-        log | ndjson | rpc_call | import_* | mcp_result | acp_mcp_servers) echo "${json[@]}" ;;
+        log | ndjson | rpc_call | import_* | mcp_result | acp_mcp_servers | acp_params) echo "${json[@]}" ;;
     esac
 }
 

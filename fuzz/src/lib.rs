@@ -6,6 +6,7 @@
 //! scratch directory for targets that need files, and the replay invariants every
 //! event sequence must keep. `docs/fuzzing.md` lists the targets and how to run them.
 
+pub mod acp;
 pub mod config;
 pub mod framing;
 pub mod history;
