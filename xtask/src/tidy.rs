@@ -32,12 +32,27 @@ pub struct Graph {
     pub normal: BTreeMap<String, BTreeSet<String>>,
 }
 
+/// The host's target triple, from `rustc -vV`.
+fn host_triple() -> Option<String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = std::process::Command::new(rustc).arg("-vV").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(|h| h.trim().to_string()))
+}
+
 impl Graph {
-    /// Reads the resolved graph with `cargo metadata` (offline: the lock file decides).
+    /// Reads the resolved graph with `cargo metadata` (offline: the lock file decides),
+    /// for the host platform: the dependencies of other platforms (Android, Windows) are
+    /// never downloaded by a build here, so offline metadata could not read them.
     pub fn load(root: &Path) -> Result<Graph, String> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = std::process::Command::new(cargo)
-            .args(["metadata", "--format-version", "1", "--offline"])
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.args(["metadata", "--format-version", "1", "--offline"]);
+        if let Some(host) = host_triple() {
+            cmd.args(["--filter-platform", &host]);
+        }
+        let out = cmd
             .current_dir(root)
             .output()
             .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
