@@ -171,6 +171,16 @@ fn server_line(out: &mut String, st: &Value) {
         let _ = write!(out, "  started in {ms} ms");
     }
     out.push('\n');
+    if let Some(sb) = st["sandbox"].as_object() {
+        let get = |k: &str| sb.get(k).and_then(Value::as_str).unwrap_or("?");
+        let _ = writeln!(
+            out,
+            "      sandbox: {} {}, network {}",
+            get("level"),
+            get("mode"),
+            get("network")
+        );
+    }
     if let Some(e) = st["last_error"].as_str() {
         let _ = writeln!(out, "      last error: {e}");
     }
@@ -199,10 +209,15 @@ pub fn render(cmd: &Command, v: &Value) -> Option<String> {
                     .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "{:<20} {:<6} {}{}",
+                    "{:<20} {:<6} {}{}{}",
                     s(c, "name"),
                     s(c, "transport"),
                     what.trim_end(),
+                    if c["sandbox"] == true {
+                        "  (sandboxed)"
+                    } else {
+                        ""
+                    },
                     if c["enabled"] == false {
                         "  (disabled)"
                     } else {

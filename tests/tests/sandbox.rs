@@ -60,14 +60,22 @@ fn create(c: &mut RpcConn, d: &Daemon, sandbox: Option<Value>) -> String {
         .to_string()
 }
 
-/// Runs `cmd` as one `shell` call in a turn; returns the `tool_result` data.
-fn shell(d: &Daemon, c: &mut RpcConn, sid: &str, cmd: &str, extra: Value) -> Value {
-    let name = format!("s{}.json", rand::random::<u64>());
+/// Runs one turn whose first step calls `calls` (tool name, args); returns the turn's
+/// answer and the session's events.
+fn turn_calling(
+    d: &Daemon,
+    c: &mut RpcConn,
+    sid: &str,
+    calls: &[(&str, Value)],
+    extra: Value,
+) -> (Value, Vec<Value>) {
+    let name = format!("m{}.json", rand::random::<u64>());
     let p = d.root().join(&name);
-    let body = json!({"rules": [{"steps": [
-        {"tool_calls": [{"name": "shell", "args": {"command": cmd}}]},
-        {"text": "done"}
-    ]}]});
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(n, a)| json!({"name": n, "args": a}))
+        .collect();
+    let body = json!({"rules": [{"steps": [{"tool_calls": tool_calls}, {"text": "done"}]}]});
     std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
     let mut params =
         json!({"session_id": sid, "input": "go", "model": format!("script:{}", p.display())});
@@ -76,12 +84,19 @@ fn shell(d: &Daemon, c: &mut RpcConn, sid: &str, cmd: &str, extra: Value) -> Val
             params[k] = v.clone();
         }
     }
+    c.set_call_timeout(Duration::from_secs(60));
     let r = c.call_ok("agentd/turn", params);
-    assert_eq!(r["status"], "completed", "{r}");
     let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
         .as_array()
         .unwrap()
         .clone();
+    (r, evs)
+}
+
+/// Runs `cmd` as one `shell` call in a turn; returns the `tool_result` data.
+fn shell(d: &Daemon, c: &mut RpcConn, sid: &str, cmd: &str, extra: Value) -> Value {
+    let (r, evs) = turn_calling(d, c, sid, &[("shell", json!({"command": cmd}))], extra);
+    assert_eq!(r["status"], "completed", "{r}");
     evs.iter()
         .rev()
         .find(|e| is_type(e, "tool_result"))
@@ -938,39 +953,6 @@ fn mcp_entry(name: &str, extra: &str) -> String {
     )
 }
 
-/// Runs one turn calling `calls` (tool name, args); returns the turn's answer and the
-/// session's events.
-fn mcp_turn(
-    d: &Daemon,
-    c: &mut RpcConn,
-    sid: &str,
-    calls: &[(&str, Value)],
-    extra: Value,
-) -> (Value, Vec<Value>) {
-    let name = format!("m{}.json", rand::random::<u64>());
-    let p = d.root().join(&name);
-    let tool_calls: Vec<Value> = calls
-        .iter()
-        .map(|(n, a)| json!({"name": n, "args": a}))
-        .collect();
-    let body = json!({"rules": [{"steps": [{"tool_calls": tool_calls}, {"text": "done"}]}]});
-    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
-    let mut params =
-        json!({"session_id": sid, "input": "go", "model": format!("script:{}", p.display())});
-    if let Some(o) = extra.as_object() {
-        for (k, v) in o {
-            params[k] = v.clone();
-        }
-    }
-    c.set_call_timeout(Duration::from_secs(60));
-    let r = c.call_ok("agentd/turn", params);
-    let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
-        .as_array()
-        .unwrap()
-        .clone();
-    (r, evs)
-}
-
 /// The output of the `n`th call of `name` in `evs`.
 fn mcp_output(evs: &[Value], name: &str, n: usize) -> String {
     let call = evs
@@ -1045,7 +1027,7 @@ fn a_sandboxed_mcp_server_is_held_to_the_turns_sandbox_and_an_unconfined_one_is_
     };
     let calls: Vec<(String, Value)> = probes("boxed");
     let calls: Vec<(&str, Value)> = calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
-    let (r, evs) = mcp_turn(&d, &mut c, &sid, &calls, json!({}));
+    let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
     assert_eq!(r["status"], "completed", "{r}");
     let out = |name: &str, n: usize| mcp_output(&evs, &format!("mcp__boxed__{name}"), n);
     let read = out("read", 0);
@@ -1101,12 +1083,25 @@ fn a_sandboxed_mcp_server_is_held_to_the_turns_sandbox_and_an_unconfined_one_is_
         .unwrap()
         .clone();
     assert_eq!(boxed["sandbox"]["mode"], "workspace_write", "{st:#}");
+    let list = d.agentctl(["mcp", "list"]);
+    list.assert_code(0);
+    let boxed_line = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("boxed"))
+        .unwrap_or("");
+    assert!(boxed_line.ends_with("(sandboxed)"), "{}", list.stdout);
+    assert!(
+        list.stdout.contains("sandbox: ") && list.stdout.contains("workspace_write, network none"),
+        "{}",
+        list.stdout
+    );
 
     // The same probes from the unconfined server reach what the sandbox kept out: the
     // difference is the sandbox, not the probes. It still gets no provider key.
     let calls: Vec<(String, Value)> = probes("open");
     let calls: Vec<(&str, Value)> = calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
-    let (r, evs) = mcp_turn(&d, &mut c, &sid, &calls, json!({}));
+    let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
     assert_eq!(r["status"], "completed", "{r}");
     let out = |name: &str, n: usize| mcp_output(&evs, &format!("mcp__open__{name}"), n);
     assert!(
@@ -1138,7 +1133,7 @@ fn a_sandboxed_mcp_server_runs_under_each_turns_policy() {
     let sid = create(&mut c, &d, None);
     let inside = d.workspace().join("inside.txt").display().to_string();
     let write = [("mcp__boxed__write", json!({"path": inside, "text": "x"}))];
-    let (r, evs) = mcp_turn(
+    let (r, evs) = turn_calling(
         &d,
         &mut c,
         &sid,
@@ -1153,7 +1148,7 @@ fn a_sandboxed_mcp_server_runs_under_each_turns_policy() {
     assert_eq!(mcp_sandbox_facts(&evs, "boxed")["mode"], "read_only");
     assert!(!d.workspace().join("inside.txt").exists());
     // The next turn asks for nothing: its server is started again under the default.
-    let (r, evs) = mcp_turn(&d, &mut c, &sid, &write, json!({}));
+    let (r, evs) = turn_calling(&d, &mut c, &sid, &write, json!({}));
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(mcp_output(&evs, "mcp__boxed__write", 1), "ok written");
     assert_eq!(mcp_sandbox_facts(&evs, "boxed")["mode"], "workspace_write");
@@ -1181,7 +1176,7 @@ fn mcp_sandbox_puts_every_stdio_server_in_and_client_servers_too() {
         ("mcp__cfg__read", json!({"path": key})),
         ("mcp__client__read", json!({"path": key})),
     ];
-    let (r, evs) = mcp_turn(&d, &mut c, &sid, &reads, json!({}));
+    let (r, evs) = turn_calling(&d, &mut c, &sid, &reads, json!({}));
     assert_eq!(r["status"], "completed", "{r}");
     for name in ["mcp__cfg__read", "mcp__client__read"] {
         let out = mcp_output(&evs, name, 0);
@@ -1207,7 +1202,7 @@ fn a_sandboxed_mcp_server_never_runs_unconfined_when_the_sandbox_is_unavailable(
     let sid = create(&mut c, &d, None);
     let inside = d.workspace().join("ran.txt").display().to_string();
     let write = [("mcp__boxed__write", json!({"path": inside, "text": "x"}))];
-    let (r, evs) = mcp_turn(&d, &mut c, &sid, &write, json!({}));
+    let (r, evs) = turn_calling(&d, &mut c, &sid, &write, json!({}));
     assert_eq!(r["status"], "failed", "{r}");
     assert!(
         r["error"]["message"].as_str().unwrap().contains("Landlock"),
@@ -1235,7 +1230,7 @@ fn a_sandboxed_mcp_server_never_runs_unconfined_when_the_sandbox_is_unavailable(
     let sid = create(&mut c, &d, None);
     let inside = d.workspace().join("ran.txt").display().to_string();
     let write = [("mcp__boxed__write", json!({"path": inside, "text": "x"}))];
-    let (r, evs) = mcp_turn(&d, &mut c, &sid, &write, json!({}));
+    let (r, evs) = turn_calling(&d, &mut c, &sid, &write, json!({}));
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(mcp_output(&evs, "mcp__boxed__write", 0), "ok written");
     let facts = mcp_sandbox_facts(&evs, "boxed");
@@ -1272,7 +1267,7 @@ fn a_sandboxed_mcp_server_cannot_plant_git_hooks_with_or_without_user_namespaces
                 json!({"path": ws.join("src.txt").display().to_string(), "text": "code"}),
             ),
         ];
-        let (r, evs) = mcp_turn(&d, &mut c, &sid, &calls, json!({}));
+        let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
         assert_eq!(r["status"], "completed", "{force}: {r}");
         let level = mcp_sandbox_facts(&evs, "boxed")["level"].clone();
         let expected = if force.is_empty() { "full" } else { "degraded" };
