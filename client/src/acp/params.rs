@@ -324,11 +324,31 @@ pub fn prompt_text(blocks: &[Value]) -> Result<String, RpcErr> {
     Ok(out)
 }
 
-/// The slash command a prompt's text is, if it is one: its name (one of `COMMANDS`)
-/// and its argument, trimmed.
+/// The slash command a prompt's text is, if it is one: its name (one of `COMMANDS`, the
+/// first word after the slash) and its argument (the rest, trimmed).
 pub fn slash_command(input: &str) -> Option<(&'static str, &str)> {
-    let cmd = input.strip_prefix('/')?;
-    let name = cmd.split_whitespace().next().unwrap_or("");
+    let cmd = input.strip_prefix('/')?.trim_start();
+    let (name, arg) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
     let known = COMMANDS.iter().find(|c| c.0 == name)?.0;
-    Some((known, cmd[name.len()..].trim()))
+    Some((known, arg.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slash_command_is_the_first_word_after_the_slash_and_the_rest() {
+        assert_eq!(slash_command("/compact 40"), Some(("compact", "40")));
+        assert_eq!(slash_command("/fork\t12 "), Some(("fork", "12")));
+        assert_eq!(slash_command("/tree"), Some(("tree", "")));
+        assert_eq!(slash_command("/treex"), None);
+        assert_eq!(slash_command("compact 40"), None);
+        // Spaces before the name: the argument was cut at the name's length from the
+        // slash, inside the name ("t 40")...
+        assert_eq!(slash_command("/ compact 40"), Some(("compact", "40")));
+        // ...or inside a multi-byte space, a panic (not a char boundary).
+        assert_eq!(slash_command("/\u{3000}\u{3000}tree"), Some(("tree", "")));
+        assert_eq!(slash_command("/undo\u{3000}now"), Some(("undo", "now")));
+    }
 }
