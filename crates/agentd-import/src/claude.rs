@@ -550,7 +550,9 @@ impl State {
         obj: Map<String, Value>,
         rescued: bool,
     ) -> Result<(), AgentError> {
-        let before = sink.report.imported;
+        // Events this line wrote decide its bucket; a flush writes an earlier message's
+        // (already accounted for), so `before` is taken again after one.
+        let mut before = sink.report.imported;
         let sidechain = obj.get("isSidechain").and_then(Value::as_bool) == Some(true);
         let kind = str_of(&obj, "type").unwrap_or("");
         if sidechain {
@@ -563,10 +565,12 @@ impl State {
                 }
                 "user" => {
                     self.flush(sink)?;
+                    before = sink.report.imported;
                     self.user(sink, no, &obj, rescued)?;
                 }
                 "system" => {
                     self.flush(sink)?;
+                    before = sink.report.imported;
                     match str_of(&obj, "subtype") {
                         Some("compact_boundary") => {
                             sink.account(Disposition::Metadata);
@@ -954,6 +958,34 @@ mod tests {
             v["message"] = json!({"role": "user", "content": content});
         }
         v.to_string()
+    }
+
+    /// Found by `import_claude` (`fuzz/regressions/import_claude/`): every source line
+    /// lands in exactly one bucket.
+    #[test]
+    fn every_line_lands_in_one_bucket_with_reused_uuids_and_broken_lines() {
+        let bytes = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fuzz/regressions/import_claude/line-tally-duplicate-uuid"
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, &bytes).unwrap();
+        let ctx = ImportContext {
+            session_id: "s".into(),
+            agentd_version: "t".into(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        let r = import(Some(Format::Claude), &p, &mut out, &ctx).unwrap();
+        let t = &r.lines;
+        assert_eq!(
+            t.imported + t.metadata + t.ui_only + t.skipped,
+            r.source_lines,
+            "{t:?} {:#?}",
+            r.skipped
+        );
     }
 
     fn text(t: &str) -> Value {
