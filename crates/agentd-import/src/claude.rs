@@ -969,16 +969,7 @@ mod tests {
             "/../../fuzz/regressions/import_claude/line-tally-duplicate-uuid"
         ))
         .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.jsonl");
-        std::fs::write(&p, &bytes).unwrap();
-        let ctx = ImportContext {
-            session_id: "s".into(),
-            agentd_version: "t".into(),
-            ..Default::default()
-        };
-        let mut out = Vec::new();
-        let r = import(Some(Format::Claude), &p, &mut out, &ctx).unwrap();
+        let (r, _) = run_bytes(&bytes);
         let t = &r.lines;
         assert_eq!(
             t.imported + t.metadata + t.ui_only + t.skipped,
@@ -993,9 +984,14 @@ mod tests {
     }
 
     fn run(lines: &[String]) -> (ImportReport, Vec<Event>) {
+        run_bytes((lines.join("\n") + "\n").as_bytes())
+    }
+
+    /// Imports `bytes` as a Claude Code transcript.
+    fn run_bytes(bytes: &[u8]) -> (ImportReport, Vec<Event>) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
-        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        std::fs::write(&p, bytes).unwrap();
         let ctx = ImportContext {
             session_id: "s".into(),
             agentd_version: "t".into(),

@@ -372,17 +372,16 @@ impl Runner<'_> {
             f = manager.start() => f,
             _ = self.cancel.cancelled() => return Ok(Some(End::Interrupted)),
         };
-        // What the sandbox put in force, for each sandboxed server that started.
-        for st in manager.status().await {
-            if let (Some(facts), Some(d)) = (
-                st.sandbox,
-                servers.iter_mut().find(|d| d["name"] == st.name.as_str()),
-            ) {
-                d["sandbox"] = facts;
-            }
-        }
-        self.mcp = Some(manager);
         if fresh || !failed.is_empty() {
+            // What the sandbox put in force, for each sandboxed server that started.
+            for st in manager.status().await {
+                if let (Some(facts), Some(d)) = (
+                    st.sandbox,
+                    servers.iter_mut().find(|d| d["name"] == st.name.as_str()),
+                ) {
+                    d["sandbox"] = facts;
+                }
+            }
             let mut data = json!({"turn_id": self.turn_id, "servers": servers});
             if !failed.is_empty() {
                 data["failed"] = json!(failed
@@ -396,6 +395,7 @@ impl Runner<'_> {
             self.append(vec![EventDraft::new(EventType::McpServers, data)])
                 .await?;
         }
+        self.mcp = Some(manager);
         if let Some(f) = failed.iter().find(|f| f.required) {
             return Ok(Some(End::Failed(
                 AgentError::new(
