@@ -15,6 +15,7 @@
 
 pub mod acp;
 pub mod pg;
+pub mod pty;
 pub mod sse;
 
 use serde_json::{json, Value};
