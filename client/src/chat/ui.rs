@@ -492,7 +492,7 @@ pub fn draw(app: &App, frame: &mut Frame) {
         .into_iter()
         .skip(first as usize)
         .take(inner.height as usize)
-        .map(|r| Line::from(vec![Span::styled("› ", dim()), Span::raw(r)]))
+        .map(|r| Line::from(vec![Span::styled("> ", dim()), Span::raw(r)]))
         .collect();
     frame.render_widget(Paragraph::new(shown).block(block), input_area);
     if app.deny_reason.is_none() && app.permissions.is_empty() {
