@@ -315,11 +315,7 @@ impl App {
         }
         let s = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or("");
         let tool = s("tool").to_string();
-        if !self
-            .session_id
-            .as_deref()
-            .is_some_and(|sid| sid == s("session_id"))
-        {
+        if self.session_id.as_deref() != Some(s("session_id")) {
             return vec![Effect::Respond(id, json!({"decision": "deny"}))];
         }
         let grant = params
