@@ -115,7 +115,7 @@ fn a_connection_handed_on_by_a_command_that_exited_is_refused() {
                 wait_until(WAIT, || ws.join("ready").exists()),
                 "{level}: the command did not start"
             );
-            let stopped = Stopped::stop(&d);
+            let stopped = Stopped::stop(d);
             std::fs::write(ws.join("go"), "").unwrap();
             assert!(
                 wait_until(WAIT, || ws.join("reaped").exists()),
@@ -138,7 +138,10 @@ fn a_connection_handed_on_by_a_command_that_exited_is_refused() {
             // The socket is reachable at this level; the daemon refused the gone peer.
             assert!(answer.contains("permission_denied"), "{level}: {text}");
             let log = d.daemon_output();
-            assert!(log.contains("exited before it was checked"), "{level}: {log}");
+            assert!(
+                log.contains("exited before it was checked"),
+                "{level}: {log}"
+            );
         }
         assert_eq!(session_ids(&mut c), vec![sid.clone()], "{level}: {text}");
     }
@@ -175,7 +178,9 @@ fn a_detached_process_dies_at_the_timeout_and_never_reaches_the_daemon() {
             .expect("a tool_result");
         assert_eq!(res["data"]["error"]["kind"], "timeout", "{level}: {res}");
         assert!(ws.join("survivor.pid").exists(), "{level}: {res}");
-        let gone = wait_until(Duration::from_secs(20), || processes_with(&token).is_empty());
+        let gone = wait_until(Duration::from_secs(20), || {
+            processes_with(&token).is_empty()
+        });
         assert!(
             gone,
             "{level}: outlived the timeout: {:?}",

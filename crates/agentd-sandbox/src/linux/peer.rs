@@ -107,7 +107,11 @@ pub fn is_sandboxed_peer(pid: i32) -> Option<String> {
     if pid <= 0 {
         return Some("peer pid not visible from the daemon's pid namespace".into());
     }
-    let gone = || Some(format!("peer {pid} is gone (its /proc entries cannot be read)"));
+    let gone = || {
+        Some(format!(
+            "peer {pid} is gone (its /proc entries cannot be read)"
+        ))
+    };
     let Some(theirs) = ns(&pid.to_string()) else {
         return gone();
     };
