@@ -1,6 +1,5 @@
-//! Black-box tests of importing other agents' sessions ([moving
-//! sessions](../../docs/moving-sessions.md)): the real Claude Code, opencode, Gemini CLI,
-//! Codex and pi sessions in
+//! Black-box tests of importing other agents' sessions (docs/moving-sessions.md): the real
+//! Claude Code, opencode, Gemini CLI, Codex and pi sessions in
 //! `daemon/tests/data/import/peers/` import balanced, with the counts their writers
 //! recorded, and a `script` turn continues each; `--format auto` recognises every
 //! format; `--discover` finds one session of each agent under a temp `$HOME` and imports
