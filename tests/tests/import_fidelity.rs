@@ -81,12 +81,15 @@ fn assert_same(what: &str, source: &Conv, log: &Conv) {
     assert_eq!(log.results, source.results, "{what}: results (text, ok)");
 }
 
+/// An independent reader of one format.
+type Reader = fn(&Path) -> Conv;
+
 /// Every peer, newest and previous release: the Log holds the source's conversation,
 /// byte for byte, and the import has no warning.
 #[test]
 fn every_peer_session_imports_its_whole_conversation() {
     let d = daemon();
-    let cases: [(&str, fn(&Path) -> Conv); 9] = [
+    let cases: [(&str, Reader); 9] = [
         (CLAUDE_NEW, conv::claude),
         (CLAUDE_OLD, conv::claude),
         (CODEX_NEW, conv::codex),
