@@ -331,7 +331,7 @@ pub struct NewArgs {
     pub sandbox: SandboxArgs,
 }
 
-/// The command sandbox's mode (DESIGN §14).
+/// The command sandbox's mode (docs/sandbox.md#contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SandboxMode {
     /// Commands write only the workspace, a private /tmp and granted roots.
@@ -713,7 +713,7 @@ pub struct McpServerArgs {
     pub allow_writes: bool,
 }
 
-// ---- Session verbs (DESIGN §13); run by `verbs.rs` ----
+// ---- Session verbs (docs/sessions-and-history.md#session-verbs); run by `verbs.rs` ----
 
 #[derive(Debug, Args)]
 pub struct RenameArgs {

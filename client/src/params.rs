@@ -1,4 +1,4 @@
-//! Command line arguments → JSON-RPC method and params (DESIGN §6).
+//! Command line arguments → JSON-RPC method and params (docs/protocol.md#methods).
 //!
 //! Pure apart from resolving relative paths against a given `cwd`, so every mapping is
 //! unit-tested. Session ids are checked here with the same rule the daemon applies, so a

@@ -1,4 +1,4 @@
-//! Black-box tests of importing other agents' sessions (DESIGN §14 Import): the real
+//! Black-box tests of importing other agents' sessions (docs/importing.md): the real
 //! Claude Code, opencode, Gemini CLI, Codex and pi sessions in
 //! `daemon/tests/data/import/peers/` import balanced, with the counts their writers
 //! recorded, and a `script` turn continues each; `--format auto` recognises every

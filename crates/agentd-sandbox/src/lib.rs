@@ -1,4 +1,4 @@
-//! The OS sandbox the model's commands run in (DESIGN §14).
+//! The OS sandbox the model's commands run in (docs/sandbox.md#contract).
 //!
 //! - [`policy`]: modes, network, config, grants and the pure effective-policy function.
 //! - [`env`]: the command's scrubbed environment.
