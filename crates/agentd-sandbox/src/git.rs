@@ -1,5 +1,5 @@
 //! What the user's own git runs later, found wherever it lives, so the sandbox can protect
-//! it before a command and audit it after ([sandbox.md](../../../docs/sandbox.md#git)).
+//! it before a command and audit it after (docs/sandbox.md#git).
 //!
 //! - [`config::parse`]: git's config syntax (sections, subsections, case, quoting,
 //!   escapes, continuations, comments), so `core.hooksPath` after a comment line or in
@@ -797,11 +797,44 @@ pub fn quarantine(p: &Path) -> std::io::Result<PathBuf> {
 #[cfg(target_os = "linux")]
 fn rename_in(dir: &Path, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
+    use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::ffi::OsStrExt;
-    let fd = crate::linux::mounts::open_nofollow(dir)?;
     let c = |s: &std::ffi::OsStr| {
         std::ffi::CString::new(s.as_bytes()).map_err(|_| std::io::Error::other("NUL in a name"))
     };
+    /// `struct open_how` of `linux/openat2.h`.
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    let d = c(dir.as_os_str())?;
+    // SAFETY: openat2 with a NUL-terminated path and a correctly sized open_how.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            d.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if raw < 0 {
+        let e = std::io::Error::last_os_error();
+        // No openat2 (before Linux 5.6, or refused by a container's filter): by path.
+        if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EPERM)) {
+            return std::fs::rename(dir.join(from), dir.join(to));
+        }
+        return Err(e);
+    }
+    // SAFETY: a fresh descriptor the kernel returned.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
     let (f, t) = (c(from)?, c(to)?);
     // SAFETY: both strings outlive the call; the descriptor is open.
     let rc = unsafe { libc::renameat(fd.as_raw_fd(), f.as_ptr(), fd.as_raw_fd(), t.as_ptr()) };
@@ -975,5 +1008,72 @@ mod tests {
             ),
             vec![false, true, true, false, false, true, true, true]
         );
+    }
+
+    fn gitdir(g: &Path, config: &str) {
+        std::fs::create_dir_all(g.join("objects")).unwrap();
+        std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(g.join("config"), config).unwrap();
+    }
+
+    #[test]
+    fn scan_finds_nested_repositories_includes_and_hooks_paths_and_audit_quarantines() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let (ws, home) = (root.join("ws"), root.join("home"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join(".gitconfig"), "# x\n[Core]\n  hooksPath = ~/gh\n").unwrap();
+        gitdir(
+            &ws.join(".git"),
+            "[include]\n\tpath = ../inc.cfg\n[core]\n; c\n\thooksPath = \"hk\"\n",
+        );
+        gitdir(&ws.join("vendor/lib/.git"), "");
+        std::fs::create_dir_all(ws.join("target/x/.git")).unwrap();
+        std::fs::write(ws.join("target/CACHEDIR.TAG"), "").unwrap();
+        let env = Env {
+            home: Some(home.clone()),
+            vars: [("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string())].into(),
+        };
+        let roots = vec![ws.clone(), home.clone()];
+        let walk = vec![ws.clone()];
+        let s = scan(&roots, &walk, &env);
+        for p in [
+            ".git/hooks",
+            ".git/config",
+            "vendor/lib/.git/hooks",
+            "vendor/lib/.git/config",
+        ] {
+            assert!(s.protected.contains(&ws.join(p)), "{p}: {s:#?}");
+        }
+        for p in [
+            ws.join("inc.cfg"),
+            ws.join("hk"),
+            ws.join(".git/commondir"),
+            home.join("gh"),
+        ] {
+            assert!(s.watch.contains(&p), "{p:?}: {s:#?}");
+        }
+        assert_eq!(s.pinned, vec![ws.join(".git"), ws.join("vendor/lib/.git")]);
+        assert!(!s.repos.contains_key(&ws.join("target/x/.git")), "{s:#?}");
+        // Nothing changed: nothing to report.
+        assert!(audit(&s, &walk, &env, false).is_empty());
+        // A planted hooks path and a new repository with code-running config go; a plain
+        // new repository stays.
+        std::fs::create_dir(ws.join("hk")).unwrap();
+        std::fs::write(ws.join("hk/pre-commit"), "x").unwrap();
+        gitdir(&ws.join("evil/.git"), "[core]\n\tfsmonitor = x\n");
+        gitdir(&ws.join("plain/.git"), "[core]\n\tbare = false\n");
+        let f = audit(&s, &walk, &env, false);
+        let paths: Vec<&Path> = f.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(
+            paths,
+            vec![ws.join("hk").as_path(), ws.join("evil/.git").as_path()]
+        );
+        assert!(f[1].what.contains("core.fsmonitor"), "{f:?}");
+        assert!(!ws.join("hk").exists() && !ws.join("evil/.git").exists());
+        assert!(f
+            .iter()
+            .all(|f| f.moved_to.as_ref().is_some_and(|m| m.exists())));
+        assert!(ws.join("plain/.git").exists());
     }
 }

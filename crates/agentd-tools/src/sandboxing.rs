@@ -198,6 +198,7 @@ pub fn parse_grant(v: Option<&serde_json::Value>) -> Result<Option<Vec<Grant>>, 
                 None => return Err(bad(format!("unknown cache {v}"))),
             },
             "full_access" if v == true => out.push(Grant::FullAccess),
+            "git" if v == "init" => out.push(Grant::GitInit),
             "full_access" => {}
             _ => return Err(bad(format!("unknown grant {k}={v}"))),
         }

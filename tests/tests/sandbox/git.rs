@@ -20,11 +20,15 @@ struct Repo {
     pwned: PathBuf,
 }
 
+/// The user's git on the host, never looking for a repository above the test's own
+/// directory (`home`'s parent): a workspace whose `.git` was quarantined must not lead
+/// it to whatever repository holds the test directory.
 fn host_git(dir: &Path, home: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new("git")
         .args(args)
         .current_dir(dir)
         .env("HOME", home)
+        .env("GIT_CEILING_DIRECTORIES", home.parent().unwrap())
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_AUTHOR_NAME", "host")
         .env("GIT_AUTHOR_EMAIL", "host@example.com")

@@ -614,7 +614,7 @@ impl Sandbox {
             policy: p.clone(),
             restore: (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable)),
             protected,
-            git: (p.mode == Mode::WorkspaceWrite).then(|| GitAudit {
+            git: (p.mode == Mode::WorkspaceWrite).then_some(GitAudit {
                 before: scan,
                 walk,
                 env: git_env,
