@@ -7,6 +7,8 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+#[path = "sandbox/escapes.rs"]
+mod escapes;
 #[path = "sandbox/git.rs"]
 mod git;
 
