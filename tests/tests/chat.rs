@@ -335,3 +335,34 @@ fn sigterm_restores_the_terminal() {
         "the cursor was not shown again: {after:?}"
     );
 }
+
+#[test]
+fn a_prompt_typed_during_a_turn_steers_or_is_kept_with_a_message() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(&d, &["--new", "--model", &model], 30, 120);
+    p.wait_for("idle", WAIT);
+    p.line("tell a slow story");
+    p.wait_for("Once", WAIT);
+    p.wait_for("Enter steers · Alt+Enter queues · Esc interrupts", WAIT);
+    p.line("steer me");
+    let s = p.wait_until("the steer's outcome", WAIT, |s| {
+        s.contains("› steer me") || s.contains("cannot steer a running turn")
+    });
+    if s.contains("cannot steer a running turn") {
+        // Refused with a message; the prompt waits in the input box.
+        assert!(s.contains("> steer me"), "{s}");
+        p.send("\x15");
+    }
+    // Alt+Enter queues, or says the daemon does not, keeping the prompt.
+    p.send("queued one\x1b\r");
+    let s = p.wait_until("the queue's outcome", WAIT, |s| {
+        s.contains("queued: queued one") || s.contains("does not queue prompts")
+    });
+    if s.contains("does not queue prompts") {
+        assert!(s.contains("> queued one"), "{s}");
+    }
+    p.send("\x1b");
+    p.wait_for("turn interrupted", WAIT);
+    quit(p);
+}

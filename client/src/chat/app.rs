@@ -146,6 +146,12 @@ pub struct App {
     pub allowed_tools: HashSet<String>,
     pub settings: TurnSettings,
     pub quit_armed: bool,
+    /// Prompt calls cut by a lost connection, sent again (same `client_request_id`, so
+    /// the daemon answers the turn it already admitted) once the chat is back.
+    pub retry: Vec<Effect>,
+    /// Prompt calls awaiting their reply.
+    inflight: Vec<Effect>,
+    request_ids: u64,
 }
 
 fn sid_ok(e: &Value, sid: &str) -> bool {
@@ -177,6 +183,9 @@ impl App {
             allowed_tools: HashSet::new(),
             settings,
             quit_armed: false,
+            retry: Vec::new(),
+            inflight: Vec::new(),
+            request_ids: 0,
         }
     }
 
@@ -282,7 +291,9 @@ impl App {
         match (&self.screen, &self.session_id) {
             (Screen::Chat, Some(_)) => {
                 self.loading = true;
-                vec![self.events_call(self.view.last_seq)]
+                let mut fx = vec![self.events_call(self.view.last_seq)];
+                fx.append(&mut self.retry);
+                fx
             }
             (Screen::Picker, _) => self.open_picker(self.picker_return),
             _ => Vec::new(),
@@ -537,8 +548,26 @@ impl App {
         )]
     }
 
-    fn turn_params(&self, input: &str) -> Value {
-        let mut p = json!({"session_id": self.sid(), "input": input, "wait": false});
+    /// A prompt's call, remembered until its reply so a lost connection can send it again.
+    fn prompt_call(&mut self, tag: Tag, method: &'static str, params: Value) -> Effect {
+        let call = Effect::Call(tag, method, params);
+        self.inflight.push(call.clone());
+        call
+    }
+
+    /// A new idempotency key for one prompt: process, time and a counter.
+    fn request_id(&mut self) -> String {
+        self.request_ids += 1;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("chat-{}-{nanos}-{}", std::process::id(), self.request_ids)
+    }
+
+    fn turn_params(&mut self, input: &str) -> Value {
+        let id = self.request_id();
+        let mut p = json!({"session_id": self.sid(), "input": input, "wait": false,
+                           "client_request_id": id});
         if let Some(m) = &self.settings.model {
             p["model"] = json!(m);
         }
@@ -571,14 +600,12 @@ impl App {
         if queue {
             let mut p = self.turn_params(&text);
             p["queue"] = json!(true);
-            return vec![Effect::Call(Tag::Queue(text), method::TURN, p)];
+            return vec![self.prompt_call(Tag::Queue(text), method::TURN, p)];
         }
         if self.running() {
-            return vec![Effect::Call(
-                Tag::Steer(text.clone()),
-                "agentd/steer",
-                json!({"session_id": self.sid(), "input": text}),
-            )];
+            let id = self.request_id();
+            let p = json!({"session_id": self.sid(), "input": text, "client_request_id": id});
+            return vec![self.prompt_call(Tag::Steer(text.clone()), method::STEER, p)];
         }
         let mut fx = Vec::new();
         if self.view.title.is_none() && self.view.items.is_empty() {
@@ -588,11 +615,8 @@ impl App {
                 json!({"session_id": self.sid(), "title": title_from_prompt(&text)}),
             ));
         }
-        fx.push(Effect::Call(
-            Tag::Turn(text.clone()),
-            method::TURN,
-            self.turn_params(&text),
-        ));
+        let p = self.turn_params(&text);
+        fx.push(self.prompt_call(Tag::Turn(text), method::TURN, p));
         fx
     }
 
@@ -712,6 +736,27 @@ impl App {
 
     /// A reply to one of the app's calls.
     pub fn on_reply(&mut self, tag: Tag, result: Result<Value, AgentError>) -> Vec<Effect> {
+        if let (Tag::Turn(_) | Tag::Steer(_) | Tag::Queue(_), Err(e)) = (&tag, &result) {
+            if e.kind == ErrorKind::DaemonUnavailable {
+                if let Some(i) = self
+                    .inflight
+                    .iter()
+                    .position(|c| matches!(c, Effect::Call(t, ..) if *t == tag))
+                {
+                    let call = self.inflight.remove(i);
+                    self.retry.push(call);
+                    self.hint = Some("disconnected: the prompt is sent again on reconnect".into());
+                    return Vec::new();
+                }
+            }
+        }
+        if let Some(i) = self
+            .inflight
+            .iter()
+            .position(|c| matches!(c, Effect::Call(t, ..) if *t == tag))
+        {
+            self.inflight.remove(i);
+        }
         match (tag, result) {
             (Tag::List, Ok(v)) => {
                 let now = time::OffsetDateTime::now_utc();
@@ -845,13 +890,10 @@ impl App {
             }
             (Tag::Turn(_), Ok(_)) => Vec::new(),
             (Tag::Steer(text), Err(e)) => {
-                if e.kind.to_string() == "not_running" {
+                if e.kind == ErrorKind::NotRunning {
                     // The turn ended meanwhile: the prompt starts the next one.
-                    return vec![Effect::Call(
-                        Tag::Turn(text.clone()),
-                        method::TURN,
-                        self.turn_params(&text),
-                    )];
+                    let p = self.turn_params(&text);
+                    return vec![self.prompt_call(Tag::Turn(text), method::TURN, p)];
                 }
                 self.editor.set(&text);
                 if e.kind == ErrorKind::Unsupported {
@@ -870,7 +912,10 @@ impl App {
             }
             (Tag::Queue(text), Err(e)) => {
                 self.editor.set(&text);
-                if e.kind == ErrorKind::InvalidArgs && e.message.contains("queue") {
+                // A daemon without queueing refuses the key, or ignores it and is busy.
+                if e.kind == ErrorKind::Busy
+                    || (e.kind == ErrorKind::InvalidArgs && e.message.contains("queue"))
+                {
                     self.hint =
                         Some("this daemon does not queue prompts: wait for the turn to end".into());
                 } else {
@@ -1058,4 +1103,108 @@ pub fn help_text() -> String {
         let _ = writeln!(out, "  {c:<10} {h}");
     }
     out.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::connection_lost;
+
+    fn attached() -> App {
+        let mut a = App::new("/w".into(), TurnSettings::default());
+        a.attach("s1");
+        a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 1})));
+        a
+    }
+
+    fn type_line(a: &mut App, text: &str) -> Vec<Effect> {
+        for c in text.chars() {
+            a.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+        }
+        a.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))
+    }
+
+    #[test]
+    fn a_prompt_cut_by_a_lost_connection_is_sent_again_with_its_id() {
+        let mut a = attached();
+        let fx = type_line(&mut a, "hello");
+        let turn = fx
+            .iter()
+            .find(|f| matches!(f, Effect::Call(Tag::Turn(_), ..)))
+            .cloned()
+            .expect("a turn call");
+        let Effect::Call(tag, m, params) = &turn else {
+            unreachable!()
+        };
+        assert_eq!(*m, method::TURN);
+        assert_eq!(params["input"], "hello");
+        assert!(params["client_request_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("chat-"));
+        a.on_disconnected();
+        let fx = a.on_reply(tag.clone(), Err(connection_lost("gone")));
+        assert!(fx.is_empty());
+        let fx = a.on_connected();
+        assert!(fx.contains(&turn), "{fx:?}");
+        // A second prompt gets a new id.
+        a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 2})));
+        a.on_reply(tag.clone(), Ok(json!({"status": "running"})));
+        let fx = type_line(&mut a, "again");
+        let Some(Effect::Call(_, _, p2)) = fx
+            .iter()
+            .find(|f| matches!(f, Effect::Call(Tag::Turn(_), ..)))
+        else {
+            panic!("{fx:?}")
+        };
+        assert_ne!(p2["client_request_id"], params["client_request_id"]);
+    }
+
+    #[test]
+    fn ctrl_c_interrupts_clears_then_quits_twice_on_idle() {
+        let mut a = attached();
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        a.view
+            .apply(&json!({"seq": 1, "type": "turn_started", "data": {"turn_id": "t"}}));
+        let fx = a.on_key(ctrl_c);
+        assert!(matches!(&fx[..], [Effect::Call(Tag::Interrupt, m, _)] if *m == method::INTERRUPT));
+        a.view.apply(&json!({"seq": 2, "type": "turn_ended", "data": {"turn_id": "t", "status": "interrupted"}}));
+        a.editor.set("draft");
+        assert!(a.on_key(ctrl_c).is_empty());
+        assert!(a.editor.is_empty());
+        assert!(a.on_key(ctrl_c).is_empty());
+        assert_eq!(a.on_key(ctrl_c), vec![Effect::Quit]);
+    }
+
+    #[test]
+    fn permission_keys_answer_and_a_allows_for_the_session() {
+        let mut a = attached();
+        let req = json!({"session_id": "s1", "tool": "write_file", "args": {"path": "x"}});
+        a.on_request(json!(7), method::PERMISSION, &req);
+        let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
+        assert_eq!(
+            fx,
+            vec![Effect::Respond(json!(7), json!({"decision": "allow"}))]
+        );
+        // The same tool is allowed without asking again; another session's is denied.
+        assert_eq!(
+            a.on_request(json!(8), method::PERMISSION, &req),
+            vec![Effect::Respond(json!(8), json!({"decision": "allow"}))]
+        );
+        let other = json!({"session_id": "s2", "tool": "shell", "args": {}});
+        assert_eq!(
+            a.on_request(json!(9), method::PERMISSION, &other),
+            vec![Effect::Respond(json!(9), json!({"decision": "deny"}))]
+        );
+        let grant = json!({"session_id": "s1", "tool": "shell", "args": {"command": "x"}, "sandbox_grant": {"network": "host"}});
+        a.on_request(json!(10), method::PERMISSION, &grant);
+        let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
+        assert_eq!(
+            fx,
+            vec![Effect::Respond(
+                json!(10),
+                json!({"decision": "allow", "scope": "session"})
+            )]
+        );
+    }
 }
