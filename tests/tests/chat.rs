@@ -366,3 +366,35 @@ fn a_prompt_typed_during_a_turn_steers_or_is_kept_with_a_message() {
     p.wait_for("turn interrupted", WAIT);
     quit(p);
 }
+
+#[test]
+fn the_picker_lists_this_directorys_sessions_and_opens_one() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let sid = d.create_session();
+    d.agentctl(["rename", &sid, "Parser fix"]).assert_code(0);
+    d.agentctl(["turn", &sid, "look at the parser", "--model", &model])
+        .assert_code(0);
+    let mut p = chat(&d, &[], 30, 100);
+    p.wait_for("Sessions in ", WAIT);
+    p.wait_for("+ new session", WAIT);
+    let s = p.wait_for("› look at the parser", WAIT);
+    assert!(s.contains("Parser fix"), "{s}");
+    p.send("\x1b[B\r");
+    p.wait_for("Hello there.", WAIT);
+    let s = p.wait_for("idle", WAIT);
+    assert!(s.contains("│ Parser fix │"), "{s}");
+    p.line("/sessions");
+    p.wait_for("+ new session", WAIT);
+    p.send("\r");
+    p.wait_until("a new session attached", WAIT, |s| {
+        s.contains(" idle ") && !s.contains("Parser fix")
+    });
+    let mut c = d.connect();
+    let n = c.call_ok("agentd/list", json!({}))["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(n, 2);
+    quit(p);
+}

@@ -73,6 +73,8 @@ pub enum Tag {
     Model(String),
     /// A command whose result is shown as a notice.
     Show2(&'static str),
+    /// An older page of history: events after `.0`, up to the drawn part's start.
+    Older(Option<u64>),
 }
 
 /// Something the loop must do for the app.
@@ -149,6 +151,9 @@ pub struct App {
     /// Prompt calls cut by a lost connection, sent again (same `client_request_id`, so
     /// the daemon answers the turn it already admitted) once the chat is back.
     pub retry: Vec<Effect>,
+    /// The transcript starts after this seq (`None`: at the session's start).
+    pub history_after: Option<u64>,
+    older_pending: bool,
     /// Prompt calls awaiting their reply.
     inflight: Vec<Effect>,
     request_ids: u64,
@@ -184,6 +189,8 @@ impl App {
             settings,
             quit_armed: false,
             retry: Vec::new(),
+            history_after: None,
+            older_pending: false,
             inflight: Vec::new(),
             request_ids: 0,
         }
@@ -250,6 +257,8 @@ impl App {
         self.deny_reason = None;
         self.scroll = 0;
         self.loading = true;
+        self.history_after = None;
+        self.older_pending = false;
         fx.push(Effect::Call(
             Tag::Show,
             method::SHOW,
@@ -734,6 +743,57 @@ impl App {
         }
     }
 
+    /// PgUp reached the top of the drawn transcript: the page of events before it.
+    pub fn load_older(&mut self) -> Vec<Effect> {
+        let Some(start) = self.history_after else {
+            return Vec::new();
+        };
+        if self.older_pending || self.view.items.len() >= crate::view::MAX_ITEMS / 2 {
+            return Vec::new();
+        }
+        self.older_pending = true;
+        let from = start.checked_sub(HISTORY_EVENTS);
+        let mut p = json!({"session_id": self.sid(), "limit": start - from.unwrap_or(0) + 1});
+        if let Some(f) = from {
+            p["after_seq"] = json!(f);
+            p["limit"] = json!(start - f);
+        }
+        vec![Effect::Call(Tag::Older(from), method::EVENTS, p)]
+    }
+
+    /// Puts an older page's items before the drawn ones.
+    fn prepend(&mut self, from: Option<u64>, events: &[Value]) {
+        self.older_pending = false;
+        let Some(start) = self.history_after else {
+            return;
+        };
+        let mut older = View::default();
+        for e in events {
+            if e.get("seq")
+                .and_then(Value::as_u64)
+                .is_some_and(|s| s <= start)
+            {
+                older.apply(e);
+            }
+        }
+        // The notice about the earlier events is the first item; it is replaced.
+        if matches!(self.view.items.front(), Some(crate::view::Item::Notice { kind: NoticeKind::Info, text }) if text.contains("earlier events"))
+        {
+            self.view.items.pop_front();
+        }
+        for item in older.items.into_iter().rev() {
+            self.view.items.push_front(item);
+        }
+        if let Some(f) = from {
+            self.view.items.push_front(crate::view::Item::Notice {
+                kind: NoticeKind::Info,
+                text: earlier_notice(f),
+            });
+        }
+        self.view.revision += 1;
+        self.history_after = from;
+    }
+
     /// A reply to one of the app's calls.
     pub fn on_reply(&mut self, tag: Tag, result: Result<Value, AgentError>) -> Vec<Effect> {
         if let (Tag::Turn(_) | Tag::Steer(_) | Tag::Queue(_), Err(e)) = (&tag, &result) {
@@ -840,17 +900,28 @@ impl App {
                     };
                 }
                 let start = last.and_then(|l| l.checked_sub(HISTORY_EVENTS));
+                self.history_after = start;
                 if let Some(s) = start {
-                    self.view.notice(
-                        NoticeKind::Info,
-                        format!(
-                            "{} earlier events are not drawn (agentctl log {} shows them)",
-                            s + 1,
-                            self.sid()
-                        ),
-                    );
+                    self.view.notice(NoticeKind::Info, earlier_notice(s));
                 }
                 vec![self.events_call(start)]
+            }
+            (Tag::Older(from), Ok(v)) => {
+                let events = v
+                    .get("events")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                self.prepend(from, &events);
+                Vec::new()
+            }
+            (Tag::Older(_), Err(e)) => {
+                self.older_pending = false;
+                self.error(format!(
+                    "cannot load earlier history: {}: {}",
+                    e.kind, e.message
+                ));
+                Vec::new()
             }
             (Tag::Events, Ok(v)) => {
                 if let Some(events) = v.get("events").and_then(Value::as_array) {
@@ -1088,6 +1159,13 @@ impl App {
     }
 }
 
+fn earlier_notice(after: u64) -> String {
+    format!(
+        "{} earlier events (PgUp at the top draws them; agentctl log shows them all)",
+        after + 1
+    )
+}
+
 pub fn help_text() -> String {
     let mut out = String::from(
         "Keys: Enter sends · Shift+Enter, Alt+Enter or Ctrl-J: new line · Up/Down: history\n\
@@ -1158,6 +1236,44 @@ mod tests {
             panic!("{fx:?}")
         };
         assert_ne!(p2["client_request_id"], params["client_request_id"]);
+    }
+
+    #[test]
+    fn pgup_at_the_top_draws_the_page_before() {
+        let mut a = App::new("/w".into(), TurnSettings::default());
+        a.attach("s1");
+        let msg = |seq: u64| json!({"seq": seq, "type": "user_message", "data": {"text": format!("m{seq}")}});
+        let fx = a.on_reply(Tag::Show, Ok(json!({"last_seq": HISTORY_EVENTS + 2})));
+        assert!(matches!(&fx[..], [Effect::Call(Tag::Events, _, p)] if p["after_seq"] == 2));
+        let page: Vec<Value> = (3..=HISTORY_EVENTS + 2).map(msg).collect();
+        a.on_reply(Tag::Events, Ok(json!({"events": page})));
+        assert!(
+            matches!(&a.view.items[0], crate::view::Item::Notice { text, .. } if text.starts_with("3 earlier events"))
+        );
+        let fx = a.load_older();
+        let [Effect::Call(tag, _, p)] = &fx[..] else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(p["limit"], 3);
+        assert!(p.get("after_seq").is_none());
+        a.on_reply(tag.clone(), Ok(json!({"events": [msg(0), msg(1), msg(2)]})));
+        let texts: Vec<String> = a
+            .view
+            .items
+            .iter()
+            .take(4)
+            .map(|i| match i {
+                crate::view::Item::User { text } => text.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, ["m0", "m1", "m2", "m3"]);
+        assert!(a.load_older().is_empty(), "nothing older than seq 0");
+        // Live events still go after the last one.
+        a.on_event(&json!({"session_id": "s1", "seq": HISTORY_EVENTS + 3, "type": "user_message", "data": {"text": "live"}}));
+        assert!(
+            matches!(a.view.items.back(), Some(crate::view::Item::User { text }) if text == "live")
+        );
     }
 
     #[test]
