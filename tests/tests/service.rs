@@ -492,7 +492,7 @@ fn doctor_reports_key_names_never_values_and_fails_on_problems() {
     std::fs::create_dir_all(&cfg).unwrap();
     std::fs::write(
         cfg.join("config.toml"),
-        "default_provider = \"openai\"\n[providers.openai]\napi_key_env = \"MY_OPENAI_KEY\"\n",
+        "default_provider = \"openai\"\n[providers.openai]\nkind = \"openai-responses\"\napi_key_env = \"MY_OPENAI_KEY\"\n",
     )
     .unwrap();
     let out = u.agentctl(&["doctor", "--json"]);
