@@ -680,6 +680,10 @@ pub struct ImportArgs {
     /// Workspace of the new session [default: the one recorded in the file].
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Fail instead of importing with warnings: every prompt, answer, tool call and
+    /// result must carry over exactly or with a recorded reason.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Options of `agentctl acp`.

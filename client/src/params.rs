@@ -259,6 +259,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                     "workspace",
                     a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
                 ),
+                ("strict", a.strict.then_some(true.into())),
             ]),
         ),
         // Session verbs build their requests in `verbs` (which uses this module's checks).

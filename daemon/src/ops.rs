@@ -683,6 +683,7 @@ pub async fn import_with(
     };
     let st = registry.store.clone();
     let sid2 = sid.clone();
+    let strict = p.strict;
     let ctx = crate::import::ImportContext {
         session_id: sid.clone(),
         workspace,
@@ -697,6 +698,20 @@ pub async fn import_with(
             let res = st.create(&sid2, &mut |f| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
                 match crate::import::import(format, &src, &mut w, &ctx) {
+                    Ok(r) if strict && !r.warnings.is_empty() => {
+                        failure = Some(
+                            AgentError::new(
+                                agentd_proto::ErrorKind::Unsupported,
+                                format!(
+                                    "--strict: the import would carry {} warning(s): {}",
+                                    r.warnings.len(),
+                                    r.warnings.join("; ")
+                                ),
+                            )
+                            .with_details(json!({"warnings": r.warnings})),
+                        );
+                        Err(std::io::Error::other("strict import refused"))
+                    }
                     Ok(r) => {
                         report = Some(r);
                         w.flush()

@@ -424,6 +424,10 @@ pub struct ImportParams {
     /// the earlier one (`imported_from.previous_import`).
     #[serde(default)]
     pub once: bool,
+    /// Fail (kind `unsupported`, nothing made) instead of importing with warnings: every
+    /// prompt, answer, tool call and result must carry over exactly or with a reason.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 /// `agentd/import_discover`: lists the sessions other agents keep under `home`.

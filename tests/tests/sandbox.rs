@@ -7,6 +7,9 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+#[path = "sandbox/escapes.rs"]
+mod escapes;
+
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the
 /// write rules and the hidden set themselves.

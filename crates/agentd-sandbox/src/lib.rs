@@ -28,6 +28,6 @@ pub use policy::{
 #[cfg(target_os = "linux")]
 pub use linux::{
     helper::{helper_main, is_helper_invocation},
-    peer::is_sandboxed_peer,
+    peer::{is_sandboxed_peer, sandboxed_peer},
     spawn::{CommandRequest, Knobs, Limits, Prepared, Probe, Sandbox, Unavailable},
 };
