@@ -429,8 +429,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -451,7 +451,7 @@ mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
-        Config::parse(text).err().expect("an error")
+        Config::parse(text).expect_err("an error")
     }
 
     #[test]
