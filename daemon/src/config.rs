@@ -61,7 +61,8 @@ impl Default for CompactionConfig {
 
 pub use agentd_snapshot::SnapshotConfig;
 
-/// `[turns]`: what a turn runs with when its request does not say.
+/// `[turns]`: how the daemon runs turns, and what a turn runs with when its request
+/// does not say.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TurnsConfig {
@@ -69,6 +70,12 @@ pub struct TurnsConfig {
     pub permission_mode: PermissionMode,
     /// Provider calls a turn may make (1..=1000; default 16).
     pub max_iterations: u32,
+    /// A turn the daemon was running when it was killed is finished after the restart
+    /// (docs/durability.md); off: it is closed `interrupted` with `daemon_restart`.
+    pub resume_after_crash: bool,
+    /// Resumes in a row without progress (no provider answer, no tool result) after
+    /// which the turn ends with kind `resume_limit`.
+    pub resume_limit: u32,
 }
 
 impl Default for TurnsConfig {
@@ -76,6 +83,8 @@ impl Default for TurnsConfig {
         TurnsConfig {
             permission_mode: PermissionMode::Auto,
             max_iterations: 16,
+            resume_after_crash: true,
+            resume_limit: 3,
         }
     }
 }
@@ -114,7 +123,7 @@ pub struct Config {
     pub idle_exit_s: u64,
     pub compaction: CompactionConfig,
     pub snapshots: SnapshotConfig,
-    /// `[turns]`: defaults of turns whose request gives none.
+    /// `[turns]`: defaults of turns whose request gives none, crash resumption.
     pub turns: TurnsConfig,
     /// Where Logs live: absent for the home's files, or a `postgres://` URL
     /// (`AGENTD_STORE` overrides). Never logged as written: see `pgstore::redact`.
