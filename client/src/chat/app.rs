@@ -734,7 +734,18 @@ impl App {
                            "output_path": path.to_string_lossy()}),
                 )
             }
-            "/mcp" => show("mcp", method::MCP_TOOLS, json!({"session_id": sid})),
+            "/mcp" => vec![
+                Effect::Call(
+                    Tag::Show2("mcp_servers"),
+                    method::MCP_LIST,
+                    json!({"session_id": sid}),
+                ),
+                Effect::Call(
+                    Tag::Show2("mcp"),
+                    method::MCP_TOOLS,
+                    json!({"session_id": sid}),
+                ),
+            ],
             "/usage" => show("usage", method::USAGE, json!({"session_id": sid})),
             _ => {
                 self.error(format!("unknown command {name}; /help lists them"));
@@ -1113,6 +1124,37 @@ impl App {
                     );
                 }
                 out.push_str("/model provider:model picks one");
+                out
+            }
+            "mcp_servers" => {
+                let mut out = String::from("MCP servers:");
+                let config = v.get("config").and_then(Value::as_array);
+                for c in config.into_iter().flatten() {
+                    let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+                    let state = v
+                        .get("sessions")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|s| {
+                            s.get("servers")
+                                .and_then(Value::as_array)
+                                .into_iter()
+                                .flatten()
+                        })
+                        .find(|s| s.get("name").and_then(Value::as_str) == Some(name))
+                        .and_then(|s| s.get("state").and_then(Value::as_str))
+                        .unwrap_or("not started");
+                    let enabled = c.get("enabled").and_then(Value::as_bool) != Some(false);
+                    let _ = write!(
+                        out,
+                        "\n  {name}  {state}{}",
+                        if enabled { "" } else { " (disabled)" }
+                    );
+                }
+                if config.is_none_or(|c| c.is_empty()) {
+                    out.push_str(" none configured ([mcp_servers.NAME] in config.toml)");
+                }
                 out
             }
             "mcp" => {
