@@ -106,7 +106,8 @@ impl Activated {
         // The socket's file appears at bind(), before listen(): wait until it answers,
         // or a connect in between is refused.
         assert!(
-            wait_until(T, || std::os::unix::net::UnixStream::connect(&a.socket).is_ok()),
+            wait_until(T, || std::os::unix::net::UnixStream::connect(&a.socket)
+                .is_ok()),
             "systemd-socket-activate did not listen on {}: {}",
             a.socket.display(),
             a.output()
