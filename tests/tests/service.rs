@@ -103,9 +103,12 @@ impl Activated {
             notify,
             child: Some(child),
         };
+        // The socket's file appears at bind(), before listen(): wait until it answers,
+        // or a connect in between is refused.
         assert!(
-            wait_until(T, || a.socket.exists()),
-            "systemd-socket-activate did not bind {}: {}",
+            wait_until(T, || std::os::unix::net::UnixStream::connect(&a.socket)
+                .is_ok()),
+            "systemd-socket-activate did not listen on {}: {}",
             a.socket.display(),
             a.output()
         );
