@@ -371,13 +371,15 @@ fn a_prompt_typed_during_a_turn_steers_or_is_kept_with_a_message() {
     // Alt+Enter queues, or says the daemon does not, keeping the prompt.
     p.send("queued one\x1b\r");
     let s = p.wait_until("the queue's outcome", WAIT, |s| {
-        s.contains("queued: queued one") || s.contains("does not queue prompts")
+        s.contains("queued: queued one")
+            || s.contains("› queued one")
+            || s.contains("does not queue prompts")
     });
     if s.contains("does not queue prompts") {
         assert!(s.contains("> queued one"), "{s}");
     }
     p.send("\x1b");
-    p.wait_for("turn interrupted", WAIT);
+    p.wait_until("the turn over", WAIT, |s| s.contains(" idle "));
     quit(p);
 }
 
