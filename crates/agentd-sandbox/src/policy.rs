@@ -212,6 +212,9 @@ pub enum Grant {
         path: PathBuf,
     },
     FullAccess,
+    /// New git repositories a command creates are kept even when git would run
+    /// something in them (hooks, code-running config); without it they are quarantined.
+    GitInit,
 }
 
 /// Everything [`effective`] depends on.
@@ -253,6 +256,9 @@ pub struct EffectivePolicy {
     pub env: BTreeMap<String, String>,
     /// Writable roots dropped because they lie in the hidden set.
     pub dropped_roots: Vec<PathBuf>,
+    /// `git:init` granted: new repositories with hooks or code-running config are kept.
+    #[serde(default)]
+    pub git_init: bool,
 }
 
 /// Home-relative credential files and folders hidden from commands.
@@ -486,6 +492,11 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
         caches,
         env: crate::env::scrub(&inputs.env, &inputs.config.env_pass, &inputs.config.env),
         dropped_roots: dropped,
+        git_init: inputs
+            .grants
+            .iter()
+            .chain(&inputs.call_grants)
+            .any(|g| matches!(g, Grant::GitInit)),
     }
 }
 
@@ -537,6 +548,7 @@ impl EffectivePolicy {
             "caches": self.caches.iter().map(|c| c.name()).collect::<Vec<_>>(),
             "env": self.env.keys().collect::<Vec<_>>(),
             "dropped_roots": self.dropped_roots,
+            "git_init": self.git_init,
             "digest": self.digest(),
         })
     }
