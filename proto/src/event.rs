@@ -102,6 +102,7 @@ event_types! {
     WorkspaceSnapshot => "workspace_snapshot", ephemeral: false, required: ["tree", "files_changed", "reason"];
     WorkspaceRevert => "workspace_revert", ephemeral: false, required: ["to_seq", "tree", "files_changed"];
     McpServers => "mcp_servers", ephemeral: false, required: ["servers"];
+    Instructions => "instructions", ephemeral: false, required: ["files"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];

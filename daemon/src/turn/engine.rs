@@ -147,18 +147,18 @@ pub(super) async fn run(
             session_grants,
         )
         .await?;
-        let res = h
-            .append(
-                vec![
-                    EventDraft::new(
-                        EventType::TurnStarted,
-                        turn_started_data(&running.turn_id, &spec, &tools),
-                    ),
-                    EventDraft::new(EventType::UserMessage, json!({"text": input})),
-                ],
-                None,
-            )
-            .await?;
+        let instructions =
+            super::instructions::draft(h, &tools.paths, &tools.workspace, &running.turn_id).await?;
+        let mut drafts = vec![EventDraft::new(
+            EventType::TurnStarted,
+            turn_started_data(&running.turn_id, &spec, &tools),
+        )];
+        drafts.extend(instructions);
+        drafts.push(EventDraft::new(
+            EventType::UserMessage,
+            json!({"text": input}),
+        ));
+        let res = h.append(drafts, None).await?;
         for uri in deps {
             turns.watch.watch(&turns.registry, &sid, &workspace, &uri);
         }
@@ -289,7 +289,8 @@ fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
 /// `turn_started` data: the turn, its model, and the effective sandbox policy its
 /// commands run under (recorded each turn, so every change is in the Log).
 fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> serde_json::Value {
-    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name()});
+    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name(),
+        "base_prompt": crate::prompt::record()});
     if let Some(sb) = &tools.sandbox {
         d["sandbox"] = sb.policy.to_record();
     }
@@ -572,6 +573,9 @@ impl Runner<'_> {
         (items, rendered): (Vec<ReplayItem>, Option<Vec<bytes::Bytes>>),
     ) -> Result<ProviderResponse, ProviderFailure> {
         let mut specs = tools::specs();
+        if !self.spec.provider.config().offers_apply_patch() {
+            specs.retain(|s| s.name != "apply_patch");
+        }
         specs.push(memory::tool_spec());
         // After the built-ins, in (server, tool) order: a stable prompt prefix.
         specs.extend(self.mcp_offered.iter().map(mcp_spec));
