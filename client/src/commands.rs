@@ -413,11 +413,23 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
                     Some(0) | None => {}
                     Some(n) => facts.push(format!("{n} source lines skipped, see --json")),
                 }
-                if facts.is_empty() {
+                let mut out = if facts.is_empty() {
                     format!("{sid}\n")
                 } else {
                     format!("{sid} ({})\n", facts.join("; "))
+                };
+                // Whatever did not carry over exactly is printed, never left to --json.
+                let warnings = v.get("warnings").and_then(Value::as_array);
+                if let Some(ws) = warnings.filter(|w| !w.is_empty()) {
+                    let _ = writeln!(out, "{} warning(s):", ws.len());
+                    for w in ws.iter().take(20) {
+                        let _ = writeln!(out, "  {}", w.as_str().unwrap_or("?"));
+                    }
+                    if ws.len() > 20 {
+                        let _ = writeln!(out, "  … {} more, see --json", ws.len() - 20);
+                    }
                 }
+                out
             }
             None => pretty(v),
         },

@@ -1,4 +1,4 @@
-//! Daemon configuration (`config.toml`, DESIGN §3, §4.2).
+//! Daemon configuration (`config.toml`, docs/getting-started.md#paths, docs/log-format.md#durability).
 //!
 //! Everything has a default so that a missing file means "run with defaults"; a file
 //! that exists but does not parse is a startup error (silently ignoring a typo in
@@ -79,16 +79,16 @@ pub struct Config {
     pub store_password_file: Option<std::path::PathBuf>,
     /// Seconds a session's lease in a shared store lasts without renewal.
     pub lease_s: f64,
-    /// `[sandbox]`: how the model's commands are confined (DESIGN §14).
+    /// `[sandbox]`: how the model's commands are confined (docs/sandbox.md#contract).
     pub sandbox: agentd_sandbox::SandboxConfig,
     /// Seconds a session's MCP servers may go unused before they are stopped (they
     /// start again at the next call); 0 keeps them until the daemon stops.
     pub mcp_idle_stop_s: u64,
     /// Whether a stdio MCP server whose entry does not say `sandbox` runs under the
-    /// session's command sandbox (DESIGN §14). Off by default: most servers need more
+    /// session's command sandbox (docs/sandbox.md#contract). Off by default: most servers need more
     /// than a command gets (the network, caches in the home).
     pub mcp_sandbox: bool,
-    /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (DESIGN §14).
+    /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (docs/mcp.md#contract).
     pub mcp_servers: std::collections::BTreeMap<String, agentd_mcp::ServerConfig>,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]

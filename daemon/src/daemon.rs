@@ -1,4 +1,4 @@
-//! Daemon lifecycle (DESIGN §3): the home lock, the socket (0700 dir, 0600 socket,
+//! Daemon lifecycle (docs/protocol.md#the-socket): the home lock, the socket (0700 dir, 0600 socket,
 //! stale-socket detection), serving, and the shutdown sequence.
 //!
 //! Shutdown order matters: running turns are ended first (their `turn_ended` is

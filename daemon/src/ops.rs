@@ -1,4 +1,4 @@
-//! History operations as the API and the turn engine use them (DESIGN §7–§9): each
+//! History operations as the API and the turn engine use them (docs/history-rules.md): each
 //! one asks a session actor for what it needs, calls a pure projection from
 //! `history`, and has the actor record the result. Nothing here writes a Log directly
 //! except a new child Log (fork), which is created atomically before any actor owns it.
@@ -269,7 +269,7 @@ pub async fn context_json(
     .await?
 }
 
-/// `agentd/reconcile` and the reconcile step of turns and interrupts (§7.2). Records
+/// `agentd/reconcile` and the reconcile step of turns and interrupts (docs/history-rules.md#reconciliation). Records
 /// closures for every pending call (and, when `end_turn`, an interrupted `turn_ended`
 /// for an open turn); idempotent.
 pub async fn reconcile(
@@ -377,7 +377,7 @@ pub fn plan_compaction(st: &SessionState, opts: &CompactOptions) -> compaction::
     plan
 }
 
-/// `agentd/compact` and automatic compaction (§7.4). With `model_summary`, the
+/// `agentd/compact` and automatic compaction (docs/history-rules.md#compaction). With `model_summary`, the
 /// provider's schema-checked summary (already obtained by the caller) is merged in.
 pub async fn compact(
     h: &SessionHandle,
@@ -470,7 +470,7 @@ pub fn compact_options(
     })
 }
 
-/// `agentd/fork` (§8): plans the child from the parent's state, writes the child Log
+/// `agentd/fork` (docs/history-rules.md#fork): plans the child from the parent's state, writes the child Log
 /// atomically, copies referenced resources, and indexes the child.
 pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome, AgentError> {
     let parent = registry.get(&p.session_id).await?;
@@ -627,7 +627,7 @@ fn lineage(meta: &SessionMeta) -> LineageEntry {
     }
 }
 
-/// `agentd/tree` (§9), served from the lineage index only.
+/// `agentd/tree` (docs/history-rules.md#tree), served from the lineage index only.
 pub fn tree(registry: &Registry, p: TreeParams) -> Result<TreeOutcome, AgentError> {
     let depth = p.max_depth.unwrap_or(DEFAULT_TREE_DEPTH);
     // Building, drawing and serializing a tree recurse once per level: a bound keeps a
@@ -712,6 +712,7 @@ pub async fn import_with(
     };
     let st = registry.store.clone();
     let sid2 = sid.clone();
+    let strict = p.strict;
     let ctx = crate::import::ImportContext {
         session_id: sid.clone(),
         workspace,
@@ -726,6 +727,20 @@ pub async fn import_with(
             let res = st.create(&sid2, &mut |f| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
                 match crate::import::import(format, &src, &mut w, &ctx) {
+                    Ok(r) if strict && !r.warnings.is_empty() => {
+                        failure = Some(
+                            AgentError::new(
+                                agentd_proto::ErrorKind::Unsupported,
+                                format!(
+                                    "--strict: the import would carry {} warning(s): {}",
+                                    r.warnings.len(),
+                                    r.warnings.join("; ")
+                                ),
+                            )
+                            .with_details(json!({"warnings": r.warnings})),
+                        );
+                        Err(std::io::Error::other("strict import refused"))
+                    }
                     Ok(r) => {
                         report = Some(r);
                         w.flush()

@@ -1,5 +1,6 @@
 //! The registry of sessions: loaded actors (a DashMap, loaded lazily, evicted when
-//! idle) and the lineage index of every session in the home (DESIGN §6 list, §9 tree).
+//! idle) and the lineage index of every session in the home (docs/protocol.md#sessions-and-events
+//! `agentd/list`, docs/history-rules.md#tree).
 //!
 //! The index is built once at startup from each Log's first line (plus a newline count)
 //! and then kept current from the actors' reports ([`SessionObserver`]) after every
@@ -405,7 +406,7 @@ fn meta_from_head(sid: &str, head: store::LogHead) -> SessionMeta {
     meta
 }
 
-/// The label that marks an archived session (DESIGN §13 session verbs).
+/// The label that marks an archived session (docs/sessions-and-history.md#session-verbs).
 pub const ARCHIVED_LABEL: &str = "archived";
 
 pub fn is_archived(labels: &[String]) -> bool {

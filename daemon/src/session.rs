@@ -1,5 +1,5 @@
 //! Session actors: one tokio task per loaded session owns its Log writer and its folded
-//! in-memory state (DESIGN §4.2, §6).
+//! in-memory state (docs/log-format.md#durability, docs/protocol.md#methods).
 //!
 //! Every write to a Log goes through [`SessionHandle::append`] or
 //! [`SessionHandle::record`], which queue a command to the actor. The actor drains all
@@ -411,7 +411,7 @@ pub struct SessionState {
     /// Folded state extended per event: counts, pending calls, open turn, replay items
     /// since the latest compaction.
     pub fold: Fold,
-    /// The deterministic checkpoint reducer, extended per event (§7.3).
+    /// The deterministic checkpoint reducer, extended per event (docs/history-rules.md#checkpoint).
     pub checkpoint: CheckpointState,
     pub corrupt_lines: Vec<CorruptLine>,
     pub seq_anomalies: Vec<Value>,
@@ -475,7 +475,7 @@ impl SessionState {
         self.next_seq.checked_sub(1)
     }
 
-    /// Calls without a result yet, sorted by call_id (DESIGN §7.2).
+    /// Calls without a result yet, sorted by call_id (docs/history-rules.md#reconciliation).
     pub fn pending_calls_json(&self) -> Vec<Value> {
         self.fold
             .pending_calls()
@@ -840,7 +840,7 @@ impl Actor {
         }
         // A turn that started but never ended when this daemon first loads the session
         // was cut by a daemon crash: close its orphan calls and end it, durably, before
-        // anyone can start another (§7.2). A reload after idle eviction is not a
+        // anyone can start another (docs/history-rules.md#reconciliation). A reload after idle eviction is not a
         // restart: a harness may be running its own turn through `agentd/append`.
         let first_load = self.env.observer.first_load(&self.state.id);
         if let Some(turn_id) = self.state.fold.open_turn().filter(|_| first_load) {

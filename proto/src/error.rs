@@ -1,4 +1,4 @@
-//! Error kinds of the contract (DESIGN §5) and the error value every layer passes around.
+//! Error kinds of the contract (docs/protocol.md#errors) and the error value every layer passes around.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -15,7 +15,7 @@ pub enum ErrorKind {
     AlreadyExists,
     Busy,
     SeqConflict,
-    /// A revert would overwrite files someone else changed (DESIGN §13).
+    /// A revert would overwrite files someone else changed (docs/snapshots.md).
     Conflict,
     EphemeralNotLoggable,
     CorruptLog,
@@ -74,7 +74,7 @@ impl ErrorKind {
         serde_json::from_value(Value::String(s.to_string())).ok()
     }
 
-    /// `agentctl` exit code for this kind (DESIGN §12).
+    /// `agentctl` exit code for this kind (docs/protocol.md#exit-codes).
     pub fn exit_code(self) -> i32 {
         match self {
             ErrorKind::InvalidArgs | ErrorKind::NotFound => 2,

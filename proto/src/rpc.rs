@@ -1,4 +1,4 @@
-//! Method names and param/result types of the native API (DESIGN §6).
+//! Method names and param/result types of the native API (docs/protocol.md#methods).
 //!
 //! Params are objects with snake_case keys; the daemon parses them with these types, so
 //! an unknown or mistyped field is a -32602 `invalid_args` before any handler runs.
@@ -91,10 +91,10 @@ pub struct CreateParams {
     pub provider: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
-    /// `{mode?, network?}` for the session's commands (DESIGN §14).
+    /// `{mode?, network?}` for the session's commands (docs/sandbox.md#contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
-    /// MCP servers of this session, in ACP's `McpServer` shape (DESIGN §14); kept in
+    /// MCP servers of this session, in ACP's `McpServer` shape (docs/mcp.md#contract); kept in
     /// the daemon's memory only (their env values may be secrets).
     #[serde(default)]
     pub mcp_servers: Option<Vec<serde_json::Value>>,
@@ -241,7 +241,7 @@ pub struct TurnParams {
     pub permission_mode: Option<String>,
     #[serde(default)]
     pub wait: Option<bool>,
-    /// `{mode?, network?}` for this turn's commands (DESIGN §14).
+    /// `{mode?, network?}` for this turn's commands (docs/sandbox.md#contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
     /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
@@ -342,7 +342,7 @@ pub struct ForkParams {
     pub child_session_id: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
-    /// The workspace files of the fork (DESIGN §13); `keep` when absent.
+    /// The workspace files of the fork (docs/snapshots.md); `keep` when absent.
     #[serde(default)]
     pub files: ForkFiles,
     /// With `files: restore`: overwrite files someone else changed.
@@ -425,6 +425,10 @@ pub struct ImportParams {
     /// the earlier one (`imported_from.previous_import`).
     #[serde(default)]
     pub once: bool,
+    /// Fail (kind `unsupported`, nothing made) instead of importing with warnings: every
+    /// prompt, answer, tool call and result must carry over exactly or with a reason.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 /// `agentd/import_discover`: lists the sessions other agents keep under `home`.
@@ -449,7 +453,7 @@ fn auto_format() -> String {
     "auto".to_string()
 }
 
-// ---- Session verbs (DESIGN §13) ----
+// ---- Session verbs (docs/sessions-and-history.md#session-verbs) ----
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

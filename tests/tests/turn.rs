@@ -1,4 +1,4 @@
-//! Black-box tests of turns (DESIGN §10, §7.4): the real daemon and agentctl with the
+//! Black-box tests of turns (docs/turns-and-providers.md#turns, docs/history-rules.md#compaction): the real daemon and agentctl with the
 //! offline `script` provider. Every wait is on an event or a response with a deadline.
 
 use agentd_tests::sse::{chat_sse, sse_server, typed_sse};

@@ -1,4 +1,4 @@
-//! Orphan reconciliation (DESIGN §7.2): the events that close tool calls left without a
+//! Orphan reconciliation (docs/history-rules.md#reconciliation): the events that close tool calls left without a
 //! result and turns left without an end.
 //!
 //! The owner computes pending calls with [`Fold::pending_calls`](super::fold::Fold) and
@@ -48,7 +48,7 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
             let mut details =
                 json!({"call_id": p.call_id, "tool": p.name, "reason": reason.as_str()});
             // An MCP call may have reached its server: its effect is unknown, and it is
-            // never retried (DESIGN §14).
+            // never retried (docs/mcp.md#contract).
             // An interrupt closes only calls it stopped before they were sent.
             let message = if p.name.starts_with(MCP_PREFIX) && reason != ReconcileReason::Interrupt
             {

@@ -1,4 +1,4 @@
-//! The OS sandbox the model's commands run in (DESIGN §14).
+//! The OS sandbox the model's commands run in (docs/sandbox.md#contract).
 //!
 //! - [`policy`]: modes, network, config, grants and the pure effective-policy function.
 //! - [`env`]: the command's scrubbed environment.
@@ -28,6 +28,6 @@ pub use policy::{
 #[cfg(target_os = "linux")]
 pub use linux::{
     helper::{helper_main, is_helper_invocation},
-    peer::is_sandboxed_peer,
+    peer::{is_sandboxed_peer, sandboxed_peer},
     spawn::{CommandRequest, Knobs, Limits, Prepared, Probe, Sandbox, Unavailable},
 };

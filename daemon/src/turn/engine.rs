@@ -1,4 +1,4 @@
-//! The turn loop (DESIGN §10):
+//! The turn loop (docs/turns-and-providers.md#turns):
 //!
 //! reconcile (`before_start_turn`) → `turn_started{turn_id, model, provider}` →
 //! `user_message{text}` → up to `max_iterations` times { pressure check (maybe compact)
@@ -21,7 +21,7 @@
 //!   tool that was running (it answers `interrupted`), then in one append orphan closures
 //!   (`reason:"interrupt"`) for calls that never ran and `turn_ended{interrupted, reason}`.
 //!
-//! MCP tools (DESIGN §14): the session's servers start after `user_message` (a failure
+//! MCP tools (docs/mcp.md#contract): the session's servers start after `user_message` (a failure
 //! is recorded in `mcp_servers{servers, failed}` and fails the turn only for a
 //! `required` server); their tools are listed again before every provider call (so a
 //! `list_changed` takes effect there, never mid-call) and offered after the built-ins
@@ -267,7 +267,7 @@ async fn tool_context(
 }
 
 /// Sandbox grants approved for the session: the `permission_decision`s that allowed a
-/// `grant` with `scope: "session"` (DESIGN §14), in Log order.
+/// `grant` with `scope: "session"` (docs/sandbox.md#escalation), in Log order.
 fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
     st.events
         .iter()
@@ -714,7 +714,7 @@ impl Runner<'_> {
                 turn_id: &self.turn_id,
                 cancel: &self.cancel,
             };
-            // A `shell` call may ask for a wider sandbox (DESIGN §14): only a client's
+            // A `shell` call may ask for a wider sandbox (docs/sandbox.md#escalation): only a client's
             // approval in `ask` mode grants it.
             let grant_arg = (name == "shell")
                 .then(|| args.get("sandbox_grant").filter(|g| !g.is_null()))

@@ -1,4 +1,4 @@
-//! The turn engine (DESIGN §10): `agentd/turn`, `agentd/interrupt`, and the provider-side
+//! The turn engine (docs/turns-and-providers.md#turns): `agentd/turn`, `agentd/interrupt`, and the provider-side
 //! half of `agentd/compact` (`strategy: model`).
 //!
 //! A turn runs in a task of its own, so that `wait:false` can return right after
@@ -354,7 +354,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// After an engine panic: if the turn's `turn_started` is in the Log without its
 /// `turn_ended`, closes the calls still pending (`orphan_tool_call`, reason `interrupt`:
-/// the turn was cut short, and §4's reasons have none closer) and records
+/// the turn was cut short, and docs/history-rules.md#reconciliation's reasons have none closer) and records
 /// `turn_ended{status:"failed", error{kind:"internal", message}}` in one append.
 async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> EngineResult {
     let error = AgentError::internal(message.to_string());
