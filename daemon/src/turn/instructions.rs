@@ -213,42 +213,6 @@ pub async fn draft(
     Ok((!same).then(|| EventDraft::new(EventType::Instructions, found.record(turn_id))))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cut_file_says_so_and_reads_no_more_than_the_cap() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("AGENTS.md");
-        std::fs::write(&p, "é".repeat(CAP)).unwrap();
-        let (text, _, bytes, truncated) = read_capped(&p).unwrap();
-        assert!(truncated);
-        assert_eq!(bytes, 2 * CAP as u64);
-        assert!(text.starts_with("éé"));
-        assert!(
-            text.ends_with("only its first 32 KiB are included]"),
-            "{text}"
-        );
-        assert!(!text.contains('\u{FFFD}'));
-    }
-
-    #[test]
-    fn nested_files_come_root_first_and_claude_md_stands_in() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        std::fs::create_dir_all(root.join(".git")).unwrap();
-        std::fs::create_dir_all(root.join("a/b")).unwrap();
-        std::fs::write(root.join("AGENTS.md"), "root").unwrap();
-        std::fs::write(root.join("a/CLAUDE.md"), "claude a").unwrap();
-        std::fs::write(root.join("a/b/AGENTS.md"), "b").unwrap();
-        std::fs::write(root.join("a/b/CLAUDE.md"), "not read").unwrap();
-        let found = find(&root.join("a/b"), None, &PathRules::default());
-        let texts: Vec<&str> = found.files.iter().map(|f| f.text.as_str()).collect();
-        assert_eq!(texts, ["root", "claude a", "b"]);
-    }
-}
-
 /// The sandbox's hidden and protected sets for a turn in `workspace` with the session's
 /// sandbox request (empty where no sandbox runtime is installed, as for the file tools).
 fn rules_for(
@@ -333,4 +297,40 @@ pub async fn show(
         };
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_file_says_so_and_reads_no_more_than_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("AGENTS.md");
+        std::fs::write(&p, "é".repeat(CAP)).unwrap();
+        let (text, _, bytes, truncated) = read_capped(&p).unwrap();
+        assert!(truncated);
+        assert_eq!(bytes, 2 * CAP as u64);
+        assert!(text.starts_with("éé"));
+        assert!(
+            text.ends_with("only its first 32 KiB are included]"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{FFFD}'));
+    }
+
+    #[test]
+    fn nested_files_come_root_first_and_claude_md_stands_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("AGENTS.md"), "root").unwrap();
+        std::fs::write(root.join("a/CLAUDE.md"), "claude a").unwrap();
+        std::fs::write(root.join("a/b/AGENTS.md"), "b").unwrap();
+        std::fs::write(root.join("a/b/CLAUDE.md"), "not read").unwrap();
+        let found = find(&root.join("a/b"), None, &PathRules::default());
+        let texts: Vec<&str> = found.files.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(texts, ["root", "claude a", "b"]);
+    }
 }
