@@ -9,6 +9,8 @@ use std::time::Duration;
 
 #[path = "sandbox/escapes.rs"]
 mod escapes;
+#[path = "sandbox/git.rs"]
+mod git;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the

@@ -2,6 +2,8 @@
 //!
 //! - [`policy`]: modes, network, config, grants and the pure effective-policy function.
 //! - [`env`]: the command's scrubbed environment.
+//! - [`git`]: what the user's git runs later, found wherever it lives (protected before a
+//!   command, audited and quarantined after it).
 //! - [`hints`]: denials recognized in output, with the grant that would allow them.
 //! - [`macos`]: the Seatbelt profile generator.
 //! - [`plan`]: the daemon ↔ helper wire.
@@ -12,6 +14,7 @@
 //! `main`: the sandbox helper is the daemon re-executed with [`plan::HELPER_ARG`].
 
 pub mod env;
+pub mod git;
 pub mod hints;
 pub mod macos;
 pub mod plan;
