@@ -85,6 +85,9 @@ pub enum Command {
     Context(ContextArgs),
     /// Show the deterministic checkpoint and the text replay injects for it.
     Checkpoint(SidArg),
+    /// Show what the next turn sends besides the history: the base prompt and the
+    /// instruction files (AGENTS.md, CLAUDE.md), each with where it came from.
+    Instructions(InstructionsArgs),
     /// Compact old history into a checkpoint event; the Log keeps every event.
     Compact(CompactArgs),
     /// Create a child session from a prefix of a session's Log.
@@ -315,6 +318,12 @@ pub enum DaemonCmd {
 pub struct SidArg {
     /// Session id.
     pub session_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct InstructionsArgs {
+    /// Session id [default: a new turn in the current directory].
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Args)]

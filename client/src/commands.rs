@@ -429,6 +429,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
             }
             out
         }
+        Command::Instructions(_) => render::instructions(v),
         Command::Checkpoint(_) => match v.get("view").and_then(Value::as_str) {
             Some(view) if view.ends_with('\n') => view.to_string(),
             Some(view) => format!("{view}\n"),
