@@ -28,6 +28,10 @@ pub async fn run(mut cli: Cli) -> i32 {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::acp::run(target, a).await;
     }
+    if let Command::AppServer(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::app_server::run(target, a).await;
+    }
     if let Command::McpServer(a) = &cli.command {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::mcp_server::run(target, a).await;

@@ -6,10 +6,11 @@
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
 //! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks),
-//! `acp` (the ACP agent on stdio), `mcp_server` (the MCP server on stdio), `mcp`
+//! `acp` (the ACP agent on stdio), `app_server` (the Codex app-server bridge), `mcp_server` (the MCP server on stdio), `mcp`
 //! (`mcp import` and doctor's MCP probe).
 
 mod acp;
+mod app_server;
 mod cli;
 mod commands;
 mod daemon;
