@@ -29,6 +29,8 @@ use tokio::sync::oneshot;
 
 /// Events per `agentd/events` page when a thread is read.
 const PAGE: usize = 20_000;
+/// Events `thread/compact/start` keeps verbatim after the compacted part.
+const COMPACT_TAIL: usize = 8;
 /// Threads per `thread/list` page when the client names no limit.
 const LIST_PAGE: u32 = 25;
 
@@ -382,7 +384,6 @@ impl Client {
                 let data = &e["data"];
                 match e["type"].as_str() {
                     Some("session_started") => {
-                        r.created = map::ts_ms(e).unwrap_or(0) / 1000;
                         r.model = data["model"].as_str().map(str::to_string);
                         r.provider = data["provider"].as_str().map(str::to_string);
                     }
@@ -393,6 +394,9 @@ impl Client {
                     _ => {}
                 }
                 if let Some(t) = map::ts_ms(e) {
+                    if r.created == 0 {
+                        r.created = t / 1000;
+                    }
                     r.updated = t / 1000;
                 }
                 r.turns.add(e, &workspace);
@@ -833,9 +837,24 @@ impl Client {
     async fn compact(&self, params: Value) -> Result<Value, RpcErr> {
         let p: wire::ThreadRef = parse(params, "thread/compact/start params")?;
         let sid = self.sid_of(&p.thread_id).await?;
-        self.shared
-            .call(method::COMPACT, json!({"session_id": sid}))
+        // Codex's `/compact` compacts now: everything but the last few events, which
+        // agentd keeps verbatim (a call is never separated from its result).
+        let r = self
+            .shared
+            .call(
+                method::COMPACT,
+                json!({"session_id": sid, "tail_events": COMPACT_TAIL}),
+            )
             .await?;
+        if r["compactable"] == json!(false) {
+            return Err(RpcErr::new(
+                -32600,
+                format!(
+                    "nothing to compact yet: {}",
+                    r["reason"].as_str().unwrap_or("the thread is short")
+                ),
+            ));
+        }
         Ok(json!({}))
     }
 

@@ -379,11 +379,9 @@ impl Turns {
                 self.calls
                     .insert(call_id, (i, self.turns[i].items.len() - 1));
             }
-            "permission_decision" => {
-                if s(data, "decision") == Some("deny") {
-                    if let Some(c) = s(data, "call_id") {
-                        self.denied.insert(c.to_string());
-                    }
+            "permission_decision" if s(data, "decision") == Some("deny") => {
+                if let Some(c) = s(data, "call_id") {
+                    self.denied.insert(c.to_string());
                 }
             }
             "tool_result" => {
@@ -591,11 +589,9 @@ impl Live {
                     out.push(n);
                 }
             }
-            "permission_decision" => {
-                if s(data, "decision") == Some("deny") {
-                    if let Some(c) = s(data, "call_id") {
-                        self.denied.insert(c.to_string());
-                    }
+            "permission_decision" if s(data, "decision") == Some("deny") => {
+                if let Some(c) = s(data, "call_id") {
+                    self.denied.insert(c.to_string());
                 }
             }
             "tool_result" => {

@@ -336,6 +336,8 @@ fn check_handshake(req: &hs::Request, token: Option<&str>) -> Result<(), (u16, &
     Ok(())
 }
 
+// The handshake callback's error type is tungstenite's (an HTTP response).
+#[allow(clippy::result_large_err)]
 async fn serve_ws<S>(shared: Arc<Shared>, stream: S, token: Option<Arc<String>>, peer: String)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -413,7 +415,15 @@ where
     tasks.abort_all();
     drop(client);
     drop(out);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    // A client that stopped reading keeps the writer blocked: it is dropped with its
+    // half of the socket after a grace period, which closes the connection.
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
 }
 
 async fn serve_stdio(shared: Arc<Shared>) {
@@ -456,7 +466,15 @@ async fn serve_stdio(shared: Arc<Shared>) {
     tasks.abort_all();
     drop(client);
     drop(out);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    // A client that stopped reading keeps the writer blocked: it is dropped with its
+    // half of the socket after a grace period, which closes the connection.
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
 }
 
 /// One message from the client.
