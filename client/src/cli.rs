@@ -334,7 +334,7 @@ pub struct NewArgs {
     pub sandbox: SandboxArgs,
 }
 
-/// The command sandbox's mode (DESIGN §14).
+/// The command sandbox's mode (docs/sandbox.md#contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SandboxMode {
     /// Commands write only the workspace, a private /tmp and granted roots.
@@ -683,6 +683,10 @@ pub struct ImportArgs {
     /// Workspace of the new session [default: the one recorded in the file].
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Fail instead of importing with warnings: every prompt, answer, tool call and
+    /// result must carry over exactly or with a recorded reason.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Options of `agentctl acp`.
@@ -742,7 +746,7 @@ pub struct McpServerArgs {
     pub allow_writes: bool,
 }
 
-// ---- Session verbs (DESIGN §13); run by `verbs.rs` ----
+// ---- Session verbs (docs/sessions-and-history.md#session-verbs); run by `verbs.rs` ----
 
 #[derive(Debug, Args)]
 pub struct RenameArgs {

@@ -1,4 +1,4 @@
-//! Finding, starting and stopping the daemon (DESIGN §3, notes §4 "Activation").
+//! Finding, starting and stopping the daemon (docs/protocol.md#the-socket, docs/service.md).
 //!
 //! Every command connects first. Only when the socket is missing or refused (ENOENT,
 //! ECONNREFUSED: nobody listens) does agentctl spawn `agentd` itself, detached in its own

@@ -449,7 +449,7 @@ async fn check_database(url: &str, password_file: Option<&str>) -> Check {
 }
 
 /// What the kernel offers the command sandbox and the level commands will get, probed
-/// by running the agentd binary as the sandbox helper once (DESIGN §14).
+/// by running the agentd binary as the sandbox helper once (docs/sandbox.md#contract).
 #[cfg(target_os = "linux")]
 fn check_sandbox(found: Option<PathBuf>) -> Check {
     let Some(bin) = found else {

@@ -1,4 +1,4 @@
-//! `agentctl`: the command line client of agentd (DESIGN §12).
+//! `agentctl`: the command line client of agentd (docs/getting-started.md#using-it).
 //!
 //! Module map: `cli` (the clap surface, which is the manual), `params` (arguments →
 //! JSON-RPC params, pure), `rpc` (NDJSON JSON-RPC client over the Unix socket),

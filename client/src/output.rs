@@ -1,4 +1,4 @@
-//! What agentctl prints and how it exits (DESIGN §12).
+//! What agentctl prints and how it exits (docs/protocol.md#exit-codes).
 //!
 //! `--json`: exactly one JSON document on stdout, `{"ok":true, ...result}` or
 //! `{"ok":false,"error":{kind,message,details}}`. Human mode: results on stdout, errors on

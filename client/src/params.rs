@@ -1,4 +1,4 @@
-//! Command line arguments → JSON-RPC method and params (DESIGN §6).
+//! Command line arguments → JSON-RPC method and params (docs/protocol.md#methods).
 //!
 //! Pure apart from resolving relative paths against a given `cwd`, so every mapping is
 //! unit-tested. Session ids are checked here with the same rule the daemon applies, so a
@@ -259,6 +259,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                     "workspace",
                     a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
                 ),
+                ("strict", a.strict.then_some(true.into())),
             ]),
         ),
         // Session verbs build their requests in `verbs` (which uses this module's checks).

@@ -1,4 +1,4 @@
-//! `agentctl service install | uninstall | status` (DESIGN §13 "Service"): agentd as a
+//! `agentctl service install | uninstall | status` (docs/service.md): agentd as a
 //! socket-activated login service, through systemd user units (Linux) or a launchd
 //! agent (macOS).
 //!

@@ -1,4 +1,4 @@
-//! The session verbs on the command line (DESIGN §13): `rename`, `archive`, `unarchive`,
+//! The session verbs on the command line (docs/sessions-and-history.md#session-verbs): `rename`, `archive`, `unarchive`,
 //! `rm`, `restore`, `search`, `export`, `usage`, and `config init`. Arguments, their
 //! mapping to native methods, and human rendering live here; `commands` dispatches.
 

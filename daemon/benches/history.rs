@@ -1,4 +1,4 @@
-//! History operations at scale (DESIGN §7–§9), against the real `agentd` binary.
+//! History operations at scale (docs/history-rules.md), against the real `agentd` binary.
 //!
 //! Part 1, one large session: a synthetic Log of 100,000 events (~60 MB: turns of user
 //! and assistant messages, tool calls with 1–8 KiB outputs, usage records) is written

@@ -1,5 +1,5 @@
 //! Durable append throughput, measured against baselines on the same disk in the same
-//! run (DESIGN §4.2):
+//! run (docs/log-format.md#durability):
 //!
 //! (a) raw `write` + `fdatasync` of 512-byte lines (one file; 64 files from 64 threads;
 //! 64 files from one thread through io_uring; one file written by a bare thread that

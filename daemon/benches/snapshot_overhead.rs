@@ -1,4 +1,4 @@
-//! Time a workspace snapshot adds to a tool iteration (DESIGN §13), on a workspace of
+//! Time a workspace snapshot adds to a tool iteration (docs/snapshots.md), on a workspace of
 //! 10,000 files (100 directories × 100 files), against a baseline measured in the same
 //! run: two daemons, one with `[snapshots] enabled = false`, each with its own identical
 //! workspace, their turns interleaved so both see the same machine load.

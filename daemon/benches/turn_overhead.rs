@@ -1,4 +1,4 @@
-//! Daemon overhead per turn iteration (issue "turn overhead", DESIGN §10): with the
+//! Daemon overhead per turn iteration (issue "turn overhead", docs/turns-and-providers.md#turns): with the
 //! zero-latency `script` provider, one iteration is provider input build + the step's Log
 //! appends (`provider_usage`, `tool_call`) + tool dispatch (`list_dir` of a small
 //! workspace) + the `tool_result` append. Durability is `none`, so fsync is excluded.

@@ -1,4 +1,4 @@
-//! Service-manager integration (DESIGN §13 "Service"): a listening socket inherited from
+//! Service-manager integration (docs/service.md): a listening socket inherited from
 //! systemd (`LISTEN_PID`/`LISTEN_FDS`/`LISTEN_FDNAMES`, sd_listen_fds(3)) or launchd
 //! (`launch_activate_socket`), readiness and stop notices to systemd (sd_notify(3)), and
 //! the optional idle exit of an activated daemon.
@@ -132,7 +132,7 @@ pub fn listener(
     };
     let path = inherited.path.clone();
     if path.as_deref().is_some_and(|p| p != configured) {
-        // Clients find the daemon by the configured path (DESIGN §3), so a unit that
+        // Clients find the daemon by the configured path (docs/getting-started.md#paths), so a unit that
         // listens elsewhere is reachable only by those told its path.
         tracing::warn!(
             inherited = %path.as_deref().unwrap_or(configured).display(),

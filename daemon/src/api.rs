@@ -1,7 +1,7 @@
-//! The native API (DESIGN §6): registers every `agentd/*` method in a jsonrpsee
+//! The native API (docs/protocol.md#methods): registers every `agentd/*` method in a jsonrpsee
 //! `RpcModule`. Handlers parse params into the `agentd_proto::rpc` types, call the
 //! registry, a session actor, `ops` or the turn manager, serialize the typed outcome,
-//! and map `AgentError`s to error objects (§5).
+//! and map `AgentError`s to error objects (docs/protocol.md#errors).
 //!
 //! This module owns the whole method table: a new native method is one `method(...)`
 //! call in [`methods`] plus, when it does more than read the state, a function in `ops`
@@ -113,6 +113,17 @@ impl DirectCalls {
                 return Ok(());
             }
         };
+        if p.client_request_id.is_some() {
+            let registry = self.registry.clone();
+            tokio::spawn(async move {
+                let res = match registry.get(&p.session_id).await {
+                    Ok(h) => crate::ops::append_idempotent(&h, p).await,
+                    Err(e) => Err(e),
+                };
+                answer.send(res);
+            });
+            return Ok(());
+        }
         let done: crate::session::AppendDone = Box::new(move |res| answer.send(res));
         let retry = match self.registry.loaded(&p.session_id) {
             Some(h) => match h.try_append_then(p.events, p.expect_seq, done) {
@@ -199,7 +210,7 @@ impl Drop for Answer {
     }
 }
 
-/// An error object for `kind` (DESIGN §5): -32602 for invalid_args, else -32000.
+/// An error object for `kind` (docs/protocol.md#errors): -32602 for invalid_args, else -32000.
 pub fn error_object(err: &AgentError) -> ErrorObjectOwned {
     let code = match err.kind {
         ErrorKind::InvalidArgs => -32602,
@@ -331,6 +342,9 @@ pub fn methods(api: Api) -> Methods {
         method::APPEND,
         |api, p: AppendParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
+            if p.client_request_id.is_some() {
+                return to_value(crate::ops::append_idempotent(&h, p).await?);
+            }
             to_value(h.append(p.events, p.expect_seq).await?)
         },
     );
@@ -602,7 +616,7 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
             data[k] = json!(v);
         }
     }
-    // The session's sandbox request, validated now and recorded (DESIGN §14).
+    // The session's sandbox request, validated now and recorded (docs/sandbox.md#contract).
     let sandbox = crate::tools::sandboxing::parse_request(p.sandbox.as_ref())?;
     if !sandbox.is_empty() {
         data["sandbox"] = json!(sandbox);

@@ -1,4 +1,4 @@
-//! Daemon configuration (`config.toml`, DESIGN §3, §4.2).
+//! Daemon configuration (`config.toml`, docs/getting-started.md#paths, docs/log-format.md#durability).
 //!
 //! Everything has a default so that a missing file means "run with defaults"; a file
 //! that exists but does not parse is a startup error (silently ignoring a typo in
@@ -50,6 +50,27 @@ impl Default for CompactionConfig {
 
 pub use agentd_snapshot::SnapshotConfig;
 
+/// `[turns]`: how the daemon runs turns.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TurnsConfig {
+    /// A turn the daemon was running when it was killed is finished after the restart
+    /// (docs/durability.md); off: it is closed `interrupted` with `daemon_restart`.
+    pub resume_after_crash: bool,
+    /// Resumes in a row without progress (no provider answer, no tool result) after
+    /// which the turn ends with kind `resume_limit`.
+    pub resume_limit: u32,
+}
+
+impl Default for TurnsConfig {
+    fn default() -> Self {
+        TurnsConfig {
+            resume_after_crash: true,
+            resume_limit: 3,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct Config {
@@ -70,6 +91,8 @@ pub struct Config {
     /// bound its own socket: nothing would start it again.
     pub idle_exit_s: u64,
     pub compaction: CompactionConfig,
+    /// `[turns]`: crash resumption.
+    pub turns: TurnsConfig,
     pub snapshots: SnapshotConfig,
     /// Where Logs live: absent for the home's files, or a `postgres://` URL
     /// (`AGENTD_STORE` overrides). Never logged as written: see `pgstore::redact`.
@@ -79,16 +102,16 @@ pub struct Config {
     pub store_password_file: Option<std::path::PathBuf>,
     /// Seconds a session's lease in a shared store lasts without renewal.
     pub lease_s: f64,
-    /// `[sandbox]`: how the model's commands are confined (DESIGN §14).
+    /// `[sandbox]`: how the model's commands are confined (docs/sandbox.md#contract).
     pub sandbox: agentd_sandbox::SandboxConfig,
     /// Seconds a session's MCP servers may go unused before they are stopped (they
     /// start again at the next call); 0 keeps them until the daemon stops.
     pub mcp_idle_stop_s: u64,
     /// Whether a stdio MCP server whose entry does not say `sandbox` runs under the
-    /// session's command sandbox (DESIGN §14). Off by default: most servers need more
+    /// session's command sandbox (docs/sandbox.md#contract). Off by default: most servers need more
     /// than a command gets (the network, caches in the home).
     pub mcp_sandbox: bool,
-    /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (DESIGN §14).
+    /// `[mcp_servers.NAME]`: MCP servers every session's turns may use (docs/mcp.md#contract).
     pub mcp_servers: std::collections::BTreeMap<String, agentd_mcp::ServerConfig>,
     /// `[providers.NAME]` tables and `default_provider`, read by `provider::config`.
     #[serde(flatten)]
@@ -110,6 +133,7 @@ impl Default for Config {
             permission_timeout_s: 60,
             idle_exit_s: 0,
             compaction: CompactionConfig::default(),
+            turns: TurnsConfig::default(),
             snapshots: SnapshotConfig::default(),
             store: None,
             store_password_file: None,

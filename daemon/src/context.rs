@@ -1,5 +1,5 @@
 //! The rendered provider input of a session, kept from one request to the next
-//! (DESIGN §7.1 `agentd/context`, and the input of every turn step).
+//! (docs/history-rules.md#replay `agentd/context`, and the input of every turn step).
 //!
 //! A replay only changes after its last stable point: once every call emitted so far
 //! has its output and the dialect's renderer is at an element boundary, the items

@@ -1,4 +1,4 @@
-//! Daemon lifecycle (DESIGN §3): the home lock, the socket (0700 dir, 0600 socket,
+//! Daemon lifecycle (docs/protocol.md#the-socket): the home lock, the socket (0700 dir, 0600 socket,
 //! stale-socket detection), serving, and the shutdown sequence.
 //!
 //! Shutdown order matters: running turns are ended first (their `turn_ended` is
@@ -81,6 +81,8 @@ pub async fn run(opts: Options) -> Result<(), String> {
         }
         .run(),
     );
+    // Turns a crash cut finish now (docs/durability.md).
+    turns.resume_marked();
     if managed_by.is_some() && registry.config.idle_exit_s > 0 {
         let (r, t) = (registry.clone(), turns.clone());
         tokio::spawn(activation::idle_exit(

@@ -1,6 +1,6 @@
 //! Filesystem checks and hashing that several layers share: the workspace rule of
 //! `agentd/create` and `agentd/import`, and the current hash behind an artifact uri
-//! (fact validity, DESIGN §7.3). Blocking calls: callers on the runtime keep them short
+//! (fact validity, docs/history-rules.md#checkpoint). Blocking calls: callers on the runtime keep them short
 //! or move them to the blocking pool.
 
 use agentd_proto::AgentError;
@@ -60,7 +60,7 @@ pub fn check_workspace(ws: &str) -> Result<String, AgentError> {
         .ok_or_else(|| AgentError::invalid_args("workspace path is not valid UTF-8"))
 }
 
-/// The current sha256 behind an artifact uri, for fact validity (§7.3). Workspace files
+/// The current sha256 behind an artifact uri, for fact validity (docs/history-rules.md#checkpoint). Workspace files
 /// are read now; `resource:<sha256>` names content-addressed bytes in the session's
 /// resources directory, which never change, so the name is its hash while the file
 /// exists. `None` (unknown) when a file is missing, unreadable or outside the

@@ -1,4 +1,4 @@
-//! Message framing on the socket (DESIGN §13 "Framing").
+//! Message framing on the socket (docs/protocol.md#framing).
 //!
 //! A connection speaks one of two framings, chosen from its first bytes:
 //! NDJSON (one JSON text per `\n`-terminated line, the native framing) or LSP-style

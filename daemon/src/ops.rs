@@ -1,4 +1,4 @@
-//! History operations as the API and the turn engine use them (DESIGN §7–§9): each
+//! History operations as the API and the turn engine use them (docs/history-rules.md): each
 //! one asks a session actor for what it needs, calls a pure projection from
 //! `history`, and has the actor record the result. Nothing here writes a Log directly
 //! except a new child Log (fork), which is created atomically before any actor owns it.
@@ -240,7 +240,7 @@ pub async fn context_json(
     .await?
 }
 
-/// `agentd/reconcile` and the reconcile step of turns and interrupts (§7.2). Records
+/// `agentd/reconcile` and the reconcile step of turns and interrupts (docs/history-rules.md#reconciliation). Records
 /// closures for every pending call (and, when `end_turn`, an interrupted `turn_ended`
 /// for an open turn); idempotent.
 pub async fn reconcile(
@@ -348,7 +348,7 @@ pub fn plan_compaction(st: &SessionState, opts: &CompactOptions) -> compaction::
     plan
 }
 
-/// `agentd/compact` and automatic compaction (§7.4). With `model_summary`, the
+/// `agentd/compact` and automatic compaction (docs/history-rules.md#compaction). With `model_summary`, the
 /// provider's schema-checked summary (already obtained by the caller) is merged in.
 pub async fn compact(
     h: &SessionHandle,
@@ -441,7 +441,7 @@ pub fn compact_options(
     })
 }
 
-/// `agentd/fork` (§8): plans the child from the parent's state, writes the child Log
+/// `agentd/fork` (docs/history-rules.md#fork): plans the child from the parent's state, writes the child Log
 /// atomically, copies referenced resources, and indexes the child.
 pub async fn fork(registry: &Arc<Registry>, p: ForkParams) -> Result<ForkOutcome, AgentError> {
     let parent = registry.get(&p.session_id).await?;
@@ -598,7 +598,7 @@ fn lineage(meta: &SessionMeta) -> LineageEntry {
     }
 }
 
-/// `agentd/tree` (§9), served from the lineage index only.
+/// `agentd/tree` (docs/history-rules.md#tree), served from the lineage index only.
 pub fn tree(registry: &Registry, p: TreeParams) -> Result<TreeOutcome, AgentError> {
     let depth = p.max_depth.unwrap_or(DEFAULT_TREE_DEPTH);
     // Building, drawing and serializing a tree recurse once per level: a bound keeps a
@@ -683,6 +683,7 @@ pub async fn import_with(
     };
     let st = registry.store.clone();
     let sid2 = sid.clone();
+    let strict = p.strict;
     let ctx = crate::import::ImportContext {
         session_id: sid.clone(),
         workspace,
@@ -697,6 +698,20 @@ pub async fn import_with(
             let res = st.create(&sid2, &mut |f| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
                 match crate::import::import(format, &src, &mut w, &ctx) {
+                    Ok(r) if strict && !r.warnings.is_empty() => {
+                        failure = Some(
+                            AgentError::new(
+                                agentd_proto::ErrorKind::Unsupported,
+                                format!(
+                                    "--strict: the import would carry {} warning(s): {}",
+                                    r.warnings.len(),
+                                    r.warnings.join("; ")
+                                ),
+                            )
+                            .with_details(json!({"warnings": r.warnings})),
+                        );
+                        Err(std::io::Error::other("strict import refused"))
+                    }
                     Ok(r) => {
                         report = Some(r);
                         w.flush()
@@ -722,4 +737,70 @@ pub async fn import_with(
         session_id: sid,
         report,
     })
+}
+
+/// `agentd/append` with a `client_request_id` (docs/api.md): the first event of the
+/// append records the key (`client_request_id`, `request_hash`, `request_events`), so
+/// a retry with the same key and events answers the append already made, across
+/// restarts, and the same key with other events is kind `conflict`. Checked and
+/// appended in one actor command, so two retries racing each other append once.
+pub async fn append_idempotent(
+    h: &SessionHandle,
+    p: agentd_proto::rpc::AppendParams,
+) -> Result<agentd_proto::rpc::AppendResult, AgentError> {
+    use agentd_proto::rpc::AppendResult;
+    let id = p.client_request_id.clone().unwrap_or_default();
+    agentd_proto::rpc::validate_client_request_id(&id)?;
+    let hash = {
+        let canonical = json!([p.session_id, p.expect_seq, p.events]);
+        crate::text::sha256_hex(canonical.to_string().as_bytes())
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<AppendResult>();
+    let sid = p.session_id.clone();
+    let (mut drafts, expect_seq) = (p.events, p.expect_seq);
+    let recorded = h
+        .record(move |st| {
+            if let Some(req) = st.client_requests.get(&id) {
+                if req.hash != hash || req.turn_id.is_some() {
+                    return Err(AgentError::new(
+                        agentd_proto::ErrorKind::Conflict,
+                        "this client_request_id was already used with other events",
+                    )
+                    .with_details(json!({"session_id": sid, "client_request_id": id,
+                                         "first_seq": req.seq})));
+                }
+                let evs: Vec<&StoredEvent> = st
+                    .events_after(req.seq.checked_sub(1))
+                    .iter()
+                    .take(req.events as usize)
+                    .collect();
+                let _ = tx.send(AppendResult {
+                    first_seq: req.seq,
+                    last_seq: evs.last().map_or(req.seq, |e| e.seq),
+                    ids: evs.iter().map(|e| e.id().to_string()).collect(),
+                });
+                return Ok(Vec::new());
+            }
+            if let Some(expect) = expect_seq.filter(|e| *e != st.next_seq) {
+                return Err(AgentError::new(
+                    agentd_proto::ErrorKind::SeqConflict,
+                    format!("expect_seq {expect} but the next seq is {}", st.next_seq),
+                )
+                .with_details(json!({"expect_seq": expect, "next_seq": st.next_seq})));
+            }
+            let n = drafts.len();
+            if let Some(first) = drafts.first_mut().and_then(|d| d.data.as_object_mut()) {
+                first.insert("client_request_id".into(), json!(id));
+                first.insert("request_hash".into(), json!(hash));
+                first.insert("request_events".into(), json!(n));
+            }
+            Ok(drafts)
+        })
+        .await?;
+    match recorded {
+        Some(r) => Ok(r),
+        None => rx
+            .await
+            .map_err(|_| AgentError::invalid_args("events must not be empty")),
+    }
 }

@@ -1,4 +1,5 @@
-//! The JSON-RPC 2.0 transport over the Unix socket (DESIGN §3, §5, §13 "Framing").
+//! The JSON-RPC 2.0 transport over the Unix socket (docs/protocol.md#the-socket,
+//! docs/protocol.md#framing, docs/protocol.md#errors).
 //!
 //! jsonrpsee's `Methods` registry dispatches; this module is the transport jsonrpsee
 //! does not ship for Unix sockets: one `Listener` that accepts, and per connection a
@@ -152,10 +153,15 @@ impl Listener {
             };
             match stream.peer_cred() {
                 Ok(cred) if cred.uid() == my_uid => {
-                    // A command of a turn is never a client (DESIGN §14): from inside a
+                    // A command of a turn is never a client (docs/sandbox.md#contract): from inside a
                     // sandbox it could start turns or answer its own permission requests.
+                    // A peer already gone when checked is refused too: it may have handed
+                    // the connected socket to a sandboxed child before exiting.
                     #[cfg(target_os = "linux")]
-                    if let Some(why) = agentd_sandbox::is_sandboxed_peer(cred.pid().unwrap_or(0)) {
+                    if let Some(why) = agentd_sandbox::sandboxed_peer(
+                        std::os::fd::AsRawFd::as_raw_fd(&stream),
+                        cred.pid().unwrap_or(0),
+                    ) {
                         tracing::warn!(pid = ?cred.pid(), reason = %why, "refusing requests from a sandboxed command");
                         tokio::spawn(refuse_sandboxed(stream, why));
                         continue;

@@ -1,4 +1,4 @@
-//! The daemon-wide artifact watch (DESIGN §7.3): files behind `file` artifacts of loaded
+//! The daemon-wide artifact watch (docs/history-rules.md#checkpoint): files behind `file` artifacts of loaded
 //! sessions are watched, and a change is published to every session that depends on the
 //! file as the ephemeral `artifact_changed{uri, path}`.
 //!

@@ -1,4 +1,4 @@
-//! Black-box tests of the workspace tools (DESIGN §10) on real temp workspaces and real
+//! Black-box tests of the workspace tools (docs/turns-and-providers.md#tools) on real temp workspaces and real
 //! child processes.
 
 use agentd::text::sha256_hex;

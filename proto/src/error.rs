@@ -1,4 +1,4 @@
-//! Error kinds of the contract (DESIGN §5) and the error value every layer passes around.
+//! Error kinds of the contract (docs/protocol.md#errors) and the error value every layer passes around.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -15,7 +15,7 @@ pub enum ErrorKind {
     AlreadyExists,
     Busy,
     SeqConflict,
-    /// A revert would overwrite files someone else changed (DESIGN §13).
+    /// A revert would overwrite files someone else changed (docs/snapshots.md).
     Conflict,
     EphemeralNotLoggable,
     CorruptLog,
@@ -37,6 +37,13 @@ pub enum ErrorKind {
     /// The command sandbox cannot be built and `[sandbox] on_unavailable = "refuse"`.
     SandboxUnavailable,
     DaemonUnavailable,
+    /// `agentd/steer` on a session with no running turn.
+    NotRunning,
+    /// A tool call cut by a crash, not replay-safe, closed without running it again:
+    /// it may or may not have taken effect.
+    OutcomeUnknown,
+    /// A turn resumed after crashes `resume_limit` times without progress.
+    ResumeLimit,
     Internal,
 }
 
@@ -66,6 +73,9 @@ impl ErrorKind {
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::SandboxUnavailable => "sandbox_unavailable",
             ErrorKind::DaemonUnavailable => "daemon_unavailable",
+            ErrorKind::NotRunning => "not_running",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
+            ErrorKind::ResumeLimit => "resume_limit",
             ErrorKind::Internal => "internal",
         }
     }
@@ -74,13 +84,16 @@ impl ErrorKind {
         serde_json::from_value(Value::String(s.to_string())).ok()
     }
 
-    /// `agentctl` exit code for this kind (DESIGN §12).
+    /// `agentctl` exit code for this kind (docs/protocol.md#exit-codes).
     pub fn exit_code(self) -> i32 {
         match self {
             ErrorKind::InvalidArgs | ErrorKind::NotFound => 2,
             ErrorKind::PermissionDenied | ErrorKind::OutsideWorkspace => 3,
             ErrorKind::DaemonUnavailable => 4,
-            ErrorKind::Busy | ErrorKind::SeqConflict | ErrorKind::Conflict => 5,
+            ErrorKind::Busy
+            | ErrorKind::SeqConflict
+            | ErrorKind::Conflict
+            | ErrorKind::NotRunning => 5,
             ErrorKind::Interrupted => 130,
             _ => 1,
         }

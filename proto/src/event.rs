@@ -1,4 +1,4 @@
-//! The Log event envelope and the event types of DESIGN §4.1.
+//! The Log event envelope and the event types of docs/log-format.md#event-types.
 //!
 //! `data` stays a JSON object (`serde_json::Value`) so that unknown fields and unknown
 //! types round-trip byte for byte; typed access happens in the projections that need it.
@@ -102,6 +102,9 @@ event_types! {
     WorkspaceSnapshot => "workspace_snapshot", ephemeral: false, required: ["tree", "files_changed", "reason"];
     WorkspaceRevert => "workspace_revert", ephemeral: false, required: ["to_seq", "tree", "files_changed"];
     McpServers => "mcp_servers", ephemeral: false, required: ["servers"];
+    TurnResumed => "turn_resumed", ephemeral: false, required: ["turn_id", "resumed"];
+    TurnQueued => "turn_queued", ephemeral: false, required: ["turn_id", "input"];
+    TurnDequeued => "turn_dequeued", ephemeral: false, required: ["turn_id"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];
@@ -109,7 +112,7 @@ event_types! {
     ArtifactChanged => "artifact_changed", ephemeral: true, required: [];
 }
 
-/// Checks what `agentd/append` accepts for `draft` (DESIGN §4.1): a type name, an object
+/// Checks what `agentd/append` accepts for `draft` (docs/log-format.md#event-types): a type name, an object
 /// `data`, the required fields of a known type, and a few value shapes the projections
 /// rely on. Unknown types are accepted (forward compatibility).
 pub fn validate_draft(draft: &EventDraft) -> Result<EventType, String> {

@@ -1,8 +1,8 @@
 //! Wire types shared by the daemon and its clients.
 //!
 //! Everything a client, a test or another harness can observe is defined here: the Log
-//! event envelope (DESIGN §4), the error kinds (§5), session id rules (§4) and the RPC
-//! params/results (§6). The crate has no I/O so that both sides agree on bytes.
+//! event envelope (docs/log-format.md#the-envelope), the error kinds (docs/protocol.md#errors), session id rules (docs/log-format.md#session-ids) and the RPC
+//! params/results (docs/protocol.md#methods). The crate has no I/O so that both sides agree on bytes.
 
 pub mod error;
 pub mod event;

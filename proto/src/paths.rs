@@ -1,4 +1,4 @@
-//! Default locations (DESIGN §3), shared so that the daemon and every client agree on
+//! Default locations (docs/getting-started.md#paths), shared so that the daemon and every client agree on
 //! where the socket and home are without asking each other.
 
 use std::env;

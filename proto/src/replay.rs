@@ -1,4 +1,4 @@
-//! The provider-neutral replay input (DESIGN §7.1).
+//! The provider-neutral replay input (docs/history-rules.md#replay).
 //!
 //! `history::replay` folds a Log into a `Vec<ReplayItem>`; each provider dialect renders
 //! these items into its wire shape (`responses`, `chat`, `anthropic`). Keeping one neutral

@@ -1,4 +1,4 @@
-//! Method names and param/result types of the native API (DESIGN §6).
+//! Method names and param/result types of the native API (docs/protocol.md#methods).
 //!
 //! Params are objects with snake_case keys; the daemon parses them with these types, so
 //! an unknown or mistyped field is a -32602 `invalid_args` before any handler runs.
@@ -46,6 +46,8 @@ pub mod method {
     pub const MCP_LIST: &str = "agentd/mcp_list";
     pub const MCP_TOOLS: &str = "agentd/mcp_tools";
     pub const MODELS: &str = "agentd/models";
+    pub const STEER: &str = "agentd/steer";
+    pub const DEQUEUE: &str = "agentd/dequeue";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -90,10 +92,10 @@ pub struct CreateParams {
     pub provider: Option<String>,
     #[serde(default)]
     pub session_id: Option<String>,
-    /// `{mode?, network?}` for the session's commands (DESIGN §14).
+    /// `{mode?, network?}` for the session's commands (docs/sandbox.md#contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
-    /// MCP servers of this session, in ACP's `McpServer` shape (DESIGN §14); kept in
+    /// MCP servers of this session, in ACP's `McpServer` shape (docs/mcp.md#contract); kept in
     /// the daemon's memory only (their env values may be secrets).
     #[serde(default)]
     pub mcp_servers: Option<Vec<serde_json::Value>>,
@@ -205,6 +207,10 @@ pub struct AppendParams {
     pub events: Vec<EventDraft>,
     #[serde(default)]
     pub expect_seq: Option<u64>,
+    /// The client's idempotency key (see [`validate_client_request_id`]): the same key
+    /// with the same events answers the append already made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -240,12 +246,57 @@ pub struct TurnParams {
     pub permission_mode: Option<String>,
     #[serde(default)]
     pub wait: Option<bool>,
-    /// `{mode?, network?}` for this turn's commands (DESIGN §14).
+    /// `{mode?, network?}` for this turn's commands (docs/sandbox.md#contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
     /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
     #[serde(default)]
     pub mcp_servers: Option<Vec<serde_json::Value>>,
+    /// The client's idempotency key (see [`validate_client_request_id`]): the same key
+    /// with the same params answers the turn already admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    /// On a busy session, admit the prompt durably behind the running turn
+    /// (`status: "queued"`) instead of answering `busy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<bool>,
+}
+
+/// Longest `client_request_id`.
+pub const MAX_CLIENT_REQUEST_ID: usize = 128;
+
+/// A `client_request_id` is 1 to 128 printable ASCII characters (space to `~`).
+pub fn validate_client_request_id(id: &str) -> Result<(), crate::AgentError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_CLIENT_REQUEST_ID
+        && id.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::AgentError::new(
+            crate::ErrorKind::InvalidArgs,
+            "client_request_id must be 1 to 128 printable ASCII characters",
+        )
+        .with_details(serde_json::json!({"field": "client_request_id"})))
+    }
+}
+
+/// `agentd/steer`: input for the running turn's next provider call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SteerParams {
+    pub session_id: String,
+    pub input: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+}
+
+/// `agentd/dequeue`: withdraws a queued turn that has not started.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DequeueParams {
+    pub session_id: String,
+    pub turn_id: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -341,7 +392,7 @@ pub struct ForkParams {
     pub child_session_id: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
-    /// The workspace files of the fork (DESIGN §13); `keep` when absent.
+    /// The workspace files of the fork (docs/snapshots.md); `keep` when absent.
     #[serde(default)]
     pub files: ForkFiles,
     /// With `files: restore`: overwrite files someone else changed.
@@ -424,6 +475,10 @@ pub struct ImportParams {
     /// the earlier one (`imported_from.previous_import`).
     #[serde(default)]
     pub once: bool,
+    /// Fail (kind `unsupported`, nothing made) instead of importing with warnings: every
+    /// prompt, answer, tool call and result must carry over exactly or with a reason.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 /// `agentd/import_discover`: lists the sessions other agents keep under `home`.
@@ -448,7 +503,7 @@ fn auto_format() -> String {
     "auto".to_string()
 }
 
-// ---- Session verbs (DESIGN §13) ----
+// ---- Session verbs (docs/sessions-and-history.md#session-verbs) ----
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! Session id grammar (DESIGN §4): 1..=128 bytes of `[A-Za-z0-9_][A-Za-z0-9_.-]*`,
+//! Session id grammar (docs/log-format.md#session-ids): 1..=128 bytes of `[A-Za-z0-9_][A-Za-z0-9_.-]*`,
 //! never `.` or `..`, and not ending in `.ndjson`, `.tmp` or `.torn` (names the store
 //! uses for its own files). Checked at every boundary before a path is built. Errors give the
 //! byte length and the rule broken, never the hostile value itself.

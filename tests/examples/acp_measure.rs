@@ -1,4 +1,4 @@
-//! Measures `agentctl acp` against the real daemon (DESIGN §11):
+//! Measures `agentctl acp` against the real daemon (docs/acp.md):
 //!
 //! 1. Bridge overhead on the first token: p50 of `session/prompt` → first
 //!    `agent_message_chunk` over the bridge, minus p50 of `agentd/turn` → first

@@ -1,4 +1,4 @@
-//! Measures what the command sandbox costs an MCP server (DESIGN §14, docs/mcp.md):
+//! Measures what the command sandbox costs an MCP server (docs/mcp.md#the-sandboxs-cost):
 //!
 //! 1. Start: `agentd/mcp_tools` probes of the in-repo fake server, alternately unconfined
 //!    (`open`) and sandboxed (`boxed`): spawn → handshake answered (`started_ms`), and

@@ -1,4 +1,4 @@
-//! Measures `agentctl mcp-server` against the real daemon (DESIGN §14):
+//! Measures `agentctl mcp-server` against the real daemon (docs/mcp-server.md):
 //!
 //! 1. Start: spawn → `initialize` answered, and the first `tools/call` (which opens the
 //!    daemon connection).

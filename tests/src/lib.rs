@@ -15,6 +15,7 @@
 
 pub mod acp;
 pub mod app_server;
+pub mod conv;
 pub mod pg;
 pub mod sse;
 

@@ -1,4 +1,4 @@
-//! Black-box tests of `agentctl acp` (DESIGN §11): the real bridge over pipes, a real
+//! Black-box tests of `agentctl acp` (docs/acp.md): the real bridge over pipes, a real
 //! daemon on a Unix socket, the offline `script` provider. Every wait is on a frame or an
 //! event with a deadline.
 
@@ -338,7 +338,7 @@ fn cancel_mid_stream_interrupts_durably() {
     assert_eq!(r["sessions"][0]["sessionId"], sid.as_str());
 }
 
-/// What the Log replays as, by the rules of DESIGN §11 (independent of the bridge).
+/// What the Log replays as, by the rules of docs/acp.md (independent of the bridge).
 fn expected_replay(evs: &[Value]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for e in evs {
@@ -878,7 +878,7 @@ fn the_model_picker_offers_the_configured_providers_without_model_flags() {
     assert!(!values.contains(&"default"), "{values:?}");
 }
 
-/// The bridge offers the command sandbox as a session config option (DESIGN §14): the
+/// The bridge offers the command sandbox as a session config option (docs/sandbox.md#contract): the
 /// editor's pick is the next prompts' `sandbox.mode`, recorded on their commands.
 #[test]
 fn the_sandbox_is_a_session_config_option() {

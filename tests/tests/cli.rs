@@ -1,4 +1,4 @@
-//! `agentctl` against the real daemon (DESIGN §12): the create/append/log round trip,
+//! `agentctl` against the real daemon (docs/protocol.md#exit-codes): the create/append/log round trip,
 //! `--json` printing exactly one document, exit codes by error kind, and auto-start.
 
 use agentd_tests::{Daemon, Output, RpcConn};

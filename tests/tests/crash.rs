@@ -1,4 +1,4 @@
-//! Crash safety through the real daemon (DESIGN §4.2): SIGKILL at random moments while
+//! Crash safety through the real daemon (docs/log-format.md#durability): SIGKILL at random moments while
 //! several clients append with `durability = "sync"`, to one session or to several whose
 //! batches sync together, loses no acknowledged event and
 //! leaves a Log whose every line parses; clients of a killed daemon see the connection

@@ -1,4 +1,4 @@
-//! Daemon lifecycle through the real binary (DESIGN §3, §6 `agentd/shutdown`): one
+//! Daemon lifecycle through the real binary (docs/protocol.md#the-socket, docs/protocol.md#methods `agentd/shutdown`): one
 //! daemon per home, one per live socket, stale sockets replaced, permissions of the
 //! socket and its directory, and a clean shutdown.
 
@@ -91,7 +91,7 @@ fn stale_socket_of_a_killed_daemon_is_replaced() {
     c.call_ok("agentd/show", json!({"session_id": sid}));
 }
 
-/// A path that holds something other than a socket is not ours to delete (§3: a stale
+/// A path that holds something other than a socket is not ours to delete (docs/protocol.md#the-socket: a stale
 /// socket file is removed only after a connect to it is refused).
 #[test]
 fn regular_file_at_the_socket_path_is_not_deleted() {
@@ -172,7 +172,7 @@ fn sigterm_shuts_down_cleanly() {
     assert!(std::fs::symlink_metadata(d.socket()).is_err());
 }
 
-/// §6 `agentd/shutdown` and daemon.rs's shutdown order: in-flight calls finish and their
+/// docs/protocol.md#methods `agentd/shutdown` and daemon.rs's shutdown order: in-flight calls finish and their
 /// responses are flushed before connections close. So every append that reached the
 /// Log was answered with success, and the shutdown call itself is answered.
 #[test]

@@ -1,4 +1,4 @@
-//! LSP-style `Content-Length` framing on the daemon's socket (DESIGN §13 "Framing"):
+//! LSP-style `Content-Length` framing on the daemon's socket (docs/protocol.md#framing):
 //! detected per connection from its first bytes, answered in the same framing, with
 //! the same limits; bad headers cost only their own connection.
 

@@ -1,4 +1,4 @@
-//! Black-box tests of history operations (DESIGN §7–§9) against the real `agentd` and
+//! Black-box tests of history operations (docs/history-rules.md) against the real `agentd` and
 //! `agentctl`: reconcile, context, compact, checkpoint, fork and tree, as a user of
 //! `agentctl --json` sees them. Histories are set up with `agentd/append` (the way other
 //! harnesses use agentd as their Log); everything else goes through `agentctl`.
@@ -1341,7 +1341,7 @@ fn tree_without_arguments_draws_the_current_workspace() {
 }
 
 /// Harnesses that run turns themselves append `turn_started` … `turn_ended` through
-/// `agentd/append` (DESIGN §1). An idle session leaves memory and reloads on next use;
+/// `agentd/append` (docs/protocol.md#sessions-and-events). An idle session leaves memory and reloads on next use;
 /// that reload is not a daemon restart and must not close the harness's open turn.
 #[test]
 fn reloading_an_idle_session_does_not_close_a_harness_turn() {

@@ -1,4 +1,4 @@
-//! Black-box tests of `agentctl import` (DESIGN §4.2 imports, §6 `agentd/import`): real
+//! Black-box tests of `agentctl import` (docs/log-format.md#session-ids imports, docs/protocol.md#methods `agentd/import`): real
 //! pi session files from `daemon/tests/data/import/`, and a Codex rollout and a Pixir Log
 //! written here. An import is a new agentd session like any other: it lists, folds to a
 //! balanced context, compacts and forks; its source is never modified; a failed import

@@ -1,4 +1,4 @@
-//! Black-box tests of importing other agents' sessions (DESIGN §14 Import): the real
+//! Black-box tests of importing other agents' sessions (docs/moving-sessions.md): the real
 //! Claude Code, opencode, Gemini CLI, Codex and pi sessions in
 //! `daemon/tests/data/import/peers/` import balanced, with the counts their writers
 //! recorded, and a `script` turn continues each; `--format auto` recognises every
@@ -143,6 +143,34 @@ const CASES: &[Case] = &[
         format: "pi",
         extra: &[],
         source_session: "01a2115b-9e39-7693-a196-1c410d4cf0c7",
+        lines: true,
+    },
+    Case {
+        rel: "claude-code-2.1.332/ab1d27b0-bb39-4b22-8cd2-55b8f42c5cfe.jsonl",
+        format: "claude",
+        extra: &[],
+        source_session: "ab1d27b0-bb39-4b22-8cd2-55b8f42c5cfe",
+        lines: true,
+    },
+    Case {
+        rel: "codex-0.171.0/rollout-2026-11-27T04-30-53-01a21b45-43d1-7862-b944-095933ffc093.jsonl",
+        format: "codex",
+        extra: &[],
+        source_session: "01a21b45-43d1-7862-b944-095933ffc093",
+        lines: true,
+    },
+    Case {
+        rel: "pi-1.6.0/2026-11-27T04-30-56-729Z_01a21b45-4ed9-72e7-a38a-cf29c5a921da.jsonl",
+        format: "pi",
+        extra: &[],
+        source_session: "01a21b45-4ed9-72e7-a38a-cf29c5a921da",
+        lines: true,
+    },
+    Case {
+        rel: "gemini-cli-0.61.0-resume/session-2026-11-27T04-30-a9eecb5b.jsonl",
+        format: "gemini",
+        extra: &[],
+        source_session: "a9eecb5b-e2d5-4628-ae14-2828df5b6666",
         lines: true,
     },
 ];

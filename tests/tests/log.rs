@@ -1,6 +1,6 @@
 //! Black-box tests of the Log through the real daemon: the append/events round trip,
 //! concurrent appenders, torn-tail repair, damaged lines, and hostile session ids
-//! (DESIGN §3, §4, §6).
+//! (docs/protocol.md#the-socket, docs/log-format.md#the-envelope, docs/protocol.md#methods).
 
 use agentd_tests::{read_log_lines, tree_snapshot, Daemon, RpcConn};
 use serde_json::{json, Value};

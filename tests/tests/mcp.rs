@@ -1,4 +1,4 @@
-//! Black-box tests of MCP tools in turns (DESIGN §14): the real daemon with the offline
+//! Black-box tests of MCP tools in turns (docs/mcp.md#contract): the real daemon with the offline
 //! `script` provider calling tools of real MCP servers — server-everything and
 //! server-filesystem (npm), mcp-server-time and mcp-server-git (PyPI), installed by
 //! `.ci/mcp.sh` — and of the in-repo fake server (`agentd-mcp-fake`) for faults real

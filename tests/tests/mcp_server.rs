@@ -1,4 +1,4 @@
-//! Black-box tests of `agentctl mcp-server` (DESIGN §14): the real binary spoken to over
+//! Black-box tests of `agentctl mcp-server` (docs/mcp-server.md): the real binary spoken to over
 //! its stdio in MCP (JSON-RPC 2.0, one message per line), a real daemon on a Unix
 //! socket, sessions made with the offline `script` provider. Every wait is on a frame
 //! or an event with a deadline.

@@ -1,4 +1,4 @@
-//! Black-box hostile tests of the command sandbox (DESIGN §14): real turns with the
+//! Black-box hostile tests of the command sandbox (docs/sandbox.md#contract): real turns with the
 //! `script` provider run `shell` commands that try to get out, on the running kernel.
 //! `.ci/sandbox.sh` runs this file again as an unprivileged user.
 
@@ -6,6 +6,11 @@ use agentd_tests::{bin, is_type, Daemon, DaemonBuilder, RpcConn};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+#[path = "sandbox/escapes.rs"]
+mod escapes;
+#[path = "sandbox/git.rs"]
+mod git;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the
@@ -942,7 +947,7 @@ fn agentctl_flags_choose_the_sandbox() {
     assert_eq!(res["data"]["sandbox"]["mode"], "read_only");
 }
 
-// MCP servers that opt in to the sandbox (`sandbox = true`, DESIGN §14): the in-repo
+// MCP servers that opt in to the sandbox (`sandbox = true`, docs/mcp.md#contract): the in-repo
 // fake server's probes (`read`, `write`, `connect`, `tcp`, `env`) called through real
 // turns, once from a sandboxed server and once from the same server unconfined.
 

@@ -1,4 +1,4 @@
-//! agentd as a service (DESIGN §13 "Service"): a socket passed by a service manager,
+//! agentd as a service (docs/service.md): a socket passed by a service manager,
 //! readiness and stop notices, idle exit, and the unit files and plist in packaging/.
 //!
 //! Socket activation runs under `systemd-socket-activate` (Debian's `systemd` package),
@@ -592,7 +592,7 @@ fn tool_subprocesses_do_not_inherit_the_activation_environment() {
         "the command ran: {}",
         results[0]
     );
-    // The environment was printed: an allowlisted variable is there, and (DESIGN §14)
+    // The environment was printed: an allowlisted variable is there, and (docs/sandbox.md#contract)
     // no AGENTD_* one is.
     assert!(results[0].contains("PATH="), "{}", results[0]);
     assert!(!results[0].contains("AGENTD_LOG="), "{}", results[0]);

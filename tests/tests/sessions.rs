@@ -1,6 +1,6 @@
 //! Session lifecycle through the real daemon: racing creates of one id, paging of
 //! `agentd/list` and `agentd/events` (and agentctl's `log` over many pages), idle
-//! eviction and reload, and the `max_message_bytes` boundary (DESIGN §4, §5, §6).
+//! eviction and reload, and the `max_message_bytes` boundary (docs/log-format.md#the-envelope, docs/protocol.md#errors, docs/protocol.md#methods).
 
 use agentd_tests::{Daemon, RpcConn};
 use serde_json::{json, Value};

@@ -1,5 +1,5 @@
-//! Black-box tests of workspace snapshots, diff, revert and fork with files (DESIGN
-//! §13): the real daemon and agentctl, the `script` provider, and real git (a test
+//! Black-box tests of workspace snapshots, diff, revert and fork with files
+//! (docs/snapshots.md): the real daemon and agentctl, the `script` provider, and real git (a test
 //! fails naming git when it is not installed).
 
 use agentd_tests::{git, is_type, Daemon, RpcConn};
@@ -285,8 +285,8 @@ fn symlinks_to_outside_are_never_followed() {
 
 #[test]
 fn a_workspace_deleted_under_a_running_session_is_recorded_not_fatal() {
-    // The command sandbox never lets a command remove the workspace itself (DESIGN
-    // §14): this deletion stands for one made outside agentd, so no sandbox here.
+    // The command sandbox never lets a command remove the workspace itself
+    // (docs/sandbox.md#contract): this deletion stands for one made outside agentd, so no sandbox here.
     let d = Daemon::builder()
         .config("[sandbox]\nmode = \"full_access\"\n")
         .start();

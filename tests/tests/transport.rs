@@ -1,5 +1,5 @@
-//! The NDJSON JSON-RPC transport and subscriptions through the real daemon (DESIGN §5,
-//! §6 `agentd/subscribe`): bad input gets the contract's error and never costs the
+//! The NDJSON JSON-RPC transport and subscriptions through the real daemon (docs/protocol.md#errors,
+//! docs/protocol.md#methods `agentd/subscribe`): bad input gets the contract's error and never costs the
 //! connection; catch-up subscriptions have no gap and no duplicate; a subscriber that
 //! does not read never holds up appends.
 

@@ -1,4 +1,4 @@
-//! Black-box tests of turns (DESIGN §10, §7.4): the real daemon and agentctl with the
+//! Black-box tests of turns (docs/turns-and-providers.md#turns, docs/history-rules.md#compaction): the real daemon and agentctl with the
 //! offline `script` provider. Every wait is on an event or a response with a deadline.
 
 use agentd_tests::sse::{chat_sse, sse_server, typed_sse};
@@ -489,7 +489,11 @@ fn pressure_compacts_before_a_provider_call() {
 
 #[test]
 fn daemon_killed_mid_tool_is_reconciled_on_restart() {
-    let mut d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    // The closing behaviour `resume_after_crash = false` keeps (resumption: resume.rs).
+    let mut d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config("[turns]\nresume_after_crash = false\n")
+        .start();
     let marker = format!("agentd_turn_restart_{}", std::process::id());
     let mut c = d.connect();
     let sid = create(&d, &mut c, Some(&sleep_script(&d, &marker)));

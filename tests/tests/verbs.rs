@@ -1,4 +1,4 @@
-//! Session verbs through the real daemon and agentctl (DESIGN §13): rename, archive,
+//! Session verbs through the real daemon and agentctl (docs/sessions-and-history.md#session-verbs): rename, archive,
 //! delete/restore/purge, search, export, usage, and a clean first run.
 
 use agentd_tests::{Daemon, RpcConn};

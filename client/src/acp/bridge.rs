@@ -1,4 +1,4 @@
-//! The ACP methods, each mapped onto the native API (DESIGN §6, §11).
+//! The ACP methods, each mapped onto the native API (docs/protocol.md#methods, docs/acp.md).
 //!
 //! State kept here is only what ACP has and agentd does not: the sessions this client
 //! opened (with their mode, chosen model and "always allow" tools), the running prompts
@@ -400,7 +400,7 @@ impl Bridge {
         }, {
             "id": "sandbox",
             "name": "Sandbox",
-            "description": "How the model's commands are confined (DESIGN §14)",
+            "description": "How the model's commands are confined",
             "type": "select",
             "currentValue": o.sandbox.clone().unwrap_or_else(|| "default".into()),
             "options": SANDBOX_VALUES.iter().map(|(v, n)| json!({"value": v, "name": n})).collect::<Vec<_>>(),
@@ -908,7 +908,7 @@ impl Bridge {
         (self.tool_permission(sid, ws, p, cancel).await, None)
     }
 
-    /// A command asking for a wider sandbox (DESIGN §14): the grant is spelled out, and
+    /// A command asking for a wider sandbox (docs/sandbox.md#escalation): the grant is spelled out, and
     /// "always allow" for the tool never covers it.
     async fn grant_permission(
         &self,

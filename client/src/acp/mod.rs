@@ -1,4 +1,4 @@
-//! `agentctl acp`: an Agent Client Protocol v1 agent on stdio (DESIGN §11).
+//! `agentctl acp`: an Agent Client Protocol v1 agent on stdio (docs/acp.md).
 //!
 //! Editors spawn it and speak ACP (JSON-RPC 2.0, one message per line). Every ACP session
 //! is an agentd session: the bridge keeps no history of its own, so a session started

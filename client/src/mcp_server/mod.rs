@@ -1,5 +1,5 @@
 //! `agentctl mcp-server`: agentd's own sessions served as an MCP server on stdio
-//! (DESIGN §14), so another agent (Claude Code, Codex, any MCP client) can consult them.
+//! (docs/mcp-server.md), so another agent (Claude Code, Codex, any MCP client) can consult them.
 //!
 //! The protocol (the `initialize` handshake of 2025-11-25 and older, and the stateless
 //! `server/discover` era of 2026-07-28) is the official Rust SDK's (`rmcp`, server side

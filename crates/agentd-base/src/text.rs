@@ -2,7 +2,7 @@
 
 use sha2::{Digest, Sha256};
 
-/// Tool output cap (DESIGN §4.2, §10): 16 KiB.
+/// Tool output cap (docs/log-format.md#event-types, docs/turns-and-providers.md#tools): 16 KiB.
 pub const TOOL_OUTPUT_CAP: usize = 16 * 1024;
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -38,7 +38,7 @@ pub fn cap_output(s: &str, cap: usize) -> Option<String> {
     ))
 }
 
-/// Truncates to `max` chars: longer values become `max-1` chars plus `…` (DESIGN §7.3).
+/// Truncates to `max` chars: longer values become `max-1` chars plus `…` (docs/history-rules.md#checkpoint).
 pub fn clip_chars(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();

@@ -1,4 +1,4 @@
-//! The deterministic session checkpoint (DESIGN §7.3): state, not narrative.
+//! The deterministic session checkpoint (docs/history-rules.md#checkpoint): state, not narrative.
 //!
 //! `CheckpointState` is a pure incremental reducer over Log events. The session owner
 //! keeps one per loaded session, feeds it every appended event (`apply`) and asks for a
@@ -36,7 +36,7 @@
 //!   every dependency's current hash (asked from the caller, which answers from the
 //!   daemon's file-hash cache) is known and equals the recorded sha256; else SUSPECT.
 //!
-//! Bounds (DESIGN §7.3): ≤64 facts, ≤32 decisions, ≤32 plan steps, ≤16 recent
+//! Bounds (docs/history-rules.md#checkpoint): ≤64 facts, ≤32 decisions, ≤32 plan steps, ≤16 recent
 //! artifacts, every stored text ≤160 chars (159 + `…`). Beyond the contract, each files
 //! list keeps ≤64 paths and a fact ≤8 dependencies, so an embedded checkpoint stays small.
 //! Eviction is deterministic: the entry whose last setting event has the lowest seq goes
@@ -69,7 +69,7 @@ pub const MAX_VALUE_CHARS: usize = 160;
 pub const MAX_FILES: usize = 64;
 pub const MAX_FACT_DEPENDENCIES: usize = 8;
 
-/// The checkpoint of DESIGN §7.3. Maps are `BTreeMap` so serialization order is fixed.
+/// The checkpoint of docs/history-rules.md#checkpoint. Maps are `BTreeMap` so serialization order is fixed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub schema_version: u32,
@@ -1239,7 +1239,7 @@ mod tests {
         ];
         let h = hashes_from(&[("p.rs", H2)]);
         let full = reduce(&events).snapshot(&h);
-        // Compaction never cuts between a tool_call and its result (DESIGN §7.4), and the
+        // Compaction never cuts between a tool_call and its result (docs/history-rules.md#compaction), and the
         // checkpoint does not carry pending calls, so cuts 3 and 8 are not continuations.
         for cut in (0..events.len()).filter(|c| ![3, 8].contains(c)) {
             let mut st = CheckpointState::from_checkpoint(&reduce(&events[..cut]).snapshot(&h));

@@ -1,4 +1,4 @@
-//! The deterministic compaction plan (DESIGN §7.4).
+//! The deterministic compaction plan (docs/history-rules.md#compaction).
 //!
 //! [`plan`] decides which events a new `history_compaction` covers and builds its `data`;
 //! the session actor records it (or returns it for `dry_run`). Old events stay in the Log:
@@ -165,7 +165,7 @@ pub fn cut_index(cands: &[&Event], tail: usize) -> usize {
 
 /// Plans a compaction of `events` (the whole session, in seq order). `fold_prev` is the
 /// latest `history_compaction` ([`Fold::latest_compaction`](super::fold::Fold)), and
-/// `checkpoint` the §7.3 checkpoint as of the new `to_seq`, stored verbatim.
+/// `checkpoint` the docs/history-rules.md#checkpoint checkpoint as of the new `to_seq`, stored verbatim.
 pub fn plan(
     events: &[Event],
     fold_prev: Option<&Event>,

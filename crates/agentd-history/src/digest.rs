@@ -1,5 +1,5 @@
-//! Deterministic digests of event ranges shared by compaction (§7.4) and branch summaries
-//! (§8): message excerpts, touched files, open tasks, counts and resource names.
+//! Deterministic digests of event ranges shared by compaction (docs/history-rules.md#compaction) and branch summaries
+//! (docs/history-rules.md#fork): message excerpts, touched files, open tasks, counts and resource names.
 //!
 //! Both summaries must be byte-identical for the same events, so every list here has a
 //! fixed order and a fixed bound, and text is cut at UTF-8 boundaries, never mid-char.

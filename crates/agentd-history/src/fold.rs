@@ -1,4 +1,4 @@
-//! The folded in-memory state of one session and its provider replay (DESIGN §7.1, §7.2).
+//! The folded in-memory state of one session and its provider replay (docs/history-rules.md#replay, docs/history-rules.md#reconciliation).
 //!
 //! The session actor pushes every loaded and every appended event into one [`Fold`], in
 //! order. `push` is O(1) amortized and converts each replayable event into its
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
-/// A `tool_call` with no later `tool_result` of the same `call_id` (§7.2).
+/// A `tool_call` with no later `tool_result` of the same `call_id` (docs/history-rules.md#reconciliation).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingCall {
     pub call_id: String,
@@ -269,7 +269,7 @@ impl Fold {
         self.latest_compaction.as_ref().map(|e| e.seq)
     }
 
-    /// Provider input (§7.1). Costs O(replayable events since the latest compaction).
+    /// Provider input (docs/history-rules.md#replay). Costs O(replayable events since the latest compaction).
     pub fn replay(&self, ctx: &ReplayContext) -> Replay {
         build(
             ctx,

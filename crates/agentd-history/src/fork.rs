@@ -1,11 +1,11 @@
-//! The child Log of a fork and its branch summary (DESIGN §8).
+//! The child Log of a fork and its branch summary (docs/history-rules.md#fork).
 //!
 //! [`plan`] returns the complete child Log (envelopes stamped with new ids, the child's
 //! session id and seq 0..n) so the caller only writes it atomically and copies the listed
 //! resources; the parent is never touched. Child layout:
 //! - seq 0: `session_fork{parent_session_id, fork_root_session_id, forked_to_seq, workspace,
 //!   replay_event_count, strategy:"replay_v1"}`, plus the parent's `provider` and `model`
-//!   when its first event has them (beyond §8's required fields: a session's provider and
+//!   when its first event has them (beyond docs/history-rules.md#fork's required fields: a session's provider and
 //!   model are read off its first event, whatever its type);
 //! - the parent's events with `seq ≤ to_seq`, except [`NOT_COPIED`] types, with `ts` and
 //!   `data` unchanged (unknown types included: preserved, never replayed);

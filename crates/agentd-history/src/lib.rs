@@ -1,5 +1,5 @@
 //! agentd-history: pure projections over Log events: replay, reconciliation, checkpoint,
-//! compaction, fork, tree (DESIGN §7–§9).
+//! compaction, fork, tree (docs/history-rules.md).
 //!
 //! It must never depend on tokio, a network crate, a database client or any other agentd
 //! crate but `agentd-proto` and `agentd-base` (the `history_is_pure` test in
@@ -11,14 +11,14 @@
 //! this module touches a file or a socket. That is what lets the same history fold to
 //! byte-identical provider input every time, and what makes each rule testable alone.
 //!
-//! - [`fold`]: the incremental in-memory state of one session and its replay (§7.1).
-//! - [`replay`]: replay item conversion, the pairing guard and replay stats (§7.1).
-//! - [`reconcile`]: orphan tool-call closures and interrupted turn ends (§7.2).
-//! - [`compaction`]: the deterministic compaction plan (§7.4).
+//! - [`fold`]: the incremental in-memory state of one session and its replay (docs/history-rules.md#replay).
+//! - [`replay`]: replay item conversion, the pairing guard and replay stats (docs/history-rules.md#replay).
+//! - [`reconcile`]: orphan tool-call closures and interrupted turn ends (docs/history-rules.md#reconciliation).
+//! - [`compaction`]: the deterministic compaction plan (docs/history-rules.md#compaction).
 //! - [`checkpoint`], [`view`], [`memory`]: the deterministic checkpoint, its `view_v1`
-//!   text and `memory_update` validation (§7.3).
-//! - [`fork`]: the child Log of a fork and its branch summary (§8).
-//! - [`tree`]: the fork tree over the lineage index (§9).
+//!   text and `memory_update` validation (docs/history-rules.md#checkpoint).
+//! - [`fork`]: the child Log of a fork and its branch summary (docs/history-rules.md#fork).
+//! - [`tree`]: the fork tree over the lineage index (docs/history-rules.md#tree).
 //! - [`snapshots`]: the workspace timeline: the tree at a seq, the session's own changes.
 //! - [`digest`]: excerpts, touched files, open tasks shared by compaction and fork.
 //! - [`render`]: the fixed text formats replay injects for compactions and branch summaries.

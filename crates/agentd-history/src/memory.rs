@@ -1,4 +1,4 @@
-//! Validation of memory updates before they are recorded (DESIGN §7.3).
+//! Validation of memory updates before they are recorded (docs/history-rules.md#checkpoint).
 //!
 //! The `memory_apply` tool lets the model record plan steps, decisions and facts. They
 //! reach every later provider call through the checkpoint view, so what may enter is

@@ -1,4 +1,4 @@
-//! Orphan reconciliation (DESIGN §7.2): the events that close tool calls left without a
+//! Orphan reconciliation (docs/history-rules.md#reconciliation): the events that close tool calls left without a
 //! result and turns left without an end.
 //!
 //! The owner computes pending calls with [`Fold::pending_calls`](super::fold::Fold) and
@@ -48,7 +48,7 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
             let mut details =
                 json!({"call_id": p.call_id, "tool": p.name, "reason": reason.as_str()});
             // An MCP call may have reached its server: its effect is unknown, and it is
-            // never retried (DESIGN §14).
+            // never retried (docs/mcp.md#contract).
             // An interrupt closes only calls it stopped before they were sent.
             let message = if p.name.starts_with(MCP_PREFIX) && reason != ReconcileReason::Interrupt
             {
@@ -76,6 +76,37 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
             )
         })
         .collect()
+}
+
+/// Built-in tools that only read, so running a call again after a crash cannot change
+/// anything (docs/durability.md). MCP tools are replay-safe when the user trusts them
+/// read-only and the server declares `readOnlyHint`; the turn engine decides those.
+pub const REPLAY_SAFE_TOOLS: [&str; 3] = ["read_file", "list_dir", "search"];
+
+/// The `tool_result` that closes a call cut by a crash and not run again:
+/// `error{kind:"outcome_unknown"}`, whose message tells the model the call may or may
+/// not have taken effect and to check before repeating it.
+pub fn outcome_unknown(call: &PendingCall) -> EventDraft {
+    let message = format!(
+        "the `{}` call was cut by a daemon crash before its result was recorded; it may or \
+         may not have taken effect, and it was not run again. Check its effect (for example \
+         read the files or state it would have changed) before repeating it.",
+        call.name
+    );
+    EventDraft::new(
+        EventType::ToolResult,
+        json!({
+            "call_id": call.call_id,
+            "ok": false,
+            "error": {
+                "kind": "outcome_unknown",
+                "message": message,
+                "details": {"call_id": call.call_id, "tool": call.name,
+                            "reason": ReconcileReason::DaemonRestart.as_str(),
+                            "outcome": "unknown"}
+            }
+        }),
+    )
 }
 
 /// `turn_ended{status:"interrupted"}` for a turn that will never finish.

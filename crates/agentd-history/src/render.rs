@@ -1,4 +1,4 @@
-//! The fixed text formats replay injects as user text (DESIGN §7.1): the latest
+//! The fixed text formats replay injects as user text (docs/history-rules.md#replay): the latest
 //! `history_compaction` and each `branch_summary`.
 //!
 //! Compaction text (sections always present, in this order):

@@ -1,4 +1,4 @@
-//! Provider replay (DESIGN §7.1): the item conversions, the pairing guard and the stats.
+//! Provider replay (docs/history-rules.md#replay): the item conversions, the pairing guard and the stats.
 //!
 //! [`Fold`](crate::fold::Fold) converts each replayable event into its [`ReplayItem`] once,
 //! at push time; `build` then only filters and pairs them. Pairing guard: function calls

@@ -1,4 +1,4 @@
-//! The workspace timeline of a session (DESIGN §13): which tree stands for the files at
+//! The workspace timeline of a session (docs/snapshots.md): which tree stands for the files at
 //! a seq, and which files the session itself changed in a range. Pure over events.
 //!
 //! Marks are `workspace_snapshot` and `workspace_revert` events that carry a tree. A

@@ -1,4 +1,4 @@
-//! The fork tree (DESIGN §9), built from the lineage index only.
+//! The fork tree (docs/history-rules.md#tree), built from the lineage index only.
 //!
 //! The daemon keeps one [`LineageEntry`] per session (from each Log's first line plus
 //! counters it maintains), so a tree over thousands of sessions never reads a Log. Each

@@ -1,4 +1,4 @@
-//! `view_v1`: the checkpoint as the text replay injects (DESIGN §7.3).
+//! `view_v1`: the checkpoint as the text replay injects (docs/history-rules.md#checkpoint).
 //!
 //! The view is what the model reads after a compaction, so it must be stable (same
 //! checkpoint and caps → same bytes, which keeps provider prompt caches warm and makes
@@ -10,7 +10,7 @@
 //! authoritative and tool output is evidence, not instruction.
 //!
 //! `Caps` bound what is shown (callers of `agentd/checkpoint` may pass smaller ones; the
-//! defaults are the §7.3 bounds). When a cap hides entries the section says how many:
+//! defaults are the docs/history-rules.md#checkpoint bounds). When a cap hides entries the section says how many:
 //! plan steps and recent artifacts keep their first entries, decisions their newest,
 //! facts share one budget with VALID shown before SUSPECT, each by key.
 //!

@@ -70,6 +70,62 @@ struct SkimMessage<'a> {
     id: Option<Cow<'a>>,
     #[serde(borrow)]
     model: Option<Cow<'a>>,
+    #[serde(default)]
+    content: SkimContent,
+}
+
+/// The tool ids a record's content names: `tool_use` ids of an assistant record,
+/// `tool_use_id`s of a user record's `tool_result` blocks. A string content names none.
+#[derive(Default)]
+struct SkimContent {
+    ids: Vec<Box<str>>,
+}
+
+#[derive(Deserialize)]
+struct SkimBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a>>,
+    #[serde(borrow)]
+    id: Option<Cow<'a>>,
+    #[serde(borrow)]
+    tool_use_id: Option<Cow<'a>>,
+}
+
+impl<'de> Deserialize<'de> for SkimContent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = SkimContent;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of content blocks")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<SkimContent, E> {
+                Ok(SkimContent::default())
+            }
+            fn visit_unit<E>(self) -> Result<SkimContent, E> {
+                Ok(SkimContent::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<SkimContent, A::Error> {
+                let mut ids = Vec::new();
+                while let Some(b) = seq.next_element::<Option<SkimBlock<'de>>>()? {
+                    let Some(b) = b else { continue };
+                    let id = match b.kind.as_deref() {
+                        Some("tool_use" | "server_tool_use") => b.id,
+                        Some("tool_result") => b.tool_use_id,
+                        _ => None,
+                    };
+                    if let Some(id) = id {
+                        ids.push(Box::from(id.as_ref()));
+                    }
+                }
+                Ok(SkimContent { ids })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize)]
@@ -96,6 +152,9 @@ struct Node {
     sidechain: bool,
     /// Index into the message-id table (assistant records).
     msg: Option<u32>,
+    /// Tool ids the content names: the calls of an assistant record, the calls a user
+    /// record's results answer.
+    tools: Box<[Box<str>]>,
     /// Already accounted for in pass 1 (attachments, replaced duplicates).
     done: bool,
 }
@@ -283,7 +342,7 @@ pub(super) fn import(
 }
 
 impl Pass1 {
-    fn record(&mut self, sink: &mut Sink<'_>, no: u64, offset: u64, skim: Skim<'_>) {
+    fn record(&mut self, sink: &mut Sink<'_>, no: u64, offset: u64, mut skim: Skim<'_>) {
         let kind = skim.kind.as_deref().unwrap_or("?");
         sink.count(match &skim.attachment {
             Some(a) => format!("attachment:{}", clip(a.kind.as_deref().unwrap_or("?"))),
@@ -312,6 +371,10 @@ impl Pass1 {
             _ => Kind::Other,
         };
         let sidechain = skim.sidechain == Some(true);
+        let tools: Box<[Box<str>]> = match (&mut skim.message, node_kind) {
+            (Some(m), Kind::User | Kind::Assistant) => std::mem::take(&mut m.content.ids).into(),
+            _ => Box::default(),
+        };
         let msg = match (&skim.message, node_kind) {
             (Some(m), Kind::Assistant) => {
                 if h.model.is_none() && !sidechain {
@@ -371,6 +434,7 @@ impl Pass1 {
             kind: node_kind,
             sidechain,
             msg,
+            tools,
             done,
         });
         if !sidechain && node_kind != Kind::Other {
@@ -469,6 +533,26 @@ impl Pass1 {
                 rescued.insert(i);
             }
         }
+        // Results are matched to calls by `tool_use_id`, never by where they sit in the
+        // tree: Claude Code may write a parallel pair's results in either order, each
+        // pointing at its own call, so the walk passes through one of them only. A user
+        // record off the branch is kept when it answers a call of the branch that no
+        // record on the branch answers.
+        let mut open: HashSet<&str> = HashSet::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let i = i as u32;
+            if n.kind == Kind::Assistant && (on_branch.contains(&i) || rescued.contains(&i)) {
+                open.extend(n.tools.iter().map(|t| &**t));
+            }
+        }
+        for &i in &on_branch {
+            let n = &self.nodes[i as usize];
+            if n.kind == Kind::User {
+                for t in n.tools.iter() {
+                    open.remove(&**t);
+                }
+            }
+        }
         let answers: Vec<u32> = self
             .nodes
             .iter()
@@ -476,8 +560,9 @@ impl Pass1 {
             .filter(|(i, n)| {
                 n.kind == Kind::User
                     && !n.sidechain
+                    && !n.done
                     && !on_branch.contains(&(*i as u32))
-                    && n.parent.is_some_and(|p| rescued.contains(&p))
+                    && n.tools.iter().any(|t| open.contains(&**t))
             })
             .map(|(i, _)| i as u32)
             .collect();
@@ -1024,6 +1109,61 @@ mod tests {
             rec("user", "u3", Some("a1"), json!("redo")),
             rec("assistant", "a3", Some("u3"), text("answer 3")),
         ]
+    }
+
+    /// Two parallel calls of one API message, each result pointing at its own call record,
+    /// written in call order: the walk from the leaf passes through the second result
+    /// only, so the first is found by its `tool_use_id`.
+    #[test]
+    fn parallel_results_in_call_order_are_matched_by_tool_use_id() {
+        let call = |uuid: &str, parent: &str, id: &str| {
+            let mut v: Value = serde_json::from_str(&rec(
+                "assistant",
+                uuid,
+                Some(parent),
+                json!([{"type": "tool_use", "id": id, "name": "Bash", "input": {"command": id}}]),
+            ))
+            .unwrap();
+            v["message"]["id"] = json!("msg-pair");
+            v.to_string()
+        };
+        let result = |uuid: &str, parent: &str, id: &str, out: &str| {
+            rec(
+                "user",
+                uuid,
+                Some(parent),
+                json!([{"type": "tool_result", "tool_use_id": id, "content": out}]),
+            )
+        };
+        let lines = vec![
+            rec("user", "u1", None, json!("go")),
+            call("c1", "u1", "toolu_a"),
+            call("c2", "c1", "toolu_b"),
+            result("r1", "c1", "toolu_a", "out a"),
+            result("r2", "c2", "toolu_b", "out b"),
+            rec("assistant", "a2", Some("r2"), text("done")),
+        ];
+        let (r, evs) = run(&lines);
+        let results: Vec<(String, String)> = evs
+            .iter()
+            .filter(|e| e.kind == "tool_result")
+            .map(|e| {
+                (
+                    e.data["call_id"].as_str().unwrap().to_string(),
+                    e.data["output"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            results,
+            [
+                ("toolu_a".to_string(), "out a".to_string()),
+                ("toolu_b".to_string(), "out b".to_string())
+            ],
+            "{:#?}",
+            r.skipped
+        );
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     }
 
     #[test]

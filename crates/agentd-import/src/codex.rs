@@ -191,6 +191,13 @@ impl State {
                 sink.count(format!("event_msg:{ptype}"));
                 sink.account(Disposition::UiOnly);
             }
+            "world_state" => {
+                sink.count("world_state");
+                sink.skip(
+                    no,
+                    "codex world_state: the harness's environment snapshot (cwd, date, instructions' hashes); agentd supplies its own",
+                );
+            }
             "token_usage_record" => {
                 sink.count("token_usage_record");
                 sink.skip(

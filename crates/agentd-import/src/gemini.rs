@@ -205,10 +205,13 @@ pub(super) fn import(
         }
     }
     if st.dup_responses > 0 {
-        sink.warn(format!(
-            "{} functionResponse part(s) repeated a result already imported with its call (Gemini CLI writes them more than once)",
-            st.dup_responses
-        ));
+        // Not a loss: each is a copy of a result imported with its call (Gemini CLI
+        // writes them more than once), so it is counted, not warned about.
+        *sink
+            .report
+            .counts
+            .entry("functionResponse:repeated".to_string())
+            .or_insert(0) += st.dup_responses;
     }
     let mut report = sink.finish()?;
     report.source_lines = source_lines;
@@ -321,8 +324,9 @@ impl State {
                 for (id, c) in with_results {
                     let failed = str_of(c.as_object().unwrap_or(&Map::new()), "status")
                         .is_some_and(|s| s != "success");
+                    let name = c.get("name").and_then(Value::as_str);
                     let fr = match c.get("result") {
-                        Some(Value::Array(r)) => r.iter().find_map(|x| x.get("functionResponse")),
+                        Some(Value::Array(r)) => response_for(r, &id, name),
                         _ => None,
                     };
                     match fr {
@@ -472,6 +476,31 @@ impl State {
             ts,
         )?;
         Ok(())
+    }
+}
+
+/// The `functionResponse` answering call `id` among a call's `result` parts. After a
+/// resume Gemini CLI writes every response of a parallel batch into each call's
+/// `result`, so the response is matched by its own `id`; only a list whose responses
+/// carry no id falls back to the call's name, and then to a single response.
+fn response_for<'a>(parts: &'a [Value], id: &str, name: Option<&str>) -> Option<&'a Value> {
+    let responses = || parts.iter().filter_map(|x| x.get("functionResponse"));
+    if let Some(fr) = responses().find(|fr| fr.get("id").and_then(Value::as_str) == Some(id)) {
+        return Some(fr);
+    }
+    if responses().any(|fr| fr.get("id").and_then(Value::as_str).is_some()) {
+        return None;
+    }
+    let mut by_name = responses().filter(|fr| fr.get("name").and_then(Value::as_str) == name);
+    match (by_name.next(), by_name.next()) {
+        (Some(fr), None) => Some(fr),
+        _ => {
+            let mut all = responses();
+            match (all.next(), all.next()) {
+                (Some(fr), None) => Some(fr),
+                _ => None,
+            }
+        }
     }
 }
 

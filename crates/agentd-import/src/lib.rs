@@ -4,7 +4,7 @@
 //! writes them.
 //!
 //! Each importer is a pure streaming converter: it reads a source file line by line and
-//! writes complete agentd Log lines (DESIGN §4) to a `Write` the caller owns. It never
+//! writes complete agentd Log lines (docs/log-format.md#the-envelope) to a `Write` the caller owns. It never
 //! opens the source for writing, never touches the session store, and keeps memory
 //! bounded by the longest line plus small per-entry indexes (pi tree files keep
 //! `{id, parent, offset}` per entry; every format keeps the set of seen tool call ids so
@@ -22,7 +22,7 @@
 //!   1-based source line it came from (Pixir copies keep their `data` untouched).
 //! - Summaries written by the source agent's LLM (pi `compaction`/`branch_summary`, codex
 //!   `compacted`) become `imported_note{source, kind, summary, …}`. That type is unknown
-//!   to replay on purpose (DESIGN §4.1: stored and shown, never replayed): they are
+//!   to replay on purpose (docs/log-format.md#event-types: stored and shown, never replayed): they are
 //!   narrative, not agentd's deterministic checkpoints, and the full conversation they
 //!   summarized is imported anyway. agentd's own compaction can run on the result.
 //! - Settings entries (pi `model_change`, `thinking_level_change`, `label`, `custom`)
@@ -299,7 +299,7 @@ struct Header {
 }
 
 /// Writes line 0. The workspace is the caller's override, else the source's cwd; it
-/// must be an absolute path (DESIGN §4.1).
+/// must be an absolute path (docs/log-format.md#event-types).
 fn emit_session_started(
     sink: &mut Sink<'_>,
     format: Format,

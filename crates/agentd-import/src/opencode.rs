@@ -9,9 +9,12 @@
 //!
 //! The database is opened read-only with a busy timeout, and read in short statements
 //! (the message list, then one message's parts at a time), so a running opencode is
-//! never held up for long and memory stays bounded by one message. Which session: the
-//! `source_session` the caller names, else the newest session whose directory is the
-//! workspace.
+//! never held up for long and memory stays bounded by one message. Nothing is ever
+//! created beside it: a rollback-journal database is read in place; a WAL database
+//! without a `-wal` file is opened `immutable` (SQLite would otherwise create `-wal` and
+//! `-shm`); a WAL database with one is copied with its `-wal` into a private directory
+//! and read there. Which session: the `source_session` the caller names, else the
+//! newest session whose directory is the workspace, else the only session.
 //!
 //! Accounting: the report's "lines" are records here, numbered in read order (the
 //! session 1, then each message followed by its parts).
@@ -117,15 +120,138 @@ pub(super) struct SessionSummary {
     pub bytes: u64,
 }
 
-fn open_ro(path: &Path) -> Result<Connection, AgentError> {
+/// A read-only connection, and the private copy it reads when it reads one (removed
+/// when the connection is dropped, after it).
+struct Db {
+    conn: Connection,
+    _copy: Option<PrivateCopy>,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// A directory of our own holding a copy of a WAL database and its `-wal`.
+struct PrivateCopy(std::path::PathBuf);
+
+impl Drop for PrivateCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Opens an opencode database for reading without creating or changing any file beside
+/// it (see the module doc).
+fn open_ro(path: &Path) -> Result<Db, AgentError> {
     let err = |e| db_error(path, e);
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err)?;
+    let mut header = [0u8; 20];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| super::open_error(path, e))?;
+        f.read_exact(&mut header).map_err(|_| {
+            AgentError::invalid_args(format!("{} is not an SQLite database", path.display()))
+        })?;
+    }
+    // Bytes 18 and 19 of the header are 2 for a database in WAL mode.
+    let wal_mode = header[18] == 2 || header[19] == 2;
+    let wal = sidecar(path, "-wal");
+    let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let (conn, copy) = if !wal_mode {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        (conn, None)
+    } else if wal_len == 0 {
+        // Nothing but the main file holds data, and nothing is writing it (a writer keeps
+        // a `-wal`): `immutable` reads it without the `-shm` a WAL reader would create.
+        let conn = Connection::open_with_flags(
+            format!("file:{}?mode=ro&immutable=1", uri_path(path)),
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        (conn, None)
+    } else {
+        let copy = private_copy(path, &wal)?;
+        let db = copy.0.join("opencode.db");
+        let conn = Connection::open_with_flags(
+            &db,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        (conn, Some(copy))
+    };
     conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
-    Ok(conn)
+    Ok(Db { conn, _copy: copy })
+}
+
+fn sidecar(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    s.into()
+}
+
+/// A path as the file part of an SQLite URI: `%`, `?` and `#` are escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Copies a WAL database and its `-wal` into a new private directory. A running opencode
+/// may checkpoint meanwhile; the copy is taken again until neither file changed during
+/// it, and after three tries the import fails with `busy`.
+fn private_copy(path: &Path, wal: &Path) -> Result<PrivateCopy, AgentError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let stamp = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| (m.len(), m.modified().ok()))
+            .ok()
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("agentd-import-{}-{nanos}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| AgentError::storage("making a private copy of the opencode database", &e))?;
+    let copy = PrivateCopy(dir);
+    for _ in 0..3 {
+        let before = (stamp(path), stamp(wal));
+        let copied = std::fs::copy(path, copy.0.join("opencode.db"))
+            .and_then(|_| std::fs::copy(wal, copy.0.join("opencode.db-wal")));
+        if let Err(e) = copied {
+            return Err(AgentError::storage(
+                "making a private copy of the opencode database",
+                &e,
+            ));
+        }
+        if (stamp(path), stamp(wal)) == before {
+            return Ok(copy);
+        }
+    }
+    Err(AgentError::new(
+        ErrorKind::Busy,
+        format!(
+            "the opencode database {} kept changing while it was copied (a running opencode is writing); retry, or import its `opencode export` JSON",
+            path.display()
+        ),
+    ))
 }
 
 /// The sessions of an opencode database, newest first.
@@ -284,7 +410,7 @@ fn import_db(
 
 /// The session to import, as an export-style `info` object.
 fn select_session(
-    conn: &Connection,
+    conn: &Db,
     path: &Path,
     ctx: &ImportContext,
 ) -> Result<Map<String, Value>, AgentError> {
@@ -329,6 +455,19 @@ fn select_session(
     if let Some(m) = found {
         return Ok(m);
     }
+    let (sessions, dirs): (i64, i64) = conn
+        .query_row(
+            "SELECT COUNT(*), COUNT(DISTINCT directory) FROM session",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(err)?;
+    if sessions == 1 && ctx.source_session.is_none() && ctx.workspace.is_none() {
+        // The only session is the one meant.
+        return conn
+            .query_row(&format!("SELECT {COLS} FROM session"), [], row)
+            .map_err(err);
+    }
     let mut st = conn
         .prepare(&format!(
             "SELECT {COLS} FROM session ORDER BY time_updated DESC LIMIT 10"
@@ -349,7 +488,11 @@ fn select_session(
     let what = match (&ctx.source_session, &ctx.workspace) {
         (Some(_), _) => "has no session with the id given".to_string(),
         (None, Some(ws)) => format!("has no session in {ws}"),
-        (None, None) => "holds sessions of many workspaces; say which".to_string(),
+        (None, None) if sessions == 0 => "holds no session".to_string(),
+        (None, None) if dirs > 1 => {
+            format!("holds {sessions} sessions of {dirs} workspaces; say which")
+        }
+        (None, None) => format!("holds {sessions} sessions; say which"),
     };
     let kind = if ctx.source_session.is_some() {
         ErrorKind::NotFound

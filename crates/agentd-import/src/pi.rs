@@ -7,6 +7,14 @@
 //! branch root → leaf is the conversation pi would continue, so only it is imported:
 //! pass 1 keeps `{id, parent, offset}` per entry (not the entries), pass 2 seeks to each
 //! branch entry in root → leaf order. Entries on other branches are listed as skipped.
+//!
+//! pi 1.x (still header version 3) adds `system` messages (the system prompt pi sent,
+//! skipped: agentd sends its own), `context_edit` entries and `usage`. A `context_edit`
+//! with `replacement: null` takes its target out of what pi sends the model: pi writes
+//! one after every failed model call it retries, targeting the failed attempt. The
+//! target is imported as an `imported_note` of kind `dropped_attempt` (stored and shown,
+//! never replayed) holding its text and its calls, which never ran; a replacement
+//! message stands in for its target.
 
 use std::collections::{HashMap, HashSet};
 use std::io::BufReader;
@@ -117,6 +125,8 @@ struct Skim<'a> {
     parent_id: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow)]
     message: Option<SkimMessage<'a>>,
+    #[serde(rename = "targetId", borrow)]
+    target_id: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -132,6 +142,8 @@ fn import_tree<R: std::io::BufRead + std::io::Seek>(
     st: &mut State,
 ) -> Result<u64, AgentError> {
     let mut nodes: HashMap<String, Node> = HashMap::new();
+    // `context_edit` entries: (its line, its target, the replacement).
+    let mut edits: Vec<(u64, String, Option<Value>)> = Vec::new();
     let mut leaf: Option<String> = None;
     let mut source_lines = 1;
     while let Some(line) = reader.next_line().map_err(read_error)? {
@@ -169,6 +181,15 @@ fn import_tree<R: std::io::BufRead + std::io::Seek>(
                     sink.skip(line.no, "pi v2+ entry without an id");
                     continue;
                 };
+                if skim.kind.as_deref() == Some("context_edit") {
+                    if let Some(target) = &skim.target_id {
+                        let replacement = serde_json::from_slice::<Value>(line.bytes)
+                            .ok()
+                            .and_then(|mut v| v.get_mut("replacement").map(Value::take))
+                            .filter(|r| !r.is_null());
+                        edits.push((line.no, target.to_string(), replacement));
+                    }
+                }
                 let node = Node {
                     parent: skim.parent_id.map(|p| p.into_owned()),
                     offset: line.offset,
@@ -226,6 +247,12 @@ fn import_tree<R: std::io::BufRead + std::io::Seek>(
         }
     }
     drop(nodes);
+    // Only the edits on the branch apply; a later edit of the same target wins.
+    for (edit_line, target, replacement) in edits {
+        if on_branch.contains(&edit_line) {
+            st.edits.insert(target, (edit_line, replacement));
+        }
+    }
 
     for (offset, no) in chain {
         reader.seek_to(offset, no).map_err(read_error)?;
@@ -264,6 +291,11 @@ struct State {
     calls: HashSet<String>,
     answered: HashSet<String>,
     images: u64,
+    /// Targets of the branch's `context_edit` entries → (the edit's line, replacement).
+    edits: HashMap<String, (u64, Option<Value>)>,
+    /// Calls of dropped attempts: they never ran, and a result naming one is not
+    /// expected.
+    dropped_calls: HashSet<String>,
 }
 
 impl State {
@@ -275,6 +307,40 @@ impl State {
     ) -> Result<(), AgentError> {
         let ts = obj.get("timestamp").cloned();
         let before = sink.report.imported;
+        if let Some((edit_line, replacement)) =
+            str_of(&obj, "id").and_then(|id| self.edits.remove(id))
+        {
+            match replacement {
+                None => self.dropped(sink, no, edit_line, &obj, ts.as_ref())?,
+                Some(r) => {
+                    let msg = match r {
+                        Value::Object(mut m) if m.get("role").is_none() => {
+                            match m.remove("message") {
+                                Some(Value::Object(inner)) => Some(inner),
+                                _ => None,
+                            }
+                        }
+                        Value::Object(m) => Some(m),
+                        _ => None,
+                    };
+                    match msg {
+                        Some(m) => self.message(sink, no, &m, ts.as_ref())?,
+                        None => sink.warn(format!(
+                            "line {no}: pi context_edit at line {edit_line} replaces this entry with something that is not a message; neither was imported"
+                        )),
+                    }
+                }
+            }
+            if sink.report.imported > before {
+                sink.account(Disposition::Imported);
+            } else {
+                sink.skip(
+                    no,
+                    format!("removed from pi's context by the context_edit at line {edit_line}"),
+                );
+            }
+            return Ok(());
+        }
         match str_of(&obj, "type").unwrap_or("") {
             "message" => match obj.get("message") {
                 Some(Value::Object(m)) => {
@@ -297,6 +363,15 @@ impl State {
                     }
                 }
                 sink.emit(IMPORTED_NOTE, data, ts.as_ref())?;
+                // pi 1.x records what the summarizing call cost.
+                if let Some(Value::Object(u)) = obj.get("usage") {
+                    let model = self.model.clone().unwrap_or_else(|| "unknown".to_string());
+                    sink.emit(
+                        "provider_usage",
+                        usage_data("pi", &model, u, no),
+                        ts.as_ref(),
+                    )?;
+                }
             }
             "branch_summary" => {
                 let mut data = note("branch_summary", &obj, no);
@@ -359,6 +434,27 @@ impl State {
                 ),
             ),
             "session" => sink.skip(no, "a second pi session header"),
+            "context_edit" => {
+                // Applied to its target (above); in a v1 file there is no tree to edit.
+                sink.count("context_edit:applied");
+                sink.account(Disposition::Metadata);
+            }
+            "usage" => match obj.get("usage") {
+                Some(Value::Object(u)) => {
+                    let model = str_of(&obj, "model")
+                        .or_else(|| str_of(&obj, "modelId"))
+                        .map(str::to_string)
+                        .or_else(|| self.model.clone())
+                        .unwrap_or_else(|| "unknown".to_string());
+                    let provider = str_of(&obj, "provider").unwrap_or("pi");
+                    sink.emit(
+                        "provider_usage",
+                        usage_data(provider, &model, u, no),
+                        ts.as_ref(),
+                    )?;
+                }
+                _ => sink.skip(no, "pi usage entry without a usage object"),
+            },
             other => sink.skip(no, format!("unknown pi entry type {:?}", clip(other))),
         }
         if sink.report.imported > before {
@@ -384,11 +480,22 @@ impl State {
                 }
             }
             "assistant" => self.assistant(sink, no, m, ts)?,
+            "system" => sink.skip(
+                no,
+                "pi system prompt: the instructions pi sent; agentd sends its own",
+            ),
             "toolResult" => {
                 let Some(call_id) = str_of(m, "toolCallId") else {
                     sink.skip(no, "pi toolResult without toolCallId");
                     return Ok(());
                 };
+                if self.dropped_calls.contains(call_id) {
+                    sink.skip(
+                        no,
+                        format!("pi toolResult for call {call_id} of an attempt pi dropped"),
+                    );
+                    return Ok(());
+                }
                 if !self.calls.contains(call_id) {
                     sink.skip(
                         no,
@@ -527,26 +634,8 @@ impl State {
         // Usage goes with the step it paid for; an empty (aborted) reply stays a skipped
         // line, so its counts are not imported.
         if let (true, Some(Value::Object(u))) = (wrote, m.get("usage")) {
-            let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-            let cached = n("cacheRead");
-            let input = n("input") + cached + n("cacheWrite");
-            let output = n("output");
-            sink.emit(
-                "provider_usage",
-                json!({
-                    "provider": str_of(m, "provider").unwrap_or("pi"),
-                    "model": model,
-                    "usage": {
-                        "input_tokens": input,
-                        "cached_tokens": cached,
-                        "output_tokens": output,
-                        "reasoning_tokens": 0,
-                        "total_tokens": input + output,
-                    },
-                    "import_line": no,
-                }),
-                ts,
-            )?;
+            let provider = str_of(m, "provider").unwrap_or("pi");
+            sink.emit("provider_usage", usage_data(provider, &model, u, no), ts)?;
         }
         if !wrote {
             let mut why = format!("pi assistant message with no content (stopReason {stop:?}");
@@ -608,6 +697,83 @@ impl State {
             })
         })
     }
+}
+
+impl State {
+    /// An entry a `context_edit` removed from pi's context (a failed attempt pi retried):
+    /// kept as an `imported_note` with its text and calls, which never ran.
+    fn dropped(
+        &mut self,
+        sink: &mut Sink<'_>,
+        no: u64,
+        edit_line: u64,
+        obj: &Map<String, Value>,
+        ts: Option<&Value>,
+    ) -> Result<(), AgentError> {
+        let m = obj.get("message").and_then(Value::as_object);
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        if let Some(Value::Array(blocks)) = m.and_then(|m| m.get("content")) {
+            for b in blocks {
+                match b.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        text.push_str(b.get("text").and_then(Value::as_str).unwrap_or(""))
+                    }
+                    Some("toolCall") => {
+                        if let Some(id) = b.get("id").and_then(Value::as_str) {
+                            self.dropped_calls.insert(id.to_string());
+                        }
+                        calls.push(json!({
+                            "id": b.get("id"),
+                            "name": b.get("name"),
+                            "arguments": b.get("arguments"),
+                        }));
+                    }
+                    _ => {}
+                }
+            }
+        } else if let Some(Value::String(t)) = m.and_then(|m| m.get("content")) {
+            text.push_str(t);
+        }
+        let role = m.and_then(|m| str_of(m, "role")).unwrap_or("?");
+        sink.emit(
+            IMPORTED_NOTE,
+            json!({
+                "source": "pi",
+                "kind": "dropped_attempt",
+                "summary": text,
+                "role": role,
+                "tool_calls": calls,
+                "stop_reason": m.and_then(|m| str_of(m, "stopReason")),
+                "error_message": m.and_then(|m| str_of(m, "errorMessage")),
+                "context_edit_line": edit_line,
+                "import_line": no,
+            }),
+            ts,
+        )?;
+        Ok(())
+    }
+}
+
+/// pi's `usage` object (on an assistant message, a compaction or a `usage` entry) as a
+/// `provider_usage` event's data.
+fn usage_data(provider: &str, model: &str, u: &Map<String, Value>, no: u64) -> Value {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let cached = n("cacheRead");
+    let input = n("input") + cached + n("cacheWrite");
+    let output = n("output");
+    json!({
+        "provider": provider,
+        "model": model,
+        "usage": {
+            "input_tokens": input,
+            "cached_tokens": cached,
+            "output_tokens": output,
+            "reasoning_tokens": n("reasoning"),
+            "total_tokens": input + output,
+        },
+        "import_line": no,
+    })
 }
 
 fn note(kind: &str, obj: &Map<String, Value>, no: u64) -> Value {

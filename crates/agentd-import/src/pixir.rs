@@ -1,6 +1,6 @@
 //! Pixir NDJSON Logs → agentd Log lines.
 //!
-//! The envelope is already agentd's (DESIGN §4), so this importer copies: each line is
+//! The envelope is already agentd's (docs/log-format.md#the-envelope), so this importer copies: each line is
 //! validated as an envelope, keeps its `type`, `data` and `ts`, and gets a new `id` and
 //! the new session id. Seqs are kept when the source's run 0..n contiguously; a break
 //! (gap, repeat, null) is reported in a warning and events are renumbered in file order.

@@ -38,6 +38,10 @@ pub struct Sink<'w> {
     pub report: ImportReport,
     capped_outputs: u64,
     bad_ts: u64,
+    /// Tool calls written without a result yet, in the order written. A call still open
+    /// at the end is a warning: the source holds no result for it, and agentd's
+    /// reconcile will record it as interrupted.
+    open_calls: Vec<String>,
 }
 
 impl<'w> Sink<'w> {
@@ -50,6 +54,7 @@ impl<'w> Sink<'w> {
             report: ImportReport::default(),
             capped_outputs: 0,
             bad_ts: 0,
+            open_calls: Vec::new(),
         }
     }
 
@@ -74,6 +79,21 @@ impl<'w> Sink<'w> {
                 self.last_ts.clone().unwrap_or_else(now_ts)
             }
         };
+        match draft.kind.as_str() {
+            "tool_call" => {
+                if let Some(id) = draft.data.get("call_id").and_then(Value::as_str) {
+                    self.open_calls.push(id.to_string());
+                }
+            }
+            "tool_result" => {
+                if let Some(id) = draft.data.get("call_id").and_then(Value::as_str) {
+                    if let Some(i) = self.open_calls.iter().rposition(|c| c == id) {
+                        self.open_calls.remove(i);
+                    }
+                }
+            }
+            _ => {}
+        }
         let seq = self.next_seq;
         let event = Event {
             id: new_event_id(),
@@ -138,6 +158,15 @@ impl<'w> Sink<'w> {
             r.warnings.push(format!(
                 "{} tool output(s) longer than {TOOL_OUTPUT_CAP} bytes were cut",
                 self.capped_outputs
+            ));
+        }
+        if !self.open_calls.is_empty() {
+            let shown: Vec<&str> = self.open_calls.iter().take(5).map(String::as_str).collect();
+            r.warnings.push(format!(
+                "{} tool call(s) have no result in the source ({}{}); agentd records each as interrupted",
+                self.open_calls.len(),
+                shown.join(", "),
+                if self.open_calls.len() > 5 { ", …" } else { "" }
             ));
         }
         if self.bad_ts > 0 {

@@ -1,4 +1,4 @@
-//! agentd's MCP client (DESIGN §14): server configuration (`config`), model-visible tool
+//! agentd's MCP client (docs/mcp.md#contract): server configuration (`config`), model-visible tool
 //! names (`names`), the mapping of call results (`result`), one server connection over
 //! rmcp (`client`; streamable HTTP through `http`), the servers of one session (`manager`) and the pid records that let
 //! a restarted daemon reap what a killed one left (`reap`). The daemon's turn engine

@@ -1,4 +1,4 @@
-//! Renders the provider-neutral replay items (DESIGN §7.1) into each wire format's input.
+//! Renders the provider-neutral replay items (docs/history-rules.md#replay) into each wire format's input.
 //!
 //! This is the one place that knows how a function call and its output look to each API,
 //! so `agentd/context` shows exactly what a provider would be sent. Rendering is a pure

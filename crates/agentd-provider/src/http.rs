@@ -161,8 +161,8 @@ fn read_api_key(cfg: &ProviderConfig) -> Result<Option<String>, AgentError> {
     }
 }
 
-/// Drops reasoning items the target cannot accept: items from another model (DESIGN
-/// §4.1), and, for the Responses API with `store:false`, items without
+/// Drops reasoning items the target cannot accept: items from another model
+/// (docs/log-format.md#event-types), and, for the Responses API with `store:false`, items without
 /// `encrypted_content` (the server could not resolve their ids).
 fn replayable_items(items: &[ReplayItem], model: &str, wire: Wire) -> Vec<ReplayItem> {
     items

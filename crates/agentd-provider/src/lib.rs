@@ -1,10 +1,10 @@
 //! agentd-provider: LLM providers: streamed HTTP clients for each wire format and the offline `script`
-//! provider (DESIGN §10).
+//! provider (docs/turns-and-providers.md#turns).
 //!
 //! Must never depend on the daemon, a store or sessions: it turns replay items into a
 //! request and a response stream into turn events, and nothing else.
 //!
-//! The turn engine hands a [`Provider`] the folded replay items (§7.1) and gets back the
+//! The turn engine hands a [`Provider`] the folded replay items (docs/history-rules.md#replay) and gets back the
 //! step's output items in the provider's order, plus usage; text and reasoning deltas go
 //! to an mpsc channel as they arrive so subscribers see them live. Everything a provider
 //! can go wrong with is a [`ProviderFailure`] whose `error.kind` is a contract kind, with
@@ -65,7 +65,7 @@ pub enum StreamEvent {
     Status(String),
 }
 
-/// Token usage in the shape of `provider_usage.data.usage` (DESIGN §4.1).
+/// Token usage in the shape of `provider_usage.data.usage` (docs/log-format.md#event-types).
 /// `input_tokens` includes cached tokens; `total_tokens` = input + output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

@@ -82,8 +82,8 @@ fn classify(p: &Path, policy: &EffectivePolicy, protected: &[PathBuf]) -> Option
             kind: "protected".into(),
             path,
             hint: format!(
-                "{} is protected (read-only) by the sandbox: git hooks and config run code \
-                 outside it",
+                "{} is protected (read-only) by the sandbox: git, editors, direnv or CI run \
+                 it outside the sandbox; in `ask` mode ask for a write grant for it",
                 p.display()
             ),
         });
@@ -126,6 +126,13 @@ fn classify(p: &Path, policy: &EffectivePolicy, protected: &[PathBuf]) -> Option
     })
 }
 
+/// Why `git config` fails inside the sandbox, and what to do instead.
+pub const GIT_CONFIG_HINT: &str = "git config files are read-only in the sandbox (a config \
+     key such as core.fsmonitor or core.hooksPath runs code when the user next runs git); \
+     for an identity use `git -c user.name=NAME -c user.email=EMAIL commit …` or the \
+     GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL/GIT_COMMITTER_NAME/GIT_COMMITTER_EMAIL variables \
+     ([sandbox] env), or ask the user to run `git config` outside the sandbox";
+
 /// Denials seen in `output` (at most 8, deduplicated).
 pub fn denials(output: &str, policy: &EffectivePolicy, protected: &[PathBuf]) -> Vec<Denial> {
     let mut out: Vec<Denial> = Vec::new();
@@ -138,6 +145,20 @@ pub fn denials(output: &str, policy: &EffectivePolicy, protected: &[PathBuf]) ->
                 kind: "network".into(),
                 path: None,
                 hint: "network is off in this sandbox; grant network `host`".into(),
+            };
+            if !out.contains(&d) {
+                out.push(d);
+            }
+            continue;
+        }
+        // `git config` renames a lock file over the read-only `.git/config` mount.
+        if line.contains("config file")
+            && (line.contains("Device or resource busy") || line.contains("Read-only file system"))
+        {
+            let d = Denial {
+                kind: "protected".into(),
+                path: None,
+                hint: GIT_CONFIG_HINT.into(),
             };
             if !out.contains(&d) {
                 out.push(d);

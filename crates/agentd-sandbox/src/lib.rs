@@ -1,7 +1,9 @@
-//! The OS sandbox the model's commands run in (DESIGN §14).
+//! The OS sandbox the model's commands run in (docs/sandbox.md#contract).
 //!
 //! - [`policy`]: modes, network, config, grants and the pure effective-policy function.
 //! - [`env`]: the command's scrubbed environment.
+//! - [`git`]: what the user's git runs later, found wherever it lives (protected before a
+//!   command, audited and quarantined after it).
 //! - [`hints`]: denials recognized in output, with the grant that would allow them.
 //! - [`macos`]: the Seatbelt profile generator.
 //! - [`plan`]: the daemon ↔ helper wire.
@@ -12,6 +14,7 @@
 //! `main`: the sandbox helper is the daemon re-executed with [`plan::HELPER_ARG`].
 
 pub mod env;
+pub mod git;
 pub mod hints;
 pub mod macos;
 pub mod plan;
@@ -28,6 +31,6 @@ pub use policy::{
 #[cfg(target_os = "linux")]
 pub use linux::{
     helper::{helper_main, is_helper_invocation},
-    peer::is_sandboxed_peer,
+    peer::{is_sandboxed_peer, sandboxed_peer},
     spawn::{CommandRequest, Knobs, Limits, Prepared, Probe, Sandbox, Unavailable},
 };

@@ -37,6 +37,10 @@ pub struct Plan {
     pub hidden: Vec<PathBuf>,
     /// Protected (read-only) inside writable roots.
     pub protected: Vec<PathBuf>,
+    /// `.git` directories bound over themselves (writable) before the protected paths,
+    /// so that they cannot be renamed, replaced or removed.
+    #[serde(default)]
+    pub pinned: Vec<PathBuf>,
     /// Without namespaces: the per-command temporary directory (`TMPDIR`).
     pub tmp_dir: Option<PathBuf>,
     pub landlock: bool,
@@ -74,6 +78,9 @@ pub struct Report {
     pub protected: Vec<PathBuf>,
     /// Protected paths that were symlinks: their parent was made read-only instead.
     pub protected_parent: Vec<PathBuf>,
+    /// `.git` directories pinned in place.
+    #[serde(default)]
+    pub pinned: Vec<PathBuf>,
     pub hidden_mounted: usize,
     pub cgroup: bool,
     /// Set when the helper failed; nothing ran.

@@ -1,4 +1,4 @@
-//! agentd-snapshot: workspace snapshots (DESIGN §13): the state of a workspace's files recorded as git
+//! agentd-snapshot: workspace snapshots (docs/snapshots.md): the state of a workspace's files recorded as git
 //! trees in a shadow repository under the daemon home, one per workspace
 //! (`<home>/snapshots/<hash of the workspace path>/git`).
 //!
@@ -601,7 +601,7 @@ fn file_diff(path: &str, diff: String) -> FileDiff {
     }
 }
 
-/// `[snapshots]`: workspace snapshots in a shadow git repository (DESIGN §13).
+/// `[snapshots]`: workspace snapshots in a shadow git repository (docs/snapshots.md).
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SnapshotConfig {

@@ -1,4 +1,4 @@
-//! agentd-store: the Log stores (DESIGN §3, §4, §13).
+//! agentd-store: the Log stores (docs/log-format.md#files-under-the-home, docs/log-format.md#the-envelope, docs/postgresql.md).
 //!
 //! This crate owns every byte agentd writes for a Log: the NDJSON files under the home
 //! directory (this file), the PostgreSQL store ([`pgstore`]), the sweep of leftovers
@@ -557,7 +557,7 @@ fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
     }
 }
 
-/// Logs as NDJSON files under the home directory (DESIGN §3).
+/// Logs as NDJSON files under the home directory (docs/log-format.md#files-under-the-home).
 #[derive(Debug, Clone)]
 pub struct FileStore {
     pub home: Home,

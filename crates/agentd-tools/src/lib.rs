@@ -1,15 +1,15 @@
-//! agentd-tools: the tools a turn can call, confined to the session workspace (DESIGN §10).
+//! agentd-tools: the tools a turn can call, confined to the session workspace (docs/turns-and-providers.md#tools).
 //!
 //! Must never depend on the daemon, a store, sessions or providers: the turn engine
 //! calls in, and a tool answers with a value.
 //!
 //! The turn engine owns *when* a tool runs (permission mode, interrupts, logging); this
-//! module owns *what* it does and the shape of its `tool_result` data (§4.1). Every tool
+//! module owns *what* it does and the shape of its `tool_result` data (docs/log-format.md#event-types). Every tool
 //! returns a [`ToolOutcome`] — errors are values with a contract kind, never panics —
-//! and records the artifacts it observed, which feed the checkpoint (§7.3): artifacts and
+//! and records the artifacts it observed, which feed the checkpoint (docs/history-rules.md#checkpoint): artifacts and
 //! hashes come only from here, never from model text.
 //!
-//! Artifact uris (§7.3), by kind:
+//! Artifact uris (docs/history-rules.md#checkpoint), by kind:
 //! - `file`: the workspace-relative path with `/` separators and no scheme
 //!   (`src/main.rs`), with the sha256 of the whole file's bytes as read or written.
 //! - `tool_output`: `resource:<sha256>` — full output stored under `resources/<sha256>`
@@ -119,7 +119,7 @@ impl ToolContext {
     }
 }
 
-/// Something a tool observed or produced (§7.3 `artifacts`).
+/// Something a tool observed or produced (docs/history-rules.md#checkpoint `artifacts`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
     pub uri: String,
@@ -180,7 +180,7 @@ impl ToolOutcome {
         }
     }
 
-    /// The `tool_result` event data (§4.1): `{call_id, ok, output?, error?, exit_code?,
+    /// The `tool_result` event data (docs/log-format.md#event-types): `{call_id, ok, output?, error?, exit_code?,
     /// artifacts?, resource?}`. A failed `shell` command may carry both its output and
     /// (for timeout/interrupt) an error; a nonzero exit alone carries output and
     /// `exit_code` with `ok:false` and no error.

@@ -70,6 +70,8 @@ pub fn inputs(
         .iter()
         .map(|d| d.canonicalize().unwrap_or_else(|_| d.clone()))
         .collect();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let found_hidden = agentd_sandbox::policy::discover_hidden(home.as_deref(), workspace);
     Inputs {
         config: config.clone(),
         session,
@@ -77,7 +79,7 @@ pub fn inputs(
         grants: Vec::new(),
         call_grants: Vec::new(),
         workspace: workspace.to_path_buf(),
-        home: std::env::var_os("HOME").map(PathBuf::from),
+        home,
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         agentd_dirs: dirs,
         agentd_socket: Some(
@@ -88,6 +90,7 @@ pub fn inputs(
                 .unwrap_or_else(|| rt.socket.clone()),
         ),
         env,
+        found_hidden,
     }
 }
 
@@ -127,6 +130,9 @@ impl PathRules {
     }
 
     /// `permission_denied` when `path` (resolved) is hidden, or protected and written.
+    /// Nothing named `.git`, and nothing inside one, is written by the file tools: git
+    /// runs what is there (hooks, config, `commondir`), wherever the repository is and
+    /// whenever it was created.
     pub fn check(&self, path: &Path, write: bool) -> Result<(), AgentError> {
         if let Some(h) = self.hidden.iter().find(|h| path.starts_with(h)) {
             return Err(AgentError::new(
@@ -134,6 +140,17 @@ impl PathRules {
                 format!("{} is hidden by the sandbox", path.display()),
             )
             .with_details(json!({"path": path, "hidden": h, "sandbox": "hidden"})));
+        }
+        if write && path.components().any(|c| c.as_os_str() == ".git") {
+            return Err(AgentError::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "{} is inside a git directory, which the sandbox protects (git hooks and \
+                     config run code outside it); use git commands for ordinary git work",
+                    path.display()
+                ),
+            )
+            .with_details(json!({"path": path, "protected": ".git", "sandbox": "protected"})));
         }
         if write {
             if let Some(p) = self.protected.iter().find(|p| path.starts_with(p)) {
@@ -184,6 +201,7 @@ pub fn parse_grant(v: Option<&serde_json::Value>) -> Result<Option<Vec<Grant>>, 
                 None => return Err(bad(format!("unknown cache {v}"))),
             },
             "full_access" if v == true => out.push(Grant::FullAccess),
+            "git" if v == "init" => out.push(Grant::GitInit),
             "full_access" => {}
             _ => return Err(bad(format!("unknown grant {k}={v}"))),
         }

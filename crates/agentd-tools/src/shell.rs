@@ -138,7 +138,7 @@ async fn run_inner(
     };
     let (read_end, write_end) = pipe().map_err(spawn_err)?;
     let write_end2 = write_end.try_clone().map_err(spawn_err)?;
-    // Sandboxed: the helper runs bash inside the sandbox (DESIGN §14).
+    // Sandboxed: the helper runs bash inside the sandbox (docs/sandbox.md#contract).
     let mut prepared = match &ctx.sandbox {
         None => None,
         Some(sb) => {

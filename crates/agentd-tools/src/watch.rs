@@ -1,5 +1,5 @@
 //! Watches the files behind a session's artifacts so the checkpoint can rehash them when
-//! they change (DESIGN §7.3: a fact is VALID only while its files keep their hashes).
+//! they change (docs/history-rules.md#checkpoint: a fact is VALID only while its files keep their hashes).
 //!
 //! Each file is watched through its parent directory, non-recursively, filtered by file
 //! name: editors often save by writing a new file and renaming it over the old one, which

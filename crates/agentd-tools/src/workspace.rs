@@ -1,5 +1,5 @@
 //! Path confinement: every path a tool touches resolves inside the session workspace
-//! (DESIGN §10) or the call fails with `outside_workspace`.
+//! (docs/turns-and-providers.md#tools) or the call fails with `outside_workspace`.
 //!
 //! Resolution follows the kernel's own rules rather than lexical cleanup: components are
 //! walked one at a time from the filesystem root, every existing symlink is expanded where

@@ -1,4 +1,4 @@
-//! `agentd/compact` with `strategy:"model"` (DESIGN §7.4).
+//! `agentd/compact` with `strategy:"model"` (docs/history-rules.md#compaction).
 //!
 //! The deterministic plan is made first; when it compacts something, the session's
 //! provider (chosen like a turn's: `session_started.provider`/`model`, else the config

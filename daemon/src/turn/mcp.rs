@@ -1,4 +1,4 @@
-//! The MCP servers of each session (DESIGN §14), as the turn engine uses them: the
+//! The MCP servers of each session (docs/mcp.md#contract), as the turn engine uses them: the
 //! config's `[mcp_servers]` merged with the servers a client gave for the session
 //! (`agentd/create`, `agentd/turn`, ACP; config wins on a name clash), one
 //! `agentd_mcp::Manager` per session started at its first turn, "always allow" answers

@@ -1,6 +1,6 @@
-//! Permission modes (DESIGN §10): which tool calls run without asking.
+//! Permission modes (docs/turns-and-providers.md#turns): which tool calls run without asking.
 //!
-//! MCP tools (`mcp__*`, DESIGN §14) are decided by [`decide_mcp`]: `read_only` refuses
+//! MCP tools (`mcp__*`, docs/mcp.md#contract) are decided by [`decide_mcp`]: `read_only` refuses
 //! them unless the user trusts the tool as read-only (config `read_only_tools`, or
 //! `trust_annotations` with the tool's `readOnlyHint`); `ask` asks before every call,
 //! with `mcp: {server, tool, title, annotations, trusted}` in the request, and a client
@@ -60,7 +60,7 @@ impl PermissionMode {
 pub struct Decision {
     pub allow: bool,
     pub reason: &'static str,
-    /// A wider sandbox the call asked for (DESIGN §14), as asked.
+    /// A wider sandbox the call asked for (docs/sandbox.md#escalation), as asked.
     pub grant: Option<Value>,
     /// `call` or `session`: how long an allowed grant holds.
     pub scope: Option<&'static str>,

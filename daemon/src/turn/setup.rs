@@ -34,7 +34,7 @@ pub struct TurnSpec {
     /// The values of those variables (the keys themselves), scrubbed from everything
     /// the turn records.
     pub secrets: Vec<String>,
-    /// The session's and this turn's `sandbox: {mode?, network?}` (DESIGN §14).
+    /// The session's and this turn's `sandbox: {mode?, network?}` (docs/sandbox.md#contract).
     pub sandbox_session: agentd_sandbox::SandboxRequest,
     pub sandbox_turn: agentd_sandbox::SandboxRequest,
 }

@@ -1,4 +1,4 @@
-//! Seeing and undoing what a session did to its workspace (DESIGN §13): the snapshots
+//! Seeing and undoing what a session did to its workspace (docs/snapshots.md): the snapshots
 //! a turn records, `agentd/diff`, `agentd/revert`, and the `files` of `agentd/fork`.
 //!
 //! The pieces: [`crate::snapshot`] does the git work and knows nothing of sessions;

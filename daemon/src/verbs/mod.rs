@@ -1,4 +1,4 @@
-//! Session verbs (DESIGN §13): rename, archive/unarchive, delete/restore, search, export,
+//! Session verbs (docs/sessions-and-history.md#session-verbs): rename, archive/unarchive, delete/restore, search, export,
 //! usage, the provider preflight `agentctl run` asks before creating a session, and the
 //! models a client may offer (`agentd/models`).
 //!

@@ -169,6 +169,32 @@ fn main() {
                     libc::waitpid(k, std::ptr::null_mut(), 0);
                 }
             }
+            "handoff" => {
+                // Connects to the socket ARG1, hands the connection to a child and
+                // exits at once, so the connecting pid is gone (and reaped by the shell)
+                // before the daemon looks at it. The child sends the request ARG2 and
+                // writes the one-line answer (or `closed`) to ARG3, then creates ARG3.done.
+                use std::io::{BufRead, Write};
+                let sock = match std::os::unix::net::UnixStream::connect(arg(1)) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        println!("handoff: connect: {e}");
+                        return;
+                    }
+                };
+                if libc::fork() != 0 {
+                    libc::_exit(0);
+                }
+                let mut w = &sock;
+                let _ = w.write_all(format!("{}\n", arg(2)).as_bytes());
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(&sock).read_line(&mut line);
+                if line.is_empty() {
+                    line = "closed".into();
+                }
+                let _ = std::fs::write(arg(3), line);
+                let _ = std::fs::write(format!("{}.done", arg(3)), "");
+            }
             other => {
                 eprintln!("sandbox-probe: unknown probe {other:?}");
                 std::process::exit(2);

@@ -10,8 +10,14 @@
 //!        └─ command    setsid, caps dropped, no_new_privs, Landlock, seccomp, execve
 //! ```
 //!
-//! Without namespaces (degraded), the outer helper is a child subreaper: the command's
-//! orphans are reparented to it and killed when the command exits.
+//! Without namespaces (degraded):
+//!
+//! ```text
+//! helper (outer)      subreaper; killed with its process group to end the command
+//!   └─ guard          own process group, subreaper; on the command's exit or the outer
+//!        │             helper's death (parent-death signal) kills every descendant
+//!        └─ command    caps dropped, no_new_privs, Landlock, seccomp, execve
+//! ```
 //!
 //! The helper is single-threaded, so it may allocate freely between fork and exec.
 
@@ -262,9 +268,67 @@ fn reap_until(child: libc::pid_t) -> ! {
 fn degraded(plan: &Plan, mut report: Report) -> ! {
     report.level = "degraded".into();
     report.proc = "host".into();
-    // SAFETY: plain prctl.
-    unsafe {
+    // SAFETY: getpid never fails; prctl takes plain integers. The outer helper is a
+    // subreaper too: should the guard itself be killed, its orphans come here and are
+    // killed below.
+    let outer = unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        libc::getpid()
+    };
+    // SAFETY: single-threaded; the child runs our code only.
+    let guard = unsafe { libc::fork() };
+    if guard < 0 {
+        fail(&mut report, format!("fork: {}", errno()));
+    }
+    if guard == 0 {
+        guard_main(plan, report, outer);
+    }
+    // SAFETY: closing our copy of the report descriptor.
+    unsafe { libc::close(REPORT_FD) };
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(guard, &mut status, 0) };
+        if r == guard {
+            break;
+        }
+        if r < 0 && errno().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    kill_descendants();
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(exit_code(status)) }
+}
+
+/// The degraded sandbox's guard: a child subreaper between the outer helper and the
+/// command, in a process group of its own. The daemon ends a command (timeout,
+/// interrupt, a dropped call) by killing the outer helper's process group; the guard is
+/// not in it, gets the outer helper's death as `SIGTERM` (parent-death signal) and kills
+/// every process the command started, however it detached itself (`setsid`, double
+/// forks), because orphans are reparented to the guard, not to init. It does the same
+/// when the command exits on its own.
+fn guard_main(plan: &Plan, mut report: Report, outer: libc::pid_t) -> ! {
+    // SAFETY: plain signal-mask and prctl calls on a single-threaded process; the
+    // sigset_t values are initialized by sigemptyset before use.
+    let (sfd, old) = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+        if libc::getppid() != outer {
+            // The outer helper is already gone: run nothing.
+            libc::_exit(SETUP_FAILED);
+        }
+        libc::setpgid(0, 0);
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        (libc::signalfd(-1, &set, libc::SFD_CLOEXEC), old)
+    };
+    if sfd < 0 {
+        fail(&mut report, format!("signalfd: {}", errno()));
     }
     // SAFETY: single-threaded; the child runs our code until exec.
     let child = unsafe { libc::fork() };
@@ -272,24 +336,57 @@ fn degraded(plan: &Plan, mut report: Report) -> ! {
         fail(&mut report, format!("fork: {}", errno()));
     }
     if child == 0 {
-        // SAFETY: see above; the outer helper is our parent.
+        // SAFETY: restoring the mask we inherited; prctl takes plain integers.
         unsafe {
+            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         }
         run_command(plan, report);
     }
-    // SAFETY: closing our copy of the report descriptor.
-    unsafe { libc::close(REPORT_FD) };
-    let mut code = SETUP_FAILED;
-    loop {
-        let mut status = 0;
-        // SAFETY: waiting for any child.
-        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if r == child {
-            code = exit_code(status);
-            break;
+    // SAFETY: closing our copy of the report descriptor; our stdio goes to /dev/null
+    // so that the guard never holds the command's output open.
+    unsafe {
+        libc::close(REPORT_FD);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
         }
-        if r < 0 && errno().raw_os_error() == Some(libc::ECHILD) {
+    }
+    let mut code = SETUP_FAILED;
+    'wait: loop {
+        loop {
+            let mut status = 0;
+            // SAFETY: reaping any child without blocking.
+            let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if r == child {
+                code = exit_code(status);
+                break 'wait;
+            }
+            if r <= 0 {
+                if r < 0 && errno().raw_os_error() == Some(libc::ECHILD) {
+                    break 'wait;
+                }
+                break;
+            }
+        }
+        // SAFETY: signalfd_siginfo is plain integers; all-zero is a valid value.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        // SAFETY: reading one signalfd_siginfo into a buffer of its size.
+        let n = unsafe {
+            libc::read(
+                sfd,
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                std::mem::size_of::<libc::signalfd_siginfo>(),
+            )
+        };
+        if n == std::mem::size_of::<libc::signalfd_siginfo>() as isize
+            && info.ssi_signo == libc::SIGTERM as u32
+        {
             break;
         }
     }
@@ -303,7 +400,7 @@ fn kill_descendants() {
     // SAFETY: getpid never fails.
     let me = unsafe { libc::getpid() };
     let children = format!("/proc/{me}/task/{me}/children");
-    for _ in 0..10_000 {
+    for _ in 0..100_000 {
         let list = std::fs::read_to_string(&children).unwrap_or_default();
         for pid in list
             .split_whitespace()

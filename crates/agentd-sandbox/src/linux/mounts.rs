@@ -184,6 +184,23 @@ fn is_dir(fd: &OwnedFd) -> bool {
     }
 }
 
+/// Binds the directory `p` (writable) over itself: a mount point cannot be renamed,
+/// removed or replaced (`EBUSY`), so a `.git` stays the `.git` the scan saw.
+fn pin(p: &Path) -> io::Result<()> {
+    let fd = open_nofollow(p)?;
+    if is_symlink(&fd) || !is_dir(&fd) {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    let target = fd_path(&fd);
+    mount(
+        Some(&target),
+        &target,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )
+}
+
 /// Covers a hidden path: an empty read-only tmpfs over a directory, `/dev/null` over
 /// anything else.
 fn hide(p: &Path) -> io::Result<()> {
@@ -340,6 +357,14 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
             Ok(()) => report.hidden_mounted += 1,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(format!("hiding {}: {e}", h.display())),
+        }
+    }
+    for p in &plan.pinned {
+        match pin(p) {
+            Ok(()) => report.pinned.push(p.clone()),
+            // Gone or changed since the scan: the audit after the command judges it.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ELOOP)) => {}
+            Err(e) => return Err(format!("pinning {}: {e}", p.display())),
         }
     }
     for p in &plan.protected {

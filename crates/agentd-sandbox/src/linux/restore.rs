@@ -3,16 +3,26 @@
 //! before the command and puts back whatever the command changed after it (its
 //! processes are all gone by then), reporting each restore as a denial.
 //!
-//! Restoring never follows a symlink: a path whose parent chain (below the writable
-//! root) is no longer plain directories is left alone and reported.
+//! The daemon does this unconfined, in a directory other sandboxed commands (another
+//! session's, on the same workspace) may be changing at the same moment. So every file
+//! operation goes through descriptors: each writable root is opened once, when the
+//! snapshot is taken (before the command runs; a command cannot rename its roots), and
+//! every path below it is opened from that descriptor with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, one name at a
+//! time below a directory descriptor after that (`O_NOFOLLOW`, `O_EXCL` on create,
+//! `unlinkat`, `symlinkat`). A directory swapped for a symlink at any moment makes the
+//! restore of that path fail and be reported; it never reads or writes through the link.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 const MAX_FILE: u64 = 1 << 20;
 const MAX_ENTRIES: usize = 512;
+const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Saved {
@@ -24,78 +34,232 @@ enum Saved {
     Opaque,
 }
 
-fn save(p: &Path, depth: usize, budget: &mut usize) -> Saved {
-    let Ok(m) = std::fs::symlink_metadata(p) else {
+/// `struct open_how` of `linux/openat2.h`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn cstr(p: &OsStr) -> io::Result<CString> {
+    CString::new(p.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Opens `rel` (relative, no symlink anywhere, never above `dir`) below `dir`.
+fn open_beneath(dir: RawFd, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let c = cstr(rel.as_os_str())?;
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a NUL-terminated path and a correctly sized open_how.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn open_dir(dir: RawFd, rel: &Path) -> io::Result<OwnedFd> {
+    if rel.as_os_str().is_empty() {
+        return open_beneath(dir, Path::new("."), libc::O_RDONLY | libc::O_DIRECTORY);
+    }
+    open_beneath(dir, rel, libc::O_RDONLY | libc::O_DIRECTORY)
+}
+
+fn lstat_at(dir: RawFd, name: &OsStr) -> io::Result<libc::stat> {
+    let c = cstr(name)?;
+    // SAFETY: stat is plain data; all-zero is a valid value for fstatat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatat with a NUL-terminated name and a valid stat buffer.
+    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn readlink_at(dir: RawFd, name: &OsStr) -> io::Result<PathBuf> {
+    let c = cstr(name)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: readlinkat writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(PathBuf::from(OsString::from_vec(buf)))
+}
+
+/// The names in the directory `dir` (without `.` and `..`).
+fn list(dir: RawFd) -> io::Result<Vec<OsString>> {
+    // SAFETY: dup of a descriptor we hold; fdopendir takes ownership of the copy.
+    let d = unsafe { libc::fdopendir(libc::dup(dir)) };
+    if d.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    // SAFETY: `d` is a valid DIR stream until closedir; each dirent is read before the
+    // next readdir call.
+    unsafe {
+        libc::rewinddir(d);
+        loop {
+            let e = libc::readdir(d);
+            if e.is_null() {
+                break;
+            }
+            let name = CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
+            if name != b"." && name != b".." {
+                out.push(OsString::from_vec(name.to_vec()));
+            }
+        }
+        libc::closedir(d);
+    }
+    Ok(out)
+}
+
+fn kind(st: &libc::stat) -> libc::mode_t {
+    st.st_mode & libc::S_IFMT
+}
+
+fn save_at(dir: RawFd, name: &OsStr, depth: usize, budget: &mut usize) -> Saved {
+    let Ok(st) = lstat_at(dir, name) else {
         return Saved::Absent;
     };
     if *budget == 0 {
         return Saved::Opaque;
     }
     *budget -= 1;
-    let ft = m.file_type();
-    if ft.is_symlink() {
-        return std::fs::read_link(p).map_or(Saved::Opaque, Saved::Link);
-    }
-    if ft.is_file() {
-        if m.len() > MAX_FILE {
-            return Saved::Opaque;
+    match kind(&st) {
+        libc::S_IFLNK => readlink_at(dir, name).map_or(Saved::Opaque, Saved::Link),
+        libc::S_IFREG if st.st_size as u64 <= MAX_FILE => {
+            let read = || -> io::Result<Vec<u8>> {
+                let fd = open_beneath(
+                    dir,
+                    Path::new(name),
+                    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+                )?;
+                let mut b = Vec::new();
+                std::fs::File::from(fd)
+                    .take(MAX_FILE + 1)
+                    .read_to_end(&mut b)?;
+                Ok(b)
+            };
+            read().map_or(Saved::Opaque, |b| Saved::File(b, st.st_mode & 0o7777))
         }
-        return std::fs::read(p).map_or(Saved::Opaque, |b| {
-            Saved::File(b, m.permissions().mode() & 0o7777)
-        });
-    }
-    if ft.is_dir() && depth < 4 {
-        let mut out = BTreeMap::new();
-        if let Ok(rd) = std::fs::read_dir(p) {
-            for e in rd.flatten() {
-                out.insert(e.file_name(), save(&e.path(), depth + 1, budget));
-            }
-        }
-        return Saved::Dir(out);
-    }
-    Saved::Opaque
-}
-
-fn remove(p: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(p) {
-        Err(_) => Ok(()),
-        Ok(m) if m.file_type().is_dir() => std::fs::remove_dir_all(p),
-        Ok(_) => std::fs::remove_file(p),
-    }
-}
-
-fn put(p: &Path, s: &Saved) -> std::io::Result<()> {
-    match s {
-        Saved::Absent => remove(p),
-        Saved::Opaque => Ok(()),
-        Saved::File(b, mode) => {
-            remove(p)?;
-            std::fs::write(p, b)?;
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(*mode))
-        }
-        Saved::Link(t) => {
-            remove(p)?;
-            std::os::unix::fs::symlink(t, p)
-        }
-        Saved::Dir(entries) => {
-            let is_dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir());
-            if !is_dir {
-                remove(p)?;
-                std::fs::create_dir(p)?;
-            }
-            // Entries the command added go; changed ones are put back.
-            if let Ok(rd) = std::fs::read_dir(p) {
-                for e in rd.flatten() {
-                    if !entries.contains_key(&e.file_name()) {
-                        remove(&e.path())?;
-                    }
+        libc::S_IFDIR if depth < 4 => {
+            let mut out = BTreeMap::new();
+            if let Ok(fd) = open_dir(dir, Path::new(name)) {
+                for n in list(fd.as_raw_fd()).unwrap_or_default() {
+                    let s = save_at(fd.as_raw_fd(), &n, depth + 1, budget);
+                    out.insert(n, s);
                 }
             }
-            for (name, s) in entries {
-                let child = p.join(name);
-                let now = save(&child, 0, &mut MAX_ENTRIES.clone());
+            Saved::Dir(out)
+        }
+        _ => Saved::Opaque,
+    }
+}
+
+fn unlink_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: unlinkat with a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir, c.as_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn remove_at(dir: RawFd, name: &OsStr, depth: usize) -> io::Result<()> {
+    let Ok(st) = lstat_at(dir, name) else {
+        return Ok(());
+    };
+    if kind(&st) != libc::S_IFDIR {
+        return unlink_at(dir, name, 0);
+    }
+    if depth >= MAX_DEPTH {
+        return Err(io::Error::other("directory too deep to remove"));
+    }
+    let fd = open_dir(dir, Path::new(name))?;
+    for n in list(fd.as_raw_fd())? {
+        remove_at(fd.as_raw_fd(), &n, depth + 1)?;
+    }
+    unlink_at(dir, name, libc::AT_REMOVEDIR)
+}
+
+fn put_at(dir: RawFd, name: &OsStr, s: &Saved) -> io::Result<()> {
+    match s {
+        Saved::Absent => remove_at(dir, name, 0),
+        Saved::Opaque => Ok(()),
+        Saved::File(b, mode) => {
+            remove_at(dir, name, 0)?;
+            let c = cstr(name)?;
+            // SAFETY: openat with a NUL-terminated name; O_EXCL|O_NOFOLLOW creates a new
+            // file in `dir` or fails, never opening through a link.
+            let fd = unsafe {
+                libc::openat(
+                    dir,
+                    c.as_ptr(),
+                    libc::O_WRONLY
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o600 as libc::c_uint,
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: openat returned a fresh descriptor we own.
+            let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            f.write_all(b)?;
+            // SAFETY: fchmod on the descriptor we just created.
+            if unsafe { libc::fchmod(f.as_raw_fd(), *mode as libc::mode_t) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        Saved::Link(t) => {
+            remove_at(dir, name, 0)?;
+            let (t, c) = (cstr(t.as_os_str())?, cstr(name)?);
+            // SAFETY: symlinkat with NUL-terminated strings.
+            if unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        Saved::Dir(entries) => {
+            let is_dir = lstat_at(dir, name).is_ok_and(|st| kind(&st) == libc::S_IFDIR);
+            if !is_dir {
+                remove_at(dir, name, 0)?;
+                let c = cstr(name)?;
+                // SAFETY: mkdirat with a NUL-terminated name.
+                if unsafe { libc::mkdirat(dir, c.as_ptr(), 0o755) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            let fd = open_dir(dir, Path::new(name))?;
+            // Entries the command added go; changed ones are put back.
+            for n in list(fd.as_raw_fd())? {
+                if !entries.contains_key(&n) {
+                    remove_at(fd.as_raw_fd(), &n, 0)?;
+                }
+            }
+            for (n, s) in entries {
+                let now = save_at(fd.as_raw_fd(), n, 0, &mut MAX_ENTRIES.clone());
                 if &now != s {
-                    put(&child, s)?;
+                    put_at(fd.as_raw_fd(), n, s)?;
                 }
             }
             Ok(())
@@ -103,16 +267,39 @@ fn put(p: &Path, s: &Saved) -> std::io::Result<()> {
     }
 }
 
+/// A descriptor of the writable root `root` (a directory, not a symlink).
+fn pin(root: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(root)?;
+    Ok(OwnedFd::from(f))
+}
+
+/// One protected path: where it is shown, its writable root (an index into the pinned
+/// root descriptors), its place below that root, and what it was.
+#[derive(Debug)]
+struct Entry {
+    path: PathBuf,
+    root: usize,
+    parent: PathBuf,
+    name: OsString,
+    before: Saved,
+}
+
 /// The protected paths as they were before a command.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    saved: Vec<(PathBuf, PathBuf, Saved)>,
+    roots: Vec<OwnedFd>,
+    saved: Vec<Entry>,
 }
 
 impl Snapshot {
-    /// Saves each protected path (with the writable root it lies in).
+    /// Pins each writable root that holds a protected path and saves those paths.
     pub fn take(protected: &[PathBuf], roots: &[PathBuf]) -> Snapshot {
-        let mut saved = Vec::new();
+        let mut snap = Snapshot::default();
+        let mut pinned: Vec<(PathBuf, usize)> = Vec::new();
         for p in protected {
             let Some(root) = roots
                 .iter()
@@ -121,36 +308,60 @@ impl Snapshot {
             else {
                 continue;
             };
-            let mut budget = MAX_ENTRIES;
-            saved.push((p.clone(), root.clone(), save(p, 0, &mut budget)));
+            let Ok(rel) = p.strip_prefix(root) else {
+                continue;
+            };
+            let (Some(name), Some(parent)) = (rel.file_name(), rel.parent()) else {
+                continue;
+            };
+            let idx = match pinned.iter().find(|(r, _)| r == root) {
+                Some((_, i)) => *i,
+                None => {
+                    let Ok(fd) = pin(root) else { continue };
+                    snap.roots.push(fd);
+                    pinned.push((root.clone(), snap.roots.len() - 1));
+                    snap.roots.len() - 1
+                }
+            };
+            let before = match open_dir(snap.roots[idx].as_raw_fd(), parent) {
+                Ok(d) => save_at(d.as_raw_fd(), name, 0, &mut MAX_ENTRIES.clone()),
+                // Not reachable without a symlink now: nothing to put back later.
+                Err(_) => Saved::Opaque,
+            };
+            if before == Saved::Opaque {
+                continue;
+            }
+            snap.saved.push(Entry {
+                path: p.clone(),
+                root: idx,
+                parent: parent.to_path_buf(),
+                name: name.to_os_string(),
+                before,
+            });
         }
-        Snapshot { saved }
+        snap
     }
 
     /// Puts back what changed; returns `(path, what happened)` for each change.
     pub fn restore(&self) -> Vec<(PathBuf, String)> {
         let mut out = Vec::new();
-        for (p, root, before) in &self.saved {
-            let mut budget = MAX_ENTRIES;
-            if &save(p, 0, &mut budget) == before {
-                continue;
-            }
+        for e in &self.saved {
+            let root = self.roots[e.root].as_raw_fd();
             // Every directory from the root down to the parent must still be one.
-            let plain = p.parent().is_some_and(|parent| {
-                parent
-                    .ancestors()
-                    .take_while(|a| a.starts_with(root))
-                    .all(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_dir()))
-            });
-            let what = if !plain {
-                "changed; not restored: a directory on its path was replaced".to_string()
-            } else {
-                match put(p, before) {
-                    Ok(()) => "changed by the command; restored".to_string(),
-                    Err(e) => format!("changed; restoring failed: {e}"),
+            let what = match open_dir(root, &e.parent) {
+                Err(_) => "changed; not restored: a directory on its path was replaced".to_string(),
+                Ok(dir) => {
+                    let now = save_at(dir.as_raw_fd(), &e.name, 0, &mut MAX_ENTRIES.clone());
+                    if now == e.before {
+                        continue;
+                    }
+                    match put_at(dir.as_raw_fd(), &e.name, &e.before) {
+                        Ok(()) => "changed by the command; restored".to_string(),
+                        Err(err) => format!("changed; restoring failed: {err}"),
+                    }
                 }
             };
-            out.push((p.clone(), what));
+            out.push((e.path.clone(), what));
         }
         out
     }

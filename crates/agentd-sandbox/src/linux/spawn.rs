@@ -139,6 +139,32 @@ pub struct Prepared {
     protected: Vec<PathBuf>,
     /// Without a mount namespace: the protected paths as they were, put back after.
     restore: Option<super::restore::Snapshot>,
+    /// The git scan before the command, audited after it.
+    git: Option<GitAudit>,
+}
+
+/// What [`crate::git::audit`] needs after the command.
+#[derive(Debug)]
+struct GitAudit {
+    before: crate::git::Scan,
+    walk: Vec<PathBuf>,
+    env: crate::git::Env,
+    git_init: bool,
+}
+
+impl GitAudit {
+    fn run(&self) -> Vec<crate::git::Finding> {
+        crate::git::audit(&self.before, &self.walk, &self.env, self.git_init)
+    }
+}
+
+fn finding_hint(f: &crate::git::Finding) -> String {
+    format!(
+        "{} was quarantined by the sandbox: {} (the user's git would run it outside the \
+         sandbox); ask for the `git:init` grant to keep new repositories with hooks",
+        f.path.display(),
+        f.what
+    )
 }
 
 fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -170,103 +196,33 @@ fn seccomp_available() -> bool {
     Path::new("/proc/sys/kernel/seccomp/actions_avail").exists()
 }
 
-/// Files and directories that execute code when the user runs git later: protected
-/// inside writable roots. Also returns the git directories a linked worktree needs
-/// writable (its own gitdir and the common dir) so `git commit` works there.
+/// Files and directories that execute code when the user runs git later, inside
+/// writable roots (existing ones, and missing ones that must not appear), and the git
+/// directories a linked worktree needs writable so `git commit` works there. See
+/// [`crate::git::scan`].
 pub fn git_protected(roots: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let mut protected = Vec::new();
-    let mut extra_roots = Vec::new();
-    let hooks_path = |config: &Path, worktree: &Path| -> Option<PathBuf> {
-        let text = std::fs::read_to_string(config).ok()?;
-        let mut in_core = false;
-        for line in text.lines() {
-            let l = line.trim();
-            if l.starts_with('[') {
-                in_core = l.to_ascii_lowercase().starts_with("[core");
-                continue;
-            }
-            if in_core {
-                let (k, v) = l.split_once('=')?;
-                if k.trim().eq_ignore_ascii_case("hookspath") {
-                    let v = v.trim().trim_matches('"');
-                    let p = Path::new(v);
-                    return Some(if p.is_absolute() {
-                        p.to_path_buf()
-                    } else {
-                        worktree.join(p)
-                    });
-                }
-            }
-        }
-        None
-    };
-    let add_gitdir = |g: &Path, wt: &Path, out: &mut Vec<PathBuf>| {
-        for n in ["hooks", "info"] {
-            out.push(g.join(n));
-        }
-        for n in ["config", "config.worktree"] {
-            if g.join(n).exists() {
-                out.push(g.join(n));
-            }
-        }
-        if let Ok(rd) = std::fs::read_dir(g.join("modules")) {
-            for m in rd.flatten() {
-                out.push(m.path().join("hooks"));
-                out.push(m.path().join("config"));
-            }
-        }
-        if let Some(h) = hooks_path(&g.join("config"), wt) {
-            if let Ok(c) = h.canonicalize() {
-                out.push(c);
-            }
-        }
-    };
-    for r in roots {
-        if r.join(".gitmodules").exists() {
-            protected.push(r.join(".gitmodules"));
-        }
-        let g = r.join(".git");
-        let Ok(meta) = std::fs::symlink_metadata(&g) else {
-            continue;
-        };
-        if meta.is_dir() {
-            add_gitdir(&g, r, &mut protected);
-        } else if meta.is_file() {
-            protected.push(g.clone());
-            let Ok(text) = std::fs::read_to_string(&g) else {
-                continue;
-            };
-            let Some(gd) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
-                continue;
-            };
-            let gd = r.join(gd.trim());
-            let Ok(gd) = gd.canonicalize() else { continue };
-            for n in ["config", "config.worktree"] {
-                if gd.join(n).exists() {
-                    protected.push(gd.join(n));
-                }
-            }
-            extra_roots.push(gd.clone());
-            let common = std::fs::read_to_string(gd.join("commondir"))
-                .ok()
-                .and_then(|c| gd.join(c.trim()).canonicalize().ok());
-            if let Some(c) = common {
-                add_gitdir(&c, r, &mut protected);
-                extra_roots.push(c);
-            }
-        }
-    }
-    // A protected path that is a symlink (`.git/hooks -> ../my-hooks`): what it points
-    // to is protected too (the link itself gets its parent protected by the helper).
-    let targets: Vec<PathBuf> = protected
+    let s = crate::git::scan(roots, roots, &crate::git::Env::from_process());
+    let mut all = s.protected;
+    all.extend(s.watch);
+    all.sort();
+    all.dedup();
+    (all, s.extra_roots)
+}
+
+/// The writable roots worth walking for nested repositories: not the toolchain caches.
+fn walk_roots(p: &EffectivePolicy, writable: &[PathBuf]) -> Vec<PathBuf> {
+    let home = p.env.get("HOME").map(PathBuf::from);
+    let caches: Vec<PathBuf> = p
+        .caches
         .iter()
-        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
-        .filter_map(|p| p.canonicalize().ok())
+        .flat_map(|c| c.roots(home.as_deref(), &p.env))
+        .map(|r| r.canonicalize().unwrap_or(r))
         .collect();
-    protected.extend(targets);
-    protected.sort();
-    protected.dedup();
-    (protected, extra_roots)
+    writable
+        .iter()
+        .filter(|w| !caches.iter().any(|c| w.starts_with(c)))
+        .cloned()
+        .collect()
 }
 
 fn canonical_existing(paths: &[PathBuf]) -> Vec<PathBuf> {
@@ -499,6 +455,7 @@ impl Sandbox {
                 policy: p.clone(),
                 protected: Vec::new(),
                 restore: None,
+                git: None,
             }
         };
         if p.mode == Mode::FullAccess {
@@ -535,9 +492,12 @@ impl Sandbox {
         let mut writable: Vec<PathBuf> = canonical_existing(&p.writable_roots);
         let hidden = canonical_existing(&p.hidden);
         writable.retain(|r| !hidden.iter().any(|h| r.starts_with(h)));
-        let (protected, git_roots) = git_protected(&writable);
+        let walk = walk_roots(p, &writable);
+        let git_env = crate::git::Env::from_process();
+        let scan = crate::git::scan(&writable, &walk, &git_env);
+        let protected = scan.protected.clone();
         if p.mode == Mode::WorkspaceWrite {
-            for g in git_roots {
+            for g in scan.extra_roots.clone() {
                 if !hidden.iter().any(|h| g.starts_with(h)) && !writable.contains(&g) {
                     writable.push(g);
                 }
@@ -596,6 +556,7 @@ impl Sandbox {
             writable: writable.clone(),
             hidden: hidden.clone(),
             protected: protected.clone(),
+            pinned: scan.pinned.clone(),
             tmp_dir: tmp_dir.clone(),
             landlock: true,
             seccomp: true,
@@ -653,6 +614,12 @@ impl Sandbox {
             policy: p.clone(),
             restore: (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable)),
             protected,
+            git: (p.mode == Mode::WorkspaceWrite).then_some(GitAudit {
+                before: scan,
+                walk,
+                env: git_env,
+                git_init: p.git_init,
+            }),
         })
     }
 }
@@ -751,6 +718,21 @@ impl Prepared {
     /// changed so far (it keeps running); one hint per path. Empty with namespaces,
     /// where they are read-only mounts.
     pub fn put_back(&self) -> Vec<String> {
+        let quarantined = self
+            .git
+            .as_ref()
+            .map(|g| g.run())
+            .unwrap_or_default()
+            .iter()
+            .map(|f| format!("[sandbox] {}", finding_hint(f)))
+            .collect::<Vec<_>>();
+        quarantined
+            .into_iter()
+            .chain(self.put_back_protected())
+            .collect()
+    }
+
+    fn put_back_protected(&self) -> Vec<String> {
         self.restore
             .as_ref()
             .map(|snap| {
@@ -784,6 +766,20 @@ impl Prepared {
         }
         let text = String::from_utf8_lossy(output);
         let mut denials = json!(hints::denials(&text, &self.policy, &self.protected));
+        // The audit goes first: what it moves aside, the restore below may then put back
+        // as it was (a protected file the command replaced).
+        if let Some(g) = self.git.take() {
+            for f in g.run() {
+                if let Some(d) = denials.as_array_mut() {
+                    d.push(json!({
+                        "kind": "quarantined",
+                        "path": f.path,
+                        "moved_to": f.moved_to,
+                        "hint": finding_hint(&f),
+                    }));
+                }
+            }
+        }
         if let Some(snap) = self.restore.take() {
             for (path, what) in snap.restore() {
                 if let Some(d) = denials.as_array_mut() {
@@ -814,6 +810,9 @@ impl Drop for Prepared {
     fn drop(&mut self) {
         if let Some(cg) = self.cgroup.take() {
             cg.kill_and_remove();
+        }
+        if let Some(g) = self.git.take() {
+            g.run();
         }
         if let Some(snap) = self.restore.take() {
             snap.restore();

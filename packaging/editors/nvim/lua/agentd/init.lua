@@ -227,7 +227,7 @@ local function list_lines(root, sessions)
 end
 
 local function sid_on_line(line)
-  -- A session id (DESIGN's grammar) is the first word after any tree drawing.
+  -- A session id (docs/log-format.md#session-ids) is the first word after any tree drawing.
   return line:match("^[^%w_]*([%w_][%w_%.%-]*)")
 end
 

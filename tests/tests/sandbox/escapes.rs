@@ -1,0 +1,279 @@
+//! Escapes a red team found past the first hostile suite: the daemon trusting a peer
+//! that is already gone, a command outliving its timeout, the daemon's own writes
+//! following a symlink. Each case runs in full and in degraded mode (no user namespaces)
+//! and, through `.ci/sandbox.sh`, unprivileged too. A case plants or attempts in a turn,
+//! and the check runs on the host after the command has ended.
+
+use super::{builder, create, outside, q, turn_calling, Outside};
+use agentd_tests::{bin, is_type, Daemon, DaemonBuilder, RpcConn};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The two sandbox levels a case runs at.
+const LEVELS: [(&str, Option<&str>); 2] = [("full", None), ("degraded", Some("no_userns"))];
+
+fn at_level(o: &Outside, force: Option<&str>) -> DaemonBuilder {
+    let b = builder(o);
+    match force {
+        Some(f) => b.env("AGENTD_SANDBOX_FORCE", f),
+        None => b,
+    }
+}
+
+/// Waits until `f` holds or `timeout` passes; false on timeout.
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+fn session_ids(c: &mut RpcConn) -> Vec<String> {
+    c.call_ok("agentd/list", json!({}))["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Live processes whose command line holds `token`.
+fn processes_with(token: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            c.contains(token)
+                .then(|| format!("{}: {c}", e.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+/// SIGCONTs the daemon when dropped, so a failing case never leaves it stopped.
+struct Stopped(i32);
+
+impl Stopped {
+    fn stop(d: &Daemon) -> Stopped {
+        let pid = d.pid().expect("the daemon's pid") as i32;
+        // SAFETY: signalling the daemon the harness started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: signalling the daemon the harness started.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// The race the red team won with 40 busy connections, made deterministic: the daemon
+/// is stopped while a command connects to its socket, hands the connection to a child
+/// and exits (reaped by its shell), so when the daemon looks at the peer's pid it is
+/// gone. The child then asks for a session on a directory outside the workspace.
+#[test]
+fn a_connection_handed_on_by_a_command_that_exited_is_refused() {
+    for (level, force) in LEVELS {
+        let o = outside();
+        let d = at_level(&o, force).start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let ws = d.workspace().to_path_buf();
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "agentd/create",
+            "params": {"workspace": o.root.join("out")}});
+        let cmd = format!(
+            "touch ready
+             while [ ! -e go ]; do sleep 0.02; done
+             {probe} handoff {sock} '{request}' answer
+             touch reaped
+             for i in $(seq 1500); do [ -e answer.done ] && break; sleep 0.02; done
+             echo answer:; cat answer",
+            probe = q(&bin("sandbox-probe")),
+            sock = q(d.socket()),
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let d = &d;
+            let sid = &sid;
+            let cmd = &cmd;
+            s.spawn(move || {
+                let mut c2 = d.connect();
+                let calls = [("shell", json!({"command": cmd, "timeout_s": 120}))];
+                let r = turn_calling(d, &mut c2, sid, &calls, json!({}));
+                let _ = tx.send(r);
+            });
+            assert!(
+                wait_until(WAIT, || ws.join("ready").exists()),
+                "{level}: the command did not start"
+            );
+            let stopped = Stopped::stop(d);
+            std::fs::write(ws.join("go"), "").unwrap();
+            assert!(
+                wait_until(WAIT, || ws.join("reaped").exists()),
+                "{level}: the connector was not reaped"
+            );
+            drop(stopped);
+        });
+        let (r, evs) = rx.recv_timeout(WAIT).expect("the turn ends");
+        assert_eq!(r["status"], "completed", "{level}: {r}");
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .expect("a tool_result");
+        let text = res["data"]["output"].as_str().unwrap_or("").to_string();
+        let answer = text.split("answer:").nth(1).unwrap_or("").to_string();
+        assert!(!answer.contains("\"result\""), "{level}: {text}");
+        assert!(!answer.contains("session_id"), "{level}: {text}");
+        if level == "degraded" {
+            // The socket is reachable at this level; the daemon refused the gone peer.
+            assert!(answer.contains("permission_denied"), "{level}: {text}");
+            let log = d.daemon_output();
+            assert!(
+                log.contains("exited before it was checked"),
+                "{level}: {log}"
+            );
+        }
+        assert_eq!(session_ids(&mut c), vec![sid.clone()], "{level}: {text}");
+    }
+}
+
+/// A command that detaches (`setsid`) and outlives its timeout, then drives the daemon:
+/// every process a command started dies at its timeout, at both levels.
+#[test]
+fn a_detached_process_dies_at_the_timeout_and_never_reaches_the_daemon() {
+    for (level, force) in LEVELS {
+        let o = outside();
+        let d = at_level(&o, force).start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let ws = d.workspace().to_path_buf();
+        let token = format!("{}", 10_000 + rand::random::<u32>() % 80_000);
+        let cmd = format!(
+            "setsid bash -c 'echo $$ > survivor.pid; sleep 4.{token}; \
+               {ctl} --socket {sock} new --workspace {out} > survivor.out 2>&1; sleep 30.{token}' \
+               </dev/null >/dev/null 2>&1 &
+             while [ ! -s survivor.pid ]; do sleep 0.02; done
+             sleep 60.{token}",
+            ctl = q(&bin("agentctl")),
+            sock = q(d.socket()),
+            out = q(&o.root.join("out")),
+        );
+        let calls = [("shell", json!({"command": cmd, "timeout_s": 2}))];
+        let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        assert_eq!(r["status"], "completed", "{level}: {r}");
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .expect("a tool_result");
+        assert_eq!(res["data"]["error"]["kind"], "timeout", "{level}: {res}");
+        assert!(ws.join("survivor.pid").exists(), "{level}: {res}");
+        let gone = wait_until(Duration::from_secs(20), || {
+            processes_with(&token).is_empty()
+        });
+        assert!(
+            gone,
+            "{level}: outlived the timeout: {:?}",
+            processes_with(&token)
+        );
+        assert_eq!(session_ids(&mut c), vec![sid.clone()], "{level}");
+        assert!(
+            !ws.join("survivor.out").exists(),
+            "{level}: the survivor ran after the timeout: {:?}",
+            std::fs::read_to_string(ws.join("survivor.out"))
+        );
+    }
+}
+
+/// Secrets the first hidden set did not know: other agents' credentials and stores,
+/// database client files, shell histories, agentd's default home while the daemon runs
+/// with another, `.env` files outside the workspace, and `[sandbox] hide`. The
+/// workspace's own `.env` stays readable.
+#[test]
+fn other_agents_credentials_histories_and_outside_env_files_are_hidden() {
+    let planted = [
+        (".codex/auth.json", "CODEX-SECRET"),
+        (".claude/.credentials.json", "CLAUDE-SECRET"),
+        (".claude.json", "CLAUDEJSON-SECRET"),
+        (".gemini/oauth_creds.json", "GEMINI-SECRET"),
+        (".config/github-copilot/apps.json", "COPILOT-SECRET"),
+        (".local/share/opencode/auth.json", "OPENCODE-SECRET"),
+        (".pgpass", "PGPASS-SECRET"),
+        (".my.cnf", "MYCNF-SECRET"),
+        (".bash_history", "BASHHIST-SECRET"),
+        (".custom_repl_history", "CUSTOMHIST-SECRET"),
+        (".local/share/fish/fish_history", "FISH-SECRET"),
+        (".config/rclone/rclone.conf", "RCLONE-SECRET"),
+        (".kube/config", "KUBE-SECRET"),
+        (".local/state/agentd/sessions/s.ndjson", "AGENTDLOG-SECRET"),
+        (".env.local", "HOMEENV-SECRET"),
+        ("extra-secret/token", "EXTRA-SECRET"),
+    ];
+    for (level, force) in LEVELS {
+        let o = outside();
+        for (rel, text) in planted {
+            let p = o.home.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let proj = o.root.join("proj");
+        let ws = proj.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(proj.join(".env"), "PARENTENV-SECRET").unwrap();
+        std::fs::write(proj.join(".env.production"), "PARENTPROD-SECRET").unwrap();
+        std::fs::write(ws.join(".env"), "WS-ENV-OK").unwrap();
+        let d = at_level(&o, force)
+            .config("[sandbox]\nhide = [\"~/extra-secret\"]\n")
+            .start();
+        let mut c = d.connect();
+        let sid = c.call_ok("agentd/create", json!({"workspace": ws}))["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut cmd = String::from("cat .env; echo\n");
+        for (rel, _) in planted {
+            cmd.push_str(&format!("cat {} 2>/dev/null\n", q(&o.home.join(rel))));
+        }
+        for f in [".env", ".env.production"] {
+            cmd.push_str(&format!("cat {} 2>/dev/null\n", q(&proj.join(f))));
+        }
+        cmd.push_str("echo end");
+        let calls = [("shell", json!({"command": cmd}))];
+        let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        assert_eq!(r["status"], "completed", "{level}: {r}");
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .expect("a tool_result");
+        let text = res["data"]["output"].as_str().unwrap_or("").to_string();
+        assert!(
+            text.contains("WS-ENV-OK") && text.contains("end"),
+            "{level}: {res}"
+        );
+        assert!(!text.contains("-SECRET"), "{level}: {text}");
+        assert_eq!(res["data"]["sandbox"]["level"], level, "{level}: {res}");
+        // The file tools agree: a hidden path is refused even by absolute path.
+        let calls = [(
+            "read_file",
+            json!({"path": o.home.join(".codex/auth.json")}),
+        )];
+        let (_, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .unwrap();
+        assert!(!res.to_string().contains("CODEX-SECRET"), "{level}: {res}");
+    }
+}
