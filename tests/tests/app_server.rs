@@ -153,7 +153,7 @@ async fn run_turn(c: &mut Checked, thread: &str, text: &str) -> Vec<(String, Val
         .ok(
             "turn/start",
             json!({"threadId": thread, "input": [{"type": "text", "text": text, "text_elements": []}],
-                "clientUserMessageId": "0b7e5f4e-34a6-4a0e-9b4b-2c1f1f0a9c11"}),
+                "clientUserMessageId": format!("msg-{text}")}),
         )
         .await;
     let turn_id = r["turn"]["id"].as_str().unwrap().to_string();
@@ -248,8 +248,24 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
         .collect();
     assert_eq!(finals.len(), 1);
     assert_eq!(finals[0]["text"], "Streamed answer number one.");
+    // The same message again (a client retrying): the turn already admitted, not a
+    // second run.
+    let first_turn = notes
+        .iter()
+        .find(|(m, _)| m == "turn/started")
+        .map(|(_, p)| p["turn"]["id"].clone())
+        .unwrap();
+    let again = c
+        .ok(
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "say something", "text_elements": []}],
+                "clientUserMessageId": "msg-say something"}),
+        )
+        .await;
+    assert_eq!(again["turn"]["id"], first_turn);
     let evs = log_events(&d, &sid);
     let user: Vec<&Value> = evs.iter().filter(|e| is_type(e, "user_message")).collect();
+    assert_eq!(user.len(), 1);
     assert_eq!(user[0]["data"]["text"], "say something");
 
     // A tool turn, approval policy never: a command item with its output.

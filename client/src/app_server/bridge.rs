@@ -958,6 +958,11 @@ impl Client {
         }
         let mut q =
             json!({"session_id": sid, "input": text, "permission_mode": mode, "wait": false});
+        // The client's id for its message is agentd's idempotency key: a retried
+        // turn/start answers the turn already admitted instead of running it twice.
+        if let Some(id) = &p.client_user_message_id {
+            q["client_request_id"] = json!(id);
+        }
         if let Some(m) = &model {
             let (provider, m) = split_model(m, &self.catalog().await);
             if let Some(m) = m {

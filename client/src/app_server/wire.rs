@@ -112,9 +112,7 @@ pub struct TurnStartParams {
     pub input: Vec<UserInput>,
     pub model: Option<String>,
     pub approval_policy: Option<Value>,
-    /// The client's id for the message: agentd's `client_request_id` once the daemon
-    /// takes one (docs/codex-app-server.md).
-    #[allow(dead_code)]
+    /// The client's id for the message: agentd's `client_request_id`.
     pub client_user_message_id: Option<String>,
 }
 
