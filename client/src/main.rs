@@ -6,11 +6,14 @@
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
 //! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks),
-//! `acp` (the ACP agent on stdio), `app_server` (the Codex app-server bridge), `mcp_server` (the MCP server on stdio), `mcp`
-//! (`mcp import` and doctor's MCP probe).
+//! `acp` (the ACP agent on stdio), `app_server` (the Codex app-server bridge), `mcp_server`
+//! (the MCP server on stdio), `mcp` (`mcp import` and doctor's MCP probe), `view` (a
+//! session's events folded into a conversation view, no terminal library), `chat`
+//! (`agentctl chat`, the full-screen terminal client).
 
 mod acp;
 mod app_server;
+mod chat;
 mod cli;
 mod commands;
 mod daemon;
@@ -27,6 +30,7 @@ mod service_cmd;
 mod service_status;
 mod stream;
 mod verbs;
+mod view;
 
 use clap::error::ErrorKind as ClapErrorKind;
 use clap::Parser;

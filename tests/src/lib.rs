@@ -17,6 +17,7 @@ pub mod acp;
 pub mod app_server;
 pub mod conv;
 pub mod pg;
+pub mod pty;
 pub mod sse;
 
 use serde_json::{json, Value};
