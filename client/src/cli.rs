@@ -76,6 +76,10 @@ pub enum Command {
     AppServer(AppServerArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
+    /// Add input to the running turn: it goes with the turn's next provider call.
+    Steer(SteerArgs),
+    /// Withdraw a queued turn that has not started.
+    Dequeue(DequeueArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.
     Interrupt(InterruptArgs),
     /// Close tool calls that have no result (orphans) with a recorded error result.
@@ -84,6 +88,9 @@ pub enum Command {
     Context(ContextArgs),
     /// Show the deterministic checkpoint and the text replay injects for it.
     Checkpoint(SidArg),
+    /// Show what the next turn sends besides the history: the base prompt and the
+    /// instruction files (AGENTS.md, CLAUDE.md), each with where it came from.
+    Instructions(InstructionsArgs),
     /// Compact old history into a checkpoint event; the Log keeps every event.
     Compact(CompactArgs),
     /// Create a child session from a prefix of a session's Log.
@@ -317,6 +324,12 @@ pub struct SidArg {
 }
 
 #[derive(Debug, Args)]
+pub struct InstructionsArgs {
+    /// Session id [default: a new turn in the current directory].
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct NewArgs {
     /// Workspace directory the session's tools are confined to [default: current dir].
     #[arg(long, value_name = "DIR")]
@@ -516,8 +529,28 @@ pub struct TurnArgs {
     pub session_id: String,
     /// The prompt.
     pub prompt: String,
+    /// When a turn is running, queue this one behind it (durably) instead of failing
+    /// busy; prints the turn id and returns without waiting.
+    #[arg(long)]
+    pub queue: bool,
     #[command(flatten)]
     pub turn: TurnOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct SteerArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The input for the running turn.
+    pub input: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DequeueArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The queued turn's id (printed by `turn --queue`).
+    pub turn_id: String,
 }
 
 #[derive(Debug, Args)]

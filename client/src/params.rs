@@ -141,6 +141,13 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
             method::SHOW,
             object(vec![("session_id", sid(&a.session_id)?)]),
         ),
+        Command::Instructions(a) => (
+            method::INSTRUCTIONS,
+            match &a.session_id {
+                Some(s) => object(vec![("session_id", sid(s)?)]),
+                None => object(vec![("workspace", Some(abs_dir(None, cwd).into()))]),
+            },
+        ),
         Command::Checkpoint(a) => (
             method::CHECKPOINT,
             object(vec![("session_id", sid(&a.session_id)?)]),
@@ -160,6 +167,13 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 ]),
             )
         }
+        Command::Dequeue(a) => (
+            method::DEQUEUE,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("turn_id", Some(a.turn_id.clone().into())),
+            ]),
+        ),
         Command::Interrupt(a) => (
             method::INTERRUPT,
             object(vec![
@@ -278,6 +292,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Log(_)
         | Command::Run(_)
         | Command::Turn(_)
+        | Command::Steer(_)
         | Command::Service(_)
         | Command::Completions(_)
         | Command::Doctor

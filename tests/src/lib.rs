@@ -378,6 +378,9 @@ impl Daemon {
             .env("AGENTD_SOCKET", &self.socket)
             .env("AGENTD_BIN", bin_dir().join("agentd"))
             .env_remove("AGENTD_CONFIG")
+            // The global instruction file (`$XDG_CONFIG_HOME/agentd/AGENTS.md`) is the
+            // test's own, never the developer's.
+            .env("XDG_CONFIG_HOME", self.root().join("xdg-config"))
             .env("RUST_BACKTRACE", "1");
         if let Some(c) = &self.config {
             cmd.env("AGENTD_CONFIG", c);

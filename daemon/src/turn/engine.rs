@@ -110,6 +110,8 @@ struct Runner<'a> {
     iterations_left: u32,
     /// Times this turn was resumed after a crash (written on `turn_ended` when > 0).
     resumed: u32,
+    /// Where `agentd/steer` inputs wait for the next provider call.
+    running: Arc<RunningTurn>,
 }
 
 /// How a turn begins: a new prompt, or a turn a crash left open (docs/durability.md).
@@ -172,14 +174,17 @@ pub(super) async fn run(
                 if let (Some(d), Some(extra)) = (data.as_object_mut(), record.as_object()) {
                     d.extend(extra.clone());
                 }
-                h.append(
-                    vec![
-                        EventDraft::new(EventType::TurnStarted, data),
-                        EventDraft::new(EventType::UserMessage, json!({"text": input})),
-                    ],
-                    None,
-                )
-                .await?
+                // A resumed turn keeps what its start recorded.
+                let instructions =
+                    super::instructions::draft(h, &tools.paths, &tools.workspace, &running.turn_id)
+                        .await?;
+                let mut drafts = vec![EventDraft::new(EventType::TurnStarted, data)];
+                drafts.extend(instructions);
+                drafts.push(EventDraft::new(
+                    EventType::UserMessage,
+                    json!({"text": input}),
+                ));
+                h.append(drafts, None).await?
             }
             Start::Resume => {
                 let (first, last) = h
@@ -229,6 +234,7 @@ pub(super) async fn run(
         mcp_offered: Vec::new(),
         iterations_left: 0,
         resumed: 0,
+        running: running.clone(),
     };
     r.iterations_left = r.spec.max_iterations;
     let mut output_text = String::new();
@@ -332,7 +338,8 @@ fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
 /// `turn_started` data: the turn, its model, and the effective sandbox policy its
 /// commands run under (recorded each turn, so every change is in the Log).
 fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> serde_json::Value {
-    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name()});
+    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name(),
+        "base_prompt": crate::prompt::record()});
     if let Some(sb) = &tools.sandbox {
         d["sandbox"] = sb.policy.to_record();
     }
@@ -593,6 +600,46 @@ impl Runner<'_> {
         Ok(None)
     }
 
+    /// Records the `agentd/steer` inputs waiting now as `user_message{text, steer:
+    /// true, turn_id}` (one append, before the provider call they go with) and answers
+    /// each with its seq.
+    async fn record_steers(&mut self) -> Result<(), AgentError> {
+        let steers = self.running.take_steers();
+        if steers.is_empty() {
+            return Ok(());
+        }
+        let drafts = steers
+            .iter()
+            .map(|s| {
+                let mut d = json!({"text": s.text, "steer": true, "turn_id": self.turn_id});
+                if let Some((id, hash)) = &s.key {
+                    d["client_request_id"] = json!(id);
+                    d["request_hash"] = json!(hash);
+                }
+                EventDraft::new(EventType::UserMessage, d)
+            })
+            .collect();
+        match self.append(drafts).await {
+            Ok(res) => {
+                for (i, s) in steers.into_iter().enumerate() {
+                    let seq = res.first_seq + i as u64;
+                    let _ = s.reply.send(Ok(AppendResult {
+                        first_seq: seq,
+                        last_seq: seq,
+                        ids: res.ids.get(i).cloned().into_iter().collect(),
+                    }));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                for s in steers {
+                    let _ = s.reply.send(Err(e.clone()));
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// A call that may run again after a crash: a read-only built-in, or an MCP tool
     /// the user trusts read-only whose server declares `readOnlyHint`.
     fn replay_safe(&self, name: &str) -> bool {
@@ -608,6 +655,7 @@ impl Runner<'_> {
             if self.cancel.is_cancelled() {
                 return Ok(End::Interrupted);
             }
+            self.record_steers().await?;
             self.refresh_mcp().await;
             let (resp, estimated) = match self.step().await? {
                 Ok(v) => v,
@@ -620,6 +668,10 @@ impl Runner<'_> {
                 *output_text = text;
             }
             if calls.is_empty() {
+                // Input steered in while this step ran goes with one more call.
+                if self.running.has_steers() && !self.cancel.is_cancelled() {
+                    continue;
+                }
                 let stop = crate::provider::limiting_stop(resp.stop_reason.as_deref());
                 return Ok(End::Completed(None, stop));
             }
@@ -753,6 +805,9 @@ impl Runner<'_> {
         (items, rendered): (Vec<ReplayItem>, Option<Vec<bytes::Bytes>>),
     ) -> Result<ProviderResponse, ProviderFailure> {
         let mut specs = tools::specs();
+        if !self.spec.provider.config().offers_apply_patch() {
+            specs.retain(|s| s.name != "apply_patch");
+        }
         specs.push(memory::tool_spec());
         // After the built-ins, in (server, tool) order: a stable prompt prefix.
         specs.extend(self.mcp_offered.iter().map(mcp_spec));
