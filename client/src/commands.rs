@@ -29,6 +29,10 @@ pub async fn run(mut cli: Cli) -> i32 {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::acp::run(target, a).await;
     }
+    if let Command::AppServer(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::app_server::run(target, a).await;
+    }
     if let Command::Chat(a) = &cli.command {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::chat::run(target, a).await;

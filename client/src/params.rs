@@ -300,7 +300,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Mcp(_)
         | Command::Acp(_)
         | Command::Chat(_)
-        | Command::McpServer(_) => return Ok(None),
+        | Command::McpServer(_)
+        | Command::AppServer(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))
 }

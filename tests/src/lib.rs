@@ -14,6 +14,7 @@
 //! notification), polled with a short backoff — never a fixed sleep.
 
 pub mod acp;
+pub mod app_server;
 pub mod conv;
 pub mod pg;
 pub mod pty;
