@@ -341,6 +341,8 @@ struct Loaded {
 }
 
 type Stamp = (i64, i64, u64, u64);
+type Memo<T> = OnceLock<Mutex<HashMap<PathBuf, (Stamp, Arc<T>)>>>;
+type Listing = Vec<(OsString, bool)>;
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {
     (m.ctime(), m.ctime_nsec(), m.ino(), m.len())
@@ -348,7 +350,7 @@ fn stamp(m: &std::fs::Metadata) -> Stamp {
 
 /// A small file's text, read again only when its ctime, inode or size changed.
 fn read_cached(path: &Path) -> Option<Arc<String>> {
-    static M: OnceLock<Mutex<HashMap<PathBuf, (Stamp, Arc<String>)>>> = OnceLock::new();
+    static M: Memo<String> = OnceLock::new();
     let m = std::fs::metadata(path).ok()?;
     if !m.is_file() || m.len() > 1 << 20 {
         return None;
@@ -372,8 +374,7 @@ fn read_cached(path: &Path) -> Option<Arc<String>> {
 /// A directory's entries (name, is a directory), listed again only when its ctime
 /// changed. `None` when it is not a directory.
 fn listing(dir: &Path) -> Option<Arc<Vec<(OsString, bool)>>> {
-    static M: OnceLock<Mutex<HashMap<PathBuf, (Stamp, Arc<Vec<(OsString, bool)>>)>>> =
-        OnceLock::new();
+    static M: Memo<Listing> = OnceLock::new();
     let m = std::fs::symlink_metadata(dir).ok()?;
     if !m.is_dir() {
         return None;
@@ -549,7 +550,9 @@ fn find_dot_git(root: &Path, out: &mut Vec<PathBuf>) -> bool {
         if (m.st_mode & libc::S_IFMT) != libc::S_IFDIR {
             continue;
         }
+        #[allow(clippy::unnecessary_cast)] // not i64 on every target
         let ctime = (m.st_ctime as i64, m.st_ctime_nsec as i64);
+        #[allow(clippy::unnecessary_cast)] // not u64 on every target
         let ino = m.st_ino as u64;
         let cached = memo
             .get(&dir)
