@@ -468,6 +468,9 @@ pub struct Scan {
     /// `commondir` or `config.worktree` where there is none. Quarantined by [`audit`]
     /// when a command creates them.
     pub watch: Vec<PathBuf>,
+    /// Paths of the protect set (files other tools run) that do not exist: quarantined
+    /// by [`audit`] when a command creates them.
+    pub watch_tools: Vec<PathBuf>,
     /// `.git` directories, bound over themselves so that they cannot be renamed,
     /// replaced or removed.
     pub pinned: Vec<PathBuf>,
@@ -855,6 +858,9 @@ pub struct Finding {
     /// Where it was moved; `None` when moving it failed (see `what`).
     pub moved_to: Option<PathBuf>,
     pub what: String,
+    /// The grant that would have kept it: `git:init`, or `write` (a write grant for the
+    /// path, asked for in `ask` mode).
+    pub grant: &'static str,
 }
 
 fn has_hooks(g: &Path) -> Option<String> {
@@ -969,16 +975,22 @@ fn rename_in(dir: &Path, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> std::i
 }
 
 fn put_aside(p: &Path, why: String, out: &mut Vec<Finding>) {
+    put_aside_for(p, why, "git:init", out)
+}
+
+fn put_aside_for(p: &Path, why: String, grant: &'static str, out: &mut Vec<Finding>) {
     match quarantine(p) {
         Ok(to) => out.push(Finding {
             path: p.to_path_buf(),
             moved_to: Some(to.clone()),
             what: format!("{why}; moved aside to {}", to.display()),
+            grant,
         }),
         Err(e) => out.push(Finding {
             path: p.to_path_buf(),
             moved_to: None,
             what: format!("{why}; moving it aside failed: {e}"),
+            grant,
         }),
     }
 }
@@ -999,6 +1011,17 @@ pub fn audit(before: &Scan, walk_roots: &[PathBuf], env: &Env, git_init: bool) -
         put_aside(
             w,
             "created where git would read it and run code".into(),
+            &mut out,
+        );
+    }
+    for w in &before.watch_tools {
+        if std::fs::symlink_metadata(w).is_err() {
+            continue;
+        }
+        put_aside_for(
+            w,
+            "created where other tools run it (an editor, direnv, a hook manager, CI)".into(),
+            "write",
             &mut out,
         );
     }

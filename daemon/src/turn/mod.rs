@@ -41,6 +41,7 @@ mod engine;
 pub mod mcp;
 mod permission;
 mod setup;
+pub use setup::is_home;
 
 pub use permission::PermissionMode;
 
