@@ -60,6 +60,9 @@ pub enum Command {
     Log(LogArgs),
     /// Append events to a session's Log (for harnesses that run turns themselves).
     Append(AppendArgs),
+    /// Open a full-screen chat on a session: the picker of this directory's sessions, a
+    /// new session (--new), or the session SID; it follows turns from every client live.
+    Chat(ChatArgs),
     /// Create a session in a workspace and run one turn, streaming the answer.
     Run(RunArgs),
     /// Serve the Agent Client Protocol (ACP v1) on stdio, for editors that launch agents
@@ -484,6 +487,24 @@ pub struct RunArgs {
     pub title: Option<String>,
     #[command(flatten)]
     pub turn: TurnOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Session to attach to [default: a picker of the current directory's sessions].
+    #[arg(conflicts_with = "new")]
+    pub session_id: Option<String>,
+    /// Start a new session in the current directory.
+    #[arg(long)]
+    pub new: bool,
+    /// Model of the chat's turns [default: the session's].
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Which tools may run without asking (`ask` asks in the chat).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub permission_mode: Option<PermissionMode>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
+use std::time::Duration;
 
 pub use crate::output::Outcome;
 
@@ -27,6 +28,10 @@ pub async fn run(mut cli: Cli) -> i32 {
     if let Command::Acp(a) = &cli.command {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::acp::run(target, a).await;
+    }
+    if let Command::Chat(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::chat::run(target, a).await;
     }
     if let Command::McpServer(a) = &cli.command {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
@@ -138,9 +143,8 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         }
         Command::Turn(a) => {
             let p = turn_params(&a.session_id, &a.prompt, &a.turn)?;
-            let c = daemon::connect_or_start(&target).await?;
             let ask = a.turn.permission_mode == Some(PermissionMode::Ask);
-            let v = stream::turn(&c.conn, &a.session_id, p, human, ask).await?;
+            let v = retried_turn(&target, None, &a.session_id, p, human, ask).await?;
             Ok(result(v, String::new()))
         }
         Command::Run(a) => {
@@ -184,7 +188,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             }
             let p = turn_params(&sid, &a.prompt, &a.turn)?;
             let ask = a.turn.permission_mode == Some(PermissionMode::Ask);
-            let v = stream::turn(&c.conn, &sid, p, human, ask)
+            let v = retried_turn(&target, Some(c), &sid, p, human, ask)
                 .await
                 .map_err(|mut e| {
                     // The session exists even though the turn failed: say which.
@@ -554,6 +558,42 @@ fn render_fork(v: &Value) -> String {
         out.push_str("dry run: nothing written\n");
     }
     out
+}
+
+/// `agentd/turn` with one `client_request_id`, resent on the same params whenever the
+/// connection is lost or the daemon restarts mid-call (`agentctl::retry`): the daemon
+/// answers the turn it already admitted, resumed after a crash, never a second one.
+/// A retry reconnects without starting a daemon for its first 5 s (a supervisor or the
+/// user is restarting it), then may start one as any command would.
+async fn retried_turn(
+    target: &daemon::Target,
+    first: Option<Connected>,
+    sid: &str,
+    mut params: Value,
+    human: bool,
+    ask: bool,
+) -> Result<Value, AgentError> {
+    use agentctl::retry;
+    params["client_request_id"] = json!(retry::new_request_id());
+    let first = std::sync::Mutex::new(first);
+    retry::with_retry(retry::Policy::default(), |attempt| {
+        let given = first.lock().ok().and_then(|mut f| f.take());
+        let params = params.clone();
+        async move {
+            let c = match given {
+                Some(c) => c,
+                None if attempt.n == 0 || attempt.since_first > Duration::from_secs(5) => {
+                    daemon::connect_or_start(target).await?
+                }
+                None => daemon::connect_existing(target).await?,
+            };
+            if attempt.n > 0 && human {
+                output::stderr("\n[connection to agentd restored; following the same turn]\n");
+            }
+            stream::turn(&c.conn, sid, params, human, ask).await
+        }
+    })
+    .await
 }
 
 /// Turns a clap parse failure into the contract's JSON error (used with `--json`).

@@ -7,9 +7,12 @@
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
 //! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks),
 //! `acp` (the ACP agent on stdio), `mcp_server` (the MCP server on stdio), `mcp`
-//! (`mcp import` and doctor's MCP probe).
+//! (`mcp import` and doctor's MCP probe), `view` (a session's events folded into a
+//! conversation view, no terminal library), `chat` (`agentctl chat`, the full-screen
+//! terminal client).
 
 mod acp;
+mod chat;
 mod cli;
 mod commands;
 mod daemon;
@@ -26,6 +29,7 @@ mod service_cmd;
 mod service_status;
 mod stream;
 mod verbs;
+mod view;
 
 use clap::error::ErrorKind as ClapErrorKind;
 use clap::Parser;

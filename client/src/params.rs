@@ -284,6 +284,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Store(_)
         | Command::Mcp(_)
         | Command::Acp(_)
+        | Command::Chat(_)
         | Command::McpServer(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))

@@ -113,6 +113,17 @@ impl DirectCalls {
                 return Ok(());
             }
         };
+        if p.client_request_id.is_some() {
+            let registry = self.registry.clone();
+            tokio::spawn(async move {
+                let res = match registry.get(&p.session_id).await {
+                    Ok(h) => crate::ops::append_idempotent(&h, p).await,
+                    Err(e) => Err(e),
+                };
+                answer.send(res);
+            });
+            return Ok(());
+        }
         let done: crate::session::AppendDone = Box::new(move |res| answer.send(res));
         let retry = match self.registry.loaded(&p.session_id) {
             Some(h) => match h.try_append_then(p.events, p.expect_seq, done) {
@@ -331,6 +342,9 @@ pub fn methods(api: Api) -> Methods {
         method::APPEND,
         |api, p: AppendParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
+            if p.client_request_id.is_some() {
+                return to_value(crate::ops::append_idempotent(&h, p).await?);
+            }
             to_value(h.append(p.events, p.expect_seq).await?)
         },
     );

@@ -50,6 +50,27 @@ impl Default for CompactionConfig {
 
 pub use agentd_snapshot::SnapshotConfig;
 
+/// `[turns]`: how the daemon runs turns.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TurnsConfig {
+    /// A turn the daemon was running when it was killed is finished after the restart
+    /// (docs/durability.md); off: it is closed `interrupted` with `daemon_restart`.
+    pub resume_after_crash: bool,
+    /// Resumes in a row without progress (no provider answer, no tool result) after
+    /// which the turn ends with kind `resume_limit`.
+    pub resume_limit: u32,
+}
+
+impl Default for TurnsConfig {
+    fn default() -> Self {
+        TurnsConfig {
+            resume_after_crash: true,
+            resume_limit: 3,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct Config {
@@ -70,6 +91,8 @@ pub struct Config {
     /// bound its own socket: nothing would start it again.
     pub idle_exit_s: u64,
     pub compaction: CompactionConfig,
+    /// `[turns]`: crash resumption.
+    pub turns: TurnsConfig,
     pub snapshots: SnapshotConfig,
     /// Where Logs live: absent for the home's files, or a `postgres://` URL
     /// (`AGENTD_STORE` overrides). Never logged as written: see `pgstore::redact`.
@@ -110,6 +133,7 @@ impl Default for Config {
             permission_timeout_s: 60,
             idle_exit_s: 0,
             compaction: CompactionConfig::default(),
+            turns: TurnsConfig::default(),
             snapshots: SnapshotConfig::default(),
             store: None,
             store_password_file: None,

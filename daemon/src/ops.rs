@@ -738,3 +738,69 @@ pub async fn import_with(
         report,
     })
 }
+
+/// `agentd/append` with a `client_request_id` (docs/api.md): the first event of the
+/// append records the key (`client_request_id`, `request_hash`, `request_events`), so
+/// a retry with the same key and events answers the append already made, across
+/// restarts, and the same key with other events is kind `conflict`. Checked and
+/// appended in one actor command, so two retries racing each other append once.
+pub async fn append_idempotent(
+    h: &SessionHandle,
+    p: agentd_proto::rpc::AppendParams,
+) -> Result<agentd_proto::rpc::AppendResult, AgentError> {
+    use agentd_proto::rpc::AppendResult;
+    let id = p.client_request_id.clone().unwrap_or_default();
+    agentd_proto::rpc::validate_client_request_id(&id)?;
+    let hash = {
+        let canonical = json!([p.session_id, p.expect_seq, p.events]);
+        crate::text::sha256_hex(canonical.to_string().as_bytes())
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<AppendResult>();
+    let sid = p.session_id.clone();
+    let (mut drafts, expect_seq) = (p.events, p.expect_seq);
+    let recorded = h
+        .record(move |st| {
+            if let Some(req) = st.client_requests.get(&id) {
+                if req.hash != hash || req.turn_id.is_some() {
+                    return Err(AgentError::new(
+                        agentd_proto::ErrorKind::Conflict,
+                        "this client_request_id was already used with other events",
+                    )
+                    .with_details(json!({"session_id": sid, "client_request_id": id,
+                                         "first_seq": req.seq})));
+                }
+                let evs: Vec<&StoredEvent> = st
+                    .events_after(req.seq.checked_sub(1))
+                    .iter()
+                    .take(req.events as usize)
+                    .collect();
+                let _ = tx.send(AppendResult {
+                    first_seq: req.seq,
+                    last_seq: evs.last().map_or(req.seq, |e| e.seq),
+                    ids: evs.iter().map(|e| e.id().to_string()).collect(),
+                });
+                return Ok(Vec::new());
+            }
+            if let Some(expect) = expect_seq.filter(|e| *e != st.next_seq) {
+                return Err(AgentError::new(
+                    agentd_proto::ErrorKind::SeqConflict,
+                    format!("expect_seq {expect} but the next seq is {}", st.next_seq),
+                )
+                .with_details(json!({"expect_seq": expect, "next_seq": st.next_seq})));
+            }
+            let n = drafts.len();
+            if let Some(first) = drafts.first_mut().and_then(|d| d.data.as_object_mut()) {
+                first.insert("client_request_id".into(), json!(id));
+                first.insert("request_hash".into(), json!(hash));
+                first.insert("request_events".into(), json!(n));
+            }
+            Ok(drafts)
+        })
+        .await?;
+    match recorded {
+        Some(r) => Ok(r),
+        None => rx
+            .await
+            .map_err(|_| AgentError::invalid_args("events must not be empty")),
+    }
+}

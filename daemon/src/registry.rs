@@ -93,7 +93,14 @@ pub struct Registry {
     generation: AtomicU64,
     /// Sessions loaded at least once by this daemon process.
     loaded_once: dashmap::DashSet<String>,
+    /// Takes over a turn a crash left open (the turn manager installs it; see
+    /// [`SessionObserver::open_turn`]): a hook handed down, so the registry never names
+    /// the layer above it.
+    pub resumer: std::sync::OnceLock<Resumer>,
 }
+
+/// See [`Registry::resumer`].
+pub type Resumer = Box<dyn Fn(&SessionHandle, &SessionState, &str) -> bool + Send + Sync>;
 
 impl Registry {
     /// Builds the registry and its lineage index from the Logs in `home`.
@@ -132,6 +139,7 @@ impl Registry {
             heads_mark: tokio::sync::Mutex::new(mark),
             generation: AtomicU64::new(1),
             loaded_once: dashmap::DashSet::new(),
+            resumer: std::sync::OnceLock::new(),
         }))
     }
 
@@ -378,6 +386,12 @@ impl SessionObserver for Registry {
     }
     fn first_load(&self, sid: &str) -> bool {
         self.mark_loaded(sid)
+    }
+    fn open_turn(&self, handle: &SessionHandle, state: &SessionState, turn_id: &str) -> bool {
+        match self.resumer.get() {
+            Some(r) if self.config.turns.resume_after_crash => r(handle, state, turn_id),
+            _ => false,
+        }
     }
     fn reopen(
         self: Arc<Self>,

@@ -58,6 +58,12 @@ pub trait SessionObserver: Send + Sync + 'static {
     fn stopped(&self, sid: &str, generation: u64);
     /// Whether this is the first load of `sid` by this daemon process (recorded).
     fn first_load(&self, sid: &str) -> bool;
+    /// On the first load, the session's open turn `turn_id`, cut by a crash: `true`
+    /// when the observer takes it over (the turn is resumed, docs/durability.md), so
+    /// the actor leaves it open; `false` and the actor closes it as today. Called
+    /// before the actor serves any command, so the taker can claim the session's turn
+    /// slot before any client reaches it.
+    fn open_turn(&self, handle: &SessionHandle, state: &SessionState, turn_id: &str) -> bool;
     /// The session's current actor, loading it if needed: where a command goes when
     /// the actor it was sent to was evicted meanwhile.
     fn reopen(
@@ -424,6 +430,46 @@ pub struct SessionState {
     /// The rendered replay prefix per dialect (`agentd/context`); only the actor's
     /// queries touch it, one at a time.
     pub context: std::sync::Mutex<crate::context::ContextCache>,
+    /// Every `client_request_id` the Log records, with what it admitted (see
+    /// [`ClientRequest`]): an idempotent retry is answered from here, never by reading
+    /// the Log again. Rebuilt by the load, extended per append.
+    pub client_requests: std::collections::HashMap<String, ClientRequest>,
+}
+
+/// What one `client_request_id` admitted: the event that records it carries
+/// `client_request_id` and `request_hash` in its data (`turn_started`, `turn_queued`, a
+/// steering `user_message`, or the first event of an `agentd/append`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientRequest {
+    /// SHA-256 of the request's params as the daemon canonicalised them.
+    pub hash: String,
+    /// Seq of the event that records the key.
+    pub seq: u64,
+    /// The turn it admitted, for a turn or a steer.
+    pub turn_id: Option<String>,
+    /// Events of the append it made (`data.request_events`), 1 for the others.
+    pub events: u64,
+}
+
+impl ClientRequest {
+    /// The key and what it admitted, if `ev` records one.
+    pub fn of(ev: &Event) -> Option<(String, ClientRequest)> {
+        let id = ev.str_field("client_request_id")?;
+        let hash = ev.str_field("request_hash")?;
+        Some((
+            id.to_string(),
+            ClientRequest {
+                hash: hash.to_string(),
+                seq: ev.seq,
+                turn_id: ev.str_field("turn_id").map(str::to_string),
+                events: ev
+                    .data
+                    .get("request_events")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1),
+            },
+        ))
+    }
 }
 
 impl SessionState {
@@ -443,10 +489,15 @@ impl SessionState {
             events_tx: of.events_tx.clone(),
             pending_repair: Vec::new(),
             context: Default::default(),
+            client_requests: Default::default(),
         }
     }
 
     fn push(&mut self, ev: Event, stored: StoredEvent) {
+        if let Some((id, req)) = ClientRequest::of(&ev) {
+            // The first record of a key wins: a queued turn's `turn_started` repeats it.
+            self.client_requests.entry(id).or_insert(req);
+        }
         self.fold.push_stored(&ev, stored.line_ref());
         self.checkpoint.apply(&ev);
         if matches!(
@@ -691,6 +742,7 @@ fn load_blocking(
         events_tx,
         pending_repair: Vec::new(),
         context: Default::default(),
+        client_requests: Default::default(),
     };
     // Each event is folded as it is parsed and then kept only as its line.
     let report = env.store.load_into(sid, &mut |ev, stored| {
@@ -844,6 +896,14 @@ impl Actor {
         // restart: a harness may be running its own turn through `agentd/append`.
         let first_load = self.env.observer.first_load(&self.state.id);
         if let Some(turn_id) = self.state.fold.open_turn().filter(|_| first_load) {
+            if self
+                .env
+                .observer
+                .open_turn(&self.handle, &self.state, &turn_id)
+            {
+                tracing::warn!(session = %self.state.id, turn = %turn_id, "resuming a turn cut by a daemon restart");
+                return;
+            }
             let mut drafts = reconcile::closures(
                 &self.state.fold.pending_calls(),
                 ReconcileReason::DaemonRestart,

@@ -190,6 +190,7 @@ impl PolicyInput {
                 .take(16)
                 .map(|(k, v)| (k.name(), v.path().to_string_lossy().into_owned()))
                 .collect(),
+            found_hidden: Vec::new(),
         }
     }
 }

@@ -37,6 +37,13 @@ pub enum ErrorKind {
     /// The command sandbox cannot be built and `[sandbox] on_unavailable = "refuse"`.
     SandboxUnavailable,
     DaemonUnavailable,
+    /// `agentd/steer` on a session with no running turn.
+    NotRunning,
+    /// A tool call cut by a crash, not replay-safe, closed without running it again:
+    /// it may or may not have taken effect.
+    OutcomeUnknown,
+    /// A turn resumed after crashes `resume_limit` times without progress.
+    ResumeLimit,
     Internal,
 }
 
@@ -66,6 +73,9 @@ impl ErrorKind {
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::SandboxUnavailable => "sandbox_unavailable",
             ErrorKind::DaemonUnavailable => "daemon_unavailable",
+            ErrorKind::NotRunning => "not_running",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
+            ErrorKind::ResumeLimit => "resume_limit",
             ErrorKind::Internal => "internal",
         }
     }
@@ -80,7 +90,10 @@ impl ErrorKind {
             ErrorKind::InvalidArgs | ErrorKind::NotFound => 2,
             ErrorKind::PermissionDenied | ErrorKind::OutsideWorkspace => 3,
             ErrorKind::DaemonUnavailable => 4,
-            ErrorKind::Busy | ErrorKind::SeqConflict | ErrorKind::Conflict => 5,
+            ErrorKind::Busy
+            | ErrorKind::SeqConflict
+            | ErrorKind::Conflict
+            | ErrorKind::NotRunning => 5,
             ErrorKind::Interrupted => 130,
             _ => 1,
         }

@@ -102,6 +102,9 @@ event_types! {
     WorkspaceSnapshot => "workspace_snapshot", ephemeral: false, required: ["tree", "files_changed", "reason"];
     WorkspaceRevert => "workspace_revert", ephemeral: false, required: ["to_seq", "tree", "files_changed"];
     McpServers => "mcp_servers", ephemeral: false, required: ["servers"];
+    TurnResumed => "turn_resumed", ephemeral: false, required: ["turn_id", "resumed"];
+    TurnQueued => "turn_queued", ephemeral: false, required: ["turn_id", "input"];
+    TurnDequeued => "turn_dequeued", ephemeral: false, required: ["turn_id"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];

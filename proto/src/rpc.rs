@@ -46,6 +46,8 @@ pub mod method {
     pub const MCP_LIST: &str = "agentd/mcp_list";
     pub const MCP_TOOLS: &str = "agentd/mcp_tools";
     pub const MODELS: &str = "agentd/models";
+    pub const STEER: &str = "agentd/steer";
+    pub const DEQUEUE: &str = "agentd/dequeue";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -205,6 +207,10 @@ pub struct AppendParams {
     pub events: Vec<EventDraft>,
     #[serde(default)]
     pub expect_seq: Option<u64>,
+    /// The client's idempotency key (see [`validate_client_request_id`]): the same key
+    /// with the same events answers the append already made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -246,6 +252,51 @@ pub struct TurnParams {
     /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
     #[serde(default)]
     pub mcp_servers: Option<Vec<serde_json::Value>>,
+    /// The client's idempotency key (see [`validate_client_request_id`]): the same key
+    /// with the same params answers the turn already admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    /// On a busy session, admit the prompt durably behind the running turn
+    /// (`status: "queued"`) instead of answering `busy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<bool>,
+}
+
+/// Longest `client_request_id`.
+pub const MAX_CLIENT_REQUEST_ID: usize = 128;
+
+/// A `client_request_id` is 1 to 128 printable ASCII characters (space to `~`).
+pub fn validate_client_request_id(id: &str) -> Result<(), crate::AgentError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_CLIENT_REQUEST_ID
+        && id.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::AgentError::new(
+            crate::ErrorKind::InvalidArgs,
+            "client_request_id must be 1 to 128 printable ASCII characters",
+        )
+        .with_details(serde_json::json!({"field": "client_request_id"})))
+    }
+}
+
+/// `agentd/steer`: input for the running turn's next provider call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SteerParams {
+    pub session_id: String,
+    pub input: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+}
+
+/// `agentd/dequeue`: withdraws a queued turn that has not started.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DequeueParams {
+    pub session_id: String,
+    pub turn_id: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

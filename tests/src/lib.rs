@@ -16,6 +16,7 @@
 pub mod acp;
 pub mod conv;
 pub mod pg;
+pub mod pty;
 pub mod sse;
 
 use serde_json::{json, Value};

@@ -57,3 +57,150 @@ pub fn typed_sse(events: &[Value]) -> String {
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
         .collect()
 }
+
+/// What [`MockProvider`] sends for one request.
+pub enum Reply {
+    /// A whole SSE body, then the connection closes.
+    Complete(String),
+    /// These SSE bytes (a stream cut short), then nothing until the client goes away:
+    /// a provider still streaming when the daemon is killed.
+    Hang(String),
+}
+
+type Handler = dyn Fn(usize, &Value) -> Reply + Send + Sync;
+
+/// A provider endpoint that outlives daemons: every request is answered on its own
+/// thread by `handler(n, body)` (n counts from 0), and every request body is recorded,
+/// so a test can check what each provider call carried across crashes and restarts.
+pub struct MockProvider {
+    pub base: String,
+    seen: std::sync::Arc<(std::sync::Mutex<Vec<Value>>, std::sync::Condvar)>,
+}
+
+impl MockProvider {
+    pub fn start(handler: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static) -> MockProvider {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let seen =
+            std::sync::Arc::new((std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new()));
+        let handler: std::sync::Arc<Handler> = std::sync::Arc::new(handler);
+        let shared = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (seen, handler) = (shared.clone(), handler.clone());
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(stream.try_clone().unwrap());
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = l.split_once(':') {
+                            if k.eq_ignore_ascii_case("content-length") {
+                                len = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let n = {
+                        let mut v = seen.0.lock().unwrap();
+                        v.push(body.clone());
+                        seen.1.notify_all();
+                        v.len() - 1
+                    };
+                    let reply = handler(n, &body);
+                    let mut w = stream;
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                    let _ = w.write_all(head.as_bytes());
+                    match reply {
+                        Reply::Complete(s) => {
+                            let _ = w.write_all(s.as_bytes());
+                            let _ = w.flush();
+                        }
+                        Reply::Hang(s) => {
+                            let _ = w.write_all(s.as_bytes());
+                            let _ = w.flush();
+                            // Until the client closes (a killed daemon's socket does).
+                            let mut buf = [0u8; 256];
+                            while matches!(r.read(&mut buf), Ok(n) if n > 0) {}
+                        }
+                    }
+                });
+            }
+        });
+        MockProvider { base, seen }
+    }
+
+    /// The request bodies so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` requests arrived; returns them all, or panics naming
+    /// what it waited for.
+    pub fn wait_requests(&self, n: usize, timeout: std::time::Duration) -> Vec<Value> {
+        let (lock, cv) = &*self.seen;
+        let guard = lock.lock().unwrap();
+        let (guard, res) = cv
+            .wait_timeout_while(guard, timeout, |v| v.len() < n)
+            .unwrap();
+        assert!(
+            !res.timed_out(),
+            "the mock provider got {} requests, waited for {n}",
+            guard.len()
+        );
+        guard.clone()
+    }
+
+    /// A config naming this endpoint as the default provider `mock` (`openai-chat`).
+    pub fn config(&self) -> String {
+        format!(
+            "default_provider = \"mock\"\n[providers.mock]\nkind = \"openai-chat\"\nbase_url = \"{}\"\nmodel = \"m1\"\ncontext_window = 100000\n",
+            self.base
+        )
+    }
+}
+
+/// A Chat Completions answer `text`, finished.
+pub fn chat_text(text: &str) -> String {
+    chat_sse(&[
+        serde_json::json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}),
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}}),
+    ])
+}
+
+/// A Chat Completions step asking for `calls` (`(id, tool, args)`), finished.
+pub fn chat_tools(calls: &[(&str, &str, Value)]) -> String {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (id, name, args))| {
+            serde_json::json!({"index": i, "id": id, "type": "function",
+                "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    chat_sse(&[
+        serde_json::json!({"model": "m1", "choices": [{"index": 0, "delta": {"tool_calls": tool_calls}}]}),
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}}),
+    ])
+}
+
+/// The first chunk of an answer that never finishes (for [`Reply::Hang`]).
+pub fn chat_partial(text: &str) -> String {
+    format!(
+        "data: {}\n\n",
+        serde_json::json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": text}}]})
+    )
+}

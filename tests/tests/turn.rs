@@ -489,7 +489,11 @@ fn pressure_compacts_before_a_provider_call() {
 
 #[test]
 fn daemon_killed_mid_tool_is_reconciled_on_restart() {
-    let mut d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    // The closing behaviour `resume_after_crash = false` keeps (resumption: resume.rs).
+    let mut d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config("[turns]\nresume_after_crash = false\n")
+        .start();
     let marker = format!("agentd_turn_restart_{}", std::process::id());
     let mut c = d.connect();
     let sid = create(&d, &mut c, Some(&sleep_script(&d, &marker)));

@@ -78,6 +78,37 @@ pub fn closures(pending: &[PendingCall], reason: ReconcileReason) -> Vec<EventDr
         .collect()
 }
 
+/// Built-in tools that only read, so running a call again after a crash cannot change
+/// anything (docs/durability.md). MCP tools are replay-safe when the user trusts them
+/// read-only and the server declares `readOnlyHint`; the turn engine decides those.
+pub const REPLAY_SAFE_TOOLS: [&str; 3] = ["read_file", "list_dir", "search"];
+
+/// The `tool_result` that closes a call cut by a crash and not run again:
+/// `error{kind:"outcome_unknown"}`, whose message tells the model the call may or may
+/// not have taken effect and to check before repeating it.
+pub fn outcome_unknown(call: &PendingCall) -> EventDraft {
+    let message = format!(
+        "the `{}` call was cut by a daemon crash before its result was recorded; it may or \
+         may not have taken effect, and it was not run again. Check its effect (for example \
+         read the files or state it would have changed) before repeating it.",
+        call.name
+    );
+    EventDraft::new(
+        EventType::ToolResult,
+        json!({
+            "call_id": call.call_id,
+            "ok": false,
+            "error": {
+                "kind": "outcome_unknown",
+                "message": message,
+                "details": {"call_id": call.call_id, "tool": call.name,
+                            "reason": ReconcileReason::DaemonRestart.as_str(),
+                            "outcome": "unknown"}
+            }
+        }),
+    )
+}
+
 /// `turn_ended{status:"interrupted"}` for a turn that will never finish.
 pub fn turn_end_interrupted(turn_id: &str, reason: ReconcileReason) -> EventDraft {
     EventDraft::new(

@@ -185,6 +185,9 @@ pub struct SandboxConfig {
     /// Allow `auto` permission mode in a session whose workspace is `$HOME` (refused
     /// otherwise: everything the user's tools read from their home would be writable).
     pub allow_auto_in_home: bool,
+    /// Extra paths hidden from commands and the file tools: absolute, or `~/…` under
+    /// the daemon's home directory.
+    pub hide: Vec<String>,
 }
 
 /// Files other tools run or load, protected by default (git's own files are found by
@@ -265,6 +268,9 @@ pub struct Inputs {
     /// The daemon's environment (toolchain homes for the cache presets, and the source
     /// of the command's environment).
     pub env: BTreeMap<String, String>,
+    /// Secrets found on disk by [`discover_hidden`] (`.env` files outside the workspace,
+    /// shell histories); those inside the workspace are left readable.
+    pub found_hidden: Vec<PathBuf>,
 }
 
 /// What a command may do, as decided before anything is looked up on disk.
@@ -321,7 +327,75 @@ pub const HOME_HIDDEN: &[&str] = &[
     ".config/chromium",
     ".config/agentd",
     ".local/share/agentd",
+    ".local/state/agentd",
+    // Other coding agents' credentials and session stores.
+    ".codex",
+    ".claude",
+    ".claude.json",
+    ".gemini",
+    ".config/github-copilot",
+    ".pi",
+    ".local/share/opencode",
+    ".config/opencode",
+    ".aider.conf.yml",
+    // Database and cloud clients.
+    ".pgpass",
+    ".my.cnf",
+    ".mylogin.cnf",
+    ".config/rclone",
+    ".s3cfg",
+    ".config/doctl",
+    ".oci",
+    ".config/hcloud",
+    // Shell and REPL histories (others matching `.*_history` are found on disk).
+    ".bash_history",
+    ".zsh_history",
+    ".history",
+    ".histfile",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".lesshst",
+    ".local/share/fish",
 ];
+
+/// Whether a file name is a secret wherever it lies outside the workspace: `.env`,
+/// `.env.*` and shell histories (`.*_history`).
+pub fn is_secret_name(name: &str) -> bool {
+    name == ".env"
+        || (name.starts_with(".env.") && name.len() > 5)
+        || (name.starts_with('.') && name.ends_with("_history"))
+}
+
+/// Secrets on disk that a fixed list cannot name: `.env`/`.env.*` files in the
+/// workspace's ancestors and in the home, and `.*_history` files in the home. Reads a
+/// handful of directory listings; [`effective`] keeps the ones outside the workspace.
+pub fn discover_hidden(home: Option<&Path>, workspace: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = workspace
+        .ancestors()
+        .skip(1)
+        .map(Path::to_path_buf)
+        .collect();
+    if let Some(h) = home.filter(|h| h.is_absolute()) {
+        push_unique(&mut dirs, h.to_path_buf());
+    }
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten().take(4096) {
+            let name = e.file_name();
+            if name.to_str().is_some_and(is_secret_name) {
+                out.push(d.join(name));
+            }
+        }
+    }
+    out.sort();
+    out
+}
 
 /// System sockets and runtime directories hidden from commands.
 pub const SYSTEM_HIDDEN: &[&str] = &[
@@ -417,6 +491,16 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
     for s in SYSTEM_HIDDEN {
         push_unique(&mut hidden, PathBuf::from(s));
     }
+    for h in &inputs.config.hide {
+        let p = match (h.strip_prefix("~/"), &home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            (Some(_), None) => continue,
+            (None, _) => PathBuf::from(h),
+        };
+        if p.is_absolute() {
+            push_unique(&mut hidden, normalize(&p));
+        }
+    }
     if let Some(x) = inputs
         .xdg_runtime_dir
         .as_deref()
@@ -428,6 +512,23 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
         }
     }
     let workspace = normalize(&inputs.workspace);
+    // `.env` files and histories: the user's own project is the model's to read.
+    for f in inputs.found_hidden.iter().filter(|p| p.is_absolute()) {
+        let f = normalize(f);
+        if !is_within(&f, &workspace) {
+            push_unique(&mut hidden, f);
+        }
+    }
+    // agentd's default homes wherever the XDG variables put them, not only the running
+    // daemon's: another daemon's Logs are as private as this one's.
+    for var in ["XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"] {
+        if let Some(v) = inputs.env.get(var).map(PathBuf::from) {
+            let d = normalize(&v.join("agentd"));
+            if v.is_absolute() && !is_within(&workspace, &d) {
+                push_unique(&mut hidden, d);
+            }
+        }
+    }
     // agentd's own directories, except one holding the workspace (hiding it would
     // hide the workspace; its Logs and config files are still listed one by one).
     for d in inputs.agentd_dirs.iter().filter(|p| p.is_absolute()) {
@@ -618,6 +719,38 @@ impl EffectivePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_files_outside_the_workspace_and_config_hide_are_hidden() {
+        let mut i = base();
+        i.found_hidden = vec![
+            "/home/u/.env".into(),
+            "/home/u/ws/.env".into(),
+            "/home/u/ws/sub/.env.local".into(),
+            "/home/.env.production".into(),
+        ];
+        i.config.hide = vec!["~/vault".into(), "/srv/secrets".into(), "rel".into()];
+        i.env
+            .insert("XDG_STATE_HOME".into(), "/home/u/state".into());
+        let p = effective(&i);
+        for h in [
+            "/home/u/.env",
+            "/home/.env.production",
+            "/home/u/vault",
+            "/srv/secrets",
+            "/home/u/state/agentd",
+            "/home/u/.codex",
+            "/home/u/.pgpass",
+        ] {
+            assert!(p.hidden.contains(&PathBuf::from(h)), "{h} not hidden");
+        }
+        for h in ["/home/u/ws/.env", "/home/u/ws/sub/.env.local", "rel"] {
+            assert!(!p.hidden.contains(&PathBuf::from(h)), "{h} hidden");
+        }
+        assert!(is_secret_name(".env") && is_secret_name(".env.local"));
+        assert!(is_secret_name(".zsh_history") && !is_secret_name(".envrc"));
+        assert!(!is_secret_name(".env.") && !is_secret_name("env"));
+    }
 
     fn base() -> Inputs {
         Inputs {

@@ -70,6 +70,8 @@ pub fn inputs(
         .iter()
         .map(|d| d.canonicalize().unwrap_or_else(|_| d.clone()))
         .collect();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let found_hidden = agentd_sandbox::policy::discover_hidden(home.as_deref(), workspace);
     Inputs {
         config: config.clone(),
         session,
@@ -77,7 +79,7 @@ pub fn inputs(
         grants: Vec::new(),
         call_grants: Vec::new(),
         workspace: workspace.to_path_buf(),
-        home: std::env::var_os("HOME").map(PathBuf::from),
+        home,
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         agentd_dirs: dirs,
         agentd_socket: Some(
@@ -88,6 +90,7 @@ pub fn inputs(
                 .unwrap_or_else(|| rt.socket.clone()),
         ),
         env,
+        found_hidden,
     }
 }
 

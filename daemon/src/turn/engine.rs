@@ -105,6 +105,22 @@ struct Runner<'a> {
     mcp: Option<Arc<agentd_mcp::Manager>>,
     /// MCP tools offered at the latest provider call.
     mcp_offered: Vec<agentd_mcp::Offered>,
+    /// Provider calls this turn may still make (fewer than `max_iterations` for a
+    /// resumed turn that already made some).
+    iterations_left: u32,
+    /// Times this turn was resumed after a crash (written on `turn_ended` when > 0).
+    resumed: u32,
+}
+
+/// How a turn begins: a new prompt, or a turn a crash left open (docs/durability.md).
+pub(super) enum Start {
+    New {
+        input: String,
+        /// Fields added to `turn_started` (`client_request_id`, `request_hash`, the
+        /// request's `params` a resume runs with again).
+        record: Value,
+    },
+    Resume,
 }
 
 /// Runs a whole turn; returns its result and the call ids an interrupt closed.
@@ -120,13 +136,16 @@ pub(super) async fn run(
     turns: &Arc<TurnManager>,
     h: &SessionHandle,
     spec: TurnSpec,
-    input: String,
+    start: Start,
     running: &Arc<RunningTurn>,
     started: Started,
 ) -> Result<(TurnResult, Vec<String>), AgentError> {
     let sid = h.id.to_string();
+    let resuming = matches!(start, Start::Resume);
     let begin = async {
-        crate::ops::reconcile(h, ReconcileReason::BeforeStartTurn, false, true).await?;
+        if !resuming {
+            crate::ops::reconcile(h, ReconcileReason::BeforeStartTurn, false, true).await?;
+        }
         h.set_running_turn(Some(running.turn_id.clone())).await?;
         let (workspace, ratio, deps, session_grants) = h
             .query(move |st| {
@@ -147,18 +166,35 @@ pub(super) async fn run(
             session_grants,
         )
         .await?;
-        let res = h
-            .append(
-                vec![
-                    EventDraft::new(
-                        EventType::TurnStarted,
-                        turn_started_data(&running.turn_id, &spec, &tools),
-                    ),
-                    EventDraft::new(EventType::UserMessage, json!({"text": input})),
-                ],
-                None,
-            )
-            .await?;
+        let res = match start {
+            Start::New { input, record } => {
+                let mut data = turn_started_data(&running.turn_id, &spec, &tools);
+                if let (Some(d), Some(extra)) = (data.as_object_mut(), record.as_object()) {
+                    d.extend(extra.clone());
+                }
+                h.append(
+                    vec![
+                        EventDraft::new(EventType::TurnStarted, data),
+                        EventDraft::new(EventType::UserMessage, json!({"text": input})),
+                    ],
+                    None,
+                )
+                .await?
+            }
+            Start::Resume => {
+                let (first, last) = h
+                    .query({
+                        let tid = running.turn_id.clone();
+                        move |st| (turn_started_seq(st, &tid), st.last_seq().unwrap_or(0))
+                    })
+                    .await?;
+                AppendResult {
+                    first_seq: first.unwrap_or(last),
+                    last_seq: last,
+                    ids: Vec::new(),
+                }
+            }
+        };
         for uri in deps {
             turns.watch.watch(&turns.registry, &sid, &workspace, &uri);
         }
@@ -191,9 +227,16 @@ pub(super) async fn run(
         last_seq: res.last_seq,
         mcp: None,
         mcp_offered: Vec::new(),
+        iterations_left: 0,
+        resumed: 0,
     };
+    r.iterations_left = r.spec.max_iterations;
     let mut output_text = String::new();
     let started_mcp = r.start_mcp().await;
+    let started_mcp = match started_mcp {
+        Ok(None) if resuming => r.resume().await,
+        other => other,
+    };
     let end = match started_mcp {
         Ok(Some(end)) => Ok(end),
         Ok(None) => r.iterate(&mut output_text).await,
@@ -294,6 +337,65 @@ fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> ser
         d["sandbox"] = sb.policy.to_record();
     }
     d
+}
+
+/// Seq of `turn_id`'s `turn_started` (searched from the end: the turn is the latest).
+pub(super) fn turn_started_seq(st: &SessionState, turn_id: &str) -> Option<u64> {
+    st.events
+        .iter()
+        .rev()
+        .find(|e| {
+            e.event_type() == EventType::TurnStarted
+                && e.str_field("turn_id").as_deref() == Some(turn_id)
+        })
+        .map(|e| e.seq)
+}
+
+/// What a resume needs to know of the turn so far (docs/durability.md).
+struct ResumeState {
+    /// `turn_resumed` events of the turn.
+    resumed: u32,
+    /// Resumes since the turn's latest provider answer (`provider_usage`).
+    without_progress: u32,
+    /// Provider answers the turn already recorded.
+    provider_calls: u32,
+    /// Calls without a result: (call_id, name, args), in call order.
+    pending: Vec<(String, String, Value)>,
+}
+
+fn resume_state(st: &SessionState, turn_id: &str) -> ResumeState {
+    let from = turn_started_seq(st, turn_id).unwrap_or(0);
+    let mut rs = ResumeState {
+        resumed: 0,
+        without_progress: 0,
+        provider_calls: 0,
+        pending: Vec::new(),
+    };
+    for e in st.events_after(from.checked_sub(1)) {
+        match e.event_type() {
+            EventType::TurnResumed => {
+                rs.resumed += 1;
+                rs.without_progress += 1;
+            }
+            EventType::ProviderUsage => {
+                rs.provider_calls += 1;
+                rs.without_progress = 0;
+            }
+            _ => {}
+        }
+    }
+    let mut pending = st.fold.pending_calls();
+    pending.sort_by_key(|p| p.seq);
+    for p in pending {
+        let args = st
+            .events_after(p.seq.checked_sub(1))
+            .first()
+            .filter(|e| e.seq == p.seq)
+            .and_then(|e| e.event().data.get("args").cloned())
+            .unwrap_or_else(|| json!({}));
+        rs.pending.push((p.call_id, p.name, args));
+    }
+    rs
 }
 
 /// The estimate correction from the latest `provider_usage` that recorded its estimate.
@@ -422,8 +524,87 @@ impl Runner<'_> {
         self.mcp_offered.iter().find(|o| o.name == name)
     }
 
+    /// Picks up a turn a crash cut (docs/durability.md): ends it with kind
+    /// `resume_limit` after `[turns] resume_limit` resumes without a provider answer;
+    /// else records `turn_resumed` with the calls it runs again (replay-safe ones) and
+    /// those it closes `outcome_unknown` (every other call, never run again), then runs
+    /// the replay-safe calls. The provider step that was streaming is simply requested
+    /// again by the loop: nothing of it was recorded.
+    async fn resume(&mut self) -> Result<Option<End>, AgentError> {
+        let tid = self.turn_id.clone();
+        let rs = self.h.query(move |st| resume_state(st, &tid)).await?;
+        let limit = self.turns.registry.config.turns.resume_limit;
+        self.resumed = rs.resumed;
+        self.iterations_left = self.spec.max_iterations.saturating_sub(rs.provider_calls);
+        self.refresh_mcp().await;
+        let (rerun, closed): (Vec<_>, Vec<_>) = rs
+            .pending
+            .into_iter()
+            .partition(|(_, name, _)| self.replay_safe(name));
+        let mut drafts = Vec::new();
+        if rs.without_progress >= limit {
+            for (call_id, name, _) in rerun.iter().chain(&closed) {
+                let p = crate::history::fold::PendingCall {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    seq: 0,
+                };
+                drafts.push(reconcile::outcome_unknown(&p));
+            }
+            if !drafts.is_empty() {
+                self.append(drafts).await?;
+            }
+            return Ok(Some(End::Failed(
+                AgentError::new(
+                    ErrorKind::ResumeLimit,
+                    format!(
+                        "the turn was resumed {} times after crashes without a provider answer; \
+                         it ends here ([turns] resume_limit = {limit})",
+                        rs.without_progress
+                    ),
+                )
+                .with_details(json!({"resumed": rs.resumed, "resume_limit": limit})),
+            )));
+        }
+        self.resumed += 1;
+        let names = |v: &[(String, String, Value)]| {
+            v.iter()
+                .map(|(c, n, _)| json!({"call_id": c, "tool": n}))
+                .collect::<Vec<_>>()
+        };
+        drafts.push(EventDraft::new(
+            EventType::TurnResumed,
+            json!({"turn_id": self.turn_id, "resumed": self.resumed,
+                   "reason": ReconcileReason::DaemonRestart.as_str(),
+                   "rerun": names(&rerun), "closed": names(&closed)}),
+        ));
+        for (call_id, name, _) in &closed {
+            let p = crate::history::fold::PendingCall {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                seq: 0,
+            };
+            drafts.push(reconcile::outcome_unknown(&p));
+        }
+        self.append(drafts).await?;
+        if !rerun.is_empty() && !self.run_tools(rerun).await? {
+            return Ok(Some(End::Interrupted));
+        }
+        Ok(None)
+    }
+
+    /// A call that may run again after a crash: a read-only built-in, or an MCP tool
+    /// the user trusts read-only whose server declares `readOnlyHint`.
+    fn replay_safe(&self, name: &str) -> bool {
+        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) {
+            return true;
+        }
+        self.mcp_tool(name)
+            .is_some_and(|o| o.trusted_read_only && o.tool.read_only_hint())
+    }
+
     async fn iterate(&mut self, output_text: &mut String) -> Result<End, AgentError> {
-        for _ in 0..self.spec.max_iterations {
+        for _ in 0..self.iterations_left {
             if self.cancel.is_cancelled() {
                 return Ok(End::Interrupted);
             }
@@ -954,6 +1135,9 @@ impl Runner<'_> {
                 if let Some(r) = reason {
                     data["reason"] = json!(r);
                 }
+                if self.resumed > 0 {
+                    data["resumed"] = json!(self.resumed);
+                }
                 // Additive: only a limiting stop is written, so ordinary turns keep their bytes.
                 if let Some(s) = stop {
                     data["stop_reason"] = json!(s);
@@ -973,8 +1157,11 @@ impl Runner<'_> {
                 } else {
                     "failed"
                 };
-                let data = json!({"turn_id": turn_id, "status": status,
+                let mut data = json!({"turn_id": turn_id, "status": status,
                     "error": {"kind": e.kind, "message": e.message}});
+                if self.resumed > 0 {
+                    data["resumed"] = json!(self.resumed);
+                }
                 self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
                     .await?;
                 Ok(Ended {
@@ -985,6 +1172,7 @@ impl Runner<'_> {
             }
             End::Interrupted => {
                 let reason = running.reason();
+                let resumed = self.resumed;
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let res = self
                     .h
@@ -997,10 +1185,12 @@ impl Runner<'_> {
                                 .collect::<Vec<_>>(),
                         );
                         let mut drafts = reconcile::closures(&pending, ReconcileReason::Interrupt);
-                        drafts.push(EventDraft::new(
-                            EventType::TurnEnded,
-                            json!({"turn_id": turn_id, "status": "interrupted", "reason": reason}),
-                        ));
+                        let mut data =
+                            json!({"turn_id": turn_id, "status": "interrupted", "reason": reason});
+                        if resumed > 0 {
+                            data["resumed"] = json!(resumed);
+                        }
+                        drafts.push(EventDraft::new(EventType::TurnEnded, data));
                         Ok(drafts)
                     })
                     .await?;

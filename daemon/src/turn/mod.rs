@@ -50,7 +50,7 @@ use crate::history::reconcile::{self, ReconcileReason};
 use crate::ops::CompactOutcome;
 use crate::peer::PeerHandle;
 use crate::registry::Registry;
-use crate::session::SessionHandle;
+use crate::session::{SessionHandle, SessionState};
 use agentd_proto::rpc::{InterruptResult, TurnParams, TurnResult};
 use agentd_proto::{AgentError, ErrorKind, EventDraft, EventType};
 use dashmap::DashMap;
@@ -100,6 +100,9 @@ impl TurnManager {
 /// A turn in progress.
 pub struct RunningTurn {
     pub turn_id: String,
+    /// `(client_request_id, request_hash)` of the request that admitted it: a retry
+    /// racing its `turn_started` is answered with this turn, not `busy`.
+    client_request: Option<(String, String)>,
     cancel: CancellationToken,
     /// Why it was interrupted (`interrupt`, the client's reason, `daemon_shutdown`).
     interrupt_reason: Mutex<Option<String>>,
@@ -147,7 +150,7 @@ impl TurnManager {
             registry.config.mcp_sandbox,
             registry.home.root(),
         );
-        Arc::new(TurnManager {
+        let turns = Arc::new(TurnManager {
             mcp,
             registry,
             running: DashMap::new(),
@@ -155,7 +158,162 @@ impl TurnManager {
             shutting_down: AtomicBool::new(false),
             watch: crate::watch::ArtifactWatch::default(),
             permission_peers: DashMap::new(),
-        })
+        });
+        let weak = Arc::downgrade(&turns);
+        let _ = turns.registry.resumer.set(Box::new(
+            move |h: &SessionHandle, st: &SessionState, turn_id: &str| {
+                weak.upgrade().is_some_and(|t| t.take_over(h, st, turn_id))
+            },
+        ));
+        turns
+    }
+
+    /// `<home>/turns/running/`: one empty file per session whose turn this daemon runs,
+    /// so that a restart finds the turns a crash cut without reading every Log. A hint
+    /// only: the Log decides (a session loaded later for another reason resumes too).
+    fn markers_dir(&self) -> std::path::PathBuf {
+        self.registry.home.root().join("turns").join("running")
+    }
+
+    fn mark_running(&self, sid: &str, running: bool) {
+        if agentd_proto::session_id::validate(sid).is_err() {
+            return;
+        }
+        let dir = self.markers_dir();
+        let path = dir.join(sid);
+        let res = if running {
+            std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, b""))
+        } else {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        };
+        if let Err(e) = res {
+            tracing::warn!(session = sid, error = %e, "running-turn marker not updated");
+        }
+    }
+
+    /// At start: loads every session a marker names, so the turns a crash cut resume
+    /// now rather than at the session's next use (the load hands them to
+    /// [`take_over`](Self::take_over)); a marker whose session has no turn to resume
+    /// is removed.
+    pub fn resume_marked(self: &Arc<Self>) {
+        let Ok(dir) = std::fs::read_dir(self.markers_dir()) else {
+            return;
+        };
+        let sids: Vec<String> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|s| agentd_proto::session_id::validate(s).is_ok())
+            .collect();
+        for sid in sids {
+            let turns = self.clone();
+            tokio::spawn(async move {
+                let loaded = match turns.registry.get(&sid).await {
+                    Ok(h) => h.query(|_| ()).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = loaded {
+                    tracing::warn!(session = %sid, error = %e, "session of a running-turn marker not loaded");
+                }
+                if !turns.is_running(&sid) {
+                    turns.mark_running(&sid, false);
+                }
+            });
+        }
+    }
+
+    /// The session hook ([`crate::registry::Registry::resumer`]): claims the turn a
+    /// crash left open in `st` when this daemon's engine ran it (`turn_started.runner`
+    /// is `agentd`; a harness's turn through `agentd/append` is closed as before) and
+    /// resumes it in a task. Runs on the session's actor before it serves anything.
+    fn take_over(self: &Arc<Self>, h: &SessionHandle, st: &SessionState, turn_id: &str) -> bool {
+        let Some(seq) = engine::turn_started_seq(st, turn_id) else {
+            return false;
+        };
+        let Some(started) = st
+            .events_after(seq.checked_sub(1))
+            .first()
+            .map(|e| e.event())
+        else {
+            return false;
+        };
+        if started.str_field("runner") != Some("agentd")
+            || self.shutting_down.load(Ordering::SeqCst)
+        {
+            return false;
+        }
+        let params = started.data.get("params").cloned().unwrap_or_default();
+        let client_request = started
+            .str_field("client_request_id")
+            .zip(started.str_field("request_hash"))
+            .map(|(a, b)| (a.to_string(), b.to_string()));
+        let sid = h.id.to_string();
+        let (done_tx, done_rx) = watch::channel(None);
+        let running = Arc::new(RunningTurn {
+            turn_id: turn_id.to_string(),
+            client_request,
+            cancel: CancellationToken::new(),
+            interrupt_reason: Mutex::new(None),
+            done: done_rx,
+        });
+        {
+            use dashmap::mapref::entry::Entry;
+            match self.running.entry(sid.clone()) {
+                Entry::Occupied(_) => return false,
+                Entry::Vacant(v) => {
+                    v.insert(running.clone());
+                }
+            }
+        }
+        self.turns_running.fetch_add(1, Ordering::Relaxed);
+        self.mark_running(&sid, true);
+        let text = |k: &str| params.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        let p = TurnParams {
+            session_id: sid,
+            // Checked non-empty by `resolve`; a resume sends the Log, not this.
+            input: "(resumed)".into(),
+            model: text("model"),
+            provider: text("provider"),
+            max_iterations: params
+                .get("max_iterations")
+                .and_then(|v| v.as_u64())
+                .map(|n| n as u32),
+            permission_mode: text("permission_mode"),
+            wait: None,
+            sandbox: params.get("sandbox").cloned(),
+            mcp_servers: None,
+            client_request_id: None,
+            queue: None,
+        };
+        let (turns, h) = (self.clone(), h.clone());
+        tokio::spawn(async move {
+            let engine = {
+                let (turns, h, running) = (turns.clone(), h.clone(), running.clone());
+                async move {
+                    let (started_tx, _started_rx) = oneshot::channel();
+                    match setup::resolve(&turns.registry, &h, &p).await {
+                        Ok(spec) => {
+                            engine::run(
+                                &turns,
+                                &h,
+                                spec,
+                                engine::Start::Resume,
+                                &running,
+                                started_tx,
+                            )
+                            .await
+                        }
+                        // The turn cannot run again (its provider is gone from the
+                        // config, its key unset): it ends failed, its calls closed.
+                        Err(e) => record_failed(&h, &running.turn_id, e).await,
+                    }
+                }
+            };
+            run_task(turns, h, engine, running, done_tx).await;
+        });
+        true
     }
 
     /// Turns running now.
@@ -180,21 +338,90 @@ impl TurnManager {
     /// `agentd/turn`.
     pub async fn turn(self: &Arc<Self>, p: TurnParams) -> Result<TurnResult, AgentError> {
         let h = self.registry.get(&p.session_id).await?;
+        let wait = p.wait.unwrap_or(true);
+        let key = match &p.client_request_id {
+            Some(id) => {
+                agentd_proto::rpc::validate_client_request_id(id)?;
+                Some((id.clone(), request_hash(&p)))
+            }
+            None => None,
+        };
+        if let Some((id, hash)) = &key {
+            let known = h
+                .query({
+                    let id = id.clone();
+                    move |st| st.client_requests.get(&id).cloned()
+                })
+                .await?;
+            if let Some(req) = known {
+                return self.admitted(&h, id, hash, req, wait).await;
+            }
+        }
         let spec = setup::resolve(&self.registry, &h, &p).await?;
         if let Some(entries) = &p.mcp_servers {
             let parsed = mcp::parse_client(entries)?;
             self.mcp.set_client(&p.session_id, parsed);
         }
+        let mut record = json!({"runner": "agentd", "params": resume_params(&p)});
+        if let Some((id, hash)) = &key {
+            record["client_request_id"] = json!(id);
+            record["request_hash"] = json!(hash);
+        }
         let input = p.input;
         launch(
             self,
             h,
-            p.wait.unwrap_or(true),
+            wait,
+            key,
             move |turns, h, running, started| async move {
-                engine::run(&turns, &h, spec, input, &running, started).await
+                let start = engine::Start::New { input, record };
+                engine::run(&turns, &h, spec, start, &running, started).await
             },
         )
         .await
+    }
+
+    /// The answer to a retried `client_request_id`: the turn it admitted (waiting for
+    /// it with `wait`), or kind `conflict` when the params differ.
+    async fn admitted(
+        &self,
+        h: &SessionHandle,
+        id: &str,
+        hash: &str,
+        req: crate::session::ClientRequest,
+        wait: bool,
+    ) -> Result<TurnResult, AgentError> {
+        let sid = h.id.to_string();
+        let conflict = |turn_id: Option<&str>| {
+            AgentError::new(
+                ErrorKind::Conflict,
+                "this client_request_id was already used with other params",
+            )
+            .with_details(json!({"session_id": sid, "client_request_id": id, "turn_id": turn_id}))
+        };
+        let Some(turn_id) = req.turn_id.clone().filter(|_| req.hash == hash) else {
+            return Err(conflict(req.turn_id.as_deref()));
+        };
+        let running = self
+            .running
+            .get(&sid)
+            .map(|r| r.value().clone())
+            .filter(|r| r.turn_id == turn_id);
+        if let Some(r) = running {
+            return follow(h, &r, req.seq, wait).await;
+        }
+        let tid = turn_id.clone();
+        let found = h.query(move |st| ended_result(st, &tid, req.seq)).await?;
+        Ok(found.unwrap_or(TurnResult {
+            turn_id,
+            status: "running".into(),
+            output_text: String::new(),
+            first_seq: req.seq,
+            last_seq: req.seq,
+            error: None,
+            stop_reason: None,
+            reason: None,
+        }))
     }
 
     /// `agentd/compact`: deterministic, or `strategy: model` with fallback.
@@ -217,6 +444,7 @@ async fn launch<E, F>(
     turns: &Arc<TurnManager>,
     h: SessionHandle,
     wait: bool,
+    client_request: Option<(String, String)>,
     engine: E,
 ) -> Result<TurnResult, AgentError>
 where
@@ -228,6 +456,7 @@ where
     let (done_tx, done_rx) = watch::channel(None);
     let running = Arc::new(RunningTurn {
         turn_id: turn_id.clone(),
+        client_request: client_request.clone(),
         cancel: CancellationToken::new(),
         interrupt_reason: Mutex::new(None),
         done: done_rx,
@@ -237,6 +466,25 @@ where
         use dashmap::mapref::entry::Entry;
         match turns.running.entry(sid.clone()) {
             Entry::Occupied(e) => {
+                // A retry of the request that admitted the running turn, arriving
+                // before its `turn_started` was durable: that turn is the answer.
+                if let (Some((id, hash)), Some((rid, rhash))) =
+                    (&client_request, &e.get().client_request)
+                {
+                    if id == rid {
+                        if hash != rhash {
+                            return Err(AgentError::new(
+                                ErrorKind::Conflict,
+                                "this client_request_id was already used with other params",
+                            )
+                            .with_details(json!({"session_id": sid, "client_request_id": id,
+                                                 "turn_id": e.get().turn_id})));
+                        }
+                        let r = e.get().clone();
+                        drop(e);
+                        return follow(&h, &r, 0, wait).await;
+                    }
+                }
                 return Err(AgentError::new(
                     ErrorKind::Busy,
                     "a turn is already running in this session",
@@ -264,6 +512,7 @@ where
         .with_details(json!({"session_id": sid})));
     }
     turns.turns_running.fetch_add(1, Ordering::Relaxed);
+    turns.mark_running(&sid, true);
     let (started_tx, started_rx) = oneshot::channel();
     let fut = engine(turns.clone(), h.clone(), running.clone(), started_tx);
     let task = tokio::spawn(run_task(turns.clone(), h, fut, running.clone(), done_tx));
@@ -315,6 +564,7 @@ async fn run_task(
         turns.registry.set_running(&sid, false);
     }
     turns.turns_running.fetch_sub(1, Ordering::Relaxed);
+    turns.mark_running(&sid, false);
     turns
         .running
         .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
@@ -340,6 +590,142 @@ async fn run_task(
     let _ = done.send(Some(finished));
 }
 
+/// The answer for a running turn `r`: at once (`wait:false`), or its final result.
+async fn follow(
+    h: &SessionHandle,
+    r: &Arc<RunningTurn>,
+    first_seq: u64,
+    wait: bool,
+) -> Result<TurnResult, AgentError> {
+    if !wait {
+        let (first, last) = h
+            .query({
+                let tid = r.turn_id.clone();
+                move |st| {
+                    (
+                        engine::turn_started_seq(st, &tid),
+                        st.last_seq().unwrap_or(0),
+                    )
+                }
+            })
+            .await?;
+        return Ok(TurnResult {
+            turn_id: r.turn_id.clone(),
+            status: "running".into(),
+            output_text: String::new(),
+            first_seq: first.unwrap_or(first_seq),
+            last_seq: last,
+            error: None,
+            stop_reason: None,
+            reason: None,
+        });
+    }
+    let mut rx = r.done.clone();
+    let finished = match rx.wait_for(Option::is_some).await {
+        Ok(v) => v.clone(),
+        Err(_) => None,
+    };
+    finished
+        .map(|f| f.result)
+        .ok_or_else(|| AgentError::internal("turn task ended without a result"))
+}
+
+/// The result of the ended turn `turn_id` whose record starts at `from`, read off the
+/// Log (from that seq on, never the whole Log); `None` while it has not ended.
+fn ended_result(st: &crate::session::SessionState, turn_id: &str, from: u64) -> Option<TurnResult> {
+    let mut output_text = String::new();
+    let mut first_seq = from;
+    for e in st.events_after(from.checked_sub(1)) {
+        match e.event_type() {
+            EventType::TurnStarted if e.str_field("turn_id").as_deref() == Some(turn_id) => {
+                first_seq = e.seq;
+            }
+            EventType::AssistantMessage => {
+                let ev = e.event();
+                if ev.data.pointer("/metadata/partial") != Some(&json!(true)) {
+                    if let Some(t) = ev.str_field("text").filter(|t| !t.is_empty()) {
+                        output_text = t.to_string();
+                    }
+                }
+            }
+            EventType::TurnEnded if e.str_field("turn_id").as_deref() == Some(turn_id) => {
+                let ev = e.event();
+                let d = &ev.data;
+                let text = |k: &str| d.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                return Some(TurnResult {
+                    turn_id: turn_id.to_string(),
+                    status: text("status").unwrap_or_default(),
+                    output_text,
+                    first_seq,
+                    last_seq: e.seq,
+                    error: d
+                        .get("error")
+                        .and_then(|v| serde_json::from_value(v.clone()).ok()),
+                    stop_reason: text("stop_reason"),
+                    reason: text("reason"),
+                });
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// SHA-256 over the params that define a turn request, in a fixed order: a retry with
+/// the same params gives the same hash whatever the order of its JSON keys.
+fn request_hash(p: &TurnParams) -> String {
+    let canonical = json!([
+        p.session_id,
+        p.input,
+        p.model,
+        p.provider,
+        p.max_iterations,
+        p.permission_mode,
+        p.sandbox.as_ref().map(canonical_json),
+        p.mcp_servers
+            .as_ref()
+            .map(|v| v.iter().map(canonical_json).collect::<Vec<_>>()),
+        p.queue.unwrap_or(false),
+    ]);
+    crate::text::sha256_hex(canonical.to_string().as_bytes())
+}
+
+/// `v` with every object's keys sorted.
+fn canonical_json(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let mut out = serde_json::Map::new();
+            for k in keys {
+                out.insert(k.clone(), canonical_json(&m[k]));
+            }
+            serde_json::Value::Object(out)
+        }
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.iter().map(canonical_json).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// What a resumed turn runs with again: the request's own choices (the session's
+/// defaults are read again at the resume). Client-given MCP servers are not kept.
+fn resume_params(p: &TurnParams) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    let mut put = |k: &str, v: Option<serde_json::Value>| {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    };
+    put("model", p.model.clone().map(Into::into));
+    put("provider", p.provider.clone().map(Into::into));
+    put("max_iterations", p.max_iterations.map(Into::into));
+    put("permission_mode", p.permission_mode.clone().map(Into::into));
+    put("sandbox", p.sandbox.clone());
+    serde_json::Value::Object(m)
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     let what = payload
         .downcast_ref::<&str>()
@@ -357,7 +743,12 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// the turn was cut short, and docs/history-rules.md#reconciliation's reasons have none closer) and records
 /// `turn_ended{status:"failed", error{kind:"internal", message}}` in one append.
 async fn record_panic(h: &SessionHandle, turn_id: &str, message: &str) -> EngineResult {
-    let error = AgentError::internal(message.to_string());
+    record_failed(h, turn_id, AgentError::internal(message.to_string())).await
+}
+
+/// Ends the open turn `turn_id` `failed` with `error`, its pending calls closed, in one
+/// append (see [`record_panic`]).
+async fn record_failed(h: &SessionHandle, turn_id: &str, error: AgentError) -> EngineResult {
     let (tid, err) = (turn_id.to_string(), error.clone());
     let (tx, rx) = oneshot::channel();
     let res = h
@@ -496,6 +887,7 @@ mod tests {
             &turns,
             h.clone(),
             true,
+            None,
             |_, h, running, started| async move {
                 let turn_id = running.turn_id.clone();
                 let res = h
@@ -543,7 +935,7 @@ mod tests {
         assert_eq!(h.query(|st| st.running_turn.clone()).await.unwrap(), None);
 
         // The session takes the next turn (a panic before anything was recorded).
-        let r = launch(&turns, h.clone(), true, |_, _, _, _| async move {
+        let r = launch(&turns, h.clone(), true, None, |_, _, _, _| async move {
             if evs.is_empty() {
                 return Err(AgentError::internal("unreachable"));
             }
@@ -563,7 +955,7 @@ mod tests {
     async fn turns_are_refused_once_shutdown_interrupts() {
         let (_dir, turns, h) = session().await;
         turns.interrupt_all("daemon_shutdown").await;
-        let err = launch(&turns, h.clone(), true, |_, _, _, _| async move {
+        let err = launch(&turns, h.clone(), true, None, |_, _, _, _| async move {
             Err(AgentError::internal("the engine must not run"))
         })
         .await

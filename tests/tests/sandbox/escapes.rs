@@ -194,3 +194,86 @@ fn a_detached_process_dies_at_the_timeout_and_never_reaches_the_daemon() {
         );
     }
 }
+
+/// Secrets the first hidden set did not know: other agents' credentials and stores,
+/// database client files, shell histories, agentd's default home while the daemon runs
+/// with another, `.env` files outside the workspace, and `[sandbox] hide`. The
+/// workspace's own `.env` stays readable.
+#[test]
+fn other_agents_credentials_histories_and_outside_env_files_are_hidden() {
+    let planted = [
+        (".codex/auth.json", "CODEX-SECRET"),
+        (".claude/.credentials.json", "CLAUDE-SECRET"),
+        (".claude.json", "CLAUDEJSON-SECRET"),
+        (".gemini/oauth_creds.json", "GEMINI-SECRET"),
+        (".config/github-copilot/apps.json", "COPILOT-SECRET"),
+        (".local/share/opencode/auth.json", "OPENCODE-SECRET"),
+        (".pgpass", "PGPASS-SECRET"),
+        (".my.cnf", "MYCNF-SECRET"),
+        (".bash_history", "BASHHIST-SECRET"),
+        (".custom_repl_history", "CUSTOMHIST-SECRET"),
+        (".local/share/fish/fish_history", "FISH-SECRET"),
+        (".config/rclone/rclone.conf", "RCLONE-SECRET"),
+        (".kube/config", "KUBE-SECRET"),
+        (".local/state/agentd/sessions/s.ndjson", "AGENTDLOG-SECRET"),
+        (".env.local", "HOMEENV-SECRET"),
+        ("extra-secret/token", "EXTRA-SECRET"),
+    ];
+    for (level, force) in LEVELS {
+        let o = outside();
+        for (rel, text) in planted {
+            let p = o.home.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let proj = o.root.join("proj");
+        let ws = proj.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(proj.join(".env"), "PARENTENV-SECRET").unwrap();
+        std::fs::write(proj.join(".env.production"), "PARENTPROD-SECRET").unwrap();
+        std::fs::write(ws.join(".env"), "WS-ENV-OK").unwrap();
+        let d = at_level(&o, force)
+            .config("[sandbox]\nhide = [\"~/extra-secret\"]\n")
+            .start();
+        let mut c = d.connect();
+        let sid = c.call_ok("agentd/create", json!({"workspace": ws}))["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut cmd = String::from("cat .env; echo\n");
+        for (rel, _) in planted {
+            cmd.push_str(&format!("cat {} 2>/dev/null\n", q(&o.home.join(rel))));
+        }
+        for f in [".env", ".env.production"] {
+            cmd.push_str(&format!("cat {} 2>/dev/null\n", q(&proj.join(f))));
+        }
+        cmd.push_str("echo end");
+        let calls = [("shell", json!({"command": cmd}))];
+        let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        assert_eq!(r["status"], "completed", "{level}: {r}");
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .expect("a tool_result");
+        let text = res["data"]["output"].as_str().unwrap_or("").to_string();
+        assert!(
+            text.contains("WS-ENV-OK") && text.contains("end"),
+            "{level}: {res}"
+        );
+        assert!(!text.contains("-SECRET"), "{level}: {text}");
+        assert_eq!(res["data"]["sandbox"]["level"], level, "{level}: {res}");
+        // The file tools agree: a hidden path is refused even by absolute path.
+        let calls = [(
+            "read_file",
+            json!({"path": o.home.join(".codex/auth.json")}),
+        )];
+        let (_, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .unwrap();
+        assert!(!res.to_string().contains("CODEX-SECRET"), "{level}: {res}");
+    }
+}

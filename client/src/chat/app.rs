@@ -1,0 +1,1061 @@
+//! The chat's state and what it does with keys, daemon messages and replies. It never
+//! talks to the socket itself: every call it wants is returned as an [`Effect`] that the
+//! loop (`chat::run`) carries out, and the reply comes back through [`App::on_reply`].
+
+use super::input::{Action, Editor};
+use crate::params::title_from_prompt;
+use crate::render::{self, one_line, relative_time};
+use crate::view::{args_summary, NoticeKind, TurnState, View};
+use agentd_proto::rpc::method;
+use agentd_proto::{AgentError, ErrorKind};
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde_json::{json, Value};
+use std::collections::{HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// How many of a session's newest events an attach draws (older ones stay in the Log:
+/// `agentctl log`, `/export`).
+pub const HISTORY_EVENTS: u64 = 1500;
+
+/// The slash commands, with their help line.
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("/help", "keys and commands"),
+    (
+        "/model",
+        "[provider:model] the model of the next turns (no argument: list)",
+    ),
+    (
+        "/mode",
+        "auto|ask|read_only: the permission mode of the next turns",
+    ),
+    (
+        "/compact",
+        "[--tail N] compact the history into a checkpoint",
+    ),
+    (
+        "/fork",
+        "[seq] fork the session (at seq, default its end) and switch to the child",
+    ),
+    ("/tree", "the session's fork tree, this session marked"),
+    ("/sessions", "the sessions of this directory"),
+    ("/diff", "what the session changed in its workspace"),
+    (
+        "/revert",
+        "[seq] put the files back as they were at seq (default: before the last turn)",
+    ),
+    ("/rename", "TITLE rename the session"),
+    (
+        "/export",
+        "[path] export the session (.md, .html or .jsonl; default SID.md)",
+    ),
+    ("/mcp", "MCP servers and their tools"),
+    ("/usage", "token usage of this session"),
+    ("/quit", "leave (the session stays; a running turn goes on)"),
+];
+
+/// What a call's reply is for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tag {
+    List,
+    LastPrompt(String),
+    Create,
+    Show,
+    Events,
+    Subscribe,
+    Unsubscribe,
+    Turn(String),
+    Steer(String),
+    Queue(String),
+    Interrupt,
+    Rename,
+    Fork,
+    Model(String),
+    /// A command whose result is shown as a notice.
+    Show2(&'static str),
+}
+
+/// Something the loop must do for the app.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Call(Tag, &'static str, Value),
+    Respond(Value, Value),
+    RespondError(Value, &'static str),
+    Quit,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Screen {
+    Picker,
+    Chat,
+}
+
+/// One row of the session picker.
+#[derive(Debug, Clone)]
+pub struct PickerEntry {
+    pub session_id: String,
+    pub title: String,
+    pub age: String,
+    pub status: String,
+    pub last_prompt: String,
+}
+
+/// A permission request waiting for the user.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub id: Value,
+    pub tool: String,
+    pub summary: String,
+    pub grant: Option<String>,
+    pub justification: Option<String>,
+    pub mcp: bool,
+}
+
+/// Options that shape the chat's turns (from the command line, changed by commands).
+#[derive(Debug, Clone, Default)]
+pub struct TurnSettings {
+    pub model: Option<String>,
+    pub permission_mode: Option<String>,
+    pub sandbox: Option<Value>,
+}
+
+pub struct App {
+    pub screen: Screen,
+    pub cwd: PathBuf,
+    pub session_id: Option<String>,
+    pub subscription: Option<Value>,
+    pub view: View,
+    pub editor: Editor,
+    pub picker: Vec<PickerEntry>,
+    pub picker_sel: usize,
+    /// The picker was opened from a chat (Esc goes back to it).
+    pub picker_return: bool,
+    pub connected: bool,
+    /// Attaching: history still loading.
+    pub loading: bool,
+    pub hint: Option<String>,
+    /// Lines scrolled up from the bottom of the transcript.
+    pub scroll: u16,
+    pub show_reasoning: bool,
+    pub expand_tools: bool,
+    pub permissions: VecDeque<Pending>,
+    /// Typing a deny reason for the first pending request.
+    pub deny_reason: Option<Editor>,
+    /// Tools the user allowed for the session with `a` (answered here, recorded by the
+    /// daemon as allowed by the client).
+    pub allowed_tools: HashSet<String>,
+    pub settings: TurnSettings,
+    pub quit_armed: bool,
+}
+
+fn sid_ok(e: &Value, sid: &str) -> bool {
+    e.get("session_id")
+        .and_then(Value::as_str)
+        .is_none_or(|s| s == sid)
+}
+
+impl App {
+    pub fn new(cwd: PathBuf, settings: TurnSettings) -> App {
+        App {
+            screen: Screen::Chat,
+            cwd,
+            session_id: None,
+            subscription: None,
+            view: View::default(),
+            editor: Editor::default(),
+            picker: Vec::new(),
+            picker_sel: 0,
+            picker_return: false,
+            connected: true,
+            loading: false,
+            hint: None,
+            scroll: 0,
+            show_reasoning: false,
+            expand_tools: false,
+            permissions: VecDeque::new(),
+            deny_reason: None,
+            allowed_tools: HashSet::new(),
+            settings,
+            quit_armed: false,
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        matches!(self.view.turn, TurnState::Running { .. })
+    }
+
+    fn sid(&self) -> String {
+        self.session_id.clone().unwrap_or_default()
+    }
+
+    fn info(&mut self, text: impl Into<String>) {
+        self.view.notice(NoticeKind::Info, text);
+        self.scroll = 0;
+    }
+
+    fn error(&mut self, text: impl Into<String>) {
+        self.view.notice(NoticeKind::Error, text);
+        self.scroll = 0;
+    }
+
+    /// Opens the picker of the current directory's sessions.
+    pub fn open_picker(&mut self, from_chat: bool) -> Vec<Effect> {
+        self.screen = Screen::Picker;
+        self.picker_return = from_chat;
+        self.picker_sel = 0;
+        vec![Effect::Call(
+            Tag::List,
+            method::LIST,
+            json!({"workspace": self.cwd.to_string_lossy(), "limit": 50}),
+        )]
+    }
+
+    /// Creates a session in the current directory and attaches to it.
+    pub fn create(&mut self) -> Vec<Effect> {
+        self.screen = Screen::Chat;
+        self.loading = true;
+        let mut p = json!({"workspace": self.cwd.to_string_lossy()});
+        if let Some(m) = &self.settings.model {
+            p["model"] = json!(m);
+        }
+        if let Some(s) = &self.settings.sandbox {
+            p["sandbox"] = s.clone();
+        }
+        vec![Effect::Call(Tag::Create, method::CREATE, p)]
+    }
+
+    /// Attaches to `sid`: its newest history, then its live events.
+    pub fn attach(&mut self, sid: &str) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if let Some(sub) = self.subscription.take() {
+            fx.push(Effect::Call(
+                Tag::Unsubscribe,
+                method::UNSUBSCRIBE,
+                json!({"subscription": sub}),
+            ));
+        }
+        self.screen = Screen::Chat;
+        self.session_id = Some(sid.to_string());
+        self.view = View::default();
+        self.permissions.clear();
+        self.deny_reason = None;
+        self.scroll = 0;
+        self.loading = true;
+        fx.push(Effect::Call(
+            Tag::Show,
+            method::SHOW,
+            json!({"session_id": sid}),
+        ));
+        fx
+    }
+
+    fn events_call(&self, after: Option<u64>) -> Effect {
+        let mut p = json!({"session_id": self.sid(), "limit": 1000});
+        if let Some(a) = after {
+            p["after_seq"] = json!(a);
+        }
+        Effect::Call(Tag::Events, method::EVENTS, p)
+    }
+
+    fn subscribe_call(&self) -> Effect {
+        let mut p = json!({"session_id": self.sid(), "permissions": true});
+        if let Some(s) = self.view.last_seq {
+            p["after_seq"] = json!(s);
+        }
+        Effect::Call(Tag::Subscribe, method::SUBSCRIBE, p)
+    }
+
+    /// The connection is gone: say so; what streamed comes back recorded.
+    pub fn on_disconnected(&mut self) {
+        if self.connected {
+            self.connected = false;
+            self.subscription = None;
+            self.permissions.clear();
+            self.deny_reason = None;
+            self.view.end_streams();
+        }
+    }
+
+    /// A new connection: catch up from the last seq seen, then follow.
+    pub fn on_connected(&mut self) -> Vec<Effect> {
+        self.connected = true;
+        match (&self.screen, &self.session_id) {
+            (Screen::Chat, Some(_)) => {
+                self.loading = true;
+                vec![self.events_call(self.view.last_seq)]
+            }
+            (Screen::Picker, _) => self.open_picker(self.picker_return),
+            _ => Vec::new(),
+        }
+    }
+
+    /// An `agentd/event` notification's event.
+    pub fn on_event(&mut self, event: &Value) -> Vec<Effect> {
+        let Some(sid) = &self.session_id else {
+            return Vec::new();
+        };
+        if !sid_ok(event, sid) {
+            return Vec::new();
+        }
+        if event.get("type").and_then(Value::as_str) == Some("lagged") {
+            // The subscription fell behind: renew it from the last seq applied.
+            return vec![self.subscribe_call()];
+        }
+        self.view.apply(event);
+        Vec::new()
+    }
+
+    /// A server→client request (`agentd/permission`).
+    pub fn on_request(&mut self, id: Value, method_name: &str, params: &Value) -> Vec<Effect> {
+        if method_name != method::PERMISSION {
+            return vec![Effect::RespondError(
+                id,
+                "agentctl chat does not serve this method",
+            )];
+        }
+        let s = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or("");
+        let tool = s("tool").to_string();
+        if self.session_id.as_deref() != Some(s("session_id")) {
+            return vec![Effect::Respond(id, json!({"decision": "deny"}))];
+        }
+        let grant = params
+            .get("sandbox_grant")
+            .filter(|g| !g.is_null())
+            .map(|g| one_line(&g.to_string(), 200));
+        if grant.is_none() && self.allowed_tools.contains(&tool) {
+            return vec![Effect::Respond(id, json!({"decision": "allow"}))];
+        }
+        let null = Value::Null;
+        self.permissions.push_back(Pending {
+            id,
+            summary: args_summary(&tool, params.get("args").unwrap_or(&null)),
+            tool,
+            grant,
+            justification: params
+                .get("justification")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            mcp: params.get("mcp").is_some_and(|m| !m.is_null()),
+        });
+        self.scroll = 0;
+        Vec::new()
+    }
+
+    fn answer(&mut self, decision: &str, reason: Option<String>) -> Vec<Effect> {
+        let Some(p) = self.permissions.pop_front() else {
+            return Vec::new();
+        };
+        let mut result = json!({"decision": decision});
+        match decision {
+            "session" if p.grant.is_some() => {
+                result = json!({"decision": "allow", "scope": "session"});
+            }
+            "session" if p.mcp => result = json!({"decision": "allow_always"}),
+            "session" => {
+                self.allowed_tools.insert(p.tool.clone());
+                result = json!({"decision": "allow"});
+            }
+            _ => {}
+        }
+        if let Some(r) = reason.filter(|r| !r.trim().is_empty()) {
+            result["reason"] = json!(r);
+            self.info(format!("denied {}: {r}", p.tool));
+        }
+        vec![Effect::Respond(p.id, result)]
+    }
+
+    /// A pasted block goes into the box as it is.
+    pub fn on_paste(&mut self, text: &str) {
+        if self.screen != Screen::Chat {
+            return;
+        }
+        match &mut self.deny_reason {
+            Some(e) => e.insert_str(&text.replace('\n', " ")),
+            None => self.editor.insert_str(text),
+        }
+    }
+
+    pub fn on_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        if key.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        if key.code != KeyCode::Char('c') || !key.modifiers.contains(KeyModifiers::CONTROL) {
+            self.quit_armed = false;
+        }
+        if self.screen == Screen::Picker {
+            return self.picker_key(key);
+        }
+        if !self.permissions.is_empty() {
+            if let Some(fx) = self.permission_key(key) {
+                return fx;
+            }
+        }
+        let action = self.editor.key(key, self.running());
+        self.hint = None;
+        match action {
+            Action::Submit => self.submit(false),
+            Action::Queue => self.submit(true),
+            Action::Interrupt => self.interrupt(),
+            Action::CtrlC => {
+                if self.running() {
+                    self.interrupt()
+                } else if !self.editor.is_empty() {
+                    self.editor.clear();
+                    Vec::new()
+                } else if self.quit_armed {
+                    vec![Effect::Quit]
+                } else {
+                    self.quit_armed = true;
+                    self.hint = Some("press Ctrl-C again to quit".into());
+                    Vec::new()
+                }
+            }
+            Action::Quit => vec![Effect::Quit],
+            Action::Complete => {
+                self.complete();
+                Vec::new()
+            }
+            Action::ScrollUp => {
+                self.scroll = self.scroll.saturating_add(10);
+                Vec::new()
+            }
+            Action::ScrollDown => {
+                self.scroll = self.scroll.saturating_sub(10);
+                Vec::new()
+            }
+            Action::ScrollBottom => {
+                self.scroll = 0;
+                Vec::new()
+            }
+            Action::ToggleReasoning => {
+                self.show_reasoning = !self.show_reasoning;
+                Vec::new()
+            }
+            Action::ToggleTools => {
+                self.expand_tools = !self.expand_tools;
+                Vec::new()
+            }
+            Action::Edited | Action::None => Vec::new(),
+        }
+    }
+
+    /// Keys while a permission request waits; `None` lets the key through.
+    fn permission_key(&mut self, key: KeyEvent) -> Option<Vec<Effect>> {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if let Some(reason) = &mut self.deny_reason {
+            return Some(match key.code {
+                KeyCode::Enter => {
+                    let r = reason.text.clone();
+                    self.deny_reason = None;
+                    self.answer("deny", Some(r))
+                }
+                KeyCode::Esc => {
+                    self.deny_reason = None;
+                    Vec::new()
+                }
+                KeyCode::Char('c') if ctrl => {
+                    self.deny_reason = None;
+                    self.answer("deny", None)
+                }
+                _ => {
+                    reason.key(key, false);
+                    Vec::new()
+                }
+            });
+        }
+        match key.code {
+            KeyCode::Char('y') | KeyCode::Char('Y') if !ctrl => Some(self.answer("allow", None)),
+            KeyCode::Char('a') | KeyCode::Char('A') if !ctrl => Some(self.answer("session", None)),
+            KeyCode::Char('n') | KeyCode::Char('N') if !ctrl => {
+                self.deny_reason = Some(Editor::default());
+                Some(Vec::new())
+            }
+            KeyCode::Char('c') | KeyCode::Char('d') if ctrl => None,
+            KeyCode::Esc => None,
+            _ => Some(Vec::new()),
+        }
+    }
+
+    fn picker_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        let n = self.picker.len() + 1;
+        match key.code {
+            KeyCode::Up => self.picker_sel = (self.picker_sel + n - 1) % n,
+            KeyCode::Down => self.picker_sel = (self.picker_sel + 1) % n,
+            KeyCode::Enter => {
+                if self.picker_sel == 0 {
+                    return self.create();
+                }
+                if let Some(e) = self.picker.get(self.picker_sel - 1) {
+                    let sid = e.session_id.clone();
+                    return self.attach(&sid);
+                }
+            }
+            KeyCode::Esc if self.picker_return => self.screen = Screen::Chat,
+            KeyCode::Esc | KeyCode::Char('q') => return vec![Effect::Quit],
+            KeyCode::Char('c') | KeyCode::Char('d') if ctrl => return vec![Effect::Quit],
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    fn complete(&mut self) {
+        let t = self.editor.text.clone();
+        if !t.starts_with('/') || t.contains(' ') {
+            return;
+        }
+        let matches: Vec<&str> = COMMANDS
+            .iter()
+            .map(|(c, _)| *c)
+            .filter(|c| c.starts_with(&t))
+            .collect();
+        match matches.as_slice() {
+            [] => self.hint = Some(format!("no command starts with {t}")),
+            [one] => self.editor.set(&format!("{one} ")),
+            many => {
+                let mut common = many[0].to_string();
+                for m in &many[1..] {
+                    while !m.starts_with(&common) {
+                        common.pop();
+                    }
+                }
+                self.editor.set(&common);
+                self.hint = Some(many.join("  "));
+            }
+        }
+    }
+
+    fn interrupt(&mut self) -> Vec<Effect> {
+        if !self.running() {
+            return Vec::new();
+        }
+        self.hint = Some("interrupting…".into());
+        vec![Effect::Call(
+            Tag::Interrupt,
+            method::INTERRUPT,
+            json!({"session_id": self.sid(), "reason": "chat"}),
+        )]
+    }
+
+    fn turn_params(&self, input: &str) -> Value {
+        let mut p = json!({"session_id": self.sid(), "input": input, "wait": false});
+        if let Some(m) = &self.settings.model {
+            p["model"] = json!(m);
+        }
+        if let Some(m) = &self.settings.permission_mode {
+            p["permission_mode"] = json!(m);
+        }
+        if let Some(s) = &self.settings.sandbox {
+            p["sandbox"] = s.clone();
+        }
+        p
+    }
+
+    fn submit(&mut self, queue: bool) -> Vec<Effect> {
+        if self.editor.text.trim().is_empty() {
+            return Vec::new();
+        }
+        if self.session_id.is_none() || !self.connected || self.loading {
+            self.hint = Some(if self.connected {
+                "still attaching: the prompt stays here; Enter again once idle".into()
+            } else {
+                "disconnected: the prompt stays here until the chat reconnects".into()
+            });
+            return Vec::new();
+        }
+        let text = self.editor.take();
+        self.scroll = 0;
+        if text.starts_with('/') {
+            return self.command(text.trim());
+        }
+        if queue {
+            let mut p = self.turn_params(&text);
+            p["queue"] = json!(true);
+            return vec![Effect::Call(Tag::Queue(text), method::TURN, p)];
+        }
+        if self.running() {
+            return vec![Effect::Call(
+                Tag::Steer(text.clone()),
+                "agentd/steer",
+                json!({"session_id": self.sid(), "input": text}),
+            )];
+        }
+        let mut fx = Vec::new();
+        if self.view.title.is_none() && self.view.items.is_empty() {
+            fx.push(Effect::Call(
+                Tag::Rename,
+                method::RENAME,
+                json!({"session_id": self.sid(), "title": title_from_prompt(&text)}),
+            ));
+        }
+        fx.push(Effect::Call(
+            Tag::Turn(text.clone()),
+            method::TURN,
+            self.turn_params(&text),
+        ));
+        fx
+    }
+
+    fn command(&mut self, line: &str) -> Vec<Effect> {
+        let (name, arg) = line.split_once(' ').unwrap_or((line, ""));
+        let arg = arg.trim();
+        let sid = self.sid();
+        let show = |what: &'static str, m: &'static str, p: Value| {
+            vec![Effect::Call(Tag::Show2(what), m, p)]
+        };
+        match name {
+            "/help" => {
+                self.info(help_text());
+                Vec::new()
+            }
+            "/quit" | "/exit" => vec![Effect::Quit],
+            "/model" if arg.is_empty() => show("models", method::MODELS, json!({})),
+            "/model" => vec![Effect::Call(
+                Tag::Model(arg.to_string()),
+                method::PREFLIGHT,
+                json!({"model": arg}),
+            )],
+            "/mode" => match arg {
+                "auto" | "ask" | "read_only" => {
+                    self.settings.permission_mode = Some(arg.to_string());
+                    self.info(format!("permission mode of the next turns: {arg}"));
+                    Vec::new()
+                }
+                _ => {
+                    self.error("usage: /mode auto|ask|read_only");
+                    Vec::new()
+                }
+            },
+            "/compact" => {
+                let mut p = json!({"session_id": sid});
+                if !arg.is_empty() {
+                    let n = arg.trim_start_matches("--tail").trim().parse::<u64>();
+                    match n {
+                        Ok(n) => p["tail_events"] = json!(n),
+                        Err(_) => {
+                            self.error("usage: /compact [--tail N]");
+                            return Vec::new();
+                        }
+                    }
+                }
+                show("compact", method::COMPACT, p)
+            }
+            "/fork" => {
+                let mut p = json!({"session_id": sid});
+                if !arg.is_empty() {
+                    match arg.parse::<u64>() {
+                        Ok(n) => p["to_seq"] = json!(n),
+                        Err(_) => {
+                            self.error("usage: /fork [seq]");
+                            return Vec::new();
+                        }
+                    }
+                }
+                vec![Effect::Call(Tag::Fork, method::FORK, p)]
+            }
+            "/tree" => show("tree", method::TREE, json!({"session_id": sid})),
+            "/sessions" => self.open_picker(true),
+            "/diff" => show("diff", method::DIFF, json!({"session_id": sid})),
+            "/revert" => {
+                let to = if arg.is_empty() {
+                    self.view.last_turn_seq.map(|s| s.saturating_sub(1))
+                } else {
+                    arg.parse::<u64>().ok()
+                };
+                match to {
+                    Some(to) => show(
+                        "revert",
+                        method::REVERT,
+                        json!({"session_id": sid, "to_seq": to}),
+                    ),
+                    None => {
+                        self.error("usage: /revert SEQ (no turn to revert yet)");
+                        Vec::new()
+                    }
+                }
+            }
+            "/rename" if arg.is_empty() => {
+                self.error("usage: /rename TITLE");
+                Vec::new()
+            }
+            "/rename" => show(
+                "rename",
+                method::RENAME,
+                json!({"session_id": sid, "title": arg}),
+            ),
+            "/export" => {
+                let path = if arg.is_empty() {
+                    self.cwd.join(format!("{sid}.md"))
+                } else {
+                    self.cwd.join(arg)
+                };
+                let format = match path.extension().and_then(|e| e.to_str()) {
+                    Some("html") => "html",
+                    Some("jsonl") => "jsonl",
+                    _ => "markdown",
+                };
+                show(
+                    "export",
+                    method::EXPORT,
+                    json!({"session_id": sid, "format": format,
+                           "output_path": path.to_string_lossy()}),
+                )
+            }
+            "/mcp" => show("mcp", method::MCP_TOOLS, json!({"session_id": sid})),
+            "/usage" => show("usage", method::USAGE, json!({"session_id": sid})),
+            _ => {
+                self.error(format!("unknown command {name}; /help lists them"));
+                Vec::new()
+            }
+        }
+    }
+
+    /// A reply to one of the app's calls.
+    pub fn on_reply(&mut self, tag: Tag, result: Result<Value, AgentError>) -> Vec<Effect> {
+        match (tag, result) {
+            (Tag::List, Ok(v)) => {
+                let now = time::OffsetDateTime::now_utc();
+                self.picker = v
+                    .get("sessions")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|s| {
+                                let st = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("");
+                                PickerEntry {
+                                    session_id: st("session_id").into(),
+                                    title: one_line(st("title"), 50),
+                                    age: relative_time(st("updated_at"), now),
+                                    status: st("status").into(),
+                                    last_prompt: String::new(),
+                                }
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.picker_sel = self.picker_sel.min(self.picker.len());
+                let counts: Vec<(String, u64)> = v
+                    .get("sessions")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .take(20)
+                            .map(|s| {
+                                (
+                                    s.get("session_id")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or("")
+                                        .to_string(),
+                                    s.get("event_count").and_then(Value::as_u64).unwrap_or(0),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                counts
+                    .into_iter()
+                    .map(|(sid, n)| {
+                        let mut p = json!({"session_id": sid, "types": ["user_message"]});
+                        if n > 300 {
+                            p["after_seq"] = json!(n - 300);
+                        }
+                        Effect::Call(Tag::LastPrompt(sid), method::EVENTS, p)
+                    })
+                    .collect()
+            }
+            (Tag::LastPrompt(sid), Ok(v)) => {
+                let last = v
+                    .get("events")
+                    .and_then(Value::as_array)
+                    .and_then(|a| a.last())
+                    .and_then(|e| e.pointer("/data/text"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if let Some(e) = self.picker.iter_mut().find(|e| e.session_id == sid) {
+                    e.last_prompt = one_line(last, 60);
+                }
+                Vec::new()
+            }
+            (Tag::LastPrompt(_), Err(_)) | (Tag::Unsubscribe, _) | (Tag::Rename, _) => Vec::new(),
+            (Tag::Create, Ok(v)) => match v.get("session_id").and_then(Value::as_str) {
+                Some(sid) => {
+                    let sid = sid.to_string();
+                    self.attach(&sid)
+                }
+                None => {
+                    self.error("agentd/create returned no session_id");
+                    Vec::new()
+                }
+            },
+            (Tag::Show, Ok(v)) => {
+                let last = v.get("last_seq").and_then(Value::as_u64);
+                if v.get("status").and_then(Value::as_str) == Some("running") {
+                    self.view.turn = TurnState::Running {
+                        turn_id: String::new(),
+                    };
+                }
+                let start = last.and_then(|l| l.checked_sub(HISTORY_EVENTS));
+                if let Some(s) = start {
+                    self.view.notice(
+                        NoticeKind::Info,
+                        format!(
+                            "{} earlier events are not drawn (agentctl log {} shows them)",
+                            s + 1,
+                            self.sid()
+                        ),
+                    );
+                }
+                vec![self.events_call(start)]
+            }
+            (Tag::Events, Ok(v)) => {
+                if let Some(events) = v.get("events").and_then(Value::as_array) {
+                    for e in events {
+                        self.view.apply(e);
+                    }
+                }
+                match v.get("next_after_seq").and_then(Value::as_u64) {
+                    Some(n) if self.view.last_seq.is_none_or(|l| n > l) => {
+                        vec![self.events_call(Some(n))]
+                    }
+                    Some(_)
+                        if v.get("events")
+                            .and_then(Value::as_array)
+                            .is_some_and(|a| !a.is_empty()) =>
+                    {
+                        vec![self.events_call(self.view.last_seq)]
+                    }
+                    _ => vec![self.subscribe_call()],
+                }
+            }
+            (Tag::Subscribe, Ok(v)) => {
+                self.loading = false;
+                self.subscription = v.get("subscription").cloned().or(Some(v));
+                Vec::new()
+            }
+            (Tag::Turn(text), Err(e)) => {
+                self.editor.set(&text);
+                if e.kind == ErrorKind::Busy {
+                    self.hint = Some(
+                        "a turn is running: Enter steers it, Alt+Enter queues after it".into(),
+                    );
+                } else {
+                    self.error(format!("turn refused: {}: {}", e.kind, e.message));
+                }
+                Vec::new()
+            }
+            (Tag::Turn(_), Ok(_)) => Vec::new(),
+            (Tag::Steer(text), Err(e)) => {
+                if e.kind.to_string() == "not_running" {
+                    // The turn ended meanwhile: the prompt starts the next one.
+                    return vec![Effect::Call(
+                        Tag::Turn(text.clone()),
+                        method::TURN,
+                        self.turn_params(&text),
+                    )];
+                }
+                self.editor.set(&text);
+                if e.kind == ErrorKind::Unsupported {
+                    self.hint = Some(
+                        "this daemon cannot steer a running turn: wait for it (Esc interrupts)"
+                            .into(),
+                    );
+                } else {
+                    self.error(format!("steer refused: {}: {}", e.kind, e.message));
+                }
+                Vec::new()
+            }
+            (Tag::Steer(_), Ok(_)) => {
+                self.hint = Some("sent to the running turn".into());
+                Vec::new()
+            }
+            (Tag::Queue(text), Err(e)) => {
+                self.editor.set(&text);
+                if e.kind == ErrorKind::InvalidArgs && e.message.contains("queue") {
+                    self.hint =
+                        Some("this daemon does not queue prompts: wait for the turn to end".into());
+                } else {
+                    self.error(format!("queue refused: {}: {}", e.kind, e.message));
+                }
+                Vec::new()
+            }
+            (Tag::Queue(text), Ok(v)) => {
+                let status = v.get("status").and_then(Value::as_str).unwrap_or("");
+                if status == "queued" {
+                    self.info(format!("queued: {}", one_line(&text, 80)));
+                }
+                Vec::new()
+            }
+            (Tag::Interrupt, Err(e)) => {
+                self.error(format!("interrupt failed: {}: {}", e.kind, e.message));
+                Vec::new()
+            }
+            (Tag::Interrupt, Ok(_)) => Vec::new(),
+            (Tag::Fork, Ok(v)) => match v
+                .get("child_session_id")
+                .or_else(|| v.get("session_id"))
+                .and_then(Value::as_str)
+            {
+                Some(child) => {
+                    let parent = self.sid();
+                    let child = child.to_string();
+                    let fx = self.attach(&child);
+                    self.view.notice(
+                        NoticeKind::Info,
+                        format!("forked from {parent}: now in {child}"),
+                    );
+                    fx
+                }
+                None => {
+                    self.error("agentd/fork returned no child session id");
+                    Vec::new()
+                }
+            },
+            (Tag::Model(m), Ok(v)) => {
+                let model = v.get("model").and_then(Value::as_str).unwrap_or(&m);
+                let provider = v.get("provider").and_then(Value::as_str).unwrap_or("");
+                self.info(format!("model of the next turns: {provider} {model}"));
+                self.settings.model = Some(m);
+                Vec::new()
+            }
+            (Tag::Show2(what), Ok(v)) => {
+                let text = self.command_output(what, &v);
+                self.info(text);
+                Vec::new()
+            }
+            (Tag::Subscribe | Tag::Events | Tag::Show | Tag::Create, Err(e)) => {
+                self.loading = false;
+                if e.kind != ErrorKind::DaemonUnavailable {
+                    self.error(format!("cannot attach: {}: {}", e.kind, e.message));
+                }
+                Vec::new()
+            }
+            (_, Err(e)) => {
+                if e.kind != ErrorKind::DaemonUnavailable {
+                    self.error(format!("{}: {}", e.kind, e.message));
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn command_output(&self, what: &str, v: &Value) -> String {
+        let sid = self.sid();
+        match what {
+            "tree" => {
+                let drawing = render::tree_result(v);
+                drawing
+                    .lines()
+                    .map(|l| {
+                        if l.contains(&sid) {
+                            format!("{l}  ◀ this session")
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+            "diff" => render::diff_result(v),
+            "revert" => render::revert_result(v),
+            "compact" => {
+                let r = v.get("range").cloned().unwrap_or(Value::Null);
+                format!(
+                    "compacted seq {}..{} into a checkpoint",
+                    r.get("from_seq").map(Value::to_string).unwrap_or_default(),
+                    r.get("to_seq").map(Value::to_string).unwrap_or_default()
+                )
+            }
+            "rename" => format!(
+                "renamed: {}",
+                v.get("title").and_then(Value::as_str).unwrap_or("")
+            ),
+            "export" => format!(
+                "exported {} bytes to {}",
+                v.get("bytes").map(Value::to_string).unwrap_or_default(),
+                v.get("output_path").and_then(Value::as_str).unwrap_or("")
+            ),
+            "models" => {
+                let mut out = format!(
+                    "model of the next turns: {}\n",
+                    self.settings
+                        .model
+                        .as_deref()
+                        .or(self.view.model.as_deref())
+                        .unwrap_or("the session's default")
+                );
+                for m in v
+                    .get("models")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let _ = writeln!(
+                        out,
+                        "  {}:{}",
+                        m.get("provider").and_then(Value::as_str).unwrap_or(""),
+                        m.get("model").and_then(Value::as_str).unwrap_or("")
+                    );
+                }
+                out.push_str("/model provider:model picks one");
+                out
+            }
+            "mcp" => {
+                let tools = v.get("tools").and_then(Value::as_array);
+                match tools {
+                    Some(t) if !t.is_empty() => {
+                        let mut out = String::from("MCP tools:\n");
+                        for tool in t {
+                            let _ = writeln!(
+                                out,
+                                "  {}  {}",
+                                tool.get("name").and_then(Value::as_str).unwrap_or(""),
+                                one_line(
+                                    tool.get("description")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or(""),
+                                    60
+                                )
+                            );
+                        }
+                        out
+                    }
+                    _ => "no MCP servers or tools for this session ([mcp_servers] in config.toml)"
+                        .into(),
+                }
+            }
+            "usage" => {
+                let t = v.get("total").cloned().unwrap_or(Value::Null);
+                let n = |k: &str| t.get(k).map(Value::to_string).unwrap_or("0".into());
+                let mut out = format!(
+                    "usage: {} calls, {} input tokens ({} cached), {} output tokens",
+                    n("calls"),
+                    n("input_tokens"),
+                    n("cached_tokens"),
+                    n("output_tokens")
+                );
+                if let Some(c) = t.get("cost").filter(|c| !c.is_null()) {
+                    let _ = write!(out, ", cost {c}");
+                }
+                out
+            }
+            _ => one_line(&v.to_string(), 400),
+        }
+    }
+}
+
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "Keys: Enter sends · Shift+Enter, Alt+Enter or Ctrl-J: new line · Up/Down: history\n\
+         While a turn runs: Enter steers it (the text joins the running turn), Alt+Enter\n\
+         queues it as the next turn, Esc interrupts. Ctrl-C interrupts, clears the input,\n\
+         or quits when pressed twice on an idle screen. Ctrl-D quits.\n\
+         PgUp/PgDn scroll · Ctrl-End back to the bottom · Ctrl-R shows reasoning · Ctrl-O\n\
+         unfolds tool results · Tab completes commands.\n\
+         Permission requests: y allows once, a allows for the session, n denies (type a\n\
+         reason, Enter).\nCommands:\n",
+    );
+    for (c, h) in COMMANDS {
+        let _ = writeln!(out, "  {c:<10} {h}");
+    }
+    out.trim_end().to_string()
+}

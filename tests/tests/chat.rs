@@ -1,0 +1,337 @@
+//! Black-box tests of `agentctl chat`: the real binary on a real pseudo-terminal
+//! (`agentd_tests::pty`), against the real daemon and the offline `script` provider.
+//! Every wait is on screen content or an event, with a deadline.
+
+use agentd_tests::pty::Pty;
+use agentd_tests::Daemon;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Writes a script file into the daemon's temp dir and returns its `script:` model.
+fn script(d: &Daemon, name: &str, body: Value) -> String {
+    let p = d.root().join(name);
+    std::fs::write(&p, serde_json::to_vec_pretty(&body).unwrap()).unwrap();
+    format!("script:{}", p.display())
+}
+
+fn chat(d: &Daemon, args: &[&str], rows: u16, cols: u16) -> Pty {
+    let mut cmd = d.agentctl_cmd();
+    cmd.arg("chat").args(args);
+    Pty::spawn(cmd, rows, cols)
+}
+
+#[test]
+fn a_new_chat_streams_an_answer() {
+    let d = Daemon::start();
+    let model = script(
+        &d,
+        "hi.json",
+        json!({"rules":[{"steps":[{"text":"Hello from the **script**.\n```rust\nfn main() {}\n```","chunk_chars":4,"delay_ms":5}]}]}),
+    );
+    let mut p = chat(&d, &["--new", "--model", &model], 30, 100);
+    p.wait_for("idle", WAIT);
+    p.line("say hi");
+    p.wait_for("› say hi", WAIT);
+    p.wait_for("Hello from the script.", WAIT);
+    let s = p.wait_for("│ fn main() {}", WAIT);
+    assert!(s.contains("┌ rust"), "{s}");
+    p.wait_for("idle", WAIT);
+    p.send("\x04");
+    let st = p.wait_exit(WAIT).expect("chat exits on Ctrl-D");
+    assert!(st.success(), "{st:?}");
+}
+
+/// A script whose rules answer by a word of the prompt: `write1` / `write2` write a
+/// file (then say so), `slow` streams for a long time, anything else says hello.
+fn rules(d: &Daemon) -> String {
+    script(
+        d,
+        "rules.json",
+        json!({"rules": [
+            {"match": "write1", "steps": [
+                {"text": "Writing one.", "tool_calls": [{"name": "write_file", "args": {"path": "one.txt", "content": "1\n"}}]},
+                {"text": "Finished one."}
+            ]},
+            {"match": "write2", "steps": [
+                {"text": "Writing two.", "tool_calls": [{"name": "write_file", "args": {"path": "two.txt", "content": "2\n"}}]},
+                {"text": "Finished two."}
+            ]},
+            {"match": "slow", "steps": [
+                {"text": "Once upon a time there was a very long story that streamed slowly so it could be cut.", "chunk_chars": 2, "delay_ms": 300}
+            ]},
+            {"match": "世界", "steps": [{"text": "ответ: 世界 ✓ — ça marche"}]},
+            {"steps": [{"text": "Hello there.", "chunk_chars": 3}]}
+        ]}),
+    )
+}
+
+fn quit(mut p: Pty) {
+    p.send("\x04");
+    let st = p.wait_exit(WAIT).expect("chat exits on Ctrl-D");
+    assert!(st.success(), "{st:?}");
+}
+
+fn count(hay: &str, needle: &str) -> usize {
+    hay.matches(needle).count()
+}
+
+#[test]
+fn ask_mode_approves_and_denies_inline() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(
+        &d,
+        &["--new", "--model", &model, "--permission-mode", "ask"],
+        30,
+        100,
+    );
+    p.wait_for("idle", WAIT);
+    p.line("please write1");
+    p.wait_for("Allow write_file one.txt?", WAIT);
+    p.wait_for(
+        "[y] allow once   [a] allow for the session   [n] deny",
+        WAIT,
+    );
+    p.send("y");
+    p.wait_for("Finished one.", WAIT);
+    let s = p.wait_for("[allow (client_allowed)]", WAIT);
+    assert!(s.contains("⏺ write_file one.txt"), "{s}");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("one.txt")).unwrap(),
+        "1\n"
+    );
+    p.wait_for("idle", WAIT);
+    p.line("now write2");
+    p.wait_for("Allow write_file two.txt?", WAIT);
+    p.send("n");
+    p.wait_for("deny, reason", WAIT);
+    p.line("not that file");
+    p.wait_for("Finished two.", WAIT);
+    let s = p.wait_for("[deny (client_denied)]", WAIT);
+    assert!(s.contains("denied write_file: not that file"), "{s}");
+    assert!(s.contains("✗ permission_denied"), "{s}");
+    assert!(!d.workspace().join("two.txt").exists());
+    quit(p);
+}
+
+#[test]
+fn compact_fork_and_tree_from_slash_commands() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(&d, &["--new", "--model", &model], 40, 120);
+    p.wait_for("idle", WAIT);
+    p.line("hello one");
+    p.wait_for("Hello there.", WAIT);
+    p.wait_for("idle", WAIT);
+    p.line("hello two");
+    p.wait_until("the second answer", WAIT, |s| count(s, "Hello there.") == 2);
+    p.wait_for("idle", WAIT);
+    // Tab completes a command name.
+    p.send("/comp\t");
+    p.wait_for("> /compact", WAIT);
+    p.line("--tail 2");
+    p.wait_for("compacted seq 0..", WAIT);
+    p.wait_for("— compacted: deterministic", WAIT);
+    let mut c = d.connect();
+    let listed = c.call_ok("agentd/list", json!({}));
+    let parent = listed["sessions"][0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    p.line("/fork");
+    let s = p.wait_for("forked from", WAIT);
+    assert!(s.contains(&format!("forked from {parent}: now in ")), "{s}");
+    let listed = c.call_ok("agentd/list", json!({}));
+    let child = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .find(|s| *s != parent)
+        .expect("the child session");
+    p.wait_for(&format!("now in {child}"), WAIT);
+    p.wait_for("idle", WAIT);
+    p.line("/tree");
+    let s = p.wait_for("◀ this session", WAIT);
+    let marked: Vec<&str> = s.lines().filter(|l| l.contains("◀ this session")).collect();
+    assert_eq!(marked.len(), 1, "{s}");
+    assert!(marked[0].contains(&child), "{s}");
+    assert!(
+        s.lines().any(|l| l.contains(&parent) && !l.contains('◀')),
+        "{s}"
+    );
+    // The child goes on from the parent's history.
+    p.line("hello three");
+    p.wait_until("the child's answer", WAIT, |s| s.contains("› hello three"));
+    p.wait_for("idle", WAIT);
+    let ev = c.call_ok(
+        "agentd/events",
+        json!({"session_id": child, "types": ["user_message"]}),
+    );
+    let texts: Vec<&str> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["data"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.last(), Some(&"hello three"), "{ev}");
+    quit(p);
+}
+
+#[test]
+fn an_attached_chat_shows_another_clients_turn_live() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let sid = d.create_session();
+    d.agentctl(["turn", &sid, "earlier prompt", "--model", &model])
+        .assert_code(0);
+    let p = chat(&d, &[&sid], 30, 100);
+    p.wait_for("› earlier prompt", WAIT);
+    p.wait_for("idle", WAIT);
+    let mut other = d.agentctl_cmd();
+    other.args([
+        "turn",
+        &sid,
+        "please write1 from elsewhere",
+        "--model",
+        &model,
+    ]);
+    let out = other.output().expect("agentctl turn");
+    assert!(out.status.success(), "{out:?}");
+    p.wait_for("› please write1 from elsewhere", WAIT);
+    let s = p.wait_for("Finished one.", WAIT);
+    assert!(s.contains("⏺ write_file one.txt"), "{s}");
+    assert_eq!(count(&s, "› earlier prompt"), 1, "{s}");
+    quit(p);
+}
+
+#[test]
+fn esc_interrupts_a_slow_turn_and_the_chat_goes_on() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(&d, &["--new", "--model", &model], 30, 100);
+    p.wait_for("idle", WAIT);
+    p.line("tell a slow story");
+    p.wait_for("Once", WAIT);
+    p.wait_for("running", WAIT);
+    p.send("\x1b");
+    p.wait_for("turn interrupted", WAIT);
+    p.wait_for("idle", WAIT);
+    p.line("hello again");
+    p.wait_for("Hello there.", WAIT);
+    let s = p.wait_for("idle", WAIT);
+    assert!(!s.contains("cut."), "the slow story ran to its end: {s}");
+    quit(p);
+}
+
+#[test]
+fn a_daemon_restart_is_caught_up_exactly() {
+    let mut d = Daemon::start();
+    let model = rules(&d);
+    let sid = d.create_session();
+    d.agentctl(["turn", &sid, "before the crash", "--model", &model])
+        .assert_code(0);
+    let mut p = chat(&d, &[&sid], 30, 100);
+    p.wait_for("› before the crash", WAIT);
+    p.wait_for("idle", WAIT);
+    d.kill9();
+    p.wait_for("disconnected", WAIT);
+    // While the chat is cut off, a second daemon on another socket (same home) records
+    // a whole exchange; then the daemon comes back on the chat's socket.
+    let side = d.root().join("side.sock");
+    let mut second = d.agentd_cmd();
+    second.env("AGENTD_SOCKET", &side);
+    let mut child = second.spawn().expect("second daemon");
+    let mut c = loop {
+        if let Ok(c) = agentd_tests::RpcConn::connect(&side) {
+            break c;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the second daemon exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    c.call_ok(
+        "agentd/append",
+        json!({"session_id": sid, "events": [
+            {"type": "user_message", "data": {"text": "during the outage"}},
+            {"type": "assistant_message", "data": {"text": "answered while you were away"}}
+        ]}),
+    );
+    c.call_ok("agentd/shutdown", json!({}));
+    let _ = child.wait();
+    d.spawn();
+    d.wait_ready(WAIT).expect("daemon back");
+    let s = p.wait_for("answered while you were away", WAIT);
+    p.wait_for("idle", WAIT);
+    assert_eq!(count(&s, "› before the crash"), 1, "{s}");
+    assert_eq!(count(&s, "› during the outage"), 1, "{s}");
+    assert_eq!(count(&s, "answered while you were away"), 1, "{s}");
+    // And it follows live again.
+    p.line("hello after");
+    let s = p.wait_for("Hello there.", WAIT);
+    assert_eq!(count(&s, "answered while you were away"), 1, "{s}");
+    quit(p);
+}
+
+#[test]
+fn resize_to_tiny_and_back_and_non_ascii_round_trips() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(&d, &["--new", "--model", &model], 24, 80);
+    p.wait_for("idle", WAIT);
+    let prompt = "héllo 世界 🎉 naïve";
+    p.line(prompt);
+    p.wait_for("ответ: 世界 ✓ — ça marche", WAIT);
+    p.wait_for("idle", WAIT);
+    let mut c = d.connect();
+    let sid = c.call_ok("agentd/list", json!({}))["sessions"][0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ev = c.call_ok(
+        "agentd/events",
+        json!({"session_id": sid, "types": ["user_message"]}),
+    );
+    assert_eq!(ev["events"][0]["data"]["text"], prompt);
+    p.resize(8, 20);
+    p.wait_for("too small: 20x8", WAIT);
+    p.resize(24, 80);
+    let s = p.wait_for("ответ: 世界 ✓ — ça marche", WAIT);
+    assert!(s.contains(&format!("› {prompt}")), "{s}");
+    assert!(s.contains("idle"), "{s}");
+    quit(p);
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    let d = Daemon::start();
+    let mut p = chat(&d, &["--new"], 24, 80);
+    p.wait_for("idle", WAIT);
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe {
+        libc::kill(p.pid() as libc::pid_t, libc::SIGTERM);
+    }
+    let st = p.wait_exit(WAIT).expect("chat exits on SIGTERM");
+    assert_eq!(st.code(), Some(143), "{st:?}");
+    let raw = String::from_utf8_lossy(&p.raw()).to_string();
+    let entered = raw
+        .rfind("\x1b[?1049h")
+        .expect("the chat entered the alternate screen");
+    let after = &raw[entered..];
+    assert!(
+        after.contains("\x1b[?1049l"),
+        "the alternate screen was not left: {after:?}"
+    );
+    assert!(
+        after.contains("\x1b[?2004l"),
+        "bracketed paste was not turned off: {after:?}"
+    );
+    assert!(
+        after.contains("\x1b[?25h"),
+        "the cursor was not shown again: {after:?}"
+    );
+}

@@ -1,0 +1,371 @@
+//! Turns that finish after a crash, and idempotent admission (docs/durability.md):
+//! the real daemon killed with SIGKILL mid-turn, a provider endpoint that records every
+//! request it gets across restarts (`agentd_tests::sse::MockProvider`), and real shell
+//! commands whose side effects the workspace counts.
+
+use agentd_tests::sse::{chat_partial, chat_text, chat_tools, MockProvider, Reply};
+use agentd_tests::{is_type, wait_output, Daemon, RpcConn};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
+    c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn of_type<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    evs.iter().filter(|e| is_type(e, kind)).collect()
+}
+
+fn assert_balanced(c: &mut RpcConn, sid: &str) {
+    let ctx = c.call_ok("agentd/context", json!({"session_id": sid}));
+    assert_eq!(ctx["stats"]["balanced"], true, "{ctx}");
+}
+
+/// Waits for the session's `turn_ended` (from the backlog or live); returns it.
+fn wait_turn_ended(d: &Daemon, sid: &str) -> Value {
+    let mut sub = d.connect();
+    sub.subscribe(sid, Some(0));
+    sub.wait_event(|e| is_type(e, "turn_ended"), WAIT)
+        .unwrap_or_else(|| {
+            panic!(
+                "no turn_ended within {WAIT:?}; daemon:\n{}",
+                d.daemon_output()
+            )
+        })
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    let mut delay = Duration::from_millis(2);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Pids whose command line contains `marker`.
+fn pids_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(marker) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn kill_all(marker: &str) {
+    for pid in pids_with(marker) {
+        // SAFETY: plain kill(2) on a pid found by our own unique marker.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The chat messages of a recorded request, as one string to search.
+fn messages(req: &Value) -> String {
+    req["messages"].to_string()
+}
+
+/// A daemon whose default provider is `mock`.
+fn daemon(mock: &MockProvider, extra: &str) -> Daemon {
+    Daemon::builder()
+        .config(&format!("{}{extra}", mock.config()))
+        .start()
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+        .canonicalize()
+        .expect("example script")
+}
+
+/// The daemon is killed while the provider streams the answer; `agentctl turn` (one
+/// `client_request_id`, retried across the restart) gets the answer of the resumed
+/// turn, and the Log holds one prompt, one turn and one whole answer: the streamed half
+/// was never recorded, and the provider was asked again with the same input.
+#[test]
+fn a_crash_mid_stream_ends_with_exactly_one_answer() {
+    let mock = MockProvider::start(|n, _| match n {
+        0 => Reply::Hang(chat_partial("Half an ans")),
+        _ => Reply::Complete(chat_text("The whole answer.")),
+    });
+    let mut d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let child = d
+        .agentctl_cmd()
+        .args(["--json", "turn", &sid, "Tell me"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentctl");
+    sub.wait_event(
+        |e| is_type(e, "text_delta") && e["data"]["text"] == "Half an ans",
+        WAIT,
+    )
+    .expect("the first half streamed");
+    d.restart();
+    let out = wait_output(child, WAIT).expect("agentctl turn finished after the restart");
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let r = out.json();
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["output_text"], "The whole answer.", "{r}");
+
+    let mut c = d.connect();
+    let evs = events(&mut c, &sid);
+    let users = of_type(&evs, "user_message");
+    assert_eq!(users.len(), 1, "{evs:#?}");
+    assert_eq!(users[0]["data"]["text"], "Tell me");
+    let started = of_type(&evs, "turn_started");
+    assert_eq!(started.len(), 1, "{evs:#?}");
+    assert_eq!(started[0]["data"]["turn_id"], r["turn_id"]);
+    assert!(started[0]["data"]["client_request_id"].is_string());
+    let answers: Vec<&Value> = of_type(&evs, "assistant_message");
+    assert_eq!(answers.len(), 1, "{evs:#?}");
+    assert_eq!(answers[0]["data"]["text"], "The whole answer.");
+    let resumed = of_type(&evs, "turn_resumed");
+    assert_eq!(resumed.len(), 1, "{evs:#?}");
+    assert_eq!(resumed[0]["data"]["turn_id"], r["turn_id"]);
+    assert_eq!(resumed[0]["data"]["resumed"], 1);
+    let ended = of_type(&evs, "turn_ended");
+    assert_eq!(ended.len(), 1, "{evs:#?}");
+    assert_eq!(ended[0]["data"]["status"], "completed");
+    assert_eq!(ended[0]["data"]["resumed"], 1);
+
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:#?}");
+    assert_eq!(
+        reqs[0]["messages"], reqs[1]["messages"],
+        "the step asked again as it was"
+    );
+    assert!(!messages(&reqs[1]).contains("Half an ans"));
+    assert_balanced(&mut c, &sid);
+}
+
+/// A step asks for a `shell` command and a `read_file`; the daemon is killed while the
+/// command runs. After the restart the command is not run again (the workspace counts
+/// one run) and is closed `outcome_unknown`, which the model is told in its next
+/// request; the `read_file`, replay-safe, is run.
+#[test]
+fn a_shell_cut_by_a_crash_ran_once_and_a_read_file_is_run_again() {
+    let marker = format!("agentd_resume_shell_{}", std::process::id());
+    let command = format!("echo ran >> count.txt; exec -a {marker} sleep 60");
+    let mock = MockProvider::start(move |n, _| match n {
+        0 => Reply::Complete(chat_tools(&[
+            ("c_sh", "shell", json!({"command": command})),
+            ("c_rd", "read_file", json!({"path": "notes.txt"})),
+        ])),
+        _ => Reply::Complete(chat_text("Checked.")),
+    });
+    let mut d = daemon(&mock, "");
+    std::fs::write(d.workspace().join("notes.txt"), "the notes\n").unwrap();
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "count and read", "wait": false,
+               "client_request_id": "shell-once"}),
+    );
+    let turn_id = r["turn_id"].as_str().unwrap().to_string();
+    let count = d.workspace().join("count.txt");
+    wait_until("the command to run", || {
+        count.exists() && !pids_with(&marker).is_empty()
+    });
+    d.restart();
+    kill_all(&marker);
+    let ended = wait_turn_ended(&d, &sid);
+    assert_eq!(ended["data"]["turn_id"], turn_id.as_str());
+    assert_eq!(ended["data"]["status"], "completed", "{ended}");
+    assert_eq!(ended["data"]["resumed"], 1);
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap(),
+        "ran\n",
+        "the command ran once"
+    );
+
+    let mut c = d.connect();
+    let evs = events(&mut c, &sid);
+    let result = |id: &str| {
+        of_type(&evs, "tool_result")
+            .into_iter()
+            .filter(|e| e["data"]["call_id"] == id)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let sh = result("c_sh");
+    assert_eq!(sh.len(), 1, "{evs:#?}");
+    assert_eq!(sh[0]["data"]["ok"], false);
+    assert_eq!(sh[0]["data"]["error"]["kind"], "outcome_unknown");
+    let rd = result("c_rd");
+    assert_eq!(rd.len(), 1, "{evs:#?}");
+    assert_eq!(rd[0]["data"]["ok"], true, "{}", rd[0]);
+    assert!(rd[0]["data"]["output"]
+        .as_str()
+        .unwrap()
+        .contains("the notes"));
+    let resumed = of_type(&evs, "turn_resumed");
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(
+        resumed[0]["data"]["closed"],
+        json!([{"call_id": "c_sh", "tool": "shell"}])
+    );
+    assert_eq!(
+        resumed[0]["data"]["rerun"],
+        json!([{"call_id": "c_rd", "tool": "read_file"}])
+    );
+    assert_eq!(
+        of_type(&evs, "tool_call").len(),
+        2,
+        "no call was asked for again"
+    );
+
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:#?}");
+    let told = messages(&reqs[1]);
+    assert!(told.contains("outcome_unknown"), "{told}");
+    assert!(told.contains("may or may not have taken effect"), "{told}");
+    assert!(told.contains("the notes"), "{told}");
+    assert_balanced(&mut c, &sid);
+}
+
+/// A provider that never finishes a step: the turn is resumed after each of three
+/// crashes, then ends `failed` with kind `resume_limit` instead of trying a fourth time.
+#[test]
+fn a_turn_resumed_three_times_without_progress_ends_with_resume_limit() {
+    let mock = MockProvider::start(|_, _| Reply::Hang(chat_partial("thinking")));
+    let mut d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "never done", "wait": false}),
+    );
+    for n in 1..=4 {
+        mock.wait_requests(n, WAIT);
+        d.restart();
+    }
+    let ended = wait_turn_ended(&d, &sid);
+    assert_eq!(ended["data"]["turn_id"], r["turn_id"]);
+    assert_eq!(ended["data"]["status"], "failed", "{ended}");
+    assert_eq!(ended["data"]["error"]["kind"], "resume_limit", "{ended}");
+    assert_eq!(ended["data"]["resumed"], 3, "{ended}");
+    let mut c = d.connect();
+    let evs = events(&mut c, &sid);
+    assert_eq!(of_type(&evs, "turn_resumed").len(), 3, "{evs:#?}");
+    assert_eq!(mock.requests().len(), 4, "no fifth provider call");
+    // The session takes new turns.
+    let hello = format!("script:{}", example("hello.json").display());
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "hi", "model": hello}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_balanced(&mut c, &sid);
+}
+
+/// The same `client_request_id` with the same params answers the turn already
+/// admitted (no second prompt); other params under it are a `conflict`; a malformed
+/// id is refused.
+#[test]
+fn a_retried_client_request_id_returns_the_same_turn_and_a_changed_one_conflicts() {
+    let d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let hello = format!("script:{}", example("hello.json").display());
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let p = json!({"session_id": sid, "input": "hi", "model": hello, "client_request_id": "req-1"});
+    let first = c.call_ok("agentd/turn", p.clone());
+    assert_eq!(first["status"], "completed", "{first}");
+    let again = c.call_ok("agentd/turn", p.clone());
+    assert_eq!(again["turn_id"], first["turn_id"]);
+    assert_eq!(again["status"], "completed");
+    assert_eq!(again["output_text"], first["output_text"]);
+    assert_eq!(again["first_seq"], first["first_seq"]);
+    let mut nowait = p.clone();
+    nowait["wait"] = json!(false);
+    // `wait` is how to answer, not what was asked: still the same request.
+    let r = c.call_ok("agentd/turn", nowait);
+    assert_eq!(r["turn_id"], first["turn_id"]);
+
+    let mut changed = p.clone();
+    changed["input"] = json!("hello?");
+    let e = c.call("agentd/turn", changed);
+    assert_eq!(e["error"]["data"]["kind"], "conflict", "{e}");
+    assert_eq!(e["error"]["data"]["details"]["turn_id"], first["turn_id"]);
+
+    for bad in [
+        json!(""),
+        json!("x".repeat(129)),
+        json!("tab\there"),
+        json!("é"),
+    ] {
+        let mut q = p.clone();
+        q["client_request_id"] = bad;
+        let e = c.call("agentd/turn", q);
+        assert_eq!(e["error"]["data"]["kind"], "invalid_args", "{e}");
+    }
+    let evs = events(&mut c, &sid);
+    assert_eq!(of_type(&evs, "turn_started").len(), 1, "{evs:#?}");
+    assert_eq!(of_type(&evs, "user_message").len(), 1, "{evs:#?}");
+
+    // A restart rebuilds the index from the Log.
+    let mut d = d;
+    d.restart();
+    let mut c = d.connect();
+    let after = c.call_ok("agentd/turn", p);
+    assert_eq!(after["turn_id"], first["turn_id"]);
+    assert_eq!(after["output_text"], first["output_text"]);
+    assert_eq!(of_type(&events(&mut c, &sid), "turn_started").len(), 1);
+}
+
+/// `agentd/append` with a `client_request_id`: a retry answers the append already made
+/// (same seqs and ids, nothing written twice), also after a restart; other events under
+/// the same id are a `conflict`.
+#[test]
+fn a_retried_append_is_written_once() {
+    let mut d = Daemon::builder().env("AGENTD_DURABILITY", "none").start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let p = json!({"session_id": sid, "client_request_id": "app-1", "events": [
+        {"type": "user_message", "data": {"text": "one"}},
+        {"type": "assistant_message", "data": {"text": "two"}}
+    ]});
+    let first = c.call_ok("agentd/append", p.clone());
+    assert_eq!(
+        first["last_seq"].as_u64(),
+        Some(first["first_seq"].as_u64().unwrap() + 1)
+    );
+    let again = c.call_ok("agentd/append", p.clone());
+    assert_eq!(again, first);
+    let mut changed = p.clone();
+    changed["events"][1]["data"]["text"] = json!("three");
+    let e = c.call("agentd/append", changed);
+    assert_eq!(e["error"]["data"]["kind"], "conflict", "{e}");
+    d.restart();
+    let mut c = d.connect();
+    assert_eq!(c.call_ok("agentd/append", p), first);
+    let evs = events(&mut c, &sid);
+    assert_eq!(of_type(&evs, "user_message").len(), 1, "{evs:#?}");
+    assert_eq!(of_type(&evs, "assistant_message").len(), 1, "{evs:#?}");
+    assert_eq!(
+        of_type(&evs, "user_message")[0]["data"]["client_request_id"],
+        "app-1"
+    );
+}
