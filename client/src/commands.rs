@@ -143,7 +143,11 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         }
         Command::Turn(a) => {
             let p = turn_params(&a.session_id, &a.prompt, &a.turn)?;
-            let ask = a.turn.permission_mode == Some(PermissionMode::Ask);
+            // Without --permission-mode the config's `[turns] permission_mode` may say ask.
+            let ask = a
+                .turn
+                .permission_mode
+                .is_none_or(|m| m == PermissionMode::Ask);
             let v = retried_turn(&target, None, &a.session_id, p, human, ask).await?;
             Ok(result(v, String::new()))
         }
@@ -187,7 +191,11 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
                 output::stderr(&format!("session {sid}\n"));
             }
             let p = turn_params(&sid, &a.prompt, &a.turn)?;
-            let ask = a.turn.permission_mode == Some(PermissionMode::Ask);
+            // Without --permission-mode the config's `[turns] permission_mode` may say ask.
+            let ask = a
+                .turn
+                .permission_mode
+                .is_none_or(|m| m == PermissionMode::Ask);
             let v = retried_turn(&target, Some(c), &sid, p, human, ask)
                 .await
                 .map_err(|mut e| {

@@ -286,6 +286,14 @@ async fn start_and_wait(target: &Target) -> Result<Connected, AgentError> {
             );
             if let Some((status, _)) = exited {
                 msg = format!("agentd (pid {pid}) exited ({status}) before answering");
+                // Its own last word, such as the config key and line it refused.
+                if let Some(last) = log_tail(&log, 10)
+                    .iter()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("agentd: "))
+                {
+                    msg = format!("{msg}: {last}");
+                }
             }
             return Err(
                 AgentError::new(ErrorKind::DaemonUnavailable, msg).with_details(json!({

@@ -152,10 +152,65 @@ async fn check_socket(target: &Target) -> Vec<Check> {
     out
 }
 
+/// The provider turns use when they name none, and its key variable, as the daemon
+/// resolves it (`agentd config check`).
+struct DefaultProvider {
+    name: String,
+    /// Set in the config (`default_provider`), not the built-in fallback.
+    configured: bool,
+    key_env: Option<String>,
+}
+
+impl DefaultProvider {
+    /// The daemon's answer, or (without an agentd binary) the same reading of the table.
+    fn from_check(v: &Value) -> Option<DefaultProvider> {
+        let name = v["default_provider"].as_str()?.to_string();
+        Some(DefaultProvider {
+            key_env: v["providers"][&name]["api_key_env"]
+                .as_str()
+                .map(str::to_string),
+            configured: v["default_provider_configured"] == json!(true),
+            name,
+        })
+    }
+
+    fn from_table(config: Option<&toml::Table>) -> DefaultProvider {
+        let set = config
+            .and_then(|c| c.get("default_provider"))
+            .and_then(|v| v.as_str());
+        let name = set.unwrap_or("openai").to_string();
+        let configured = config
+            .and_then(|c| c.get("providers"))
+            .and_then(|t| t.get(&name))
+            .and_then(|t| t.as_table());
+        let key_env = match configured {
+            Some(t) => t
+                .get("api_key_env")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+            None => match name.as_str() {
+                "openai" => Some("OPENAI_API_KEY".to_string()),
+                "anthropic" => Some("ANTHROPIC_API_KEY".to_string()),
+                _ => None,
+            },
+        };
+        DefaultProvider {
+            name,
+            configured: set.is_some(),
+            key_env,
+        }
+    }
+}
+
 /// Provider key variables named by the config (plus the built-in providers'), and
 /// whether each is set for agentctl-started daemons (this environment) and for the
-/// service (its env file).
-fn check_keys(config: Option<&toml::Table>, env_file: &Path) -> Vec<Check> {
+/// service (its env file). The default provider's key is required: without it
+/// `agentctl run` fails.
+fn check_keys(
+    config: Option<&toml::Table>,
+    default: &DefaultProvider,
+    env_file: &Path,
+) -> Vec<Check> {
     let mut names: BTreeSet<String> = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
         .map(String::from)
         .into();
@@ -169,6 +224,7 @@ fn check_keys(config: Option<&toml::Table>, env_file: &Path) -> Vec<Check> {
             }
         }
     }
+    names.extend(default.key_env.clone());
     let in_file: BTreeSet<String> = std::fs::read_to_string(env_file)
         .unwrap_or_default()
         .lines()
@@ -192,38 +248,40 @@ fn check_keys(config: Option<&toml::Table>, env_file: &Path) -> Vec<Check> {
     }
     let mut out = Vec::new();
     let mut d = if present.is_empty() {
-        "none set (keyless providers only: ollama, script)".to_string()
+        "none set".to_string()
     } else {
         format!("set: {}", present.join(", "))
     };
     if !absent.is_empty() && !present.is_empty() {
         let _ = write!(d, "; not set: {}", absent.join(", "));
     }
-    // Only the default provider's key is required: without it `agentctl run` fails.
-    let default_key = config.and_then(|c| {
-        let p = c.get("default_provider")?.as_str()?;
-        let configured = c
-            .get("providers")
-            .and_then(|t| t.get(p))
-            .and_then(|t| t.get("api_key_env"))
-            .and_then(|v| v.as_str());
-        let builtin = match p {
-            "openai" => Some("OPENAI_API_KEY"),
-            "anthropic" => Some("ANTHROPIC_API_KEY"),
-            _ => None,
-        };
-        Some((p.to_string(), configured.or(builtin)?.to_string()))
-    });
-    match default_key {
-        Some((p, key)) if absent.contains(&key) => out.push(bad(
+    match &default.key_env {
+        Some(key) if absent.contains(key) => {
+            let p = &default.name;
+            let what = if default.configured {
+                format!("default_provider {p:?} needs {key}, which is not set")
+            } else {
+                format!(
+                    "no provider configured: default_provider is unset, so turns use the built-in {p:?}, which needs {key}, and it is not set"
+                )
+            };
+            out.push(bad(
+                "provider keys",
+                format!("{what}; {d}"),
+                format!(
+                    "export {key}=... and run `agentctl daemon stop` (the next agentctl command starts a daemon that sees it); \
+                     for a daemon started by the service (`agentctl service install`), add {key}=... to {} and run \
+                     `systemctl --user restart agentd`; or choose a provider you have a key for: default_provider = \"NAME\" \
+                     in {} (`agentctl config init` writes a commented file)",
+                    env_file.display(),
+                    paths::default_config().display()
+                ),
+            ))
+        }
+        _ => out.push(ok(
             "provider keys",
-            format!("default_provider {p:?} needs {key}, which is not set; {d}"),
-            format!(
-                "export {key}=... before the daemon starts, or add {key}=... to {} for the service",
-                env_file.display()
-            ),
+            format!("default provider {:?}; {d}", default.name),
         )),
-        _ => out.push(ok("provider keys", d)),
     }
     match std::fs::metadata(env_file) {
         Ok(m) if m.mode() & 0o077 != 0 => out.push(bad(
@@ -281,25 +339,47 @@ fn check_config(path: &Path) -> (Check, Option<toml::Table>) {
             );
         }
     };
-    if let Some(d) = table.get("durability") {
-        if !matches!(d.as_str(), Some("sync" | "batch" | "none")) {
-            return (
-                bad(
-                    "config",
-                    format!(
-                        "{}: durability = {d} is not sync, batch or none",
-                        path.display()
-                    ),
-                    format!("set durability = \"sync\" in {}", path.display()),
-                ),
-                Some(table),
-            );
-        }
-    }
     (
         ok("config", format!("{} parses", path.display())),
         Some(table),
     )
+}
+
+/// How long `agentd config check` may take.
+const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The daemon's own validation of the config file (`agentd config check`): every key
+/// known, every value of its type, provider tables complete; the same message the
+/// daemon would refuse to start with. `Err` carries the failed check; `Ok(None)` means
+/// the agentd binary could not be run (the binary check says why).
+async fn check_config_with_daemon(path: &Path) -> Result<Option<Value>, Check> {
+    let bin = daemon::agentd_binary();
+    let mut cmd = tokio::process::Command::new(&bin);
+    cmd.arg("--config")
+        .arg(path)
+        .args(["config", "check"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = match tokio::time::timeout(CONFIG_CHECK_TIMEOUT, cmd.output()).await {
+        Ok(Ok(out)) => out,
+        _ => return Ok(None),
+    };
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    if let Some(e) = v.get("error") {
+        return Err(bad(
+            "config",
+            e["message"]
+                .as_str()
+                .unwrap_or("the config is not valid")
+                .to_string(),
+            format!(
+                "fix that line of {} (the daemon refuses to start until then)",
+                path.display()
+            ),
+        ));
+    }
+    Ok((out.status.success() && v.is_object()).then_some(v))
 }
 
 /// Where the Logs live: the file home, or a database named by `AGENTD_STORE` or the
@@ -575,7 +655,23 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
         &home,
         "absent; made when the daemon starts",
     ));
-    let (config_check, config) = check_config(&paths::default_config());
+    let config_path = paths::default_config();
+    let (mut config_check, config) = check_config(&config_path);
+    let mut default = DefaultProvider::from_table(config.as_ref());
+    if config_check.ok {
+        match check_config_with_daemon(&config_path).await {
+            Ok(Some(v)) => {
+                if let Some(d) = DefaultProvider::from_check(&v) {
+                    default = d;
+                }
+                if v["exists"] == json!(true) {
+                    config_check.detail = format!("{} is valid", config_path.display());
+                }
+            }
+            Ok(None) => {}
+            Err(failed) => config_check = failed,
+        }
+    }
     checks.push(config_check);
     let env_file = Places::from_env()
         .map(|p| p.env_file())
@@ -585,7 +681,7 @@ pub async fn run(target: &Target, human: bool) -> Result<Outcome, AgentError> {
                 .unwrap_or_default()
                 .join(".config/agentd/env")
         });
-    checks.extend(check_keys(config.as_ref(), &env_file));
+    checks.extend(check_keys(config.as_ref(), &default, &env_file));
     let store_env = std::env::var("AGENTD_STORE").ok();
     checks.push(check_store(config.as_ref(), store_env.as_deref()));
     checks.push(check_binary());

@@ -370,6 +370,13 @@ durability = "sync"
 threshold = 0.85     # compact before a call above this share of the context window
 tail_events = 40     # events kept raw after a compaction
 
+# What a turn runs with when its request does not say (`agentctl turn`/`run`
+# --permission-mode and --max-iterations, or an editor's own choice, win).
+[turns]
+permission_mode = "auto"   # auto: tools run without asking | ask: mutating tools ask a
+                           # client first | read_only: mutating tools are refused
+max_iterations = 16        # provider calls per turn (1..1000)
+
 # A provider table replaces the built-in of the same name. API keys are never written
 # here: name the environment variable that holds the key.
 #

@@ -136,6 +136,19 @@ pub fn clip(s: &str, max: usize) -> String {
     format!("{}\n… ({} more bytes)", &s[..end], s.len() - end)
 }
 
+/// The first `max` bytes of `s` (on a character boundary), so that clipping a large
+/// output to an excerpt does not walk all of it.
+fn head(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 fn push_clipped(buf: &mut String, add: &str) {
     if buf.len() >= MAX_TEXT {
         return;
@@ -393,7 +406,7 @@ impl View {
                     || data.get("reconciled").and_then(Value::as_bool) == Some(true);
                 let output = text("output");
                 let excerpt = if ok {
-                    one_line(output, RESULT_EXCERPT)
+                    one_line(head(output, RESULT_EXCERPT * 4), RESULT_EXCERPT)
                 } else {
                     let msg = err.get("message").and_then(Value::as_str).unwrap_or("");
                     one_line(&format!("{err_kind}: {msg}"), RESULT_EXCERPT)

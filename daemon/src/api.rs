@@ -607,11 +607,12 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
         "log_format": 1,
         "created_by": "agentd/create",
     });
-    for (k, v) in [
-        ("title", p.title),
-        ("model", p.model),
-        ("provider", p.provider),
-    ] {
+    // `NAME:MODEL` is recorded as its provider and model (`ProvidersConfig::split_model`).
+    let (provider, model) = registry
+        .config
+        .providers_config()
+        .split_model(p.provider.as_deref(), p.model.as_deref());
+    for (k, v) in [("title", p.title), ("model", model), ("provider", provider)] {
         if let Some(v) = v {
             data[k] = json!(v);
         }

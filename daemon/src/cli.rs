@@ -21,6 +21,9 @@ in the config (OPENAI_API_KEY, ANTHROPIC_API_KEY by default).
 
 `agentd store copy --from HOME_OR_URL --to URL_OR_HOME [--session SID]` copies sessions
 between a file home and a PostgreSQL store (`agentctl store copy` runs it).
+`agentd config check` validates the config file as the daemon does at start
+(`agentctl doctor` runs it). An invalid config file stops the daemon at start with a
+message naming the key and its line.
 
 `agentctl service install` sets agentd up as a login service; `agentctl doctor` checks
 the setup.";
@@ -51,6 +54,18 @@ pub enum Cmd {
     /// Work on a store without running the daemon.
     #[command(subcommand)]
     Store(StoreCmd),
+    /// Check the config file without running the daemon.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Validate the config file (`--config`, AGENTD_CONFIG, else the default path) as
+    /// the daemon does at start: every key known, every value of its type, provider
+    /// tables complete. Prints one JSON document: the effective default provider and
+    /// each provider's kind and key variable, or the error (key and line) with exit 2.
+    Check,
 }
 
 #[derive(clap::Subcommand, Debug)]

@@ -42,6 +42,9 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let mut activation = opts.activation;
     let (listener, managed_by) =
         activation::listener(&mut activation, &opts.socket, || bind_socket(&opts.socket))?;
+    if let Some(m) = managed_by {
+        crate::provider::preflight::set_service_manager(m.as_str());
+    }
     let started = std::time::Instant::now();
     let store = open_store(&home, &config).await?;
     let registry =

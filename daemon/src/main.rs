@@ -89,6 +89,13 @@ fn main() -> ExitCode {
     if let Some(cli::Cmd::Store(cli::StoreCmd::Check { url, password_file })) = &args.command {
         return store_check(url, password_file.clone());
     }
+    if let Some(cli::Cmd::Config(cli::ConfigCmd::Check)) = &args.command {
+        let path = args
+            .config
+            .clone()
+            .unwrap_or_else(agentd_proto::paths::default_config);
+        return config_check(&path);
+    }
     // Before any thread exists: it clears LISTEN_*/NOTIFY_SOCKET from the environment.
     let activation = match agentd::activation::Activation::from_env() {
         Ok(a) => a,
@@ -145,6 +152,40 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `agentd config check`: the daemon's own validation of the config file, as one JSON
+/// document (what `agentctl doctor` reports from).
+fn config_check(path: &std::path::Path) -> ExitCode {
+    let run = || -> Result<serde_json::Value, agentd_proto::AgentError> {
+        let cfg =
+            agentd::config::Config::load(path).map_err(agentd_proto::AgentError::invalid_args)?;
+        let providers = cfg.providers_config();
+        let default = cfg
+            .default_provider
+            .clone()
+            .unwrap_or_else(|| "openai".to_string());
+        let all: serde_json::Map<String, serde_json::Value> = providers
+            .all()
+            .into_iter()
+            .map(|(name, p)| {
+                let v = serde_json::json!({"kind": p.kind.as_str(), "api_key_env": p.api_key_env, "model": p.model});
+                (name, v)
+            })
+            .collect();
+        Ok(serde_json::json!({
+            "path": path.display().to_string(),
+            "exists": path.exists(),
+            "default_provider": default,
+            "default_provider_configured": cfg.default_provider.is_some(),
+            "providers": all,
+            "turns": {
+                "permission_mode": cfg.turns.permission_mode.as_str(),
+                "max_iterations": cfg.turns.max_iterations,
+            },
+        }))
+    };
+    report("config check", run())
 }
 
 /// `agentd store copy`: one JSON document on stdout, the error's exit code on failure.

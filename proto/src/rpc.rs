@@ -716,3 +716,42 @@ pub struct PreflightResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_path: Option<String>,
 }
+
+/// A turn's permission mode (`agentd/turn`'s `permission_mode`, `[turns]
+/// permission_mode` in the config): which tool calls run without asking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Every tool runs (the default).
+    #[default]
+    Auto,
+    /// Mutating tools ask a subscribed client first.
+    Ask,
+    /// Mutating tools are refused.
+    #[serde(alias = "read-only")]
+    ReadOnly,
+}
+
+impl PermissionMode {
+    /// A request's `permission_mode`; `None` when it gives none.
+    pub fn parse(s: Option<&str>) -> Result<Option<Self>, crate::AgentError> {
+        match s {
+            None => Ok(None),
+            Some("auto") => Ok(Some(PermissionMode::Auto)),
+            Some("ask") => Ok(Some(PermissionMode::Ask)),
+            Some("read_only") | Some("read-only") => Ok(Some(PermissionMode::ReadOnly)),
+            Some(_) => Err(crate::AgentError::invalid_args(
+                "permission_mode must be auto, ask or read_only",
+            )
+            .with_details(serde_json::json!({"field": "permission_mode"}))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Auto => "auto",
+            PermissionMode::Ask => "ask",
+            PermissionMode::ReadOnly => "read_only",
+        }
+    }
+}

@@ -297,11 +297,24 @@ fn resize_to_tiny_and_back_and_non_ascii_round_trips() {
         json!({"session_id": sid, "types": ["user_message"]}),
     );
     assert_eq!(ev["events"][0]["data"]["text"], prompt);
+    // A large multi-line paste arrives whole and is sent only on Enter.
+    let pasted: String = (0..400)
+        .map(|i| format!("line {i}: ünïcödé 字 {}\n", "x".repeat(40)))
+        .collect();
+    p.send(format!("\x1b[200~{pasted}\x1b[201~"));
+    p.wait_for("line 399: ünïcödé 字", WAIT);
+    p.send("\r");
+    p.wait_for("Hello there.", WAIT);
+    p.wait_for("idle", WAIT);
+    let ev = c.call_ok(
+        "agentd/events",
+        json!({"session_id": sid, "types": ["user_message"]}),
+    );
+    assert_eq!(ev["events"][1]["data"]["text"], pasted.as_str());
     p.resize(8, 20);
     p.wait_for("too small: 20x8", WAIT);
     p.resize(24, 80);
-    let s = p.wait_for("ответ: 世界 ✓ — ça marche", WAIT);
-    assert!(s.contains(&format!("› {prompt}")), "{s}");
+    let s = p.wait_for("Hello there.", WAIT);
     assert!(s.contains("idle"), "{s}");
     quit(p);
 }
@@ -334,4 +347,109 @@ fn sigterm_restores_the_terminal() {
         after.contains("\x1b[?25h"),
         "the cursor was not shown again: {after:?}"
     );
+}
+
+#[test]
+fn a_prompt_typed_during_a_turn_steers_or_is_kept_with_a_message() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(&d, &["--new", "--model", &model], 30, 120);
+    p.wait_for("idle", WAIT);
+    p.line("tell a slow story");
+    p.wait_for("Once", WAIT);
+    p.wait_for("Enter steers · Alt+Enter queues · Esc interrupts", WAIT);
+    p.line("steer me");
+    let s = p.wait_until("the steer's outcome", WAIT, |s| {
+        s.contains("› steer me") || s.contains("cannot steer a running turn")
+    });
+    if s.contains("cannot steer a running turn") {
+        // Refused with a message; the prompt waits in the input box.
+        assert!(s.contains("> steer me"), "{s}");
+        p.send("\x15");
+    }
+    // Alt+Enter queues, or says the daemon does not, keeping the prompt.
+    p.send("queued one\x1b\r");
+    let s = p.wait_until("the queue's outcome", WAIT, |s| {
+        s.contains("queued: queued one") || s.contains("does not queue prompts")
+    });
+    if s.contains("does not queue prompts") {
+        assert!(s.contains("> queued one"), "{s}");
+    }
+    p.send("\x1b");
+    p.wait_for("turn interrupted", WAIT);
+    quit(p);
+}
+
+#[test]
+fn the_picker_lists_this_directorys_sessions_and_opens_one() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let sid = d.create_session();
+    d.agentctl(["rename", &sid, "Parser fix"]).assert_code(0);
+    d.agentctl(["turn", &sid, "look at the parser", "--model", &model])
+        .assert_code(0);
+    let mut p = chat(&d, &[], 30, 100);
+    p.wait_for("Sessions in ", WAIT);
+    p.wait_for("+ new session", WAIT);
+    let s = p.wait_for("› look at the parser", WAIT);
+    assert!(s.contains("Parser fix"), "{s}");
+    p.send("\x1b[B\r");
+    p.wait_for("Hello there.", WAIT);
+    let s = p.wait_for("idle", WAIT);
+    assert!(s.contains("│ Parser fix │"), "{s}");
+    p.line("/sessions");
+    p.wait_for("+ new session", WAIT);
+    p.send("\r");
+    p.wait_until("a new session attached", WAIT, |s| {
+        s.contains(" idle ") && !s.contains("Parser fix")
+    });
+    let mut c = d.connect();
+    let n = c.call_ok("agentd/list", json!({}))["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(n, 2);
+    quit(p);
+}
+
+#[test]
+fn diff_revert_rename_export_usage_mcp_model_and_mode_commands() {
+    let d = Daemon::start();
+    let model = rules(&d);
+    let mut p = chat(&d, &["--new", "--model", &model], 40, 120);
+    p.wait_for("idle", WAIT);
+    p.line("please write1");
+    p.wait_for("Finished one.", WAIT);
+    p.wait_for("idle", WAIT);
+    assert!(d.workspace().join("one.txt").exists());
+    p.line("/diff");
+    p.wait_for("+1", WAIT);
+    let s = p.wait_for("one.txt", WAIT);
+    assert!(s.contains("added"), "{s}");
+    p.line("/rename Parser fix");
+    p.wait_for("renamed: Parser fix", WAIT);
+    p.wait_for("│ Parser fix │", WAIT);
+    p.line("/usage");
+    p.wait_for("usage: 2 calls", WAIT);
+    p.line("/export out.md");
+    p.wait_for("exported ", WAIT);
+    let md = std::fs::read_to_string(d.workspace().join("out.md")).expect("the export");
+    assert!(md.contains("please write1"), "{md}");
+    p.line("/mcp");
+    p.wait_for("MCP servers: none configured", WAIT);
+    p.line("/mode ask");
+    p.wait_for("│ mode ask │", WAIT);
+    p.line("/mode yolo");
+    p.wait_for("usage: /mode auto|ask|read_only", WAIT);
+    p.line("/model");
+    p.wait_for("model of the next turns: script:", WAIT);
+    p.line("/help");
+    p.wait_for("Alt+Enter", WAIT);
+    p.wait_for("/revert", WAIT);
+    p.line("/nope");
+    p.wait_for("unknown command /nope", WAIT);
+    p.line("/revert");
+    p.wait_for("restored 1 file(s)", WAIT);
+    assert!(!d.workspace().join("one.txt").exists());
+    quit(p);
 }

@@ -103,9 +103,12 @@ impl Activated {
             notify,
             child: Some(child),
         };
+        // The socket's file appears at bind(), before listen(): wait until it answers,
+        // or a connect in between is refused.
         assert!(
-            wait_until(T, || a.socket.exists()),
-            "systemd-socket-activate did not bind {}: {}",
+            wait_until(T, || std::os::unix::net::UnixStream::connect(&a.socket)
+                .is_ok()),
+            "systemd-socket-activate did not listen on {}: {}",
             a.socket.display(),
             a.output()
         );
@@ -492,7 +495,7 @@ fn doctor_reports_key_names_never_values_and_fails_on_problems() {
     std::fs::create_dir_all(&cfg).unwrap();
     std::fs::write(
         cfg.join("config.toml"),
-        "default_provider = \"openai\"\n[providers.openai]\napi_key_env = \"MY_OPENAI_KEY\"\n",
+        "default_provider = \"openai\"\n[providers.openai]\nkind = \"openai-responses\"\napi_key_env = \"MY_OPENAI_KEY\"\n",
     )
     .unwrap();
     let out = u.agentctl(&["doctor", "--json"]);

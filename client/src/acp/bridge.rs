@@ -92,12 +92,12 @@ impl Cancel {
 
 type Reply = (Value, Vec<(String, Value)>);
 
-/// The daemon's model choices (`agentd/models`): each as its picker value
-/// `provider:model` with its two parts, and every provider name the daemon knows.
+/// The daemon's model choices (`agentd/models`), each as its picker value
+/// `provider:model`. A picker value goes to the daemon as the model, which reads
+/// `provider:model` itself (for every client alike).
 #[derive(Debug, Default, Clone)]
 struct Catalog {
-    choices: Vec<(String, String, String)>,
-    providers: Vec<String>,
+    choices: Vec<String>,
 }
 
 impl Catalog {
@@ -109,34 +109,10 @@ impl Catalog {
             .flatten()
             .filter_map(|c| {
                 let (p, m) = (s(&c["provider"])?, s(&c["model"])?);
-                Some((format!("{p}:{m}"), p, m))
+                Some(format!("{p}:{m}"))
             })
             .collect();
-        let providers = r["providers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(s)
-            .collect();
-        Catalog { choices, providers }
-    }
-
-    /// The `provider` and `model` a turn (or a create) gets for a picker value: a daemon
-    /// choice splits into its parts; `script:PATH` stays a model; `NAME:MODEL` splits
-    /// when NAME is a provider the daemon knows; anything else is a model name for the
-    /// session's (or the default) provider.
-    fn split(&self, v: &str) -> (Option<String>, String) {
-        if let Some((_, p, m)) = self.choices.iter().find(|(val, _, _)| val == v) {
-            return (Some(p.clone()), m.clone());
-        }
-        if !v.starts_with("script:") {
-            if let Some((p, m)) = v.split_once(':') {
-                if !m.is_empty() && self.providers.iter().any(|k| k == p) {
-                    return (Some(p.to_string()), m.to_string());
-                }
-            }
-        }
-        (None, v.to_string())
+        Catalog { choices }
     }
 }
 
@@ -370,7 +346,7 @@ impl Bridge {
     fn model_values(&self, o: &Open) -> Vec<String> {
         let mut v: Vec<String> = vec![o.own_model.clone().unwrap_or_else(|| "default".into())];
         let catalog = self.catalog();
-        let offered = catalog.choices.into_iter().map(|(val, _, _)| val);
+        let offered = catalog.choices.into_iter();
         for m in offered.chain(self.args.models.iter().cloned()) {
             if !v.contains(&m) {
                 v.push(m);
@@ -442,13 +418,10 @@ impl Bridge {
         if !p.mcp_servers.is_empty() {
             create["mcp_servers"] = json!(p.mcp_servers);
         }
-        let mut provider = self.args.provider.clone();
         if let Some(m) = self.args.models.first() {
-            let (p, model) = self.catalog().split(m);
-            create["model"] = json!(model);
-            provider = p.or(provider);
+            create["model"] = json!(m);
         }
-        if let Some(pv) = &provider {
+        if let Some(pv) = &self.args.provider {
             create["provider"] = json!(pv);
         }
         if let Some(s) = self.args.sandbox.to_param() {
@@ -487,7 +460,7 @@ impl Bridge {
         let own_model = data["model"].as_str().map(|m| {
             let choice = data["provider"].as_str().map(|p| format!("{p}:{m}"));
             match choice {
-                Some(c) if self.catalog().choices.iter().any(|(v, _, _)| *v == c) => c,
+                Some(c) if self.catalog().choices.contains(&c) => c,
                 _ => m.to_string(),
             }
         });
@@ -750,11 +723,7 @@ impl Bridge {
             params["sandbox"] = json!({"mode": s});
         }
         if let Some(m) = &o.model {
-            let (provider, model) = self.catalog().split(m);
-            params["model"] = json!(model);
-            if let Some(p) = provider {
-                params["provider"] = json!(p);
-            }
+            params["model"] = json!(m);
         }
         if let Some(mcp) = &o.mcp_servers {
             params["mcp_servers"] = json!(mcp);
@@ -1161,7 +1130,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn picker_values_split_into_provider_and_model() {
+    fn picker_values_are_provider_colon_model() {
         let c = Catalog::from_result(&json!({
             "models": [
                 {"provider": "local", "model": "qwen:14b", "source": "model"},
@@ -1169,20 +1138,8 @@ mod tests {
             ],
             "providers": ["anthropic", "local", "openai", "script"],
         }));
-        let some = |p: &str, m: &str| (Some(p.to_string()), m.to_string());
-        assert_eq!(c.choices[0].0, "local:qwen:14b");
-        assert_eq!(c.split("local:qwen:14b"), some("local", "qwen:14b"));
-        assert_eq!(c.split("openai:gpt-5"), some("openai", "gpt-5"));
-        assert_eq!(
-            c.split("script:/x/hello.json"),
-            (None, "script:/x/hello.json".into())
-        );
-        assert_eq!(c.split("llama3:8b"), (None, "llama3:8b".into()));
-        assert_eq!(c.split("gpt-5"), (None, "gpt-5".into()));
-        assert_eq!(
-            Catalog::from_result(&json!(null)).split("a:b"),
-            (None, "a:b".into())
-        );
+        assert_eq!(c.choices, ["local:qwen:14b", "anthropic:claude-sonnet-4-5"]);
+        assert!(Catalog::from_result(&json!(null)).choices.is_empty());
     }
 
     #[test]

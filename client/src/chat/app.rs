@@ -73,6 +73,8 @@ pub enum Tag {
     Model(String),
     /// A command whose result is shown as a notice.
     Show2(&'static str),
+    /// An older page of history: events after `.0`, up to the drawn part's start.
+    Older(Option<u64>),
 }
 
 /// Something the loop must do for the app.
@@ -146,6 +148,15 @@ pub struct App {
     pub allowed_tools: HashSet<String>,
     pub settings: TurnSettings,
     pub quit_armed: bool,
+    /// Prompt calls cut by a lost connection, sent again (same `client_request_id`, so
+    /// the daemon answers the turn it already admitted) once the chat is back.
+    pub retry: Vec<Effect>,
+    /// The transcript starts after this seq (`None`: at the session's start).
+    pub history_after: Option<u64>,
+    older_pending: bool,
+    /// Prompt calls awaiting their reply.
+    inflight: Vec<Effect>,
+    request_ids: u64,
 }
 
 fn sid_ok(e: &Value, sid: &str) -> bool {
@@ -177,6 +188,11 @@ impl App {
             allowed_tools: HashSet::new(),
             settings,
             quit_armed: false,
+            retry: Vec::new(),
+            history_after: None,
+            older_pending: false,
+            inflight: Vec::new(),
+            request_ids: 0,
         }
     }
 
@@ -241,6 +257,8 @@ impl App {
         self.deny_reason = None;
         self.scroll = 0;
         self.loading = true;
+        self.history_after = None;
+        self.older_pending = false;
         fx.push(Effect::Call(
             Tag::Show,
             method::SHOW,
@@ -282,7 +300,9 @@ impl App {
         match (&self.screen, &self.session_id) {
             (Screen::Chat, Some(_)) => {
                 self.loading = true;
-                vec![self.events_call(self.view.last_seq)]
+                let mut fx = vec![self.events_call(self.view.last_seq)];
+                fx.append(&mut self.retry);
+                fx
             }
             (Screen::Picker, _) => self.open_picker(self.picker_return),
             _ => Vec::new(),
@@ -537,8 +557,26 @@ impl App {
         )]
     }
 
-    fn turn_params(&self, input: &str) -> Value {
-        let mut p = json!({"session_id": self.sid(), "input": input, "wait": false});
+    /// A prompt's call, remembered until its reply so a lost connection can send it again.
+    fn prompt_call(&mut self, tag: Tag, method: &'static str, params: Value) -> Effect {
+        let call = Effect::Call(tag, method, params);
+        self.inflight.push(call.clone());
+        call
+    }
+
+    /// A new idempotency key for one prompt: process, time and a counter.
+    fn request_id(&mut self) -> String {
+        self.request_ids += 1;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("chat-{}-{nanos}-{}", std::process::id(), self.request_ids)
+    }
+
+    fn turn_params(&mut self, input: &str) -> Value {
+        let id = self.request_id();
+        let mut p = json!({"session_id": self.sid(), "input": input, "wait": false,
+                           "client_request_id": id});
         if let Some(m) = &self.settings.model {
             p["model"] = json!(m);
         }
@@ -571,14 +609,12 @@ impl App {
         if queue {
             let mut p = self.turn_params(&text);
             p["queue"] = json!(true);
-            return vec![Effect::Call(Tag::Queue(text), method::TURN, p)];
+            return vec![self.prompt_call(Tag::Queue(text), method::TURN, p)];
         }
         if self.running() {
-            return vec![Effect::Call(
-                Tag::Steer(text.clone()),
-                "agentd/steer",
-                json!({"session_id": self.sid(), "input": text}),
-            )];
+            let id = self.request_id();
+            let p = json!({"session_id": self.sid(), "input": text, "client_request_id": id});
+            return vec![self.prompt_call(Tag::Steer(text.clone()), method::STEER, p)];
         }
         let mut fx = Vec::new();
         if self.view.title.is_none() && self.view.items.is_empty() {
@@ -588,11 +624,8 @@ impl App {
                 json!({"session_id": self.sid(), "title": title_from_prompt(&text)}),
             ));
         }
-        fx.push(Effect::Call(
-            Tag::Turn(text.clone()),
-            method::TURN,
-            self.turn_params(&text),
-        ));
+        let p = self.turn_params(&text);
+        fx.push(self.prompt_call(Tag::Turn(text), method::TURN, p));
         fx
     }
 
@@ -701,7 +734,18 @@ impl App {
                            "output_path": path.to_string_lossy()}),
                 )
             }
-            "/mcp" => show("mcp", method::MCP_TOOLS, json!({"session_id": sid})),
+            "/mcp" => vec![
+                Effect::Call(
+                    Tag::Show2("mcp_servers"),
+                    method::MCP_LIST,
+                    json!({"session_id": sid}),
+                ),
+                Effect::Call(
+                    Tag::Show2("mcp"),
+                    method::MCP_TOOLS,
+                    json!({"session_id": sid}),
+                ),
+            ],
             "/usage" => show("usage", method::USAGE, json!({"session_id": sid})),
             _ => {
                 self.error(format!("unknown command {name}; /help lists them"));
@@ -710,8 +754,80 @@ impl App {
         }
     }
 
+    /// PgUp reached the top of the drawn transcript: the page of events before it.
+    pub fn load_older(&mut self) -> Vec<Effect> {
+        let Some(start) = self.history_after else {
+            return Vec::new();
+        };
+        if self.older_pending || self.view.items.len() >= crate::view::MAX_ITEMS / 2 {
+            return Vec::new();
+        }
+        self.older_pending = true;
+        let from = start.checked_sub(HISTORY_EVENTS);
+        let mut p = json!({"session_id": self.sid(), "limit": start - from.unwrap_or(0) + 1});
+        if let Some(f) = from {
+            p["after_seq"] = json!(f);
+            p["limit"] = json!(start - f);
+        }
+        vec![Effect::Call(Tag::Older(from), method::EVENTS, p)]
+    }
+
+    /// Puts an older page's items before the drawn ones.
+    fn prepend(&mut self, from: Option<u64>, events: &[Value]) {
+        self.older_pending = false;
+        let Some(start) = self.history_after else {
+            return;
+        };
+        let mut older = View::default();
+        for e in events {
+            if e.get("seq")
+                .and_then(Value::as_u64)
+                .is_some_and(|s| s <= start)
+            {
+                older.apply(e);
+            }
+        }
+        // The notice about the earlier events is the first item; it is replaced.
+        if matches!(self.view.items.front(), Some(crate::view::Item::Notice { kind: NoticeKind::Info, text }) if text.contains("earlier events"))
+        {
+            self.view.items.pop_front();
+        }
+        for item in older.items.into_iter().rev() {
+            self.view.items.push_front(item);
+        }
+        if let Some(f) = from {
+            self.view.items.push_front(crate::view::Item::Notice {
+                kind: NoticeKind::Info,
+                text: earlier_notice(f),
+            });
+        }
+        self.view.revision += 1;
+        self.history_after = from;
+    }
+
     /// A reply to one of the app's calls.
     pub fn on_reply(&mut self, tag: Tag, result: Result<Value, AgentError>) -> Vec<Effect> {
+        if let (Tag::Turn(_) | Tag::Steer(_) | Tag::Queue(_), Err(e)) = (&tag, &result) {
+            if e.kind == ErrorKind::DaemonUnavailable {
+                if let Some(i) = self
+                    .inflight
+                    .iter()
+                    .position(|c| matches!(c, Effect::Call(t, ..) if *t == tag))
+                {
+                    let call = self.inflight.remove(i);
+                    self.retry.push(call);
+                    self.hint = Some("disconnected: the prompt is sent again on reconnect".into());
+                    return Vec::new();
+                }
+            }
+        }
+        if let Some(i) = self
+            .inflight
+            .iter()
+            .position(|c| matches!(c, Effect::Call(t, ..) if *t == tag))
+        {
+            self.inflight.remove(i);
+        }
         match (tag, result) {
             (Tag::List, Ok(v)) => {
                 let now = time::OffsetDateTime::now_utc();
@@ -795,17 +911,28 @@ impl App {
                     };
                 }
                 let start = last.and_then(|l| l.checked_sub(HISTORY_EVENTS));
+                self.history_after = start;
                 if let Some(s) = start {
-                    self.view.notice(
-                        NoticeKind::Info,
-                        format!(
-                            "{} earlier events are not drawn (agentctl log {} shows them)",
-                            s + 1,
-                            self.sid()
-                        ),
-                    );
+                    self.view.notice(NoticeKind::Info, earlier_notice(s));
                 }
                 vec![self.events_call(start)]
+            }
+            (Tag::Older(from), Ok(v)) => {
+                let events = v
+                    .get("events")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                self.prepend(from, &events);
+                Vec::new()
+            }
+            (Tag::Older(_), Err(e)) => {
+                self.older_pending = false;
+                self.error(format!(
+                    "cannot load earlier history: {}: {}",
+                    e.kind, e.message
+                ));
+                Vec::new()
             }
             (Tag::Events, Ok(v)) => {
                 if let Some(events) = v.get("events").and_then(Value::as_array) {
@@ -845,13 +972,10 @@ impl App {
             }
             (Tag::Turn(_), Ok(_)) => Vec::new(),
             (Tag::Steer(text), Err(e)) => {
-                if e.kind.to_string() == "not_running" {
+                if e.kind == ErrorKind::NotRunning {
                     // The turn ended meanwhile: the prompt starts the next one.
-                    return vec![Effect::Call(
-                        Tag::Turn(text.clone()),
-                        method::TURN,
-                        self.turn_params(&text),
-                    )];
+                    let p = self.turn_params(&text);
+                    return vec![self.prompt_call(Tag::Turn(text), method::TURN, p)];
                 }
                 self.editor.set(&text);
                 if e.kind == ErrorKind::Unsupported {
@@ -870,7 +994,10 @@ impl App {
             }
             (Tag::Queue(text), Err(e)) => {
                 self.editor.set(&text);
-                if e.kind == ErrorKind::InvalidArgs && e.message.contains("queue") {
+                // A daemon without queueing refuses the key, or ignores it and is busy.
+                if e.kind == ErrorKind::Busy
+                    || (e.kind == ErrorKind::InvalidArgs && e.message.contains("queue"))
+                {
                     self.hint =
                         Some("this daemon does not queue prompts: wait for the turn to end".into());
                 } else {
@@ -999,6 +1126,37 @@ impl App {
                 out.push_str("/model provider:model picks one");
                 out
             }
+            "mcp_servers" => {
+                let mut out = String::from("MCP servers:");
+                let config = v.get("config").and_then(Value::as_array);
+                for c in config.into_iter().flatten() {
+                    let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+                    let state = v
+                        .get("sessions")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|s| {
+                            s.get("servers")
+                                .and_then(Value::as_array)
+                                .into_iter()
+                                .flatten()
+                        })
+                        .find(|s| s.get("name").and_then(Value::as_str) == Some(name))
+                        .and_then(|s| s.get("state").and_then(Value::as_str))
+                        .unwrap_or("not started");
+                    let enabled = c.get("enabled").and_then(Value::as_bool) != Some(false);
+                    let _ = write!(
+                        out,
+                        "\n  {name}  {state}{}",
+                        if enabled { "" } else { " (disabled)" }
+                    );
+                }
+                if config.is_none_or(|c| c.is_empty()) {
+                    out.push_str(" none configured ([mcp_servers.NAME] in config.toml)");
+                }
+                out
+            }
             "mcp" => {
                 let tools = v.get("tools").and_then(Value::as_array);
                 match tools {
@@ -1043,6 +1201,13 @@ impl App {
     }
 }
 
+fn earlier_notice(after: u64) -> String {
+    format!(
+        "{} earlier events (PgUp at the top draws them; agentctl log shows them all)",
+        after + 1
+    )
+}
+
 pub fn help_text() -> String {
     let mut out = String::from(
         "Keys: Enter sends · Shift+Enter, Alt+Enter or Ctrl-J: new line · Up/Down: history\n\
@@ -1058,4 +1223,146 @@ pub fn help_text() -> String {
         let _ = writeln!(out, "  {c:<10} {h}");
     }
     out.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::connection_lost;
+
+    fn attached() -> App {
+        let mut a = App::new("/w".into(), TurnSettings::default());
+        a.attach("s1");
+        a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 1})));
+        a
+    }
+
+    fn type_line(a: &mut App, text: &str) -> Vec<Effect> {
+        for c in text.chars() {
+            a.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+        }
+        a.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))
+    }
+
+    #[test]
+    fn a_prompt_cut_by_a_lost_connection_is_sent_again_with_its_id() {
+        let mut a = attached();
+        let fx = type_line(&mut a, "hello");
+        let turn = fx
+            .iter()
+            .find(|f| matches!(f, Effect::Call(Tag::Turn(_), ..)))
+            .cloned()
+            .expect("a turn call");
+        let Effect::Call(tag, m, params) = &turn else {
+            unreachable!()
+        };
+        assert_eq!(*m, method::TURN);
+        assert_eq!(params["input"], "hello");
+        assert!(params["client_request_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("chat-"));
+        a.on_disconnected();
+        let fx = a.on_reply(tag.clone(), Err(connection_lost("gone")));
+        assert!(fx.is_empty());
+        let fx = a.on_connected();
+        assert!(fx.contains(&turn), "{fx:?}");
+        // A second prompt gets a new id.
+        a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 2})));
+        a.on_reply(tag.clone(), Ok(json!({"status": "running"})));
+        let fx = type_line(&mut a, "again");
+        let Some(Effect::Call(_, _, p2)) = fx
+            .iter()
+            .find(|f| matches!(f, Effect::Call(Tag::Turn(_), ..)))
+        else {
+            panic!("{fx:?}")
+        };
+        assert_ne!(p2["client_request_id"], params["client_request_id"]);
+    }
+
+    #[test]
+    fn pgup_at_the_top_draws_the_page_before() {
+        let mut a = App::new("/w".into(), TurnSettings::default());
+        a.attach("s1");
+        let msg = |seq: u64| json!({"seq": seq, "type": "user_message", "data": {"text": format!("m{seq}")}});
+        let fx = a.on_reply(Tag::Show, Ok(json!({"last_seq": HISTORY_EVENTS + 2})));
+        assert!(matches!(&fx[..], [Effect::Call(Tag::Events, _, p)] if p["after_seq"] == 2));
+        let page: Vec<Value> = (3..=HISTORY_EVENTS + 2).map(msg).collect();
+        a.on_reply(Tag::Events, Ok(json!({"events": page})));
+        assert!(
+            matches!(&a.view.items[0], crate::view::Item::Notice { text, .. } if text.starts_with("3 earlier events"))
+        );
+        let fx = a.load_older();
+        let [Effect::Call(tag, _, p)] = &fx[..] else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(p["limit"], 3);
+        assert!(p.get("after_seq").is_none());
+        a.on_reply(tag.clone(), Ok(json!({"events": [msg(0), msg(1), msg(2)]})));
+        let texts: Vec<String> = a
+            .view
+            .items
+            .iter()
+            .take(4)
+            .map(|i| match i {
+                crate::view::Item::User { text } => text.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, ["m0", "m1", "m2", "m3"]);
+        assert!(a.load_older().is_empty(), "nothing older than seq 0");
+        // Live events still go after the last one.
+        a.on_event(&json!({"session_id": "s1", "seq": HISTORY_EVENTS + 3, "type": "user_message", "data": {"text": "live"}}));
+        assert!(
+            matches!(a.view.items.back(), Some(crate::view::Item::User { text }) if text == "live")
+        );
+    }
+
+    #[test]
+    fn ctrl_c_interrupts_clears_then_quits_twice_on_idle() {
+        let mut a = attached();
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        a.view
+            .apply(&json!({"seq": 1, "type": "turn_started", "data": {"turn_id": "t"}}));
+        let fx = a.on_key(ctrl_c);
+        assert!(matches!(&fx[..], [Effect::Call(Tag::Interrupt, m, _)] if *m == method::INTERRUPT));
+        a.view.apply(&json!({"seq": 2, "type": "turn_ended", "data": {"turn_id": "t", "status": "interrupted"}}));
+        a.editor.set("draft");
+        assert!(a.on_key(ctrl_c).is_empty());
+        assert!(a.editor.is_empty());
+        assert!(a.on_key(ctrl_c).is_empty());
+        assert_eq!(a.on_key(ctrl_c), vec![Effect::Quit]);
+    }
+
+    #[test]
+    fn permission_keys_answer_and_a_allows_for_the_session() {
+        let mut a = attached();
+        let req = json!({"session_id": "s1", "tool": "write_file", "args": {"path": "x"}});
+        a.on_request(json!(7), method::PERMISSION, &req);
+        let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
+        assert_eq!(
+            fx,
+            vec![Effect::Respond(json!(7), json!({"decision": "allow"}))]
+        );
+        // The same tool is allowed without asking again; another session's is denied.
+        assert_eq!(
+            a.on_request(json!(8), method::PERMISSION, &req),
+            vec![Effect::Respond(json!(8), json!({"decision": "allow"}))]
+        );
+        let other = json!({"session_id": "s2", "tool": "shell", "args": {}});
+        assert_eq!(
+            a.on_request(json!(9), method::PERMISSION, &other),
+            vec![Effect::Respond(json!(9), json!({"decision": "deny"}))]
+        );
+        let grant = json!({"session_id": "s1", "tool": "shell", "args": {"command": "x"}, "sandbox_grant": {"network": "host"}});
+        a.on_request(json!(10), method::PERMISSION, &grant);
+        let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
+        assert_eq!(
+            fx,
+            vec![Effect::Respond(
+                json!(10),
+                json!({"decision": "allow", "scope": "session"})
+            )]
+        );
+    }
 }

@@ -254,7 +254,17 @@ async fn event_loop(
         }
         tokio::select! {
             key = keys.next() => match key {
-                Some(Ok(Event::Key(k))) => pending = app.on_key(k),
+                Some(Ok(Event::Key(k))) => {
+                    pending = app.on_key(k);
+                    if k.code == crossterm::event::KeyCode::PageUp && app.history_after.is_some() {
+                        // At the top of what is drawn: the page before it.
+                        let size = term.size().unwrap_or_default();
+                        let shown = size.height.saturating_sub(4) as usize;
+                        if app.scroll as usize + shown >= ui::total_rows(app, size.width) {
+                            pending.extend(app.load_older());
+                        }
+                    }
+                }
                 Some(Ok(Event::Paste(s))) => app.on_paste(&s),
                 Some(Ok(_)) => {} // resize: the next draw fits the new size
                 Some(Err(_)) | None => return 0,

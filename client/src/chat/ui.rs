@@ -208,6 +208,20 @@ pub fn item_lines(item: &Item, app: &App) -> Vec<Line<'static>> {
     out
 }
 
+/// Rows the whole drawn transcript takes at `width` (for PgUp at its top).
+pub fn total_rows(app: &App, width: u16) -> usize {
+    app.view
+        .items
+        .iter()
+        .map(|item| {
+            item_lines(item, app)
+                .into_iter()
+                .map(|l| wrap(l, width as usize).len())
+                .sum::<usize>()
+        })
+        .sum()
+}
+
 /// The transcript's rows that fit `area`, scrolled `app.scroll` rows up from the end.
 fn transcript_rows(app: &App, width: u16, height: u16) -> Vec<Line<'static>> {
     let need = height as usize + app.scroll as usize;

@@ -80,8 +80,8 @@ impl ProviderKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// The table name; filled from the `[providers.NAME]` key.
-    #[serde(default)]
+    /// The table name; filled from the `[providers.NAME]` key (not a key of the table).
+    #[serde(default, skip_deserializing)]
     pub name: String,
     pub kind: ProviderKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,33 +163,6 @@ pub struct ProvidersConfig {
 }
 
 impl ProvidersConfig {
-    /// Parses a whole `config.toml` (other top-level keys are ignored here; they belong
-    /// to other parts of the daemon).
-    pub fn from_toml_str(text: &str) -> Result<Self, AgentError> {
-        #[derive(Deserialize)]
-        struct Outer {
-            #[serde(default)]
-            default_provider: Option<String>,
-            #[serde(default)]
-            providers: BTreeMap<String, ProviderConfig>,
-        }
-        // Only the message and line: toml's Display quotes the offending source line,
-        // which could be a misplaced API key.
-        let outer: Outer = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| bytecount_lines(&text.as_bytes()[..s.start.min(text.len())]));
-            let at = line.map(|l| format!(" (line {l})")).unwrap_or_default();
-            AgentError::invalid_args(format!("config.toml providers{at}: {}", e.message()))
-        })?;
-        let mut cfg = ProvidersConfig {
-            default_provider: outer.default_provider,
-            providers: outer.providers,
-        };
-        cfg.fill_names();
-        Ok(cfg)
-    }
-
     /// Sets each entry's `name` from its table key (serde cannot see the key).
     pub fn fill_names(&mut self) {
         for (key, p) in self.providers.iter_mut() {
@@ -277,6 +250,33 @@ impl ProvidersConfig {
         out
     }
 
+    /// A request's `provider` and `model`, with a model written `NAME:MODEL` split when
+    /// `NAME` is a provider the daemon knows: `anthropic:claude-sonnet-4-5` is the
+    /// `anthropic` provider's `claude-sonnet-4-5`, whichever client sent it. The split only
+    /// happens when the request names no provider or the same one (an explicit provider
+    /// wins, and the colon is then part of the model's name, as in Ollama's
+    /// `qwen2.5-coder:14b`); `script:PATH` stays a model for the `script` provider.
+    pub fn split_model(
+        &self,
+        provider: Option<&str>,
+        model: Option<&str>,
+    ) -> (Option<String>, Option<String>) {
+        let keep = (provider.map(str::to_string), model.map(str::to_string));
+        let Some(m) = model.filter(|m| !m.starts_with("script:")) else {
+            return keep;
+        };
+        match m.split_once(':') {
+            Some((p, rest))
+                if !rest.is_empty()
+                    && provider.is_none_or(|given| given == p)
+                    && self.get(p).is_some() =>
+            {
+                (Some(p.to_string()), Some(rest.to_string()))
+            }
+            _ => keep,
+        }
+    }
+
     /// Picks the provider for a turn: the explicit name; else `script` when the model is
     /// `script:PATH`; else `default_provider`; else `openai`.
     pub fn resolve(
@@ -304,13 +304,29 @@ impl ProvidersConfig {
     }
 }
 
-fn bytecount_lines(prefix: &[u8]) -> usize {
-    prefix.iter().filter(|b| **b == b'\n').count() + 1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The provider part of a whole `config.toml` (the daemon's `Config::parse` reads
+    /// the real file, other keys included).
+    fn from_toml_str(text: &str) -> Result<ProvidersConfig, AgentError> {
+        #[derive(Deserialize)]
+        struct Outer {
+            #[serde(default)]
+            default_provider: Option<String>,
+            #[serde(default)]
+            providers: BTreeMap<String, ProviderConfig>,
+        }
+        let outer: Outer =
+            toml::from_str(text).map_err(|e| AgentError::invalid_args(e.message().to_string()))?;
+        let mut cfg = ProvidersConfig {
+            default_provider: outer.default_provider,
+            providers: outer.providers,
+        };
+        cfg.fill_names();
+        Ok(cfg)
+    }
 
     #[test]
     fn parses_tables_and_overrides_builtins() {
@@ -328,7 +344,7 @@ kind = "openai-responses"
 api_key_env = "MY_KEY"
 model = "gpt-x"
 "#;
-        let cfg = ProvidersConfig::from_toml_str(text).unwrap();
+        let cfg = from_toml_str(text).unwrap();
         let local = cfg.resolve(None, None).unwrap();
         assert_eq!(local.name, "local");
         assert_eq!(local.kind, ProviderKind::OpenaiChat);
@@ -360,7 +376,7 @@ kind = "anthropic"
 api_key_env = "WORK_KEY"
 models = ["claude-a"]
 "#;
-        let cfg = ProvidersConfig::from_toml_str(text).unwrap();
+        let cfg = from_toml_str(text).unwrap();
         let got: Vec<(String, String, &str)> = cfg.choices(&|v| v == "ANTHROPIC_API_KEY");
         let want = [
             ("local", "qwen", "model"),
@@ -376,10 +392,9 @@ models = ["claude-a"]
         // No key set, no config: nothing to offer.
         assert!(ProvidersConfig::default().choices(&|_| false).is_empty());
         // A configured built-in name is offered from its table, not as a built-in.
-        let cfg = ProvidersConfig::from_toml_str(
-            "[providers.openai]\nkind = \"openai-responses\"\nmodel = \"gpt-x\"\n",
-        )
-        .unwrap();
+        let cfg =
+            from_toml_str("[providers.openai]\nkind = \"openai-responses\"\nmodel = \"gpt-x\"\n")
+                .unwrap();
         let got = cfg.choices(&|_| true);
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(
@@ -390,11 +405,43 @@ models = ["claude-a"]
     }
 
     #[test]
+    fn provider_colon_model_names_both_when_the_provider_is_known() {
+        let cfg = from_toml_str("[providers.local]\nkind = \"openai-chat\"\n").unwrap();
+        let split = |p: Option<&str>, m: Option<&str>| cfg.split_model(p, m);
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            split(None, Some("anthropic:claude-x")),
+            (s("anthropic"), s("claude-x"))
+        );
+        // A model name with a colon of its own stays whole.
+        assert_eq!(
+            split(None, Some("local:qwen2.5-coder:14b")),
+            (s("local"), s("qwen2.5-coder:14b"))
+        );
+        assert_eq!(
+            split(None, Some("qwen2.5-coder:14b")),
+            (None, s("qwen2.5-coder:14b"))
+        );
+        // An explicit provider wins; the same one is stripped.
+        assert_eq!(
+            split(Some("local"), Some("anthropic:claude-x")),
+            (s("local"), s("anthropic:claude-x"))
+        );
+        assert_eq!(
+            split(Some("anthropic"), Some("anthropic:claude-x")),
+            (s("anthropic"), s("claude-x"))
+        );
+        assert_eq!(
+            split(None, Some("script:/tmp/s.json")),
+            (None, s("script:/tmp/s.json"))
+        );
+        assert_eq!(split(None, Some("openai:")), (None, s("openai:")));
+    }
+
+    #[test]
     fn refuses_unknown_keys_and_unknown_providers() {
-        let err = ProvidersConfig::from_toml_str(
-            "[providers.x]\nkind = \"anthropic\"\napi_key = \"sk-secret\"\n",
-        )
-        .unwrap_err();
+        let err = from_toml_str("[providers.x]\nkind = \"anthropic\"\napi_key = \"sk-secret\"\n")
+            .unwrap_err();
         assert_eq!(err.kind, agentd_proto::ErrorKind::InvalidArgs);
         assert!(err.message.contains("api_key"), "{}", err.message);
         assert!(!err.message.contains("sk-secret"), "{}", err.message);

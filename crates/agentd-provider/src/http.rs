@@ -152,12 +152,16 @@ fn read_api_key(cfg: &ProviderConfig) -> Result<Option<String>, AgentError> {
     };
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
-        _ => Err(AgentError::invalid_args(format!(
-            "provider '{}' needs an API key: environment variable {var} is not set (or empty) in the daemon's environment",
-            cfg.name
-        ))
-        .with_details(json!({"provider": cfg.name, "api_key_env": var}))
-        .with_next_actions(&[&format!("export {var}=… and restart agentd")])),
+        _ => {
+            let (fix, actions) = crate::preflight::key_fix(var);
+            let actions: Vec<&str> = actions.iter().map(String::as_str).collect();
+            Err(AgentError::invalid_args(format!(
+                "provider '{}' needs an API key: {var} is not set (or empty) in the daemon's environment; {fix}",
+                cfg.name
+            ))
+            .with_details(json!({"provider": cfg.name, "api_key_env": var}))
+            .with_next_actions(&actions))
+        }
     }
 }
 

@@ -10,6 +10,49 @@ use super::{ProviderConfig, ProviderKind};
 use agentd_proto::AgentError;
 use serde_json::json;
 use std::path::Path;
+use std::sync::OnceLock;
+
+/// The service manager that started this daemon (`systemd` or `launchd`), if one did.
+static SERVICE: OnceLock<&'static str> = OnceLock::new();
+
+/// Called once by a daemon a service manager started: missing-key hints then name the
+/// service's environment file instead of the shell's environment.
+pub fn set_service_manager(manager: &'static str) {
+    let _ = SERVICE.set(manager);
+}
+
+/// The service's provider-key file, as its unit names it (`agentctl service install`).
+pub const SERVICE_ENV_FILE: &str = "~/.config/agentd/env";
+
+/// How to give this daemon the key variable `var`: a sentence and the commands. A
+/// daemon started by `agentctl` reads the environment of the command that started it;
+/// one started by systemd or launchd reads [`SERVICE_ENV_FILE`].
+pub fn key_fix(var: &str) -> (String, Vec<String>) {
+    match SERVICE.get() {
+        Some(m) => {
+            let restart = if *m == "launchd" {
+                "launchctl kickstart -k gui/$(id -u)/dev.agentd"
+            } else {
+                "systemctl --user restart agentd"
+            };
+            (
+                format!(
+                    "add {var}=… to {SERVICE_ENV_FILE} (this daemon was started by {m} and reads its keys there), then run `{restart}`"
+                ),
+                vec![
+                    format!("echo '{var}=…' >> {SERVICE_ENV_FILE}"),
+                    restart.to_string(),
+                ],
+            )
+        }
+        None => (
+            format!(
+                "set {var} in the daemon's environment (`export {var}=…`, then `agentctl daemon stop`; the next agentctl command starts a daemon that sees it; a daemon run by `agentctl service install` reads {SERVICE_ENV_FILE} instead)"
+            ),
+            vec![format!("export {var}=…"), "agentctl daemon stop".to_string()],
+        ),
+    }
+}
 
 /// What a turn would run with.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,16 +96,15 @@ pub fn check(
     }
     if let Some(var) = pc.api_key_env.as_deref() {
         if !key_present(var) {
+            let (fix, mut actions) = key_fix(var);
+            actions.push("agentctl config init".to_string());
+            let actions: Vec<&str> = actions.iter().map(String::as_str).collect();
             return Err(AgentError::invalid_args(format!(
-                "provider '{}' needs an API key: set {var} in the daemon's environment (then `agentctl daemon stop`; the next command starts a daemon that sees it), or choose another provider with --provider or `default_provider` in {file}",
+                "provider '{}' needs an API key: {fix}; or choose another provider with --provider or `default_provider` in {file}",
                 pc.name
             ))
             .with_details(json!({"provider": pc.name, "api_key_env": var, "config_path": file}))
-            .with_next_actions(&[
-                &format!("export {var}=…"),
-                "agentctl daemon stop",
-                "agentctl config init",
-            ]));
+            .with_next_actions(&actions));
         }
     }
     Ok(Ready {

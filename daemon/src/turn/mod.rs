@@ -64,10 +64,9 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Iterations (provider calls) of a turn when the request names none.
-pub const DEFAULT_MAX_ITERATIONS: u32 = 16;
-/// Upper bound a request may ask for.
-pub const MAX_MAX_ITERATIONS: u32 = 1000;
+/// Upper bound a request (or `[turns] max_iterations`) may ask for; a turn whose
+/// request names none runs `[turns] max_iterations` (default 16).
+pub use crate::config::MAX_MAX_ITERATIONS;
 /// How long an interrupt waits for the turn task to record its end. Tools die within a
 /// second of the cancel; this only bounds a wedged provider or a stuck Log write.
 const INTERRUPT_WAIT: Duration = Duration::from_secs(15);

@@ -7,7 +7,8 @@
 //! answering `allow_always` is not asked again for that (server, tool) in the session
 //! (reason `always_allowed`).
 //!
-//! - `auto` (default): every tool runs; nothing is recorded.
+//! - `auto` (the default, unless `[turns] permission_mode` says otherwise): every tool
+//!   runs; nothing is recorded.
 //! - `read_only`: mutating tools (`tools::is_mutating`: write_file, edit_file, shell)
 //!   are denied without asking.
 //! - `ask`: a mutating tool is sent as an `agentd/permission` request
@@ -26,34 +27,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PermissionMode {
-    Auto,
-    Ask,
-    ReadOnly,
-}
-
-impl PermissionMode {
-    pub fn parse(s: Option<&str>) -> Result<Self, AgentError> {
-        match s {
-            None | Some("auto") => Ok(PermissionMode::Auto),
-            Some("ask") => Ok(PermissionMode::Ask),
-            Some("read_only") | Some("read-only") => Ok(PermissionMode::ReadOnly),
-            Some(_) => Err(AgentError::invalid_args(
-                "permission_mode must be auto, ask or read_only",
-            )
-            .with_details(json!({"field": "permission_mode"}))),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionMode::Auto => "auto",
-            PermissionMode::Ask => "ask",
-            PermissionMode::ReadOnly => "read_only",
-        }
-    }
-}
+pub use agentd_proto::rpc::PermissionMode;
 
 /// A decision that must be recorded (`None` from [`decide`] means "run, record nothing").
 #[derive(Debug, Clone, PartialEq)]
@@ -272,10 +246,11 @@ mod tests {
 
     #[test]
     fn modes_parse_and_answers_decode() {
-        assert_eq!(PermissionMode::parse(None).unwrap(), PermissionMode::Auto);
+        assert_eq!(PermissionMode::parse(None).unwrap(), None);
+        assert_eq!(PermissionMode::default(), PermissionMode::Auto);
         assert_eq!(
             PermissionMode::parse(Some("read_only")).unwrap(),
-            PermissionMode::ReadOnly
+            Some(PermissionMode::ReadOnly)
         );
         assert!(PermissionMode::parse(Some("yolo")).is_err());
         assert_eq!(

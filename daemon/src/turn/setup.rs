@@ -5,10 +5,14 @@
 //! config's `default_provider` (a `script:PATH` model picks the `script` provider when
 //! the turn names none). Model: the turn's `model` > the session's > the provider
 //! config's `model`. A turn whose model is `script:…` ignores the session's provider, so
-//! a script can drive any session.
+//! a script can drive any session. A model `NAME:MODEL` whose `NAME` is a provider the
+//! daemon knows names both (`ProvidersConfig::split_model`), for every client alike.
+//!
+//! Permission mode and `max_iterations`: the turn's, else the config's `[turns]`
+//! (defaults `auto` and 16).
 
 use super::permission::PermissionMode;
-use super::{DEFAULT_MAX_ITERATIONS, MAX_MAX_ITERATIONS};
+use super::MAX_MAX_ITERATIONS;
 use crate::config::Config;
 use crate::provider::{Provider, ProvidersConfig};
 use crate::registry::Registry;
@@ -47,10 +51,8 @@ impl TurnSpec {
 }
 
 /// The `[providers.*]` part of the daemon config.
-pub fn providers_config(config: &Config) -> Result<ProvidersConfig, AgentError> {
-    let text = toml::to_string(&config.rest)
-        .map_err(|e| AgentError::internal(format!("re-serialize config: {e}")))?;
-    ProvidersConfig::from_toml_str(&text)
+pub fn providers_config(config: &Config) -> ProvidersConfig {
+    config.providers_config()
 }
 
 /// The provider and model for a call, with the session's own choices as fallbacks.
@@ -59,7 +61,7 @@ pub fn provider_for(
     provider: Option<&str>,
     model: Option<&str>,
 ) -> Result<(Provider, String, String, u64), AgentError> {
-    let providers = providers_config(config)?;
+    let providers = providers_config(config);
     let pc = providers.resolve(provider, model)?;
     let request_model = model.unwrap_or("").to_string();
     let context_window = pc.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW).max(1);
@@ -130,7 +132,9 @@ pub async fn resolve(
     h: &SessionHandle,
     p: &TurnParams,
 ) -> Result<TurnSpec, AgentError> {
-    let permission_mode = PermissionMode::parse(p.permission_mode.as_deref())?;
+    let turns = &registry.config.turns;
+    let permission_mode =
+        PermissionMode::parse(p.permission_mode.as_deref())?.unwrap_or(turns.permission_mode);
     // A workspace that is $HOME makes every dotfile the user's tools read writable:
     // `auto` mode is refused there unless the config forces it (docs/sandbox.md#a-workspace-that-is-home).
     if permission_mode == PermissionMode::Auto
@@ -148,7 +152,7 @@ pub async fn resolve(
     }
     let sandbox_turn = crate::tools::sandboxing::parse_request(p.sandbox.as_ref())?;
     let sandbox_session = session_sandbox(h).await?;
-    let max_iterations = p.max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS);
+    let max_iterations = p.max_iterations.unwrap_or(turns.max_iterations);
     if max_iterations == 0 || max_iterations > MAX_MAX_ITERATIONS {
         return Err(AgentError::invalid_args(format!(
             "max_iterations must be 1..={MAX_MAX_ITERATIONS}"
@@ -157,14 +161,17 @@ pub async fn resolve(
     if p.input.trim().is_empty() {
         return Err(AgentError::invalid_args("input must not be empty"));
     }
+    let providers = providers_config(&registry.config);
     let (s_provider, s_model) = session_choice(h).await?;
-    let turn_script = p.model.as_deref().is_some_and(|m| m.starts_with("script:"));
-    let provider_name = match (&p.provider, turn_script) {
-        (Some(n), _) => Some(n.clone()),
+    let (s_provider, s_model) = providers.split_model(s_provider.as_deref(), s_model.as_deref());
+    let (t_provider, t_model) = providers.split_model(p.provider.as_deref(), p.model.as_deref());
+    let turn_script = t_model.as_deref().is_some_and(|m| m.starts_with("script:"));
+    let provider_name = match (t_provider, turn_script) {
+        (Some(n), _) => Some(n),
         (None, true) => None,
         (None, false) => s_provider,
     };
-    let model = p.model.clone().or(s_model);
+    let model = t_model.or(s_model);
     let (provider, request_model, label, context_window) =
         provider_for(&registry.config, provider_name.as_deref(), model.as_deref())?;
     // Before anything is recorded: a turn that cannot reach its provider leaves no
@@ -175,7 +182,7 @@ pub async fn resolve(
         registry.config.path.as_deref(),
         &crate::provider::preflight::env_has,
     )?;
-    let env_remove: Vec<String> = providers_config(&registry.config)?
+    let env_remove: Vec<String> = providers
         .all()
         .values()
         .filter_map(|c| c.api_key_env.clone())

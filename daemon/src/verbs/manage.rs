@@ -481,13 +481,12 @@ pub async fn restore(registry: &Arc<Registry>, sid: &str) -> Result<RestoreResul
 /// `agentd/preflight`: what a turn with these choices would run with, or the error it
 /// would fail with, before anything is created.
 pub fn preflight(registry: &Registry, p: PreflightParams) -> Result<PreflightResult, AgentError> {
-    let text = toml::to_string(&registry.config.rest)
-        .map_err(|e| AgentError::internal(format!("re-serialize config: {e}")))?;
-    let providers = crate::provider::ProvidersConfig::from_toml_str(&text)?;
-    let pc = providers.resolve(p.provider.as_deref(), p.model.as_deref())?;
+    let providers = registry.config.providers_config();
+    let (provider, model) = providers.split_model(p.provider.as_deref(), p.model.as_deref());
+    let pc = providers.resolve(provider.as_deref(), model.as_deref())?;
     let ready = crate::provider::preflight::check(
         &pc,
-        p.model.as_deref().unwrap_or(""),
+        model.as_deref().unwrap_or(""),
         registry.config.path.as_deref(),
         &crate::provider::preflight::env_has,
     )?;
@@ -509,9 +508,7 @@ pub fn preflight(registry: &Registry, p: PreflightParams) -> Result<PreflightRes
 ///
 /// [`ProvidersConfig::choices`]: crate::provider::ProvidersConfig::choices
 pub fn models(registry: &Registry, _p: ModelsParams) -> Result<ModelsResult, AgentError> {
-    let text = toml::to_string(&registry.config.rest)
-        .map_err(|e| AgentError::internal(format!("re-serialize config: {e}")))?;
-    let providers = crate::provider::ProvidersConfig::from_toml_str(&text)?;
+    let providers = registry.config.providers_config();
     let models = providers
         .choices(&crate::provider::preflight::env_has)
         .into_iter()

@@ -17,37 +17,11 @@
 use crate::registry::Registry;
 use agentd_proto::rpc::{UsageParams, UsageResult, UsageRow, UsageTotals};
 use agentd_proto::{AgentError, Event};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    pub input: f64,
-    #[serde(default)]
-    pub cached_input: Option<f64>,
-    pub output: f64,
-}
-
-/// `[prices]` of the config; a malformed table is an error naming the model.
-pub fn prices(rest: &toml::Table) -> Result<BTreeMap<String, Price>, AgentError> {
-    let Some(table) = rest.get("prices") else {
-        return Ok(BTreeMap::new());
-    };
-    let table = table
-        .as_table()
-        .ok_or_else(|| AgentError::invalid_args("config: [prices] must be a table"))?;
-    let mut out = BTreeMap::new();
-    for (model, v) in table {
-        let p: Price = v.clone().try_into().map_err(|e: toml::de::Error| {
-            AgentError::invalid_args(format!("config: [prices.{model:?}]: {}", e.message()))
-        })?;
-        out.insert(model.clone(), p);
-    }
-    Ok(out)
-}
+pub use crate::config::Price;
 
 /// One `provider_usage` event, reduced.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,7 +182,7 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
             .with_details(json!({"field": "by"})));
     }
     let since = p.since.as_deref().map(since_bound).transpose()?;
-    let prices = prices(&registry.config.rest)?;
+    let prices = registry.config.prices.clone();
     // On a shared database: other daemons' sessions too.
     registry.refresh_index().await;
     let logs: Vec<(String, std::path::PathBuf)> = match &p.session_id {
@@ -358,8 +332,7 @@ mod tests {
 
     #[test]
     fn bad_price_tables_name_the_model() {
-        let rest: toml::Table = toml::from_str("[prices.m1]\ninput = 1.0\n").unwrap();
-        let e = prices(&rest).unwrap_err();
-        assert!(e.message.contains("m1"), "{}", e.message);
+        let e = crate::config::Config::parse("[prices.m1]\ninput = 1.0\n").unwrap_err();
+        assert_eq!(e, "line 1: missing key `output` in [prices.m1]");
     }
 }
