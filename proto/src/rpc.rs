@@ -46,6 +46,7 @@ pub mod method {
     pub const MCP_LIST: &str = "agentd/mcp_list";
     pub const MCP_TOOLS: &str = "agentd/mcp_tools";
     pub const MODELS: &str = "agentd/models";
+    pub const INSTRUCTIONS: &str = "agentd/instructions";
     pub const STEER: &str = "agentd/steer";
     pub const DEQUEUE: &str = "agentd/dequeue";
 }
@@ -683,6 +684,18 @@ pub struct PreflightParams {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelsParams {}
+
+/// `agentd/instructions`: what the next turn of a session (or of a turn in `workspace`)
+/// would send besides the history: the base prompt and the instruction files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstructionsParams {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Without a session: the workspace to look from (absolute).
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
 
 /// The models a client may offer for a turn, in the daemon's order: each configured
 /// provider's `model`, its `models` list, then the built-in providers' default models
