@@ -856,6 +856,12 @@ pub enum ExportFormat {
     Html,
     /// The Log's bytes as they are.
     Jsonl,
+    /// A Claude Code transcript (`claude --resume ID`).
+    ClaudeCode,
+    /// A Codex rollout (`codex resume ID`).
+    Codex,
+    /// A pi session file (`pi --session ID`).
+    Pi,
 }
 
 impl ExportFormat {
@@ -864,6 +870,9 @@ impl ExportFormat {
             ExportFormat::Markdown => "markdown",
             ExportFormat::Html => "html",
             ExportFormat::Jsonl => "jsonl",
+            ExportFormat::ClaudeCode => "claude-code",
+            ExportFormat::Codex => "codex",
+            ExportFormat::Pi => "pi",
         }
     }
 }
@@ -875,8 +884,15 @@ pub struct ExportArgs {
     #[arg(long, value_enum, default_value = "markdown")]
     pub format: ExportFormat,
     /// Write to this file (replaced atomically) instead of stdout.
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "install")]
     pub output: Option<PathBuf>,
+    /// With claude-code, codex or pi: write the session where that agent looks for its
+    /// sessions (as a new session, never over one) and print the command that resumes it.
+    #[arg(long)]
+    pub install: bool,
+    /// With --install: the home directory the agent's directory is under [default: $HOME].
+    #[arg(long, value_name = "DIR", requires = "install")]
+    pub home: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1045,6 +1045,7 @@ mod tests {
                 session_id: sid.clone(),
                 format: "jsonl".into(),
                 output_path: None,
+                install: None,
             },
         )
         .await

@@ -608,12 +608,29 @@ pub struct SearchResult {
 #[serde(deny_unknown_fields)]
 pub struct ExportParams {
     pub session_id: String,
-    /// `markdown`, `html` or `jsonl`.
+    /// `markdown`, `html`, `jsonl`, or a peer's native session format: `claude-code`,
+    /// `codex`, `pi`.
     pub format: String,
     /// Absolute path the daemon writes the export to (temp file + rename); without it
     /// the export comes back as `content`.
     #[serde(default)]
     pub output_path: Option<String>,
+    /// With a peer format: write the session where the peer looks for its sessions,
+    /// resolved from this home and the peer's own override in `env`.
+    #[serde(default)]
+    pub install: Option<ExportInstall>,
+}
+
+/// Where `agentd/export` installs a session for a peer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportInstall {
+    /// The user's home directory (absolute).
+    pub home: String,
+    /// The peers' overrides from the caller's environment: `CLAUDE_CONFIG_DIR`,
+    /// `CODEX_HOME`, `PI_CODING_AGENT_DIR`.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -627,6 +644,21 @@ pub struct ExportResult {
     pub output_path: Option<String>,
     /// Damaged lines of the Log (corrupt JSON, torn tail), marked in the export.
     pub damaged_lines: u64,
+    /// Peer formats: the file written (`output_path` or the installed file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Peer formats: the new session's id in the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_id: Option<String>,
+    /// Peer formats: the command that continues the session in the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_command: Option<String>,
+    /// Peer formats: how the peer finds the file (its index, or the fallback relied on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
+    /// Peer formats: what did not map exactly, with counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
