@@ -660,10 +660,20 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
             }
         })?;
     registry.index_new_log(&sid).await?;
-    to_value(CreateResult {
+    let mut out = to_value(CreateResult {
         session_id: sid,
         log_path: path,
-    })
+    })?;
+    // docs/sandbox.md#a-workspace-that-is-home
+    if crate::turn::is_home(std::path::Path::new(&workspace)) {
+        tracing::warn!(workspace = %workspace, "a session's workspace is the home directory");
+        out["warning"] = json!(
+            "the workspace is your home directory: commands may write every dotfile your \
+             shell, editor and git read; `auto` permission mode is refused here unless \
+             [sandbox] allow_auto_in_home = true"
+        );
+    }
+    Ok(out)
 }
 
 pub fn summary(meta: &SessionMeta) -> SessionSummary {

@@ -838,7 +838,10 @@ fn escalation_is_asked_in_ask_mode_and_never_taken_in_auto() {
 #[test]
 fn file_tools_and_commands_agree_on_the_hidden_set() {
     let o = outside();
-    let d = builder(&o).start();
+    // `auto` mode in a workspace that is $HOME needs the config's consent.
+    let d = builder(&o)
+        .config("[sandbox]\nallow_auto_in_home = true\n")
+        .start();
     let mut c = d.connect();
     // The home itself as the workspace: its credential folders stay hidden inside it.
     let sid = c.call_ok("agentd/create", json!({"workspace": o.home}))["session_id"]

@@ -340,12 +340,72 @@ struct Loaded {
     entries: Vec<config::Entry>,
 }
 
+type Stamp = (i64, i64, u64, u64);
+type Memo<T> = OnceLock<Mutex<HashMap<PathBuf, (Stamp, Arc<T>)>>>;
+type Listing = Vec<(OsString, bool)>;
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    (m.ctime(), m.ctime_nsec(), m.ino(), m.len())
+}
+
+/// A small file's text, read again only when its ctime, inode or size changed.
+fn read_cached(path: &Path) -> Option<Arc<String>> {
+    static M: Memo<String> = OnceLock::new();
+    let m = std::fs::metadata(path).ok()?;
+    if !m.is_file() || m.len() > 1 << 20 {
+        return None;
+    }
+    let memo = M.get_or_init(Default::default);
+    let st = stamp(&m);
+    if let Some((s, t)) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(path) {
+        if *s == st {
+            return Some(t.clone());
+        }
+    }
+    let text = Arc::new(std::fs::read_to_string(path).ok()?);
+    let mut g = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if g.len() > 10_000 {
+        g.clear();
+    }
+    g.insert(path.to_path_buf(), (st, text.clone()));
+    Some(text)
+}
+
+/// A directory's entries (name, is a directory), listed again only when its ctime
+/// changed. `None` when it is not a directory.
+fn listing(dir: &Path) -> Option<Arc<Vec<(OsString, bool)>>> {
+    static M: Memo<Listing> = OnceLock::new();
+    let m = std::fs::symlink_metadata(dir).ok()?;
+    if !m.is_dir() {
+        return None;
+    }
+    let memo = M.get_or_init(Default::default);
+    let st = (m.ctime(), m.ctime_nsec(), m.ino(), 0);
+    if let Some((s, l)) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(dir) {
+        if *s == st {
+            return Some(l.clone());
+        }
+    }
+    let l: Vec<(OsString, bool)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| (e.file_name(), e.file_type().is_ok_and(|t| t.is_dir())))
+        .collect();
+    let l = Arc::new(l);
+    let mut g = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if g.len() > 10_000 {
+        g.clear();
+    }
+    g.insert(dir.to_path_buf(), (st, l.clone()));
+    Some(l)
+}
+
 fn load(path: &Path, env: &Env, out: &mut Loaded, depth: usize) {
     if depth > 10 || out.files.iter().any(|f| f == path) {
         return;
     }
     out.files.push(path.to_path_buf());
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Some(text) = read_cached(path) else {
         return;
     };
     let base = path.parent().unwrap_or(Path::new("/"));
@@ -408,6 +468,9 @@ pub struct Scan {
     /// `commondir` or `config.worktree` where there is none. Quarantined by [`audit`]
     /// when a command creates them.
     pub watch: Vec<PathBuf>,
+    /// Paths of the protect set (files other tools run) that do not exist: quarantined
+    /// by [`audit`] when a command creates them.
+    pub watch_tools: Vec<PathBuf>,
     /// `.git` directories, bound over themselves so that they cannot be renamed,
     /// replaced or removed.
     pub pinned: Vec<PathBuf>,
@@ -441,6 +504,29 @@ fn memo() -> &'static Mutex<HashMap<PathBuf, DirMemo>> {
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// `fstatat(root, dir relative to root, AT_SYMLINK_NOFOLLOW)`.
+fn stat_beneath(root_fd: &std::fs::File, root: &Path, dir: &Path) -> Option<libc::stat> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let rel = dir.strip_prefix(root).ok()?;
+    let rel = if rel.as_os_str().is_empty() {
+        std::ffi::CString::new(".").ok()?
+    } else {
+        std::ffi::CString::new(rel.as_os_str().as_bytes()).ok()?
+    };
+    // SAFETY: `st` is plain data the kernel fills; `rel` outlives the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::fstatat(
+            root_fd.as_raw_fd(),
+            rel.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    (rc == 0).then_some(st)
+}
+
 /// Every `.git` entry (any kind) beneath `root`, not descending into `.git` or
 /// `CACHEDIR.TAG` directories. Returns whether the walk was cut short.
 fn find_dot_git(root: &Path, out: &mut Vec<PathBuf>) -> bool {
@@ -448,6 +534,11 @@ fn find_dot_git(root: &Path, out: &mut Vec<PathBuf>) -> bool {
     if memo.len() > 4 * MAX_DIRS {
         memo.clear();
     }
+    // Directories are looked up relative to the root's descriptor: a shorter path
+    // walk per stat than from `/`, which is most of what a stat costs here.
+    let Ok(root_dir) = std::fs::File::open(root) else {
+        return false;
+    };
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
     while let Some(dir) = stack.pop() {
@@ -455,17 +546,20 @@ fn find_dot_git(root: &Path, out: &mut Vec<PathBuf>) -> bool {
         if visited > MAX_DIRS {
             return true;
         }
-        let Ok(m) = std::fs::symlink_metadata(&dir) else {
+        let Some(m) = stat_beneath(&root_dir, root, &dir) else {
             memo.remove(&dir);
             continue;
         };
-        if !m.is_dir() {
+        if (m.st_mode & libc::S_IFMT) != libc::S_IFDIR {
             continue;
         }
-        let ctime = (m.ctime(), m.ctime_nsec());
+        #[allow(clippy::unnecessary_cast)] // not i64 on every target
+        let ctime = (m.st_ctime as i64, m.st_ctime_nsec as i64);
+        #[allow(clippy::unnecessary_cast)] // not u64 on every target
+        let ino = m.st_ino as u64;
         let cached = memo
             .get(&dir)
-            .filter(|d| d.ctime == ctime && d.ino == m.ino())
+            .filter(|d| d.ctime == ctime && d.ino == ino)
             .cloned();
         let d = match cached {
             Some(d) => d,
@@ -490,7 +584,7 @@ fn find_dot_git(root: &Path, out: &mut Vec<PathBuf>) -> bool {
                 }
                 let d = DirMemo {
                     ctime,
-                    ino: m.ino(),
+                    ino,
                     subdirs: Arc::new(subdirs),
                     git,
                     skip,
@@ -556,9 +650,25 @@ impl Scanner<'_> {
         }
         for v in values {
             if let Some(p) = self.env.expand(&v, worktree) {
-                let p = p.canonicalize().unwrap_or(p);
+                // Resolved only when it exists (a missing path has nothing to resolve).
+                let p = match std::fs::symlink_metadata(&p) {
+                    Ok(_) => p.canonicalize().unwrap_or(p),
+                    Err(_) => p,
+                };
                 self.guard(p);
             }
+        }
+    }
+
+    /// Protected when `exists`, watched otherwise (inside the roots only).
+    fn guard_known(&mut self, p: PathBuf, exists: bool) {
+        if !self.in_roots(&p) {
+            return;
+        }
+        if exists {
+            push(&mut self.out.protected, p);
+        } else {
+            push(&mut self.out.watch, p);
         }
     }
 
@@ -567,17 +677,22 @@ impl Scanner<'_> {
             return;
         }
         self.seen_gitdirs.push(g.to_path_buf());
+        let Some(names) = listing(g) else { return };
+        let has = |n: &str| names.iter().any(|(e, _)| e == n);
+        let has_dir = |n: &str| names.iter().any(|(e, d)| e == n && *d);
         if self.in_roots(g) {
             for n in ["hooks", "info"] {
                 push(&mut self.out.protected, g.join(n));
             }
         }
         for n in ["config", "config.worktree", "commondir", "gitdir"] {
-            self.guard(g.join(n));
+            self.guard_known(g.join(n), has(n));
         }
         let mut loaded = Loaded::default();
         load(&g.join("config"), self.env, &mut loaded, 0);
-        load(&g.join("config.worktree"), self.env, &mut loaded, 0);
+        if has("config.worktree") {
+            load(&g.join("config.worktree"), self.env, &mut loaded, 0);
+        }
         for f in loaded.files.iter().skip(1) {
             if !f.ends_with("config.worktree") || f.parent() != Some(g) {
                 self.guard(f.clone());
@@ -587,29 +702,35 @@ impl Scanner<'_> {
             self.hooks_path(&loaded.entries, wt);
         }
         // A worktree's gitdir points at its common dir.
-        if let Ok(c) = std::fs::read_to_string(g.join("commondir")) {
-            let c = g.join(c.trim());
-            if let Ok(c) = c.canonicalize() {
-                self.gitdir(&c, worktree, depth + 1);
-            }
-        }
-        if let Ok(rd) = std::fs::read_dir(g.join("modules")) {
-            for m in rd.flatten() {
-                if m.file_type().is_ok_and(|t| t.is_dir()) {
-                    self.gitdir(&m.path(), None, depth + 1);
+        if has("commondir") {
+            if let Some(c) = read_cached(&g.join("commondir")) {
+                if let Ok(c) = g.join(c.trim()).canonicalize() {
+                    self.gitdir(&c, worktree, depth + 1);
                 }
             }
         }
-        if let Ok(rd) = std::fs::read_dir(g.join("worktrees")) {
+        if has_dir("modules") {
+            for (m, d) in listing(&g.join("modules")).unwrap_or_default().iter() {
+                if *d {
+                    self.gitdir(&g.join("modules").join(m), None, depth + 1);
+                }
+            }
+        }
+        if has_dir("worktrees") {
             push(&mut self.out.common_dirs, g.to_path_buf());
-            for w in rd.flatten() {
-                let w = w.path();
+            for (w, d) in listing(&g.join("worktrees")).unwrap_or_default().iter() {
+                if !*d {
+                    continue;
+                }
+                let w = g.join("worktrees").join(w);
+                let inner = listing(&w).unwrap_or_default();
                 for n in ["commondir", "gitdir", "config.worktree"] {
-                    self.guard(w.join(n));
+                    let exists = inner.iter().any(|(e, _)| e == n);
+                    self.guard_known(w.join(n), exists);
                 }
                 push(&mut self.out.worktrees, w);
             }
-        } else if g.join("objects").is_dir() {
+        } else if has_dir("objects") {
             push(&mut self.out.common_dirs, g.to_path_buf());
         }
     }
@@ -618,10 +739,11 @@ impl Scanner<'_> {
         let Some(id) = ident(dot) else { return };
         self.out.repos.insert(dot.to_path_buf(), id.clone());
         let wt = dot.parent().unwrap_or(Path::new("/")).to_path_buf();
-        self.guard(wt.join(".gitmodules"));
-        if !wt.join(".gitmodules").exists() {
-            // A new `.gitmodules` cannot run code (git refuses `update = !cmd` from it).
-            self.out.watch.retain(|w| w != &wt.join(".gitmodules"));
+        // A new `.gitmodules` cannot run code (git refuses `update = !cmd` from it): only
+        // an existing one is protected.
+        let modules = wt.join(".gitmodules");
+        if self.in_roots(&modules) && std::fs::symlink_metadata(&modules).is_ok() {
+            push(&mut self.out.protected, modules);
         }
         match id.kind {
             Kind::Dir => {
@@ -736,6 +858,9 @@ pub struct Finding {
     /// Where it was moved; `None` when moving it failed (see `what`).
     pub moved_to: Option<PathBuf>,
     pub what: String,
+    /// The grant that would have kept it: `git:init`, or `write` (a write grant for the
+    /// path, asked for in `ask` mode).
+    pub grant: &'static str,
 }
 
 fn has_hooks(g: &Path) -> Option<String> {
@@ -850,16 +975,22 @@ fn rename_in(dir: &Path, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> std::i
 }
 
 fn put_aside(p: &Path, why: String, out: &mut Vec<Finding>) {
+    put_aside_for(p, why, "git:init", out)
+}
+
+fn put_aside_for(p: &Path, why: String, grant: &'static str, out: &mut Vec<Finding>) {
     match quarantine(p) {
         Ok(to) => out.push(Finding {
             path: p.to_path_buf(),
             moved_to: Some(to.clone()),
             what: format!("{why}; moved aside to {}", to.display()),
+            grant,
         }),
         Err(e) => out.push(Finding {
             path: p.to_path_buf(),
             moved_to: None,
             what: format!("{why}; moving it aside failed: {e}"),
+            grant,
         }),
     }
 }
@@ -880,6 +1011,17 @@ pub fn audit(before: &Scan, walk_roots: &[PathBuf], env: &Env, git_init: bool) -
         put_aside(
             w,
             "created where git would read it and run code".into(),
+            &mut out,
+        );
+    }
+    for w in &before.watch_tools {
+        if std::fs::symlink_metadata(w).is_err() {
+            continue;
+        }
+        put_aside_for(
+            w,
+            "created where other tools run it (an editor, direnv, a hook manager, CI)".into(),
+            "write",
             &mut out,
         );
     }

@@ -178,9 +178,36 @@ pub struct SandboxConfig {
     pub pids_max: u64,
     /// Per-command memory cap in bytes (cgroup `memory.max`). 0: the default, 4 GiB.
     pub memory_max: u64,
+    /// Workspace-relative paths other tools run (`dir/**` for a whole directory), added
+    /// to [`DEFAULT_PROTECT`]: read-only to commands, refused to the file tools unless
+    /// the call was approved in `ask` mode.
+    pub protect: Vec<String>,
+    /// Allow `auto` permission mode in a session whose workspace is `$HOME` (refused
+    /// otherwise: everything the user's tools read from their home would be writable).
+    pub allow_auto_in_home: bool,
     /// Extra paths hidden from commands and the file tools: absolute, or `~/…` under
     /// the daemon's home directory.
     pub hide: Vec<String>,
+}
+
+/// Files other tools run or load, protected by default (git's own files are found by
+/// the git scan).
+pub const DEFAULT_PROTECT: &[&str] = &[
+    ".vscode/settings.json",
+    ".vscode/tasks.json",
+    ".envrc",
+    ".husky/**",
+    ".pre-commit-config.yaml",
+    ".idea/workspace.xml",
+    ".devcontainer/**",
+    ".github/workflows/**",
+];
+
+/// `pattern` without a trailing `/**`, when it is a relative path that stays inside.
+pub fn protect_path(pattern: &str) -> Option<PathBuf> {
+    let p = Path::new(pattern.strip_suffix("/**").unwrap_or(pattern));
+    let ok = !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
+    ok.then(|| p.to_path_buf())
 }
 
 /// `sandbox: {mode?, network?}` of `agentd/create` / `agentd/turn`.
@@ -265,6 +292,10 @@ pub struct EffectivePolicy {
     /// `git:init` granted: new repositories with hooks or code-running config are kept.
     #[serde(default)]
     pub git_init: bool,
+    /// Files other tools run (the protect set resolved in the workspace), minus those a
+    /// write grant covers.
+    #[serde(default)]
+    pub protect: Vec<PathBuf>,
 }
 
 /// Home-relative credential files and folders hidden from commands.
@@ -593,6 +624,34 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
         !inside_hidden && r != Path::new("/")
     });
 
+    let mut protect = Vec::new();
+    if mode == Mode::WorkspaceWrite && workspace.is_absolute() {
+        let granted: Vec<PathBuf> = inputs
+            .grants
+            .iter()
+            .chain(&inputs.call_grants)
+            .filter_map(|g| match g {
+                Grant::WriteRoot { path } if path.is_absolute() => Some(normalize(path)),
+                _ => None,
+            })
+            .collect();
+        for pat in DEFAULT_PROTECT
+            .iter()
+            .copied()
+            .chain(inputs.config.protect.iter().map(String::as_str))
+        {
+            if let Some(rel) = protect_path(pat) {
+                let p = workspace.join(rel);
+                if !granted
+                    .iter()
+                    .any(|g| p.starts_with(g) || g.starts_with(&p))
+                {
+                    push_unique(&mut protect, p);
+                }
+            }
+        }
+    }
+
     let mut env = crate::env::scrub(&inputs.env, &inputs.config.env_pass, &inputs.config.env);
     if network == Network::None {
         // Package managers that would retry a network that is not there for a minute
@@ -615,6 +674,7 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
             .iter()
             .chain(&inputs.call_grants)
             .any(|g| matches!(g, Grant::GitInit)),
+        protect,
     }
 }
 
@@ -667,6 +727,7 @@ impl EffectivePolicy {
             "env": self.env.keys().collect::<Vec<_>>(),
             "dropped_roots": self.dropped_roots,
             "git_init": self.git_init,
+            "protect": self.protect,
             "digest": self.digest(),
         })
     }
@@ -802,6 +863,39 @@ mod tests {
         let p = effective(&i);
         assert!(p.hidden.contains(&PathBuf::from("/tmp/agentd.sock")));
         assert!(!p.hidden.contains(&PathBuf::from("/tmp")));
+    }
+
+    #[test]
+    fn protect_set_defaults_config_and_write_grants() {
+        let mut i = base();
+        i.config.protect = vec!["tools/**".into(), "../escape".into(), "/abs".into()];
+        let p = effective(&i);
+        for x in [
+            ".envrc",
+            ".husky",
+            ".vscode/settings.json",
+            ".github/workflows",
+            "tools",
+        ] {
+            assert!(
+                p.protect.contains(&Path::new("/home/u/ws").join(x)),
+                "{x}: {:?}",
+                p.protect
+            );
+        }
+        assert!(
+            !p.protect.iter().any(|x| !x.starts_with("/home/u/ws")),
+            "{:?}",
+            p.protect
+        );
+        i.call_grants.push(Grant::WriteRoot {
+            path: "/home/u/ws/.husky/pre-commit".into(),
+        });
+        let p = effective(&i);
+        assert!(!p.protect.contains(&PathBuf::from("/home/u/ws/.husky")));
+        assert!(p.protect.contains(&PathBuf::from("/home/u/ws/.envrc")));
+        i.config.mode = Mode::ReadOnly;
+        assert!(effective(&i).protect.is_empty());
     }
 
     #[test]

@@ -111,6 +111,11 @@ pub fn parse_request(v: Option<&serde_json::Value>) -> Result<SandboxRequest, Ag
 pub struct PathRules {
     pub hidden: Vec<PathBuf>,
     pub protected: Vec<PathBuf>,
+    /// Files other tools run (`[sandbox] protect` and its defaults): written only by a
+    /// call the user approved in `ask` mode ([`PathRules::approved`]).
+    pub protect: Vec<PathBuf>,
+    /// This call was approved in `ask` mode: the protect set may be written.
+    pub approved: bool,
 }
 
 impl PathRules {
@@ -126,7 +131,12 @@ impl PathRules {
             .filter_map(|r| r.canonicalize().ok())
             .collect();
         let (protected, _) = agentd_sandbox::linux::spawn::git_protected(&roots);
-        PathRules { hidden, protected }
+        PathRules {
+            hidden,
+            protected,
+            protect: p.protect.clone(),
+            approved: false,
+        }
     }
 
     /// `permission_denied` when `path` (resolved) is hidden, or protected and written.
@@ -151,6 +161,20 @@ impl PathRules {
                 ),
             )
             .with_details(json!({"path": path, "protected": ".git", "sandbox": "protected"})));
+        }
+        if write && !self.approved {
+            if let Some(p) = self.protect.iter().find(|p| path.starts_with(p)) {
+                return Err(AgentError::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is protected by the sandbox: other tools run it outside the sandbox \
+                         (an editor, direnv, a hook manager, CI); it can be written only in \
+                         `ask` permission mode, where the user approves the call",
+                        path.display()
+                    ),
+                )
+                .with_details(json!({"path": path, "protected": p, "sandbox": "protect"})));
+            }
         }
         if write {
             if let Some(p) = self.protected.iter().find(|p| path.starts_with(p)) {

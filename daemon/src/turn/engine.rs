@@ -1023,6 +1023,18 @@ impl Runner<'_> {
                     call_tools = Some(ctx);
                 }
             }
+            // A file-tool write the user approved in `ask` mode may change the protect set
+            // (files other tools run, docs/sandbox.md#files-other-tools-run); the decision
+            // is recorded above.
+            if mode == permission::PermissionMode::Ask
+                && decision.as_ref().is_some_and(|d| d.allow)
+                && call_tools.is_none()
+                && matches!(name.as_str(), "write_file" | "edit_file" | "apply_patch")
+            {
+                let mut ctx = self.tools.clone();
+                ctx.paths.approved = true;
+                call_tools = Some(ctx);
+            }
             if let Some(d) = self.snapshots.before(self.h, &name, &call_id).await {
                 self.append(vec![d]).await?;
             }

@@ -42,6 +42,7 @@ pub mod instructions;
 pub mod mcp;
 mod permission;
 mod setup;
+pub use setup::is_home;
 
 pub use permission::PermissionMode;
 

@@ -18,7 +18,8 @@ use crate::provider::{Provider, ProvidersConfig};
 use crate::registry::Registry;
 use crate::session::SessionHandle;
 use agentd_proto::rpc::TurnParams;
-use agentd_proto::AgentError;
+use agentd_proto::{AgentError, ErrorKind};
+use serde_json::json;
 
 /// Context window assumed when the provider config declares none.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
@@ -88,6 +89,28 @@ pub async fn session_sandbox(
     .await
 }
 
+/// Whether the session's workspace is the user's home directory.
+pub async fn workspace_is_home(h: &SessionHandle) -> Result<bool, AgentError> {
+    let ws = h
+        .query(|st| {
+            st.events
+                .first()
+                .map(|e| e.event())
+                .and_then(|e| e.str_field("workspace").map(std::path::PathBuf::from))
+        })
+        .await?;
+    Ok(ws.is_some_and(|w| is_home(&w)))
+}
+
+/// `dir` is `$HOME` (both canonical).
+pub fn is_home(dir: &std::path::Path) -> bool {
+    let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
+        return false;
+    };
+    let canon = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    canon(&home) == canon(dir)
+}
+
 pub async fn session_choice(
     h: &SessionHandle,
 ) -> Result<(Option<String>, Option<String>), AgentError> {
@@ -112,6 +135,21 @@ pub async fn resolve(
     let turns = &registry.config.turns;
     let permission_mode =
         PermissionMode::parse(p.permission_mode.as_deref())?.unwrap_or(turns.permission_mode);
+    // A workspace that is $HOME makes every dotfile the user's tools read writable:
+    // `auto` mode is refused there unless the config forces it (docs/sandbox.md#a-workspace-that-is-home).
+    if permission_mode == PermissionMode::Auto
+        && !registry.config.sandbox.allow_auto_in_home
+        && workspace_is_home(h).await?
+    {
+        return Err(AgentError::new(
+            ErrorKind::PermissionDenied,
+            "this session's workspace is your home directory: `auto` permission mode is \
+             refused there (every dotfile your shell, editor and git read would be \
+             writable); use `ask` or `read_only`, open a project directory instead, or set \
+             [sandbox] allow_auto_in_home = true",
+        )
+        .with_details(json!({"field": "permission_mode", "reason": "workspace_is_home"})));
+    }
     let sandbox_turn = crate::tools::sandboxing::parse_request(p.sandbox.as_ref())?;
     let sandbox_session = session_sandbox(h).await?;
     let max_iterations = p.max_iterations.unwrap_or(turns.max_iterations);

@@ -456,3 +456,184 @@ fn ordinary_git_work_keeps_working_and_git_config_says_why_it_cannot() {
         drop(d);
     }
 }
+
+/// The files other tools run (`[sandbox] protect`): read-only or quarantined for
+/// commands; refused to the file tools in `auto` mode, written when the user approves
+/// the call in `ask` mode.
+#[test]
+fn files_other_tools_run_are_protected_and_need_an_approved_call() {
+    for (force, level) in LEVELS {
+        let r = repo(true);
+        std::fs::write(r.ws.join(".envrc"), "export A=1\n").unwrap();
+        std::fs::create_dir_all(r.ws.join(".husky")).unwrap();
+        std::fs::create_dir_all(r.ws.join(".vscode")).unwrap();
+        std::fs::write(r.ws.join("tools.sh"), "echo tools\n").unwrap();
+        let mut b = builder(&r.o).config("[sandbox]\nprotect = [\"tools.sh\"]\n");
+        if !force.is_empty() {
+            b = b.env("AGENTD_SANDBOX_FORCE", force);
+        }
+        let mut d = b.start();
+        let mut c = d.connect();
+        let sid = r.session(&mut c, &r.ws);
+        let p = q(&r.pwned);
+        let res = shell(
+            &d,
+            &mut c,
+            &sid,
+            &format!(
+                "echo 'touch {p}' >> .envrc 2>/dev/null && echo BAD-ENVRC
+                 echo 'touch {p}' > .husky/pre-commit 2>/dev/null && echo BAD-HUSKY
+                 echo 'touch {p}' >> tools.sh 2>/dev/null && echo BAD-TOOLS
+                 echo '{{\"terminal.integrated.shell.linux\": \"/x\"}}' > .vscode/settings.json
+                 echo DONE"
+            ),
+            json!({}),
+        );
+        let text = output(&res);
+        assert!(text.contains("DONE"), "{level}: {res:#}");
+        if level == "full" {
+            for bad in ["BAD-ENVRC", "BAD-HUSKY", "BAD-TOOLS"] {
+                assert!(!text.contains(bad), "{level} {bad}: {res:#}");
+            }
+        }
+        let qd = quarantined(&res);
+        assert!(
+            qd.iter().any(|p| p.ends_with(".vscode/settings.json")),
+            "{level}: {res:#}"
+        );
+        assert!(text.contains("write grant"), "{level}: {res:#}");
+
+        // The file tools in `auto` mode: refused, with the way to do it.
+        let (_, evs) = turn_calling(
+            &d,
+            &mut c,
+            &sid,
+            &[(
+                "write_file",
+                json!({"path": ".envrc", "content": format!("touch {p}\n")}),
+            )],
+            json!({}),
+        );
+        let tr = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .unwrap();
+        assert_eq!(
+            tr["data"]["error"]["kind"], "permission_denied",
+            "{level}: {tr:#}"
+        );
+        assert!(
+            tr["data"]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("`ask`"),
+            "{level}: {tr:#}"
+        );
+
+        // In `ask` mode, a call the user approves writes it (and the approval is in the
+        // Log).
+        let mut client = d.connect();
+        client.call_ok(
+            "agentd/subscribe",
+            json!({"session_id": sid, "permissions": true}),
+        );
+        let script = d.root().join(format!("a{}.json", rand::random::<u64>()));
+        let body = json!({"rules": [{"steps": [
+            {"tool_calls": [{"name": "write_file", "args": {"path": ".envrc", "content": "export B=2\n"}}]},
+            {"text": "done"}
+        ]}]});
+        std::fs::write(&script, serde_json::to_vec(&body).unwrap()).unwrap();
+        let params = json!({"session_id": sid, "input": "go", "permission_mode": "ask",
+            "model": format!("script:{}", script.display())});
+        let mut turn_conn = d.connect();
+        let running = std::thread::spawn(move || turn_conn.try_call("agentd/turn", params));
+        let req = client
+            .wait_for(
+                |m| m["method"] == "agentd/permission" && m.get("id").is_some(),
+                std::time::Duration::from_secs(30),
+            )
+            .expect("a permission request");
+        let reply = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"decision": "allow"}});
+        client.send_raw(format!("{reply}\n").as_bytes()).unwrap();
+        let t = running.join().unwrap().unwrap();
+        assert_eq!(t["result"]["status"], "completed", "{t}");
+        assert_eq!(
+            std::fs::read_to_string(r.ws.join(".envrc")).unwrap(),
+            "export B=2\n",
+            "{level}"
+        );
+        drop((c, client));
+        d.shutdown(std::time::Duration::from_secs(20));
+        drop(d);
+        // The user's tools afterwards: direnv-style sourcing, husky's hook, the script.
+        for script in [".envrc", ".husky/pre-commit", "tools.sh"] {
+            let _ = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("cd {} && . ./{script}", q(&r.ws)))
+                .output();
+        }
+        assert!(!r.pwned.exists(), "{level}: a planted file ran");
+        r.user_git_runs_nothing(&r.ws, level);
+    }
+}
+
+/// A workspace that is `$HOME`: a warning at creation, and `auto` mode refused unless
+/// the config forces it.
+#[test]
+fn a_workspace_that_is_home_warns_and_refuses_auto() {
+    let o = outside();
+    let d = builder(&o).start();
+    let mut c = d.connect();
+    let created = c.call_ok("agentd/create", json!({"workspace": o.home}));
+    assert!(
+        created["warning"]
+            .as_str()
+            .unwrap_or("")
+            .contains("home directory"),
+        "{created}"
+    );
+    let sid = created["session_id"].as_str().unwrap().to_string();
+    let script = o.root.join("h.json");
+    std::fs::write(
+        &script,
+        serde_json::to_vec(&json!({"rules": [{"steps": [{"text": "hi"}]}]})).unwrap(),
+    )
+    .unwrap();
+    let model = format!("script:{}", script.display());
+    let r = c.call(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "go", "model": model}),
+    );
+    assert_eq!(r["error"]["data"]["kind"], "permission_denied", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("allow_auto_in_home"),
+        "{r}"
+    );
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "go", "model": model, "permission_mode": "read_only"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    // A project directory gets no warning.
+    let created = c.call_ok("agentd/create", json!({"workspace": d.workspace()}));
+    assert!(created.get("warning").is_none(), "{created}");
+    drop(c);
+    drop(d);
+    let d = builder(&o)
+        .config("[sandbox]\nallow_auto_in_home = true\n")
+        .start();
+    let mut c = d.connect();
+    let sid = c.call_ok("agentd/create", json!({"workspace": o.home}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "go", "model": model}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+}

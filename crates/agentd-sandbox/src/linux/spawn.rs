@@ -166,9 +166,13 @@ impl GitAudit {
 }
 
 fn finding_hint(f: &crate::git::Finding) -> String {
+    let how = if f.grant == "write" {
+        "in `ask` mode, ask for a write grant for it (`sandbox_grant: {\"write\": PATH}`)"
+    } else {
+        "ask for the `git:init` grant to keep new repositories with hooks"
+    };
     format!(
-        "{} was quarantined by the sandbox: {} (the user's git would run it outside the \
-         sandbox); ask for the `git:init` grant to keep new repositories with hooks",
+        "{} was quarantined by the sandbox: {} (it would run outside the sandbox); {how}",
         f.path.display(),
         f.what
     )
@@ -518,8 +522,27 @@ impl Sandbox {
         writable.retain(|r| !hidden.iter().any(|h| r.starts_with(h)));
         let walk = walk_roots(p, &writable);
         let git_env = crate::git::Env::from_process();
-        let scan = crate::git::scan(&writable, &walk, &git_env);
-        let protected = scan.protected.clone();
+        let mut scan = crate::git::scan(&writable, &walk, &git_env);
+        let mut protected = scan.protected.clone();
+        // The protect set: what exists is read-only (a symlink: what it points to, when
+        // writable); what does not is quarantined if a command creates it.
+        for pp in &p.protect {
+            match std::fs::symlink_metadata(pp) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(t) = pp.canonicalize() {
+                        if writable.iter().any(|w| t.starts_with(w)) && !protected.contains(&t) {
+                            protected.push(t);
+                        }
+                    }
+                }
+                Ok(_) => {
+                    if !protected.contains(pp) {
+                        protected.push(pp.clone());
+                    }
+                }
+                Err(_) => scan.watch_tools.push(pp.clone()),
+            }
+        }
         if p.mode == Mode::WorkspaceWrite {
             for g in scan.extra_roots.clone() {
                 if !hidden.iter().any(|h| g.starts_with(h)) && !writable.contains(&g) {
@@ -805,6 +828,7 @@ impl Prepared {
                         "kind": "quarantined",
                         "path": f.path,
                         "moved_to": f.moved_to,
+                        "grant": f.grant,
                         "hint": finding_hint(&f),
                     }));
                 }
