@@ -73,6 +73,10 @@ pub enum Command {
     McpServer(McpServerArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
+    /// Add input to the running turn: it goes with the turn's next provider call.
+    Steer(SteerArgs),
+    /// Withdraw a queued turn that has not started.
+    Dequeue(DequeueArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.
     Interrupt(InterruptArgs),
     /// Close tool calls that have no result (orphans) with a recorded error result.
@@ -513,8 +517,28 @@ pub struct TurnArgs {
     pub session_id: String,
     /// The prompt.
     pub prompt: String,
+    /// When a turn is running, queue this one behind it (durably) instead of failing
+    /// busy; prints the turn id and returns without waiting.
+    #[arg(long)]
+    pub queue: bool,
     #[command(flatten)]
     pub turn: TurnOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct SteerArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The input for the running turn.
+    pub input: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DequeueArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The queued turn's id (printed by `turn --queue`).
+    pub turn_id: String,
 }
 
 #[derive(Debug, Args)]

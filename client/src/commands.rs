@@ -141,6 +141,33 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
                 }
             }
         }
+        Command::Turn(a) if a.queue => {
+            let mut p = turn_params(&a.session_id, &a.prompt, &a.turn)?;
+            p["queue"] = json!(true);
+            p["wait"] = json!(false);
+            let v = retried_call(&target, method::TURN, p).await?;
+            let text = format!(
+                "{} turn {}\n",
+                if s(&v, "status") == "queued" {
+                    "queued"
+                } else {
+                    "started"
+                },
+                s(&v, "turn_id")
+            );
+            Ok(result(v, text))
+        }
+        Command::Steer(a) => {
+            check_sid(&a.session_id)?;
+            let p = json!({"session_id": a.session_id, "input": a.input});
+            let v = retried_call(&target, method::STEER, p).await?;
+            let text = format!(
+                "steered into turn {} (seq {})\n",
+                s(&v, "turn_id"),
+                n(&v, "seq")
+            );
+            Ok(result(v, text))
+        }
         Command::Turn(a) => {
             let p = turn_params(&a.session_id, &a.prompt, &a.turn)?;
             // Without --permission-mode the config's `[turns] permission_mode` may say ask.
@@ -373,6 +400,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
                 format!("appended seq {f}..{l}\n")
             }
         }
+        Command::Dequeue(a) => format!("withdrew queued turn {}\n", a.turn_id),
         Command::Interrupt(_) => {
             let closed = v
                 .get("reconciled")
@@ -628,6 +656,25 @@ async fn retried_turn(
                 output::stderr("\n[connection to agentd restored; following the same turn]\n");
             }
             stream::turn(&c.conn, sid, params, human, ask).await
+        }
+    })
+    .await
+}
+
+/// One call with a fresh `client_request_id`, resent as it is when the daemon is lost
+/// mid-call (see [`retried_turn`]).
+async fn retried_call(target: &Target, m: &str, mut params: Value) -> Result<Value, AgentError> {
+    use agentctl::retry;
+    params["client_request_id"] = json!(retry::new_request_id());
+    retry::with_retry(retry::Policy::default(), |attempt| {
+        let params = params.clone();
+        async move {
+            let c = if attempt.n == 0 || attempt.since_first > Duration::from_secs(5) {
+                daemon::connect_or_start(target).await?
+            } else {
+                daemon::connect_existing(target).await?
+            };
+            c.conn.call(m, params).await
         }
     })
     .await

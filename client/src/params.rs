@@ -160,6 +160,13 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 ]),
             )
         }
+        Command::Dequeue(a) => (
+            method::DEQUEUE,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("turn_id", Some(a.turn_id.clone().into())),
+            ]),
+        ),
         Command::Interrupt(a) => (
             method::INTERRUPT,
             object(vec![
@@ -278,6 +285,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Log(_)
         | Command::Run(_)
         | Command::Turn(_)
+        | Command::Steer(_)
         | Command::Service(_)
         | Command::Completions(_)
         | Command::Doctor

@@ -425,6 +425,18 @@ pub fn methods(api: Api) -> Methods {
     });
     method(
         &mut m,
+        method::STEER,
+        |api, p: agentd_proto::rpc::SteerParams, _| async move { api.turns.steer(p).await },
+    );
+    method(
+        &mut m,
+        method::DEQUEUE,
+        |api, p: agentd_proto::rpc::DequeueParams, _| async move {
+            api.turns.dequeue(&p.session_id, &p.turn_id).await
+        },
+    );
+    method(
+        &mut m,
         method::INTERRUPT,
         |api, p: InterruptParams, _| async move {
             to_value(
@@ -471,6 +483,10 @@ fn capabilities() -> Vec<String> {
         "import",
         "diff",
         "revert",
+        "client_request_id",
+        "resume_after_crash",
+        "steer",
+        "queue",
     ]
     .iter()
     .map(|s| s.to_string())

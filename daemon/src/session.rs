@@ -434,6 +434,9 @@ pub struct SessionState {
     /// [`ClientRequest`]): an idempotent retry is answered from here, never by reading
     /// the Log again. Rebuilt by the load, extended per append.
     pub client_requests: std::collections::HashMap<String, ClientRequest>,
+    /// Turns admitted with `queue: true` that have not started nor been withdrawn:
+    /// `(turn_id, seq of its turn_queued)`, in admission order. Rebuilt by the load.
+    pub queued: Vec<(String, u64)>,
 }
 
 /// What one `client_request_id` admitted: the event that records it carries
@@ -490,6 +493,7 @@ impl SessionState {
             pending_repair: Vec::new(),
             context: Default::default(),
             client_requests: Default::default(),
+            queued: Vec::new(),
         }
     }
 
@@ -497,6 +501,19 @@ impl SessionState {
         if let Some((id, req)) = ClientRequest::of(&ev) {
             // The first record of a key wins: a queued turn's `turn_started` repeats it.
             self.client_requests.entry(id).or_insert(req);
+        }
+        match ev.event_type() {
+            EventType::TurnQueued => {
+                if let Some(t) = ev.str_field("turn_id") {
+                    self.queued.push((t.to_string(), ev.seq));
+                }
+            }
+            EventType::TurnStarted | EventType::TurnDequeued if !self.queued.is_empty() => {
+                if let Some(t) = ev.str_field("turn_id") {
+                    self.queued.retain(|(q, _)| q != t);
+                }
+            }
+            _ => {}
         }
         self.fold.push_stored(&ev, stored.line_ref());
         self.checkpoint.apply(&ev);
@@ -743,6 +760,7 @@ fn load_blocking(
         pending_repair: Vec::new(),
         context: Default::default(),
         client_requests: Default::default(),
+        queued: Vec::new(),
     };
     // Each event is folded as it is parsed and then kept only as its line.
     let report = env.store.load_into(sid, &mut |ev, stored| {

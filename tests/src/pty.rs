@@ -128,6 +128,23 @@ impl Pty {
         self.shared.0.lock().unwrap().parser.screen().contents()
     }
 
+    /// Waits until the reader has seen the end of the child's output (every descriptor of
+    /// the pty's slave side closed), so [`Pty::raw`] holds all of it.
+    #[track_caller]
+    pub fn wait_closed(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.shared;
+        let mut g = lock.lock().unwrap();
+        while !g.closed {
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "the pty's output did not end within {timeout:?}"
+            );
+            g = cv.wait_timeout(g, deadline - now).unwrap().0;
+        }
+    }
+
     /// Every byte the child wrote so far.
     pub fn raw(&self) -> Vec<u8> {
         self.shared.0.lock().unwrap().raw.clone()

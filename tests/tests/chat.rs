@@ -330,6 +330,7 @@ fn sigterm_restores_the_terminal() {
     }
     let st = p.wait_exit(WAIT).expect("chat exits on SIGTERM");
     assert_eq!(st.code(), Some(143), "{st:?}");
+    p.wait_closed(WAIT);
     let raw = String::from_utf8_lossy(&p.raw()).to_string();
     let entered = raw
         .rfind("\x1b[?1049h")

@@ -369,3 +369,163 @@ fn a_retried_append_is_written_once() {
         "app-1"
     );
 }
+
+/// `agentd/steer` while the provider streams: the input is recorded as a steering
+/// `user_message` and goes with the turn's next provider call (the turn makes one more
+/// call for it); with no turn running it is refused with `not_running`.
+#[test]
+fn steer_reaches_the_next_provider_call_and_is_refused_when_idle() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |n, _| match n {
+        0 => {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+            Reply::Complete(chat_text("First."))
+        }
+        _ => Reply::Complete(chat_text("Steered answer.")),
+    });
+    let d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let mut c = d.connect();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "start", "wait": false}),
+    );
+    mock.wait_requests(1, WAIT);
+    let mut sc = d.connect();
+    let sid2 = sid.clone();
+    let steer = std::thread::spawn(move || {
+        sc.call(
+            "agentd/steer",
+            json!({"session_id": sid2, "input": "also list the tests", "client_request_id": "st-1"}),
+        )
+    });
+    let pending = sub.wait_event(
+        |e| is_type(e, "status") && e["data"]["steer_pending"] == true,
+        WAIT,
+    );
+    go_tx.send(()).unwrap();
+    let answered = steer.join().unwrap();
+    assert!(
+        pending.is_some(),
+        "the steer was not seen waiting: {answered}"
+    );
+    let res = &answered["result"];
+    assert_eq!(res["turn_id"], r["turn_id"], "{answered}");
+    let ended = wait_turn_ended(&d, &sid);
+    assert_eq!(ended["data"]["status"], "completed", "{ended}");
+
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:#?}");
+    assert!(!messages(&reqs[0]).contains("also list the tests"));
+    assert!(
+        messages(&reqs[1]).contains("also list the tests"),
+        "{}",
+        messages(&reqs[1])
+    );
+    let evs = events(&mut c, &sid);
+    let users = of_type(&evs, "user_message");
+    assert_eq!(users.len(), 2, "{evs:#?}");
+    assert_eq!(users[1]["data"]["text"], "also list the tests");
+    assert_eq!(users[1]["data"]["steer"], true);
+    assert_eq!(users[1]["seq"], res["seq"]);
+    let answers: Vec<_> = of_type(&evs, "assistant_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(answers, [json!("First."), json!("Steered answer.")]);
+
+    let e = c.call(
+        "agentd/steer",
+        json!({"session_id": sid, "input": "too late"}),
+    );
+    assert_eq!(e["error"]["data"]["kind"], "not_running", "{e}");
+    // A retry of the steer that was taken answers it again, idle or not.
+    let again = c.call_ok(
+        "agentd/steer",
+        json!({"session_id": sid, "input": "also list the tests", "client_request_id": "st-1"}),
+    );
+    assert_eq!(again["seq"], res["seq"]);
+    assert_eq!(of_type(&events(&mut c, &sid), "user_message").len(), 2);
+    let out = d.agentctl(["--json", "steer", &sid, "from the shell"]);
+    assert_eq!(out.code, Some(5), "{}", out.stdout);
+    assert_eq!(out.json()["error"]["kind"], "not_running", "{}", out.stdout);
+}
+
+/// A turn queued behind a running one is durable: the daemon is killed, the running
+/// turn resumes and finishes, then the queued one runs; a withdrawn one never runs.
+#[test]
+fn a_queued_turn_survives_a_crash_and_runs_after_the_resumed_one() {
+    // The first prompt's first call hangs until the crash; after it, calls answer.
+    let mock = MockProvider::start(|n, body| {
+        if n == 0 {
+            Reply::Hang(chat_partial("…"))
+        } else if messages(body).contains("second prompt") {
+            Reply::Complete(chat_text("Answer two."))
+        } else {
+            Reply::Complete(chat_text("Answer one."))
+        }
+    });
+    let mut d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let t1 = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "first prompt", "wait": false}),
+    )["turn_id"]
+        .clone();
+    mock.wait_requests(1, WAIT);
+    let q2 = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "second prompt", "queue": true}),
+    );
+    assert_eq!(q2["status"], "queued", "{q2}");
+    let q3 = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "third prompt", "queue": true}),
+    );
+    assert_eq!(q3["status"], "queued");
+    let w = c.call_ok(
+        "agentd/dequeue",
+        json!({"session_id": sid, "turn_id": q3["turn_id"]}),
+    );
+    assert_eq!(w["dequeued"], true, "{w}");
+    let e = c.call(
+        "agentd/dequeue",
+        json!({"session_id": sid, "turn_id": q3["turn_id"]}),
+    );
+    assert_eq!(e["error"]["data"]["kind"], "not_found", "{e}");
+    d.restart();
+    let mut sub = d.connect();
+    sub.subscribe(&sid, Some(0));
+    let end2 = sub
+        .wait_event(
+            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == q2["turn_id"],
+            WAIT,
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "the queued turn did not end; daemon:\n{}",
+                d.daemon_output()
+            )
+        });
+    assert_eq!(end2["data"]["status"], "completed", "{end2}");
+    let evs = events(&mut d.connect(), &sid);
+    let ended: Vec<_> = of_type(&evs, "turn_ended")
+        .iter()
+        .map(|e| (e["data"]["turn_id"].clone(), e["data"]["status"].clone()))
+        .collect();
+    assert_eq!(ended[0].0, t1, "the resumed turn ends first: {evs:#?}");
+    assert_eq!(ended[1], (q2["turn_id"].clone(), json!("completed")));
+    assert_eq!(ended.len(), 2, "{evs:#?}");
+    let users: Vec<_> = of_type(&evs, "user_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(users, [json!("first prompt"), json!("second prompt")]);
+    assert!(!of_type(&evs, "turn_started")
+        .iter()
+        .any(|e| e["data"]["turn_id"] == q3["turn_id"]));
+}

@@ -548,8 +548,18 @@ fn without_user_namespaces_the_fallback_still_confines_and_says_degraded() {
             .contains("no user namespaces"),
         "{r:#}"
     );
-    // The socket is connectable here (Landlock before ABI 9 cannot stop it), so the
-    // daemon itself refuses: permission_denied (agentctl exit 3), logged.
+    // With network `none` at this level seccomp refuses socket(AF_UNIX): agentctl
+    // cannot even reach the socket. With network `host` the socket is connectable and
+    // the daemon itself refuses (permission_denied, agentctl exit 3), logged.
+    assert!(text.contains("ctl-exit=4"), "{text}");
+    let host = create(&mut c, &d, Some(json!({"network": "host"})));
+    let cmd = format!(
+        "{ctl} --socket {s} ls; echo ctl-exit=$?",
+        ctl = q(&ctl),
+        s = q(d.socket())
+    );
+    let r = shell(&d, &mut c, &host, &cmd, json!({}));
+    let text = output(&r);
     assert!(text.contains("ctl-exit=3"), "{text}");
     assert!(text.contains("permission_denied"), "{text}");
     let log = std::fs::read_to_string(d.root().join("agentd.out")).unwrap();

@@ -268,7 +268,7 @@ impl App {
     }
 
     fn events_call(&self, after: Option<u64>) -> Effect {
-        let mut p = json!({"session_id": self.sid(), "limit": 1000});
+        let mut p = json!({"session_id": self.sid(), "limit": HISTORY_EVENTS});
         if let Some(a) = after {
             p["after_seq"] = json!(a);
         }

@@ -36,6 +36,7 @@ const NET_ERRORS: &[&str] = &[
     "ENETUNREACH",
     "EAI_AGAIN",
     "socket: Operation not permitted",
+    "ENOTCACHED",
 ];
 
 /// Paths mentioned in a line: quoted (`'…'`, `‘…’`, `"…"`) or a token starting with `/`
@@ -88,8 +89,19 @@ fn classify(p: &Path, policy: &EffectivePolicy, protected: &[PathBuf]) -> Option
             ),
         });
     }
-    if policy.writable_roots.iter().any(|r| is_within(p, r)) || p.starts_with("/tmp") {
+    if policy.writable_roots.iter().any(|r| is_within(p, r)) {
         return None;
+    }
+    // Only the degraded level (no private /tmp) refuses writes here.
+    if p.starts_with("/tmp") {
+        return Some(Denial {
+            kind: "write".into(),
+            path,
+            hint: format!(
+                "write to {} denied: at this sandbox level (no user namespaces) the host's /tmp                  is not writable; use $TMPDIR (a private directory), e.g. `mktemp -d`",
+                p.display()
+            ),
+        });
     }
     let home = policy
         .hidden
@@ -218,6 +230,15 @@ mod tests {
         let d = denials(out, &policy(), &prot);
         let kinds: Vec<&str> = d.iter().map(|d| d.kind.as_str()).collect();
         assert_eq!(kinds, ["hidden", "hidden", "protected", "write", "network"]);
+        // The degraded level's /tmp, and npm refusing to go online.
+        let d = denials(
+            "mkdir: cannot create directory '/tmp/a': Permission denied\n\
+             npm error code ENOTCACHED",
+            &policy(),
+            &prot,
+        );
+        assert!(d[0].hint.contains("$TMPDIR"), "{d:?}");
+        assert_eq!(d[1].kind, "network", "{d:?}");
         // A missing file elsewhere is no denial.
         assert!(denials(
             "cat: /etc/nope: No such file or directory",

@@ -110,6 +110,8 @@ struct Runner<'a> {
     iterations_left: u32,
     /// Times this turn was resumed after a crash (written on `turn_ended` when > 0).
     resumed: u32,
+    /// Where `agentd/steer` inputs wait for the next provider call.
+    running: Arc<RunningTurn>,
 }
 
 /// How a turn begins: a new prompt, or a turn a crash left open (docs/durability.md).
@@ -229,6 +231,7 @@ pub(super) async fn run(
         mcp_offered: Vec::new(),
         iterations_left: 0,
         resumed: 0,
+        running: running.clone(),
     };
     r.iterations_left = r.spec.max_iterations;
     let mut output_text = String::new();
@@ -593,6 +596,46 @@ impl Runner<'_> {
         Ok(None)
     }
 
+    /// Records the `agentd/steer` inputs waiting now as `user_message{text, steer:
+    /// true, turn_id}` (one append, before the provider call they go with) and answers
+    /// each with its seq.
+    async fn record_steers(&mut self) -> Result<(), AgentError> {
+        let steers = self.running.take_steers();
+        if steers.is_empty() {
+            return Ok(());
+        }
+        let drafts = steers
+            .iter()
+            .map(|s| {
+                let mut d = json!({"text": s.text, "steer": true, "turn_id": self.turn_id});
+                if let Some((id, hash)) = &s.key {
+                    d["client_request_id"] = json!(id);
+                    d["request_hash"] = json!(hash);
+                }
+                EventDraft::new(EventType::UserMessage, d)
+            })
+            .collect();
+        match self.append(drafts).await {
+            Ok(res) => {
+                for (i, s) in steers.into_iter().enumerate() {
+                    let seq = res.first_seq + i as u64;
+                    let _ = s.reply.send(Ok(AppendResult {
+                        first_seq: seq,
+                        last_seq: seq,
+                        ids: res.ids.get(i).cloned().into_iter().collect(),
+                    }));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                for s in steers {
+                    let _ = s.reply.send(Err(e.clone()));
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// A call that may run again after a crash: a read-only built-in, or an MCP tool
     /// the user trusts read-only whose server declares `readOnlyHint`.
     fn replay_safe(&self, name: &str) -> bool {
@@ -608,6 +651,7 @@ impl Runner<'_> {
             if self.cancel.is_cancelled() {
                 return Ok(End::Interrupted);
             }
+            self.record_steers().await?;
             self.refresh_mcp().await;
             let (resp, estimated) = match self.step().await? {
                 Ok(v) => v,
@@ -620,6 +664,10 @@ impl Runner<'_> {
                 *output_text = text;
             }
             if calls.is_empty() {
+                // Input steered in while this step ran goes with one more call.
+                if self.running.has_steers() && !self.cancel.is_cancelled() {
+                    continue;
+                }
                 let stop = crate::provider::limiting_stop(resp.stop_reason.as_deref());
                 return Ok(End::Completed(None, stop));
             }

@@ -106,6 +106,47 @@ pub struct RunningTurn {
     interrupt_reason: Mutex<Option<String>>,
     /// The final result and the call ids its interrupt closed, once recorded.
     done: watch::Receiver<Option<Finished>>,
+    /// `agentd/steer` inputs waiting for the turn's next provider call.
+    steers: Mutex<Vec<Steer>>,
+}
+
+/// One `agentd/steer` input on its way into the running turn: recorded by the engine
+/// right before its next provider call, then answered.
+pub(crate) struct Steer {
+    pub text: String,
+    /// `(client_request_id, request_hash)`.
+    pub key: Option<(String, String)>,
+    pub reply: oneshot::Sender<Result<agentd_proto::rpc::AppendResult, AgentError>>,
+}
+
+impl RunningTurn {
+    fn new(
+        turn_id: String,
+        client_request: Option<(String, String)>,
+    ) -> (Arc<RunningTurn>, watch::Sender<Option<Finished>>) {
+        let (done_tx, done_rx) = watch::channel(None);
+        let r = Arc::new(RunningTurn {
+            turn_id,
+            client_request,
+            cancel: CancellationToken::new(),
+            interrupt_reason: Mutex::new(None),
+            done: done_rx,
+            steers: Mutex::new(Vec::new()),
+        });
+        (r, done_tx)
+    }
+
+    /// The steers waiting now, taken.
+    pub(crate) fn take_steers(&self) -> Vec<Steer> {
+        self.steers
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn has_steers(&self) -> bool {
+        self.steers.lock().map(|v| !v.is_empty()).unwrap_or(false)
+    }
 }
 
 #[derive(Clone)]
@@ -215,6 +256,12 @@ impl TurnManager {
                 if let Err(e) = loaded {
                     tracing::warn!(session = %sid, error = %e, "session of a running-turn marker not loaded");
                 }
+                if let Ok(h) = turns.registry.get(&sid).await {
+                    if h.query(|st| !st.queued.is_empty()).await.unwrap_or(false) {
+                        turns.start_next_queued(&h);
+                        return;
+                    }
+                }
                 if !turns.is_running(&sid) {
                     turns.mark_running(&sid, false);
                 }
@@ -248,14 +295,7 @@ impl TurnManager {
             .zip(started.str_field("request_hash"))
             .map(|(a, b)| (a.to_string(), b.to_string()));
         let sid = h.id.to_string();
-        let (done_tx, done_rx) = watch::channel(None);
-        let running = Arc::new(RunningTurn {
-            turn_id: turn_id.to_string(),
-            client_request,
-            cancel: CancellationToken::new(),
-            interrupt_reason: Mutex::new(None),
-            done: done_rx,
-        });
+        let (running, done_tx) = RunningTurn::new(turn_id.to_string(), client_request);
         {
             use dashmap::mapref::entry::Entry;
             match self.running.entry(sid.clone()) {
@@ -267,24 +307,7 @@ impl TurnManager {
         }
         self.turns_running.fetch_add(1, Ordering::Relaxed);
         self.mark_running(&sid, true);
-        let text = |k: &str| params.get(k).and_then(|v| v.as_str()).map(str::to_string);
-        let p = TurnParams {
-            session_id: sid,
-            // Checked non-empty by `resolve`; a resume sends the Log, not this.
-            input: "(resumed)".into(),
-            model: text("model"),
-            provider: text("provider"),
-            max_iterations: params
-                .get("max_iterations")
-                .and_then(|v| v.as_u64())
-                .map(|n| n as u32),
-            permission_mode: text("permission_mode"),
-            wait: None,
-            sandbox: params.get("sandbox").cloned(),
-            mcp_servers: None,
-            client_request_id: None,
-            queue: None,
-        };
+        let p = params_from_record(&sid, &params);
         let (turns, h) = (self.clone(), h.clone());
         tokio::spawn(async move {
             let engine = {
@@ -360,23 +383,244 @@ impl TurnManager {
             let parsed = mcp::parse_client(entries)?;
             self.mcp.set_client(&p.session_id, parsed);
         }
+        let queue = p.queue.unwrap_or(false);
+        if queue {
+            let waiting = h.query(|st| !st.queued.is_empty()).await?;
+            if waiting || self.is_running(&p.session_id) {
+                return self.enqueue(&h, &p, key).await;
+            }
+        }
         let mut record = json!({"runner": "agentd", "params": resume_params(&p)});
         if let Some((id, hash)) = &key {
             record["client_request_id"] = json!(id);
             record["request_hash"] = json!(hash);
         }
-        let input = p.input;
-        launch(
+        let input = p.input.clone();
+        let res = launch(
             self,
-            h,
+            h.clone(),
             wait,
-            key,
+            key.clone(),
+            None,
             move |turns, h, running, started| async move {
                 let start = engine::Start::New { input, record };
                 engine::run(&turns, &h, spec, start, &running, started).await
             },
         )
-        .await
+        .await;
+        match res {
+            // It became busy between the check and the claim: queue behind it.
+            Err(e) if queue && e.kind == ErrorKind::Busy => self.enqueue(&h, &p, key).await,
+            other => other,
+        }
+    }
+
+    /// Admits `p` durably behind the running turn: `turn_queued{turn_id, input, params,
+    /// runner, client_request_id?, request_hash?}`; answered `status: "queued"`.
+    async fn enqueue(
+        self: &Arc<Self>,
+        h: &SessionHandle,
+        p: &TurnParams,
+        key: Option<(String, String)>,
+    ) -> Result<TurnResult, AgentError> {
+        let turn_id = format!("turn_{}", agentd_proto::event::new_event_id());
+        let mut data = json!({"turn_id": turn_id, "input": p.input, "runner": "agentd",
+                              "params": resume_params(p)});
+        if let Some((id, hash)) = &key {
+            data["client_request_id"] = json!(id);
+            data["request_hash"] = json!(hash);
+        }
+        let res = h
+            .append(vec![EventDraft::new(EventType::TurnQueued, data)], None)
+            .await?;
+        // The running turn may have ended before this was durable, and looked at an
+        // empty queue: start it now if nothing runs.
+        if !self.is_running(&h.id) {
+            self.start_next_queued(h);
+        }
+        Ok(TurnResult {
+            turn_id,
+            status: "queued".into(),
+            output_text: String::new(),
+            first_seq: res.first_seq,
+            last_seq: res.last_seq,
+            error: None,
+            stop_reason: None,
+            reason: None,
+        })
+    }
+
+    /// Starts the session's oldest queued turn, in a task, if no turn runs (a turn that
+    /// ends calls this again, so the queue drains in order). A queued turn that cannot
+    /// start (its provider is gone) is withdrawn with `turn_dequeued{reason:"failed",
+    /// error}` and the next one is tried.
+    pub fn start_next_queued(self: &Arc<Self>, h: &SessionHandle) {
+        let (turns, h) = (self.clone(), h.clone());
+        tokio::spawn(async move {
+            loop {
+                if turns.is_running(&h.id) || turns.shutting_down.load(Ordering::SeqCst) {
+                    return;
+                }
+                let next = h
+                    .query(|st| {
+                        let (_, seq) = st.queued.first()?;
+                        let e = st.events_after(seq.checked_sub(1)).first()?;
+                        (e.seq == *seq).then(|| e.event())
+                    })
+                    .await;
+                let Ok(Some(ev)) = next else { return };
+                let turn_id = ev.str_field("turn_id").unwrap_or_default().to_string();
+                let params = ev.data.get("params").cloned().unwrap_or_default();
+                let mut p = params_from_record(&h.id, &params);
+                p.input = ev.str_field("input").unwrap_or_default().to_string();
+                let key = ev
+                    .str_field("client_request_id")
+                    .zip(ev.str_field("request_hash"))
+                    .map(|(a, b)| (a.to_string(), b.to_string()));
+                let spec = match setup::resolve(&turns.registry, &h, &p).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let d = EventDraft::new(
+                            EventType::TurnDequeued,
+                            json!({"turn_id": turn_id, "reason": "failed",
+                                   "error": {"kind": e.kind, "message": e.message}}),
+                        );
+                        if h.append(vec![d], None).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                let mut record =
+                    json!({"runner": "agentd", "params": params, "queued_seq": ev.seq});
+                if let Some((id, hash)) = &key {
+                    record["client_request_id"] = json!(id);
+                    record["request_hash"] = json!(hash);
+                }
+                let input = p.input.clone();
+                let res = launch(
+                    &turns,
+                    h.clone(),
+                    false,
+                    key,
+                    Some(turn_id),
+                    move |turns, h, running, started| async move {
+                        let start = engine::Start::New { input, record };
+                        engine::run(&turns, &h, spec, start, &running, started).await
+                    },
+                )
+                .await;
+                if let Err(e) = res {
+                    tracing::warn!(session = %h.id, error = %e, "queued turn not started");
+                }
+                return;
+            }
+        });
+    }
+
+    /// `agentd/dequeue`: withdraws a queued turn that has not started.
+    pub async fn dequeue(&self, sid: &str, turn_id: &str) -> Result<serde_json::Value, AgentError> {
+        let h = self.registry.get(sid).await?;
+        let tid = turn_id.to_string();
+        let (sid2, tid2) = (sid.to_string(), turn_id.to_string());
+        let res = h
+            .record(move |st| {
+                if !st.queued.iter().any(|(q, _)| *q == tid) {
+                    return Err(AgentError::new(
+                        ErrorKind::NotFound,
+                        "no such queued turn: it started, was withdrawn, or never was queued",
+                    )
+                    .with_details(json!({"session_id": sid2, "turn_id": tid2})));
+                }
+                Ok(vec![EventDraft::new(
+                    EventType::TurnDequeued,
+                    json!({"turn_id": tid, "reason": "dequeued"}),
+                )])
+            })
+            .await?;
+        Ok(
+            json!({"session_id": sid, "turn_id": turn_id, "dequeued": true,
+                  "seq": res.map(|r| r.first_seq)}),
+        )
+    }
+
+    /// `agentd/steer`: input for the running turn, recorded as `user_message{text,
+    /// steer: true, turn_id}` right before the turn's next provider call and answered
+    /// then (`{turn_id, seq}`); kind `not_running` with no turn running.
+    pub async fn steer(
+        &self,
+        p: agentd_proto::rpc::SteerParams,
+    ) -> Result<serde_json::Value, AgentError> {
+        let h = self.registry.get(&p.session_id).await?;
+        if p.input.trim().is_empty() {
+            return Err(AgentError::invalid_args("input must not be empty"));
+        }
+        let key = match &p.client_request_id {
+            Some(id) => {
+                agentd_proto::rpc::validate_client_request_id(id)?;
+                let hash = crate::text::sha256_hex(
+                    json!(["steer", p.session_id, p.input])
+                        .to_string()
+                        .as_bytes(),
+                );
+                Some((id.clone(), hash))
+            }
+            None => None,
+        };
+        if let Some((id, hash)) = &key {
+            let known = h
+                .query({
+                    let id = id.clone();
+                    move |st| st.client_requests.get(&id).cloned()
+                })
+                .await?;
+            if let Some(req) = known {
+                if &req.hash != hash {
+                    return Err(AgentError::new(
+                        ErrorKind::Conflict,
+                        "this client_request_id was already used with other params",
+                    )
+                    .with_details(json!({"session_id": p.session_id, "client_request_id": id})));
+                }
+                return Ok(
+                    json!({"session_id": p.session_id, "turn_id": req.turn_id, "seq": req.seq}),
+                );
+            }
+        }
+        let not_running = || {
+            AgentError::new(
+                ErrorKind::NotRunning,
+                "no turn is running in this session; send the input as a new turn",
+            )
+            .with_details(json!({"session_id": p.session_id}))
+            .with_next_actions(&[&format!("agentctl turn {} ...", p.session_id)])
+        };
+        let Some(r) = self.running.get(&p.session_id).map(|r| r.value().clone()) else {
+            return Err(not_running());
+        };
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut v) = r.steers.lock() {
+            v.push(Steer {
+                text: p.input.clone(),
+                key,
+                reply: tx,
+            });
+        }
+        // Subscribers see that input is waiting for the next provider call.
+        h.publish(
+            EventType::Status,
+            json!({"turn_id": r.turn_id, "steer_pending": true,
+                   "message": "input steered in; it goes with the turn's next provider call"}),
+        );
+        drop(r);
+        match rx.await {
+            Ok(Ok(res)) => Ok(json!({"session_id": p.session_id, "turn_id": self
+                .running
+                .get(&p.session_id)
+                .map(|r| r.turn_id.clone()), "seq": res.first_seq})),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(not_running()),
+        }
     }
 
     /// The answer to a retried `client_request_id`: the turn it admitted (waiting for
@@ -410,9 +654,15 @@ impl TurnManager {
         }
         let tid = turn_id.clone();
         let found = h.query(move |st| ended_result(st, &tid, req.seq)).await?;
+        let queued = h
+            .query({
+                let tid = turn_id.clone();
+                move |st| st.queued.iter().any(|(q, _)| *q == tid)
+            })
+            .await?;
         Ok(found.unwrap_or(TurnResult {
             turn_id,
-            status: "running".into(),
+            status: if queued { "queued" } else { "running" }.into(),
             output_text: String::new(),
             first_seq: req.seq,
             last_seq: req.seq,
@@ -443,6 +693,7 @@ async fn launch<E, F>(
     h: SessionHandle,
     wait: bool,
     client_request: Option<(String, String)>,
+    turn_id: Option<String>,
     engine: E,
 ) -> Result<TurnResult, AgentError>
 where
@@ -450,15 +701,9 @@ where
     F: Future<Output = EngineResult> + Send + 'static,
 {
     let sid = h.id.to_string();
-    let turn_id = format!("turn_{}", agentd_proto::event::new_event_id());
-    let (done_tx, done_rx) = watch::channel(None);
-    let running = Arc::new(RunningTurn {
-        turn_id: turn_id.clone(),
-        client_request: client_request.clone(),
-        cancel: CancellationToken::new(),
-        interrupt_reason: Mutex::new(None),
-        done: done_rx,
-    });
+    let turn_id =
+        turn_id.unwrap_or_else(|| format!("turn_{}", agentd_proto::event::new_event_id()));
+    let (running, done_tx) = RunningTurn::new(turn_id.clone(), client_request.clone());
     {
         // One turn per session: the map entry is the lock.
         use dashmap::mapref::entry::Entry;
@@ -562,10 +807,23 @@ async fn run_task(
         turns.registry.set_running(&sid, false);
     }
     turns.turns_running.fetch_sub(1, Ordering::Relaxed);
-    turns.mark_running(&sid, false);
     turns
         .running
         .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
+    for s in running.take_steers() {
+        let _ = s.reply.send(Err(AgentError::new(
+            ErrorKind::NotRunning,
+            "the turn ended before its next provider call; send the input as a new turn",
+        )
+        .with_details(json!({"session_id": sid, "turn_id": running.turn_id}))));
+    }
+    // Queued turns run next; the marker stays while any wait, so a crash now still
+    // finds them at start.
+    if h.query(|st| !st.queued.is_empty()).await.unwrap_or(false) {
+        turns.start_next_queued(&h);
+    } else if !turns.is_running(&sid) {
+        turns.mark_running(&sid, false);
+    }
     let finished = match outcome {
         Ok((result, reconciled)) => Finished { result, reconciled },
         Err(e) => {
@@ -704,6 +962,29 @@ fn canonical_json(v: &serde_json::Value) -> serde_json::Value {
             serde_json::Value::Array(a.iter().map(canonical_json).collect())
         }
         other => other.clone(),
+    }
+}
+
+/// The params of a recorded request (`turn_started.params`, `turn_queued.params`);
+/// `input` is a placeholder the caller replaces where it matters (a resume sends the
+/// Log, not an input).
+fn params_from_record(sid: &str, params: &serde_json::Value) -> TurnParams {
+    let text = |k: &str| params.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    TurnParams {
+        session_id: sid.to_string(),
+        input: "(resumed)".into(),
+        model: text("model"),
+        provider: text("provider"),
+        max_iterations: params
+            .get("max_iterations")
+            .and_then(|v| v.as_u64())
+            .map(|n| n.min(u64::from(u32::MAX)) as u32),
+        permission_mode: text("permission_mode"),
+        wait: None,
+        sandbox: params.get("sandbox").cloned(),
+        mcp_servers: None,
+        client_request_id: None,
+        queue: None,
     }
 }
 
@@ -886,6 +1167,7 @@ mod tests {
             h.clone(),
             true,
             None,
+            None,
             |_, h, running, started| async move {
                 let turn_id = running.turn_id.clone();
                 let res = h
@@ -933,12 +1215,19 @@ mod tests {
         assert_eq!(h.query(|st| st.running_turn.clone()).await.unwrap(), None);
 
         // The session takes the next turn (a panic before anything was recorded).
-        let r = launch(&turns, h.clone(), true, None, |_, _, _, _| async move {
-            if evs.is_empty() {
-                return Err(AgentError::internal("unreachable"));
-            }
-            panic!("again")
-        })
+        let r = launch(
+            &turns,
+            h.clone(),
+            true,
+            None,
+            None,
+            |_, _, _, _| async move {
+                if evs.is_empty() {
+                    return Err(AgentError::internal("unreachable"));
+                }
+                panic!("again")
+            },
+        )
         .await
         .unwrap();
         assert_eq!(r.status, "failed");
@@ -953,9 +1242,14 @@ mod tests {
     async fn turns_are_refused_once_shutdown_interrupts() {
         let (_dir, turns, h) = session().await;
         turns.interrupt_all("daemon_shutdown").await;
-        let err = launch(&turns, h.clone(), true, None, |_, _, _, _| async move {
-            Err(AgentError::internal("the engine must not run"))
-        })
+        let err = launch(
+            &turns,
+            h.clone(),
+            true,
+            None,
+            None,
+            |_, _, _, _| async move { Err(AgentError::internal("the engine must not run")) },
+        )
         .await
         .unwrap_err();
         assert_eq!(err.kind, ErrorKind::DaemonUnavailable);

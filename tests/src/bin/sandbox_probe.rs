@@ -28,6 +28,7 @@ fn errno_name(e: i32) -> &'static str {
         libc::ENOTTY => "ENOTTY",
         libc::EIO => "EIO",
         libc::EROFS => "EROFS",
+        libc::ENXIO => "ENXIO",
         _ => "other",
     }
 }
@@ -168,6 +169,44 @@ fn main() {
                     libc::kill(k, libc::SIGKILL);
                     libc::waitpid(k, std::ptr::null_mut(), 0);
                 }
+            }
+            "shmat" => {
+                // Attaches the SysV segment with id ARG1 and prints what it holds.
+                let id: i32 = arg(1).parse().unwrap_or(-1);
+                let p = libc::shmat(id, std::ptr::null(), 0);
+                if p as isize == -1 {
+                    outcome("shmat", -1);
+                } else {
+                    let text = std::ffi::CStr::from_ptr(p as *const libc::c_char);
+                    println!("shmat: ok {}", text.to_string_lossy());
+                }
+            }
+            "open" => {
+                let path = CString::new(arg(1)).unwrap();
+                outcome(
+                    "open",
+                    libc::open(
+                        path.as_ptr(),
+                        libc::O_RDWR | libc::O_NONBLOCK | libc::O_NOCTTY,
+                    ) as i64,
+                );
+            }
+            "unix" => {
+                let rc = match std::os::unix::net::UnixStream::connect(arg(1)) {
+                    Ok(_) => 0,
+                    Err(e) => {
+                        *libc::__errno_location() = e.raw_os_error().unwrap_or(0);
+                        -1
+                    }
+                };
+                outcome("unix", rc);
+            }
+            "socketpair" => {
+                let mut fds = [0; 2];
+                outcome(
+                    "socketpair",
+                    libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) as i64,
+                );
             }
             "handoff" => {
                 // Connects to the socket ARG1, hands the connection to a child and

@@ -7,6 +7,7 @@
 use super::{builder, create, outside, q, turn_calling, Outside};
 use agentd_tests::{bin, is_type, Daemon, DaemonBuilder, RpcConn};
 use serde_json::json;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -86,7 +87,9 @@ fn a_connection_handed_on_by_a_command_that_exited_is_refused() {
         let o = outside();
         let d = at_level(&o, force).start();
         let mut c = d.connect();
-        let sid = create(&mut c, &d, None);
+        // Network `host`: with `none`, the degraded level refuses Unix sockets outright
+        // and the daemon's own check would never be reached.
+        let sid = create(&mut c, &d, Some(json!({"network": "host"})));
         let ws = d.workspace().to_path_buf();
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "agentd/create",
             "params": {"workspace": o.root.join("out")}});
@@ -155,7 +158,9 @@ fn a_detached_process_dies_at_the_timeout_and_never_reaches_the_daemon() {
         let o = outside();
         let d = at_level(&o, force).start();
         let mut c = d.connect();
-        let sid = create(&mut c, &d, None);
+        // Network `host`: with `none`, the degraded level refuses Unix sockets outright
+        // and the daemon's own check would never be reached.
+        let sid = create(&mut c, &d, Some(json!({"network": "host"})));
         let ws = d.workspace().to_path_buf();
         let token = format!("{}", 10_000 + rand::random::<u32>() % 80_000);
         let cmd = format!(
@@ -275,5 +280,102 @@ fn other_agents_credentials_histories_and_outside_env_files_are_hidden() {
             .find(|e| is_type(e, "tool_result"))
             .unwrap();
         assert!(!res.to_string().contains("CODEX-SECRET"), "{level}: {res}");
+    }
+}
+
+/// What a mount namespace gave the full level, the degraded level gets by other means:
+/// the host's SysV shared memory, its terminals, `/dev/shm`, its Unix sockets (with
+/// network `none`) and another command's private `TMPDIR` are all out of reach.
+#[test]
+fn host_ipc_terminals_shm_sockets_and_other_commands_tmp_are_out_of_reach() {
+    // SAFETY: plain SysV and pty calls on the test's own objects.
+    let (shm, pts) = unsafe {
+        let id = libc::shmget(libc::IPC_PRIVATE, 4096, 0o600 | libc::IPC_CREAT);
+        assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
+        let p = libc::shmat(id, std::ptr::null(), 0);
+        assert!(p as isize != -1);
+        std::ptr::copy_nonoverlapping(c"HOST-SHM-SECRET".as_ptr().cast::<u8>(), p as *mut u8, 16);
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0 && libc::grantpt(m) == 0 && libc::unlockpt(m) == 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(m))
+            .to_string_lossy()
+            .into_owned();
+        (id, name)
+    };
+    struct Shm(i32);
+    impl Drop for Shm {
+        fn drop(&mut self) {
+            // SAFETY: removing the test's own segment.
+            unsafe { libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut()) };
+        }
+    }
+    let _shm = Shm(shm);
+    let token = format!("{}", rand::random::<u64>());
+    let shm_file = format!("/dev/shm/agentd-escape-{token}");
+    for (level, force) in LEVELS {
+        let o = outside();
+        let sock_path = o.root.join("host.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+        // As root the suite can also put a socket where daemons keep theirs.
+        let run_sock = std::path::PathBuf::from(format!("/run/agentd-escape-{token}.sock"));
+        let _run_listener = std::os::unix::net::UnixListener::bind(&run_sock).ok();
+        let d = at_level(&o, force).start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let probe = q(&bin("sandbox-probe"));
+        let cmd = format!(
+            "{probe} shmat {shm}; {probe} open {pts}; {probe} open /dev/tty
+             echo x > {shm_file} 2>/dev/null && echo BAD-SHM-WRITTEN
+             {probe} unix {sock}; {probe} socketpair
+             {probe} unix {run} | sed s/^/run-/
+             echo tmpdir=$TMPDIR",
+            sock = q(&sock_path),
+            run = q(&run_sock),
+        );
+        let r = super::shell(&d, &mut c, &sid, &cmd, json!({}));
+        let text = super::output(&r);
+        assert_eq!(r["sandbox"]["level"], level, "{r:#}");
+        assert!(!text.contains("HOST-SHM-SECRET"), "{level}: {text}");
+        assert!(!text.contains("shmat: ok"), "{level}: {text}");
+        assert!(!text.contains("open: ok"), "{level}: {text}");
+        // Full: the write lands in the command's own /dev/shm, gone with it.
+        if level == "degraded" {
+            assert!(!text.contains("BAD-SHM"), "{level}: {text}");
+        }
+        assert!(!Path::new(&shm_file).exists(), "{level}: {text}");
+        assert!(text.contains("socketpair: ok"), "{level}: {text}");
+        if level == "degraded" {
+            assert!(text.contains("unix: EPERM"), "{level}: {text}");
+        }
+        if _run_listener.is_some() {
+            assert!(!text.contains("run-unix: ok"), "{level}: {text}");
+            let _ = std::fs::remove_file(&run_sock);
+        }
+        if level == "degraded" {
+            // Another command's private TMPDIR, next to this one's: not readable.
+            let tmpdir = text
+                .lines()
+                .find_map(|l| l.strip_prefix("tmpdir="))
+                .expect("TMPDIR printed")
+                .to_string();
+            let other = Path::new(&tmpdir).parent().unwrap().join("cmd-other");
+            std::fs::create_dir_all(&other).unwrap();
+            std::fs::write(other.join("secret"), "OTHER-TMP-SECRET").unwrap();
+            let cmd = format!(
+                "cat {}/secret; ls {}; echo TMP-OK > $TMPDIR/mine && cat $TMPDIR/mine
+                 mkdir /tmp/agentd-escape-{token}; echo npm-offline=$npm_config_offline",
+                q(&other),
+                q(other.parent().unwrap())
+            );
+            let r = super::shell(&d, &mut c, &sid, &cmd, json!({}));
+            let text = super::output(&r);
+            // The friction a user meets at this level comes with what to do instead.
+            assert!(text.contains("use $TMPDIR"), "{text}");
+            assert!(text.contains("npm-offline=true"), "{text}");
+            assert!(!text.contains("OTHER-TMP-SECRET"), "{text}");
+            assert!(!text.lines().any(|l| l.trim() == "cmd-other"), "{text}");
+            assert!(text.contains("TMP-OK"), "{text}");
+            let _ = std::fs::remove_dir_all(&other);
+        }
     }
 }

@@ -177,6 +177,9 @@ fn add_paths(
     Ok(rs)
 }
 
+/// Terminal devices refused at the degraded level.
+const DEGRADED_TERMINALS: &[&str] = &["/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/console"];
+
 /// Applies Landlock: read and execute everywhere but the hidden set (in namespace mode
 /// the hidden set is already covered by mounts, so everywhere), full access to the
 /// writable roots, the private tmp and the terminal devices; no TCP bind/connect when
@@ -197,10 +200,14 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
         .scope(Scope::from_all(abi))
         .map_err(|e| e.to_string())?;
     let mut rs = ruleset.create().map_err(|e| e.to_string())?;
+    // Degraded: the host's terminals (the daemon's `/dev/tty`, the user's other ptys)
+    // are neither readable nor writable; with namespaces a private devpts holds them.
     let hidden: Vec<PathBuf> = if plan.namespaces {
         Vec::new()
     } else {
-        plan.hidden.clone()
+        let mut h = plan.hidden.clone();
+        h.extend(DEGRADED_TERMINALS.iter().map(PathBuf::from));
+        h
     };
     let read = beneath_except(Path::new("/"), &hidden);
     rs = add_paths(rs, &read, AccessFs::from_read(abi), abi)?;
@@ -225,7 +232,7 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
         "/dev/urandom",
         "/dev/shm",
     ] {
-        if plan.namespaces || d != "/dev/shm" {
+        if plan.namespaces || !(d == "/dev/shm" || DEGRADED_TERMINALS.contains(&d)) {
             write.push(d.into());
         }
     }
@@ -317,10 +324,32 @@ fn cond(
 }
 
 /// The main filter: default allow, EPERM on a match.
-pub fn main_filter(network: Network) -> Result<BpfProgram, String> {
+///
+/// `degraded` (no namespaces): SysV IPC is refused too (there is no ipc namespace to
+/// keep a command off the host's segments), and with network `none` so is
+/// `socket(AF_UNIX)` (there is no mount namespace to hide the host's sockets;
+/// `socketpair` stays allowed).
+pub fn main_filter(network: Network, degraded: bool) -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in denied_syscalls() {
         rules.insert(nr, vec![]);
+    }
+    if degraded {
+        for nr in [
+            libc::SYS_shmget,
+            libc::SYS_shmat,
+            libc::SYS_shmctl,
+            libc::SYS_msgget,
+            libc::SYS_msgsnd,
+            libc::SYS_msgrcv,
+            libc::SYS_msgctl,
+            libc::SYS_semget,
+            libc::SYS_semop,
+            libc::SYS_semtimedop,
+            libc::SYS_semctl,
+        ] {
+            rules.insert(nr, vec![]);
+        }
     }
     let mut ioctl = Vec::new();
     for req in [TIOCSTI, TIOCLINUX] {
@@ -356,7 +385,13 @@ pub fn main_filter(network: Network) -> Result<BpfProgram, String> {
             libc::AF_UNIX as u64,
         )?])
         .map_err(|e| e.to_string())?;
-        rules.insert(libc::SYS_socket, vec![not_unix.clone()]);
+        // An empty rule list refuses every call.
+        let socket = if degraded {
+            vec![]
+        } else {
+            vec![not_unix.clone()]
+        };
+        rules.insert(libc::SYS_socket, socket);
         rules.insert(libc::SYS_socketpair, vec![not_unix]);
     } else {
         // Host network still gets no vsock (VM host interop) and no raw packets.
@@ -423,8 +458,8 @@ pub fn guard_filter() -> BpfProgram {
 }
 
 /// Installs both filters (needs `no_new_privs`).
-pub fn seccomp(network: Network) -> Result<(), String> {
-    let main = main_filter(network)?;
+pub fn seccomp(network: Network, degraded: bool) -> Result<(), String> {
+    let main = main_filter(network, degraded)?;
     seccompiler::apply_filter(&guard_filter()).map_err(|e| e.to_string())?;
     seccompiler::apply_filter(&main).map_err(|e| e.to_string())
 }

@@ -336,17 +336,20 @@ fn guard_main(plan: &Plan, mut report: Report, outer: libc::pid_t) -> ! {
         fail(&mut report, format!("fork: {}", errno()));
     }
     if child == 0 {
-        // SAFETY: restoring the mask we inherited; prctl takes plain integers.
+        // SAFETY: restoring the mask we inherited; prctl takes plain integers; a new
+        // session has no controlling terminal (no `/dev/tty` of the daemon's).
         unsafe {
             libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            libc::setsid();
         }
         run_command(plan, report);
     }
-    // SAFETY: closing our copy of the report descriptor; our stdio goes to /dev/null
-    // so that the guard never holds the command's output open.
+    // The report descriptor stays open until we exit: the daemon reads its EOF as
+    // "every process the command started is dead". Our stdio goes to /dev/null so that
+    // the guard never holds the command's output open.
+    // SAFETY: plain descriptor calls.
     unsafe {
-        libc::close(REPORT_FD);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             for fd in 0..3 {
@@ -489,7 +492,7 @@ fn run_command(plan: &Plan, mut report: Report) -> ! {
         report.landlock_abi = confine::landlock_abi();
     }
     if plan.seccomp {
-        if let Err(e) = confine::seccomp(plan.network) {
+        if let Err(e) = confine::seccomp(plan.network, !plan.namespaces) {
             fail(&mut report, format!("seccomp: {e}"));
         }
         report.seccomp = true;

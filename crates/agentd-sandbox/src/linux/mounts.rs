@@ -303,6 +303,65 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
 }
 
 /// Applies the mount plan (pid 1, after `/proc`).
+/// A private `/dev/shm` (nothing shared with, or left for, the host) and a private
+/// devpts instance with its own `ptmx`: the host's terminals are not there to open.
+fn private_devices() -> io::Result<()> {
+    if Path::new("/dev/shm").is_dir() {
+        mount(
+            Some(Path::new("tmpfs")),
+            Path::new("/dev/shm"),
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some("mode=1777"),
+        )?;
+    }
+    if Path::new("/dev/pts").is_dir() {
+        mount(
+            Some(Path::new("devpts")),
+            Path::new("/dev/pts"),
+            Some("devpts"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=0620"),
+        )?;
+        if Path::new("/dev/ptmx").exists() {
+            mount(
+                Some(Path::new("/dev/pts/ptmx")),
+                Path::new("/dev/ptmx"),
+                None,
+                libc::MS_BIND,
+                None,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// With network `none`: an empty `/run` (and `/var/run` where it is a directory of
+/// its own), so the host's daemons' sockets (PostgreSQL, MySQL, Docker, D-Bus, systemd)
+/// are not there to connect to. Skipped when a writable root or the working directory
+/// lies below it.
+fn private_run(plan: &Plan) -> io::Result<()> {
+    for dir in ["/run", "/var/run"] {
+        let d = Path::new(dir);
+        let real = std::fs::symlink_metadata(d).is_ok_and(|m| m.file_type().is_dir());
+        let needed = plan
+            .writable
+            .iter()
+            .chain(std::iter::once(&plan.cwd))
+            .any(|w| w.starts_with(d));
+        if real && !needed {
+            mount(
+                Some(Path::new("tmpfs")),
+                d,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some("mode=0755"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
     if plan.fail_setup {
         return Err("the mount plan failed on purpose (test knob fail_setup)".into());
@@ -352,6 +411,10 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
         }
     }
     drop(keep);
+    private_devices().map_err(|e| format!("private devices: {e}"))?;
+    if plan.network == crate::policy::Network::None {
+        private_run(plan).map_err(|e| format!("private /run: {e}"))?;
+    }
     for h in &plan.hidden {
         match hide(h) {
             Ok(()) => report.hidden_mounted += 1,

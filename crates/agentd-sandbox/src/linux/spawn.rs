@@ -124,6 +124,10 @@ pub struct Sandbox {
     /// or Landlock cannot scope abstract sockets (ABI < 6), where each command gets its
     /// own.
     netns: OnceLock<Option<(OwnedFd, OwnedFd)>>,
+    /// Degraded: the 0700 directory (random name, in the system temp dir) holding each
+    /// command's private `TMPDIR`; Landlock hides it from commands, so one command never
+    /// sees another's.
+    tmp_parent: OnceLock<Option<PathBuf>>,
 }
 
 /// A command ready to spawn, and what to collect once it ended.
@@ -141,6 +145,9 @@ pub struct Prepared {
     restore: Option<super::restore::Snapshot>,
     /// The git scan before the command, audited after it.
     git: Option<GitAudit>,
+    /// Degraded: the read end of the report pipe, whose write end the guard holds until
+    /// it has killed every process the command started. EOF means none is left.
+    guard_alive: Option<OwnedFd>,
 }
 
 /// What [`crate::git::audit`] needs after the command.
@@ -242,7 +249,23 @@ impl Sandbox {
             probe: OnceLock::new(),
             cgroups: OnceLock::new(),
             netns: OnceLock::new(),
+            tmp_parent: OnceLock::new(),
         }
+    }
+
+    fn tmp_parent(&self) -> Option<&PathBuf> {
+        self.tmp_parent
+            .get_or_init(|| {
+                use std::os::unix::fs::DirBuilderExt;
+                let d = std::env::temp_dir().join(format!(
+                    "agentd-sbx-{}-{}",
+                    std::process::id(),
+                    rand_suffix()
+                ));
+                std::fs::DirBuilder::new().mode(0o700).create(&d).ok()?;
+                d.canonicalize().ok()
+            })
+            .as_ref()
     }
 
     pub fn knobs(&self) -> Knobs {
@@ -456,6 +479,7 @@ impl Sandbox {
                 protected: Vec::new(),
                 restore: None,
                 git: None,
+                guard_alive: None,
             }
         };
         if p.mode == Mode::FullAccess {
@@ -521,21 +545,17 @@ impl Sandbox {
         let tmp_dir = if namespaces {
             None
         } else {
-            let base = std::env::temp_dir();
-            let d = base.join(format!(
-                "agentd-cmd-{}-{}",
-                std::process::id(),
-                rand_suffix()
-            ));
-            match std::fs::create_dir(&d) {
-                Ok(()) => {
-                    use std::os::unix::fs::PermissionsExt;
-                    let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-                    Some(d)
-                }
-                Err(_) => None,
-            }
+            use std::os::unix::fs::DirBuilderExt;
+            self.tmp_parent().and_then(|parent| {
+                let d = parent.join(format!("cmd-{}", rand_suffix()));
+                std::fs::DirBuilder::new().mode(0o700).create(&d).ok()?;
+                Some(d)
+            })
         };
+        let mut hidden = hidden;
+        if let Some(parent) = self.tmp_parent().filter(|_| !namespaces) {
+            hidden.push(parent.clone());
+        }
         let cgroup = self
             .hierarchy()
             .and_then(|h| Cgroup::create(h, req.limits.pids_max, req.limits.memory_max).ok());
@@ -605,7 +625,13 @@ impl Sandbox {
             }),
         );
         facts.insert("writable_roots".into(), json!(writable));
+        let guard_alive = if namespaces {
+            None
+        } else {
+            report.try_clone().ok()
+        };
         Ok(Prepared {
+            guard_alive,
             command,
             facts,
             report: Some(report),
@@ -623,6 +649,9 @@ impl Sandbox {
         })
     }
 }
+
+/// How long the daemon waits for a degraded command's guard to finish its kills.
+const GUARD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn rand_suffix() -> String {
     let mut b = [0u8; 6];
@@ -754,6 +783,7 @@ impl Prepared {
     /// denials recognized in `output`.
     pub fn finish(mut self, output: &[u8]) -> Value {
         self.absorb_report();
+        self.wait_guard();
         let mut facts = std::mem::take(&mut self.facts);
         if let Some(cg) = self.cgroup.take() {
             let (oom, pids) = cg.events();
@@ -798,6 +828,46 @@ impl Prepared {
         Value::Object(facts)
     }
 
+    /// Degraded: waits (at most [`GUARD_WAIT`]) until the guard has killed every process
+    /// the command started, so that nothing can write after the audit and the restore.
+    fn wait_guard(&mut self) {
+        let Some(fd) = self.guard_alive.take() else {
+            return;
+        };
+        let end = std::time::Instant::now() + GUARD_WAIT;
+        let mut sink = [0u8; 4096];
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one valid pollfd.
+            let rc = unsafe { libc::poll(&mut p, 1, left.as_millis().min(60_000) as i32) };
+            if rc < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return;
+            }
+            if p.revents & libc::POLLIN != 0 {
+                // SAFETY: reading into a buffer of its size; 0 is EOF.
+                let n = unsafe { libc::read(fd.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len()) };
+                if n > 0 {
+                    continue;
+                }
+                return;
+            }
+            if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                return;
+            }
+        }
+    }
+
     /// Kills everything left in the command's cgroup now (timeouts, interrupts).
     pub fn kill_cgroup(&self) {
         if let Some(cg) = &self.cgroup {
@@ -811,6 +881,7 @@ impl Drop for Prepared {
         if let Some(cg) = self.cgroup.take() {
             cg.kill_and_remove();
         }
+        self.wait_guard();
         if let Some(g) = self.git.take() {
             g.run();
         }
