@@ -281,6 +281,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         | Command::Restore(_)
         | Command::Search(_)
         | Command::Usage(_)
+        | Command::Dequeue(_)
         | Command::Mcp(crate::cli::McpCmd::List(..) | crate::cli::McpCmd::Tools(..)) => Err(
             AgentError::internal("this command is answered before its handler is reached"),
         ),
