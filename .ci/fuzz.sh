@@ -69,6 +69,7 @@ max_len() {
 dict() {
     case "$1" in
         log | ndjson | rpc_call | import_* | mcp_result | acp_mcp_servers | acp_params) echo "${json[@]}" ;;
+        apply_patch) echo -dict=fuzz/dict/patch.dict ;;
     esac
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Other coding agents for the import tests: installs the pinned peers of
+# Other coding agents for the import tests and the Codex app-server tests: installs the pinned peers of
 # tests/peers/package.json from the committed lockfile (npm ci). tests/tests/import_peers.rs
 # runs them against a local mock model to write fresh sessions, then imports those, so a
 # format change in a new release shows up as a failing test. Idempotent; never skips: a
@@ -19,3 +19,8 @@ cd tests/peers
 echo "== npm ci (tests/peers)"
 npm ci --no-audit --no-fund --loglevel=error
 [ -x node_modules/.bin/pi ] || fail "tests/peers/node_modules/.bin/pi is missing after npm ci"
+# Codex's native binary arrives as the platform package npm picks from the lockfile's
+# optional dependencies (@openai/codex-linux-x64 and friends); tests/tests/app_server.rs
+# and the TUI test run it.
+[ -x node_modules/.bin/codex ] || fail "tests/peers/node_modules/.bin/codex is missing after npm ci"
+node_modules/.bin/codex --version >/dev/null || fail "codex from tests/peers does not run (its platform package is missing?)"

@@ -71,6 +71,9 @@ pub enum Command {
     /// Serve agentd's sessions as an MCP server on stdio, for other agents (Claude Code,
     /// Codex): read-only tools by default (list, search, show, context, tree, checkpoint).
     McpServer(McpServerArgs),
+    /// Serve the Codex app-server protocol (v2), so Codex's own clients (`codex --remote`,
+    /// its VS Code extension) drive agentd sessions; on stdio, a Unix socket or loopback.
+    AppServer(AppServerArgs),
     /// Run a turn in an existing session, streaming the answer.
     Turn(TurnArgs),
     /// Add input to the running turn: it goes with the turn's next provider call.
@@ -85,6 +88,9 @@ pub enum Command {
     Context(ContextArgs),
     /// Show the deterministic checkpoint and the text replay injects for it.
     Checkpoint(SidArg),
+    /// Show what the next turn sends besides the history: the base prompt and the
+    /// instruction files (AGENTS.md, CLAUDE.md), each with where it came from.
+    Instructions(InstructionsArgs),
     /// Compact old history into a checkpoint event; the Log keeps every event.
     Compact(CompactArgs),
     /// Create a child session from a prefix of a session's Log.
@@ -315,6 +321,12 @@ pub enum DaemonCmd {
 pub struct SidArg {
     /// Session id.
     pub session_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct InstructionsArgs {
+    /// Session id [default: a new turn in the current directory].
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -753,6 +765,32 @@ pub struct AcpArgs {
     pub sandbox: SandboxArgs,
 }
 
+/// Options of `agentctl app-server`.
+#[derive(Debug, Clone, Args)]
+pub struct AppServerArgs {
+    /// Where to serve: `stdio://` (JSON lines on stdin/stdout), `unix://PATH` (WebSocket
+    /// over a Unix socket, what `codex --remote unix://PATH` connects to; mode 0600) or
+    /// `ws://127.0.0.1:PORT` (WebSocket on a loopback TCP port).
+    #[arg(long, value_name = "URL", default_value = "stdio://")]
+    pub listen: String,
+    /// Accept `ws://` on an address other than loopback. Requires --auth-token-env.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Name of the environment variable holding the bearer token WebSocket clients must
+    /// send (`Authorization: Bearer TOKEN`; Codex: `--remote-auth-token-env VAR`).
+    #[arg(long, value_name = "VAR")]
+    pub auth_token_env: Option<String>,
+    /// Model for new threads (`provider:model`, a model name, `script:/abs/path.json`);
+    /// without it the daemon's default applies. Codex's model picker offers the daemon's
+    /// choices (`agentd/models`) either way.
+    #[arg(long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Permission mode when the client names no approval policy: `ask` (mutating tools
+    /// ask the client), `auto` or `read_only`.
+    #[arg(long, value_name = "MODE", default_value = "ask")]
+    pub mode: String,
+}
+
 /// Options of `agentctl mcp-server`.
 #[derive(Debug, Clone, Args)]
 pub struct McpServerArgs {
@@ -818,6 +856,12 @@ pub enum ExportFormat {
     Html,
     /// The Log's bytes as they are.
     Jsonl,
+    /// A Claude Code transcript (`claude --resume ID`).
+    ClaudeCode,
+    /// A Codex rollout (`codex resume ID`).
+    Codex,
+    /// A pi session file (`pi --session ID`).
+    Pi,
 }
 
 impl ExportFormat {
@@ -826,6 +870,9 @@ impl ExportFormat {
             ExportFormat::Markdown => "markdown",
             ExportFormat::Html => "html",
             ExportFormat::Jsonl => "jsonl",
+            ExportFormat::ClaudeCode => "claude-code",
+            ExportFormat::Codex => "codex",
+            ExportFormat::Pi => "pi",
         }
     }
 }
@@ -837,8 +884,15 @@ pub struct ExportArgs {
     #[arg(long, value_enum, default_value = "markdown")]
     pub format: ExportFormat,
     /// Write to this file (replaced atomically) instead of stdout.
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "install")]
     pub output: Option<PathBuf>,
+    /// With claude-code, codex or pi: write the session where that agent looks for its
+    /// sessions (as a new session, never over one) and print the command that resumes it.
+    #[arg(long)]
+    pub install: bool,
+    /// With --install: the home directory the agent's directory is under [default: $HOME].
+    #[arg(long, value_name = "DIR", requires = "install")]
+    pub home: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

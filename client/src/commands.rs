@@ -29,6 +29,10 @@ pub async fn run(mut cli: Cli) -> i32 {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::acp::run(target, a).await;
     }
+    if let Command::AppServer(a) = &cli.command {
+        let target = Target::resolve(cli.socket.clone(), cli.home.clone());
+        return crate::app_server::run(target, a).await;
+    }
     if let Command::Chat(a) = &cli.command {
         let target = Target::resolve(cli.socket.clone(), cli.home.clone());
         return crate::chat::run(target, a).await;
@@ -459,6 +463,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
             }
             out
         }
+        Command::Instructions(_) => render::instructions(v),
         Command::Checkpoint(_) => match v.get("view").and_then(Value::as_str) {
             Some(view) if view.ends_with('\n') => view.to_string(),
             Some(view) => format!("{view}\n"),

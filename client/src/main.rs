@@ -6,12 +6,13 @@
 //! `log --follow`), `render` (human text, pure), `output` (JSON documents, errors,
 //! exit codes), `commands` (runs one command), `service` (login-service plans),
 //! `service_status`, `service_cmd` (`service`, `completions`), `doctor` (setup checks),
-//! `acp` (the ACP agent on stdio), `mcp_server` (the MCP server on stdio), `mcp`
-//! (`mcp import` and doctor's MCP probe), `view` (a session's events folded into a
-//! conversation view, no terminal library), `chat` (`agentctl chat`, the full-screen
-//! terminal client).
+//! `acp` (the ACP agent on stdio), `app_server` (the Codex app-server bridge), `mcp_server`
+//! (the MCP server on stdio), `mcp` (`mcp import` and doctor's MCP probe), `view` (a
+//! session's events folded into a conversation view, no terminal library), `chat`
+//! (`agentctl chat`, the full-screen terminal client).
 
 mod acp;
+mod app_server;
 mod chat;
 mod cli;
 mod commands;

@@ -141,6 +141,13 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
             method::SHOW,
             object(vec![("session_id", sid(&a.session_id)?)]),
         ),
+        Command::Instructions(a) => (
+            method::INSTRUCTIONS,
+            match &a.session_id {
+                Some(s) => object(vec![("session_id", sid(s)?)]),
+                None => object(vec![("workspace", Some(abs_dir(None, cwd).into()))]),
+            },
+        ),
         Command::Checkpoint(a) => (
             method::CHECKPOINT,
             object(vec![("session_id", sid(&a.session_id)?)]),
@@ -293,7 +300,8 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Mcp(_)
         | Command::Acp(_)
         | Command::Chat(_)
-        | Command::McpServer(_) => return Ok(None),
+        | Command::McpServer(_)
+        | Command::AppServer(_) => return Ok(None),
     };
     Ok(Some(Request { method, params }))
 }

@@ -379,6 +379,66 @@ pub fn revert_result(v: &Value) -> String {
     out
 }
 
+/// `agentctl instructions`: each part the next turn sends besides the history, with
+/// where it came from, then its text; skipped files and why; whether the session's
+/// newest record already holds them.
+pub fn instructions(v: &Value) -> String {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut out = String::new();
+    let _ = writeln!(out, "workspace: {}", s(v, "workspace"));
+    if let Some(b) = v.get("base_prompt") {
+        let _ = writeln!(
+            out,
+            "\n== base prompt v{} (sha256 {})\n{}",
+            b.get("version").and_then(Value::as_u64).unwrap_or(0),
+            s(b, "sha256"),
+            s(b, "text").trim_end()
+        );
+    }
+    for f in v
+        .get("files")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let cut = if f.get("truncated").and_then(Value::as_bool) == Some(true) {
+            ", cut"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "\n== {} ({}, {} bytes{cut}, sha256 {})\n{}",
+            s(f, "path"),
+            s(f, "scope"),
+            f.get("bytes").and_then(Value::as_u64).unwrap_or(0),
+            s(f, "sha256"),
+            s(f, "text").trim_end()
+        );
+    }
+    for f in v
+        .get("skipped")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let _ = writeln!(out, "\nskipped {}: {}", s(f, "path"), s(f, "reason"));
+    }
+    if let Some(r) = v.get("recorded") {
+        let current = r.get("current").and_then(Value::as_bool) == Some(true);
+        let _ = match r.get("seq").and_then(Value::as_u64) {
+            Some(seq) if current => writeln!(out, "\nrecorded at seq {seq}: unchanged"),
+            Some(seq) => writeln!(
+                out,
+                "\nrecorded at seq {seq}: changed since, the next turn records them again"
+            ),
+            None if current => writeln!(out, "\nnothing recorded, nothing to record"),
+            None => writeln!(out, "\nnot recorded yet: the next turn records them"),
+        };
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

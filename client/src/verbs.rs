@@ -139,6 +139,28 @@ pub fn export_params(a: &ExportArgs, cwd: &Path) -> Result<Value, AgentError> {
             cwd.join(o)
         }
     });
+    let install = if a.install {
+        let home = match &a.home {
+            Some(h) if h.is_absolute() => h.clone(),
+            Some(h) => cwd.join(h),
+            None => std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .ok_or_else(|| AgentError::invalid_args("HOME is not set; pass --home DIR"))?,
+        };
+        // The peers' own overrides, as the peer would read them from this environment.
+        let env: serde_json::Map<String, Value> =
+            ["CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"]
+                .iter()
+                .filter_map(|k| {
+                    std::env::var(k)
+                        .ok()
+                        .map(|v| (k.to_string(), Value::from(v)))
+                })
+                .collect();
+        Some(json!({"home": home.to_string_lossy(), "env": env}))
+    } else {
+        None
+    };
     Ok(object(vec![
         ("session_id", Some(a.session_id.clone().into())),
         ("format", Some(a.format.as_str().into())),
@@ -146,6 +168,7 @@ pub fn export_params(a: &ExportArgs, cwd: &Path) -> Result<Value, AgentError> {
             "output_path",
             output.map(|o| o.to_string_lossy().into_owned().into()),
         ),
+        ("install", install),
     ]))
 }
 
@@ -312,10 +335,25 @@ pub fn render(cmd: &Command, v: &Value) -> Option<String> {
             }
             out
         }
-        Command::Export(_) => match v.get("output_path").and_then(Value::as_str) {
-            Some(p) => format!("wrote {p} ({} bytes)\n", v["bytes"]),
-            None => s(v, "content").to_string(),
-        },
+        Command::Export(_) => {
+            let mut out = match v.get("output_path").and_then(Value::as_str) {
+                Some(p) => format!("wrote {p} ({} bytes)\n", v["bytes"]),
+                None => s(v, "content").to_string(),
+            };
+            if let Some(cmd) = v.get("resume_command").and_then(Value::as_str) {
+                let _ = writeln!(out, "resume it with: {cmd}");
+            }
+            // On stderr when the export itself goes to stdout.
+            for w in v["warnings"].as_array().into_iter().flatten() {
+                let line = format!("warning: {}", w.as_str().unwrap_or("?"));
+                if v.get("output_path").is_some() {
+                    let _ = writeln!(out, "{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+            out
+        }
         Command::Usage(_) => {
             let mut out = format!(
                 "{:<32} {:>6} {:>12} {:>12} {:>12} {:>10}\n",

@@ -1035,6 +1035,7 @@ mod tests {
                 session_id: sid.clone(),
                 format: "jsonl".into(),
                 output_path: None,
+                install: None,
             },
         )
         .await

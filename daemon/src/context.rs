@@ -619,6 +619,7 @@ mod tests {
             workspace: "/w".into(),
             permission_mode: "auto".into(),
             model: Some("m1".into()),
+            ..Default::default()
         }
     }
 

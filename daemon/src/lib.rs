@@ -14,6 +14,7 @@ pub mod framing;
 pub mod imports;
 pub mod ops;
 pub mod peer;
+pub mod prompt;
 pub mod registry;
 pub mod server;
 pub mod session;

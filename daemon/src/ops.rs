@@ -63,15 +63,44 @@ fn replay_upto(st: &SessionState, upto: u64, ctx: &ReplayContext) -> Replay {
     replay_as_of(&upto_events, Some(upto), ctx)
 }
 
+/// The replay context of the session as of now: the base prompt and the newest
+/// recorded instructions (never the files on disk).
 pub fn replay_context(
     st: &SessionState,
     permission_mode: &str,
     model: Option<String>,
 ) -> ReplayContext {
+    replay_context_at(st, permission_mode, model, None)
+}
+
+/// [`replay_context`] as of `upto`: the instructions are the newest record with seq ≤
+/// it, so a context of an earlier point shows them as they were then.
+pub fn replay_context_at(
+    st: &SessionState,
+    permission_mode: &str,
+    model: Option<String>,
+    upto: Option<u64>,
+) -> ReplayContext {
+    let instructions = match upto {
+        None => st
+            .fold
+            .instructions()
+            .and_then(crate::history::instructions::render),
+        Some(u) => {
+            let end = st.events.partition_point(|e| e.seq <= u);
+            st.events[..end]
+                .iter()
+                .rev()
+                .find(|e| e.event_type() == EventType::Instructions)
+                .and_then(|e| crate::history::instructions::render(&e.event().data))
+        }
+    };
     ReplayContext {
         workspace: st.workspace().to_string(),
         permission_mode: permission_mode.to_string(),
         model,
+        base_prompt: Some(crate::prompt::BASE_PROMPT.to_string()),
+        instructions,
     }
 }
 
@@ -194,7 +223,7 @@ pub async fn context(
 ) -> Result<ContextOutcome, AgentError> {
     let replay: Replay = h
         .query_blocking(move |st| {
-            let ctx = replay_context(st, "auto", session_model(st));
+            let ctx = replay_context_at(st, "auto", session_model(st), after_seq);
             match after_seq {
                 None => st.fold.replay(&ctx),
                 Some(a) => replay_upto(st, a, &ctx),
@@ -218,7 +247,7 @@ pub async fn context_json(
     dialect: Dialect,
 ) -> Result<Vec<bytes::Bytes>, AgentError> {
     h.query_blocking(move |st| {
-        let ctx = replay_context(st, "auto", session_model(st));
+        let ctx = replay_context_at(st, "auto", session_model(st), after_seq);
         let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(text) = cache.context_json(&st.fold, &ctx, dialect, after_seq) {
             return Ok(text);

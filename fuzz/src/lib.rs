@@ -14,6 +14,7 @@ pub mod import;
 pub mod log;
 pub mod mcp;
 pub mod ndjson;
+pub mod patch;
 pub mod path;
 pub mod rpc;
 pub mod sandbox;
@@ -58,6 +59,7 @@ pub fn replay_context() -> ReplayContext {
         workspace: "/w".into(),
         permission_mode: "auto".into(),
         model: Some("m1".into()),
+        ..Default::default()
     }
 }
 

@@ -102,6 +102,7 @@ event_types! {
     WorkspaceSnapshot => "workspace_snapshot", ephemeral: false, required: ["tree", "files_changed", "reason"];
     WorkspaceRevert => "workspace_revert", ephemeral: false, required: ["to_seq", "tree", "files_changed"];
     McpServers => "mcp_servers", ephemeral: false, required: ["servers"];
+    Instructions => "instructions", ephemeral: false, required: ["files"];
     TurnResumed => "turn_resumed", ephemeral: false, required: ["turn_id", "resumed"];
     TurnQueued => "turn_queued", ephemeral: false, required: ["turn_id", "input"];
     TurnDequeued => "turn_dequeued", ephemeral: false, required: ["turn_id"];

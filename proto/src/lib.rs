@@ -10,6 +10,7 @@ pub mod paths;
 pub mod replay;
 pub mod rpc;
 pub mod session_id;
+pub mod session_uuid;
 pub mod store_url;
 
 pub use error::{AgentError, ErrorKind};

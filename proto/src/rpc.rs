@@ -46,6 +46,7 @@ pub mod method {
     pub const MCP_LIST: &str = "agentd/mcp_list";
     pub const MCP_TOOLS: &str = "agentd/mcp_tools";
     pub const MODELS: &str = "agentd/models";
+    pub const INSTRUCTIONS: &str = "agentd/instructions";
     pub const STEER: &str = "agentd/steer";
     pub const DEQUEUE: &str = "agentd/dequeue";
 }
@@ -607,12 +608,29 @@ pub struct SearchResult {
 #[serde(deny_unknown_fields)]
 pub struct ExportParams {
     pub session_id: String,
-    /// `markdown`, `html` or `jsonl`.
+    /// `markdown`, `html`, `jsonl`, or a peer's native session format: `claude-code`,
+    /// `codex`, `pi`.
     pub format: String,
     /// Absolute path the daemon writes the export to (temp file + rename); without it
     /// the export comes back as `content`.
     #[serde(default)]
     pub output_path: Option<String>,
+    /// With a peer format: write the session where the peer looks for its sessions,
+    /// resolved from this home and the peer's own override in `env`.
+    #[serde(default)]
+    pub install: Option<ExportInstall>,
+}
+
+/// Where `agentd/export` installs a session for a peer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportInstall {
+    /// The user's home directory (absolute).
+    pub home: String,
+    /// The peers' overrides from the caller's environment: `CLAUDE_CONFIG_DIR`,
+    /// `CODEX_HOME`, `PI_CODING_AGENT_DIR`.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -626,6 +644,21 @@ pub struct ExportResult {
     pub output_path: Option<String>,
     /// Damaged lines of the Log (corrupt JSON, torn tail), marked in the export.
     pub damaged_lines: u64,
+    /// Peer formats: the file written (`output_path` or the installed file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Peer formats: the new session's id in the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_id: Option<String>,
+    /// Peer formats: the command that continues the session in the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_command: Option<String>,
+    /// Peer formats: how the peer finds the file (its index, or the fallback relied on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
+    /// Peer formats: what did not map exactly, with counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -683,6 +716,18 @@ pub struct PreflightParams {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelsParams {}
+
+/// `agentd/instructions`: what the next turn of a session (or of a turn in `workspace`)
+/// would send besides the history: the base prompt and the instruction files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstructionsParams {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Without a session: the workspace to look from (absolute).
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
 
 /// The models a client may offer for a turn, in the daemon's order: each configured
 /// provider's `model`, its `models` list, then the built-in providers' default models

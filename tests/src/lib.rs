@@ -14,6 +14,7 @@
 //! notification), polled with a short backoff — never a fixed sleep.
 
 pub mod acp;
+pub mod app_server;
 pub mod conv;
 pub mod pg;
 pub mod pty;
@@ -377,6 +378,9 @@ impl Daemon {
             .env("AGENTD_SOCKET", &self.socket)
             .env("AGENTD_BIN", bin_dir().join("agentd"))
             .env_remove("AGENTD_CONFIG")
+            // The global instruction file (`$XDG_CONFIG_HOME/agentd/AGENTS.md`) is the
+            // test's own, never the developer's.
+            .env("XDG_CONFIG_HOME", self.root().join("xdg-config"))
             .env("RUST_BACKTRACE", "1");
         if let Some(c) = &self.config {
             cmd.env("AGENTD_CONFIG", c);

@@ -41,7 +41,7 @@ pub fn tool_kind(name: &str) -> &'static str {
     match name {
         "read_file" | "list_dir" => "read",
         "search" => "search",
-        "write_file" | "edit_file" => "edit",
+        "write_file" | "edit_file" | "apply_patch" => "edit",
         "shell" => "execute",
         "memory_apply" => "think",
         _ => "other",
@@ -70,6 +70,7 @@ pub fn tool_title(name: &str, args: &Value) -> String {
         ),
         "write_file" => format!("Write {}", path.unwrap_or("?")),
         "edit_file" => format!("Edit {}", path.unwrap_or("?")),
+        "apply_patch" => "Apply a patch".to_string(),
         "shell" => format!("Run `{}`", short(s(args, "command").unwrap_or(""), 80)),
         "memory_apply" => "Update memory".to_string(),
         other => other.to_string(),

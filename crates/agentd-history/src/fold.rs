@@ -53,6 +53,9 @@ pub struct Fold {
     /// A replayable `tool_result` referred to images ([`ReplayItem::FunctionCallOutput`]
     /// `images`).
     images: bool,
+    /// `data` of the newest `instructions` event (kept across compactions: replay
+    /// always renders the newest record).
+    instructions: Option<Value>,
 }
 
 impl Fold {
@@ -127,6 +130,7 @@ impl Fold {
                 self.open_turn = None;
             }
             EventType::HistoryCompaction => self.push_compaction(ev),
+            EventType::Instructions => self.instructions = Some(ev.data.clone()),
             _ => {}
         }
         if self.checkpoint_to_seq.is_some_and(|to| ev.seq <= to) {
@@ -221,6 +225,10 @@ impl Fold {
     }
     pub fn labels(&self) -> &[String] {
         &self.labels
+    }
+    /// `data` of the newest `instructions` event.
+    pub fn instructions(&self) -> Option<&Value> {
+        self.instructions.as_ref()
     }
 
     /// The replay continued from `from` (see [`ReplayMark`]) over entries with seq ≤
@@ -324,6 +332,7 @@ mod tests {
             workspace: "/w/proj".into(),
             permission_mode: "auto".into(),
             model: Some("m1".into()),
+            ..Default::default()
         }
     }
 

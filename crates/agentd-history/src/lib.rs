@@ -19,6 +19,7 @@
 //!   text and `memory_update` validation (docs/history-rules.md#checkpoint).
 //! - [`fork`]: the child Log of a fork and its branch summary (docs/history-rules.md#fork).
 //! - [`tree`]: the fork tree over the lineage index (docs/history-rules.md#tree).
+//! - [`instructions`]: the recorded project instructions as replay renders them.
 //! - [`snapshots`]: the workspace timeline: the tree at a seq, the session's own changes.
 //! - [`digest`]: excerpts, touched files, open tasks shared by compaction and fork.
 //! - [`render`]: the fixed text formats replay injects for compactions and branch summaries.
@@ -32,6 +33,7 @@ pub mod compaction;
 pub mod digest;
 pub mod fold;
 pub mod fork;
+pub mod instructions;
 pub mod memory;
 pub mod reconcile;
 pub mod render;

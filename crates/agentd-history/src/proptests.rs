@@ -216,6 +216,7 @@ fn ctx() -> ReplayContext {
         workspace: "/w".into(),
         permission_mode: "auto".into(),
         model: Some("m1".into()),
+        ..Default::default()
     }
 }
 

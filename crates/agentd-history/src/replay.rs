@@ -23,6 +23,13 @@ pub struct ReplayContext {
     pub permission_mode: String,
     /// Reasoning items are replayed only when their `data.model` equals this.
     pub model: Option<String>,
+    /// The base prompt, first in the developer item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_prompt: Option<String>,
+    /// The newest recorded `instructions` event as of the replay's end, rendered by
+    /// [`crate::instructions::render`]; last in the developer item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,13 +223,25 @@ pub(super) fn lazy_entry(seq: u64, mut item: ReplayItem, line: &Line) -> Entry {
     }
 }
 
-/// The developer context item's text.
+/// The developer context item's text: the base prompt, the workspace line, then the
+/// project's instructions.
 pub fn developer_text(ctx: &ReplayContext) -> String {
-    format!(
+    let line = format!(
         "Developer context: the workspace root is {}; tool paths resolve inside it. Permission mode: {}.",
         Value::String(ctx.workspace.clone()),
         ctx.permission_mode
-    )
+    );
+    let mut out = String::new();
+    if let Some(b) = ctx.base_prompt.as_deref().filter(|b| !b.is_empty()) {
+        out.push_str(b.trim_end());
+        out.push_str("\n\n");
+    }
+    out.push_str(&line);
+    if let Some(i) = ctx.instructions.as_deref().filter(|i| !i.is_empty()) {
+        out.push_str("\n\n");
+        out.push_str(i);
+    }
+    out
 }
 
 fn synthetic_output(call_id: &str, tool: &str) -> String {
@@ -715,6 +734,7 @@ mod tests {
             workspace: "/w/proj".into(),
             permission_mode: "auto".into(),
             model: Some("m1".into()),
+            ..Default::default()
         }
     }
 

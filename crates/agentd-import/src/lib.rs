@@ -1,4 +1,5 @@
-//! agentd-import: importers of sessions recorded by other agents (pi, Pixir, Codex rollouts).
+//! agentd-import: importers of sessions recorded by other agents (pi, Pixir, Codex, Claude
+//! Code, Gemini CLI, opencode), and exporters back to Claude Code, Codex and pi (`export`).
 //!
 //! Must never depend on the daemon or a store: importers produce Log lines, the daemon
 //! writes them.
@@ -34,6 +35,7 @@ mod claude;
 mod codex;
 pub mod detect;
 pub mod discover;
+pub mod export;
 mod gemini;
 mod lines;
 mod opencode;

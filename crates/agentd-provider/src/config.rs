@@ -108,6 +108,10 @@ pub struct ProviderConfig {
     pub max_output_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// Whether the `apply_patch` tool is offered (default: to Responses models and the
+    /// script provider only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_patch: Option<bool>,
 }
 
 impl ProviderConfig {
@@ -127,7 +131,16 @@ impl ProviderConfig {
             max_retries: None,
             max_output_tokens: None,
             reasoning_effort: None,
+            apply_patch: None,
         }
+    }
+
+    /// Whether turns offer this provider's models the `apply_patch` tool.
+    pub fn offers_apply_patch(&self) -> bool {
+        self.apply_patch.unwrap_or(matches!(
+            self.kind,
+            ProviderKind::OpenaiResponses | ProviderKind::Script
+        ))
     }
 
     pub fn idle_timeout(&self) -> std::time::Duration {

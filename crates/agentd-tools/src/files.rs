@@ -1,4 +1,4 @@
-//! File tools: `read_file`, `list_dir`, `write_file`, `edit_file`.
+//! File tools: `read_file`, `list_dir`, `write_file`, `edit_file`, `apply_patch`.
 //!
 //! Each records a `file` artifact with the sha256 of the whole file as observed (read) or
 //! left behind (write, edit), so the checkpoint can tell later whether a fact built on
@@ -352,6 +352,157 @@ pub fn edit_file(args: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
         .artifacts
         .push(file_artifact(ctx, &path, &new_bytes));
     Ok(outcome)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyPatchArgs {
+    pub input: String,
+}
+
+/// `apply_patch` (grammar in [`super::patch`]): every file's new content is computed
+/// (and every path resolved and checked against the hidden and protected sets) before
+/// anything is written, so a patch that fails to parse, names a path it may not touch
+/// or has a chunk that does not match changes no file. A write that then fails puts
+/// back the files already written.
+pub fn apply_patch(args: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentError> {
+    use super::patch::{self, Op};
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    let bad = |e: patch::PatchError| {
+        AgentError::invalid_args(format!("apply_patch: {e}; nothing was changed"))
+            .with_details(json!({"patch_line": e.line}))
+    };
+    let parsed = patch::parse(&args.input).map_err(bad)?;
+    // What each touched file holds after the patch (`None`: deleted), and the path as
+    // the patch gave it; reads see earlier operations of the same patch.
+    let mut planned: BTreeMap<PathBuf, (Option<Vec<u8>>, String)> = BTreeMap::new();
+    let mut summary = Vec::new();
+    let current = |planned: &BTreeMap<PathBuf, (Option<Vec<u8>>, String)>,
+                   path: &Path,
+                   given: &str|
+     -> Result<Vec<u8>, AgentError> {
+        match planned.get(path) {
+            Some((Some(b), _)) => Ok(b.clone()),
+            Some((None, _)) => Err(AgentError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "apply_patch: `{given}` was deleted earlier in this patch; nothing was changed"
+                ),
+            )
+            .with_details(json!({"path": given}))),
+            None => read_regular(ctx, path, given),
+        }
+    };
+    for op in &parsed.ops {
+        match op {
+            Op::Add {
+                path: given,
+                contents,
+            } => {
+                let path = resolve(&ctx.workspace, given, Resolve::ForWrite)?;
+                ctx.paths.check(&path, true)?;
+                summary.push(format!("A {}", relative_uri(&ctx.workspace, &path)));
+                planned.insert(path, (Some(contents.clone().into_bytes()), given.clone()));
+            }
+            Op::Delete { path: given } => {
+                let path = resolve(&ctx.workspace, given, Resolve::Existing)?;
+                ctx.paths.check(&path, true)?;
+                current(&planned, &path, given)?;
+                summary.push(format!("D {}", relative_uri(&ctx.workspace, &path)));
+                planned.insert(path, (None, given.clone()));
+            }
+            Op::Update {
+                path: given,
+                move_to,
+                chunks,
+            } => {
+                let path = resolve(&ctx.workspace, given, Resolve::Existing)?;
+                ctx.paths.check(&path, true)?;
+                let old = current(&planned, &path, given)?;
+                let text = String::from_utf8(old).map_err(|_| {
+                    AgentError::invalid_args(format!(
+                        "apply_patch: `{given}` is not UTF-8 text; nothing was changed"
+                    ))
+                    .with_details(json!({"path": given}))
+                })?;
+                let new = patch::apply_update(&text, chunks, given).map_err(bad)?;
+                match move_to {
+                    Some(to) => {
+                        let dest = resolve(&ctx.workspace, to, Resolve::ForWrite)?;
+                        ctx.paths.check(&dest, true)?;
+                        summary.push(format!(
+                            "M {} -> {}",
+                            relative_uri(&ctx.workspace, &path),
+                            relative_uri(&ctx.workspace, &dest)
+                        ));
+                        if dest != path {
+                            planned.insert(path, (None, given.clone()));
+                        }
+                        planned.insert(dest, (Some(new.into_bytes()), to.clone()));
+                    }
+                    None => {
+                        summary.push(format!("M {}", relative_uri(&ctx.workspace, &path)));
+                        planned.insert(path, (Some(new.into_bytes()), given.clone()));
+                    }
+                }
+            }
+        }
+    }
+    // The files as they are now, to put back if a write fails.
+    let mut before: Vec<(PathBuf, String, Option<Vec<u8>>)> = Vec::new();
+    for (path, (_, given)) in &planned {
+        let was = read_regular(ctx, path, given).ok();
+        before.push((path.clone(), given.clone(), was));
+    }
+    let mut done: Vec<usize> = Vec::new();
+    for (i, (path, (bytes, given))) in planned.iter().enumerate() {
+        let res = match bytes {
+            Some(b) => atomic_write(ctx, path, b, given).map(|_| ()),
+            None => remove_file(ctx, path, given),
+        };
+        if let Err(e) = res {
+            for &j in done.iter().rev() {
+                let (p, g, was) = &before[j];
+                let _ = match was {
+                    Some(b) => atomic_write(ctx, p, b, g).map(|_| ()),
+                    None => remove_file(ctx, p, g),
+                };
+            }
+            return Err(e);
+        }
+        done.push(i);
+    }
+    let mut outcome = ToolOutcome::success(format!("applied the patch:\n{}", summary.join("\n")));
+    for (path, (bytes, _)) in &planned {
+        if let Some(b) = bytes {
+            outcome.artifacts.push(file_artifact(ctx, path, b));
+        }
+    }
+    Ok(outcome)
+}
+
+/// Removes a regular file (or a symlink, never followed) beneath the workspace.
+fn remove_file(ctx: &ToolContext, path: &Path, given: &str) -> Result<(), AgentError> {
+    let (root, rel) = anchor(ctx, path, given)?;
+    let (Some(parent_rel), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(
+            AgentError::invalid_args(format!("`{given}` is the workspace itself"))
+                .with_details(json!({"path": given})),
+        );
+    };
+    let parent = confine::open_parent_for_write(&root, parent_rel, 0o777 & !user_umask())
+        .map_err(|e| open_error(&e, "directory for", given))?;
+    if let Some(st) = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))? {
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(
+                AgentError::invalid_args(format!("`{given}` is a directory"))
+                    .with_details(json!({"path": given})),
+            );
+        }
+    }
+    confine::unlink_in(&parent, name).map_err(|e| io_error(&e, "delete", given))?;
+    confine::sync_dir(&parent).map_err(|e| io_error(&e, "delete", given))
 }
 
 /// Start offsets of every occurrence of `needle`, overlapping ones included: `aa` in

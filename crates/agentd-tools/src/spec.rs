@@ -9,12 +9,13 @@ use agentd_proto::replay::ToolSpec;
 use serde_json::{json, Value};
 
 /// Every tool name a `tool_call` may use, in catalogue order.
-pub const KNOWN_TOOLS: [&str; 7] = [
+pub const KNOWN_TOOLS: [&str; 8] = [
     "read_file",
     "list_dir",
     "search",
     "write_file",
     "edit_file",
+    "apply_patch",
     "shell",
     "memory_apply",
 ];
@@ -27,7 +28,7 @@ pub fn is_known(name: &str) -> bool {
 /// True for tools that change the workspace or run commands; `ask` mode asks before
 /// these and `read_only` refuses them.
 pub fn is_mutating(name: &str) -> bool {
-    matches!(name, "write_file" | "edit_file" | "shell")
+    matches!(name, "write_file" | "edit_file" | "apply_patch" | "shell")
 }
 
 fn object(props: Value) -> Value {
@@ -116,6 +117,21 @@ pub fn specs() -> Vec<ToolSpec> {
             })),
         ),
         spec(
+            "apply_patch",
+            "Edit files with a patch. `input` is the whole patch: `*** Begin Patch`, then \
+             per file `*** Add File: PATH` (every line of the new file prefixed with `+`), \
+             `*** Delete File: PATH`, or `*** Update File: PATH` (optionally followed by \
+             `*** Move to: NEW_PATH`) with chunks, each starting with `@@` (optionally \
+             `@@ LINE` naming a line just above the change, such as a function header) and \
+             holding lines prefixed with ` ` (context, about 3 lines around each change), \
+             `-` (removed) or `+` (added); then `*** End Patch`. Paths are relative to \
+             the workspace root. All or nothing: if any chunk does not match, no file \
+             changes and the error names the file and the line.",
+            object(json!({
+                "input": {"type": "string", "description": "The entire patch, from `*** Begin Patch` to `*** End Patch`."},
+            })),
+        ),
+        spec(
             "shell",
             "Run a command with `bash -c` in the workspace root (stdin is empty). Returns \
              stdout and stderr combined and the exit code; a nonzero exit is reported as \
@@ -156,7 +172,7 @@ mod tests {
     #[test]
     fn specs_are_strict_and_known() {
         let specs = specs();
-        assert_eq!(specs.len(), 6);
+        assert_eq!(specs.len(), 7);
         for s in &specs {
             assert!(is_known(&s.name));
             let p = &s.parameters;

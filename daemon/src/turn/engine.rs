@@ -174,14 +174,17 @@ pub(super) async fn run(
                 if let (Some(d), Some(extra)) = (data.as_object_mut(), record.as_object()) {
                     d.extend(extra.clone());
                 }
-                h.append(
-                    vec![
-                        EventDraft::new(EventType::TurnStarted, data),
-                        EventDraft::new(EventType::UserMessage, json!({"text": input})),
-                    ],
-                    None,
-                )
-                .await?
+                // A resumed turn keeps what its start recorded.
+                let instructions =
+                    super::instructions::draft(h, &tools.paths, &tools.workspace, &running.turn_id)
+                        .await?;
+                let mut drafts = vec![EventDraft::new(EventType::TurnStarted, data)];
+                drafts.extend(instructions);
+                drafts.push(EventDraft::new(
+                    EventType::UserMessage,
+                    json!({"text": input}),
+                ));
+                h.append(drafts, None).await?
             }
             Start::Resume => {
                 let (first, last) = h
@@ -335,7 +338,8 @@ fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
 /// `turn_started` data: the turn, its model, and the effective sandbox policy its
 /// commands run under (recorded each turn, so every change is in the Log).
 fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> serde_json::Value {
-    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name()});
+    let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name(),
+        "base_prompt": crate::prompt::record()});
     if let Some(sb) = &tools.sandbox {
         d["sandbox"] = sb.policy.to_record();
     }
@@ -801,6 +805,9 @@ impl Runner<'_> {
         (items, rendered): (Vec<ReplayItem>, Option<Vec<bytes::Bytes>>),
     ) -> Result<ProviderResponse, ProviderFailure> {
         let mut specs = tools::specs();
+        if !self.spec.provider.config().offers_apply_patch() {
+            specs.retain(|s| s.name != "apply_patch");
+        }
         specs.push(memory::tool_spec());
         // After the built-ins, in (server, tool) order: a stable prompt prefix.
         specs.extend(self.mcp_offered.iter().map(mcp_spec));

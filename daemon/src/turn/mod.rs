@@ -38,6 +38,7 @@
 
 mod compact;
 mod engine;
+pub mod instructions;
 pub mod mcp;
 mod permission;
 mod setup;

@@ -77,6 +77,19 @@ impl TurnSnapshots {
                 .and_then(Value::as_str)
                 .and_then(|p| relative(&shadow.workspace, p))
                 .map_or(Scope::Changed, |p| Scope::Paths(vec![p])),
+            "apply_patch" => {
+                let given = crate::tools::patch::paths(
+                    args.get("input").and_then(Value::as_str).unwrap_or(""),
+                );
+                let rel: Option<Vec<_>> = given
+                    .iter()
+                    .map(|p| relative(&shadow.workspace, p))
+                    .collect();
+                match rel {
+                    Some(v) if !v.is_empty() => Scope::Paths(v),
+                    _ => Scope::Changed,
+                }
+            }
             _ => Scope::Changed,
         };
         Some(self.take(scope, REASON_AFTER, call_id).await)

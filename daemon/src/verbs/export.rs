@@ -520,11 +520,20 @@ fn read_file(path: &std::path::Path, sid: &str) -> Result<Vec<u8>, AgentError> {
 pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportResult, AgentError> {
     let path = registry.home.log_path(&p.session_id)?;
     let format = p.format.as_str();
+    if let Some(peer) = crate::import::export::Peer::parse(format) {
+        return export_peer(registry, p, peer, path).await;
+    }
     if !matches!(format, "markdown" | "html" | "jsonl") {
-        return Err(
-            AgentError::invalid_args("format must be markdown, html or jsonl")
-                .with_details(json!({"field": "format"})),
-        );
+        return Err(AgentError::invalid_args(
+            "format must be markdown, html, jsonl, claude-code, codex or pi",
+        )
+        .with_details(json!({"field": "format"})));
+    }
+    if p.install.is_some() {
+        return Err(AgentError::invalid_args(
+            "install is for a peer format (claude-code, codex, pi)",
+        )
+        .with_details(json!({"field": "install"})));
     }
     let output = match &p.output_path {
         Some(o) => {
@@ -578,6 +587,11 @@ pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportR
         content: None,
         output_path: None,
         damaged_lines: damaged as u64,
+        path: None,
+        resume_id: None,
+        resume_command: None,
+        index: None,
+        warnings: Vec::new(),
     };
     match output {
         Some(o) => {
@@ -613,6 +627,169 @@ pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportR
         }
     }
     Ok(result)
+}
+
+/// A random lowercase UUID (version 4): the exported session's id in the peer.
+fn new_uuid() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..]
+    )
+}
+
+/// Writes `bytes` to `path` through a temp file in its directory; `exclusive` refuses an
+/// existing file (an install never replaces a session).
+fn write_file(path: &std::path::Path, bytes: &[u8], exclusive: bool) -> Result<(), AgentError> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| AgentError::invalid_args("the path has no directory"))?;
+    let tmp = dir.join(format!(".agentd-export.{:016x}.tmp", rand::random::<u64>()));
+    let res = store::write_synced(&tmp, bytes).and_then(|()| {
+        if exclusive {
+            // A hard link fails when the name exists: nothing is ever replaced.
+            std::fs::hard_link(&tmp, path)?;
+            std::fs::remove_file(&tmp)
+        } else {
+            std::fs::rename(&tmp, path)
+        }
+    });
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(
+            AgentError::invalid_args(format!("cannot write {}: {e}", path.display()))
+                .with_details(json!({"path": path.display().to_string()})),
+        );
+    }
+    Ok(())
+}
+
+/// `agentd/export` to a peer's native session format (`claude-code`, `codex`, `pi`).
+async fn export_peer(
+    registry: &Arc<Registry>,
+    p: ExportParams,
+    peer: crate::import::export::Peer,
+    log_path: std::path::PathBuf,
+) -> Result<ExportResult, AgentError> {
+    use crate::import::export;
+    if p.install.is_some() && p.output_path.is_some() {
+        return Err(
+            AgentError::invalid_args("give output_path or install, not both")
+                .with_details(json!({"field": "install"})),
+        );
+    }
+    let output = match &p.output_path {
+        Some(o) => {
+            let o = std::path::PathBuf::from(o);
+            if !o.is_absolute() || o.file_name().is_none() {
+                return Err(
+                    AgentError::invalid_args("output_path must be an absolute file path")
+                        .with_details(json!({"field": "output_path"})),
+                );
+            }
+            Some(o)
+        }
+        None => None,
+    };
+    if let Some(i) = &p.install {
+        if !std::path::Path::new(&i.home).is_absolute() {
+            return Err(AgentError::invalid_args("install.home must be absolute")
+                .with_details(json!({"field": "install.home"})));
+        }
+    }
+    let sid = p.session_id.clone();
+    let store = registry.store.clone();
+    let bytes = super::manage::blocking(move || match store.read_log(&sid) {
+        Some(read) => read,
+        None => read_file(&log_path, &sid),
+    })
+    .await?;
+    let install = p.install.clone();
+    let sid = p.session_id.clone();
+    super::manage::blocking(move || {
+        let items = parse_log(&bytes);
+        let damaged = items
+            .iter()
+            .filter(|i| matches!(i, Item::Damaged { .. }))
+            .count() as u64;
+        let events: Vec<Event> = items
+            .into_iter()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some(*e),
+                Item::Damaged { .. } => None,
+            })
+            .collect();
+        let ctx = export::ExportContext {
+            session_id: new_uuid(),
+            now: agentd_proto::event::now_ts(),
+        };
+        let x = export::export(peer, &events, &ctx)?;
+        let mut warnings = x.warnings;
+        if damaged > 0 {
+            warnings.push(format!(
+                "{damaged} damaged line(s) of the Log were left out"
+            ));
+        }
+        let mut result = ExportResult {
+            session_id: sid,
+            format: peer.as_str().to_string(),
+            bytes: x.bytes.len() as u64,
+            content: None,
+            output_path: None,
+            damaged_lines: damaged,
+            path: None,
+            resume_id: Some(ctx.session_id.clone()),
+            resume_command: None,
+            index: None,
+            warnings,
+        };
+        let target = match (&install, &output) {
+            (Some(i), _) => {
+                let dir = export::install_dir(
+                    peer,
+                    std::path::Path::new(&i.home),
+                    &i.env,
+                    &x.cwd,
+                    &ctx.now,
+                );
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    AgentError::invalid_args(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                result.resume_command =
+                    Some(export::resume_command(peer, &x.cwd, &ctx.session_id));
+                result.index = Some(export::index_note(peer).to_string());
+                Some((dir.join(&x.file_name), true))
+            }
+            (None, Some(o)) => Some((o.clone(), false)),
+            (None, None) => None,
+        };
+        match target {
+            Some((path, exclusive)) => {
+                write_file(&path, &x.bytes, exclusive)?;
+                let shown = path.display().to_string();
+                result.output_path = Some(shown.clone());
+                result.path = Some(shown);
+            }
+            None => {
+                if x.bytes.len() > MAX_INLINE_BYTES {
+                    return Err(AgentError::invalid_args(format!(
+                        "the export is {} bytes; write it to a file with output_path (agentctl export --output FILE)",
+                        x.bytes.len()
+                    )));
+                }
+                result.content = Some(String::from_utf8_lossy(&x.bytes).into_owned());
+            }
+        }
+        Ok(result)
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -108,6 +108,9 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
     method(&mut module, m::PREFLIGHT, |r, p| async move {
         to_value(manage::preflight(&r, p)?)
     });
+    method(&mut module, m::INSTRUCTIONS, |r, p| async move {
+        crate::turn::instructions::show(&r, p).await
+    });
     method(&mut module, m::MODELS, |r, p| async move {
         to_value(manage::models(&r, p)?)
     });

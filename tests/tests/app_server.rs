@@ -1,0 +1,881 @@
+//! Black-box tests of `agentctl app-server` (docs/codex-app-server.md): the real bridge
+//! on a Unix socket, spoken to as WebSocket JSON-RPC, against a real daemon on the
+//! offline `script` provider. Every message the bridge sends is checked against the
+//! pinned Codex JSON Schemas; every wait is on a message with a deadline.
+//!
+//! The real Codex TUI driving the bridge is `tests/tests/codex_tui.rs`.
+
+use agentd_proto::session_uuid;
+use agentd_tests::app_server::{script_model, Bridge, Schemas, Ws, WAIT};
+use agentd_tests::{is_type, Daemon};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use tokio_tungstenite::tungstenite::Message;
+
+fn daemon() -> Daemon {
+    Daemon::builder().env("AGENTD_DURABILITY", "none").start()
+}
+
+fn bridge(d: &Daemon) -> Bridge {
+    Bridge::start(d, &["--model", &script_model()])
+}
+
+/// The response type of each mapped method, as the schema names it (`None`: the method
+/// is not in the schema's `ClientRequest`, the shape the TUI accepted is checked by hand).
+const MAPPED: &[(&str, Option<&str>)] = &[
+    ("thread/start", Some("v2/ThreadStartResponse")),
+    ("thread/resume", Some("v2/ThreadResumeResponse")),
+    ("thread/fork", Some("v2/ThreadForkResponse")),
+    ("thread/list", Some("v2/ThreadListResponse")),
+    ("thread/loaded/list", Some("v2/ThreadLoadedListResponse")),
+    ("thread/read", Some("v2/ThreadReadResponse")),
+    ("thread/turns/list", Some("v2/ThreadTurnsListResponse")),
+    ("thread/items/list", Some("v2/ThreadItemsListResponse")),
+    ("thread/name/set", Some("v2/ThreadSetNameResponse")),
+    ("thread/archive", Some("v2/ThreadArchiveResponse")),
+    ("thread/unarchive", Some("v2/ThreadUnarchiveResponse")),
+    ("thread/delete", Some("v2/ThreadDeleteResponse")),
+    (
+        "thread/compact/start",
+        Some("v2/ThreadCompactStartResponse"),
+    ),
+    ("thread/revert", Some("v2/ThreadRevertResponse")),
+    ("thread/unsubscribe", Some("v2/ThreadUnsubscribeResponse")),
+    ("turn/start", Some("v2/TurnStartResponse")),
+    ("turn/interrupt", Some("v2/TurnInterruptResponse")),
+    ("turn/steer", Some("v2/TurnSteerResponse")),
+    ("model/list", Some("v2/ModelListResponse")),
+    ("account/read", Some("v2/GetAccountResponse")),
+    ("account/login/start", Some("v2/LoginAccountResponse")),
+    (
+        "account/login/cancel",
+        Some("v2/CancelLoginAccountResponse"),
+    ),
+    ("account/logout", Some("v2/LogoutAccountResponse")),
+    ("config/read", Some("v2/ConfigReadResponse")),
+    (
+        "configRequirements/read",
+        Some("v2/ConfigRequirementsReadResponse"),
+    ),
+    ("skills/list", Some("v2/SkillsListResponse")),
+    ("hooks/list", Some("v2/HooksListResponse")),
+    ("plugin/installed", Some("v2/PluginInstalledResponse")),
+    ("collaborationMode/list", None),
+    ("account/bedrock/checkGovCloudRequirements", None),
+];
+
+/// A client that checks every message against the schema as it goes.
+struct Checked {
+    ws: Ws,
+    schemas: Schemas,
+    checked: usize,
+}
+
+impl Checked {
+    async fn new(b: &Bridge) -> Checked {
+        let (ws, init) = Ws::initialized(&b.socket).await;
+        let mut schemas = Schemas::new();
+        schemas.check("InitializeResponse", &init["result"]);
+        Checked {
+            ws,
+            schemas,
+            checked: 0,
+        }
+    }
+
+    /// Checks every notification and server request received since the last call.
+    fn check_seen(&mut self) {
+        let seen: Vec<Value> = self.ws.seen[self.checked..].to_vec();
+        self.checked = self.ws.seen.len();
+        for v in seen {
+            match (v.get("method"), v.get("id")) {
+                (Some(_), None) => self.schemas.check("ServerNotification", &v),
+                (Some(_), Some(_)) => self.schemas.check("ServerRequest", &v),
+                (None, _) if v.get("error").is_some() => {
+                    self.schemas.check("JSONRPCErrorError", &v["error"])
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Calls a mapped method; its result, checked against its response type.
+    async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.ws.call(method, params).await;
+        self.check_seen();
+        assert!(r.get("error").is_none(), "{method}: {r}");
+        let def = MAPPED
+            .iter()
+            .find(|(m, _)| *m == method)
+            .unwrap_or_else(|| panic!("{method} is not in MAPPED"))
+            .1;
+        if let Some(def) = def {
+            self.schemas.check(def, &r["result"]);
+        }
+        r["result"].clone()
+    }
+
+    /// Calls a method that must fail; its error object.
+    async fn err(&mut self, method: &str, params: Value) -> Value {
+        let r = self.ws.call(method, params).await;
+        self.check_seen();
+        assert!(r.get("result").is_none(), "{method} should fail: {r}");
+        r["error"].clone()
+    }
+
+    async fn note(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let v = self.ws.note(method, pred).await;
+        self.check_seen();
+        v
+    }
+}
+
+fn log_events(d: &Daemon, sid: &str) -> Vec<Value> {
+    d.connect()
+        .call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn sid_of(uuid: &str) -> String {
+    match session_uuid::resolve(uuid) {
+        Some(session_uuid::Resolved::Session(s)) => s,
+        other => panic!("{uuid} does not decode to an agentd id: {other:?}"),
+    }
+}
+
+/// Starts a turn and waits for its `turn/completed`; returns the notifications' params
+/// of that turn, in order, as `(method, params)`.
+async fn run_turn(c: &mut Checked, thread: &str, text: &str) -> Vec<(String, Value)> {
+    let from = c.ws.seen.len();
+    let r = c
+        .ok(
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": text, "text_elements": []}],
+                "clientUserMessageId": format!("msg-{text}")}),
+        )
+        .await;
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_string();
+    assert!(!turn_id.is_empty());
+    let done = c
+        .note("turn/completed", |p| p["turn"]["id"] == turn_id.as_str())
+        .await;
+    assert_eq!(done["threadId"], thread);
+    c.ws.seen[from..]
+        .iter()
+        .filter(|v| v.get("id").is_none() && v["params"]["threadId"] == thread)
+        .map(|v| {
+            (
+                v["method"].as_str().unwrap_or("").to_string(),
+                v["params"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
+    let d = daemon();
+    let b = bridge(&d);
+    let mut c = Checked::new(&b).await;
+    let ws_dir = d.workspace().to_string_lossy().into_owned();
+
+    // The TUI's start-up set.
+    let acct = c.ok("account/read", json!({"refreshToken": false})).await;
+    assert_eq!(acct["requiresOpenaiAuth"], false);
+    let models = c.ok("model/list", json!({"includeHidden": true})).await;
+    assert_eq!(models["data"][0]["id"], script_model());
+    assert_eq!(models["data"][0]["isDefault"], true);
+    for (m, p) in [
+        ("hooks/list", json!({"cwds": [ws_dir]})),
+        ("account/bedrock/checkGovCloudRequirements", json!({})),
+        ("config/read", json!({"includeLayers": true, "cwd": "."})),
+        ("configRequirements/read", json!(null)),
+        ("collaborationMode/list", json!({})),
+        ("skills/list", json!({"cwds": [ws_dir]})),
+        ("plugin/installed", json!({})),
+    ] {
+        c.ok(m, p).await;
+    }
+
+    // thread/start: a new agentd session, named by the UUID of its id.
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": ws_dir, "approvalPolicy": "never"}),
+        )
+        .await;
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    let sid = sid_of(&thread);
+    assert_eq!(session_uuid::to_uuid(&sid), thread);
+    assert_eq!(started["cwd"], ws_dir.as_str());
+    assert_eq!(started["approvalPolicy"], "never");
+    assert_eq!(
+        d.connect()
+            .call_ok("agentd/show", json!({"session_id": sid}))["workspace"],
+        ws_dir.as_str()
+    );
+    let n = c
+        .note("thread/started", |p| p["thread"]["id"] == thread.as_str())
+        .await;
+    assert_eq!(n["thread"]["cwd"], ws_dir.as_str());
+
+    // turn/start: the streamed answer, the reasoning, the usage, in the schema.
+    let notes = run_turn(&mut c, &thread, "say something").await;
+    let methods: Vec<&str> = notes.iter().map(|(m, _)| m.as_str()).collect();
+    for m in [
+        "turn/started",
+        "item/started",
+        "item/reasoning/summaryTextDelta",
+        "item/agentMessage/delta",
+        "item/completed",
+        "thread/tokenUsage/updated",
+        "turn/completed",
+    ] {
+        assert!(methods.contains(&m), "{m} missing from {methods:?}");
+    }
+    let streamed: String = notes
+        .iter()
+        .filter(|(m, _)| m == "item/agentMessage/delta")
+        .map(|(_, p)| p["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, "Streamed answer number one.");
+    let finals: Vec<&Value> = notes
+        .iter()
+        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| &p["item"])
+        .collect();
+    assert_eq!(finals.len(), 1);
+    assert_eq!(finals[0]["text"], "Streamed answer number one.");
+    // The same message again (a client retrying): the turn already admitted, not a
+    // second run.
+    let first_turn = notes
+        .iter()
+        .find(|(m, _)| m == "turn/started")
+        .map(|(_, p)| p["turn"]["id"].clone())
+        .unwrap();
+    let again = c
+        .ok(
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "say something", "text_elements": []}],
+                "clientUserMessageId": "msg-say something"}),
+        )
+        .await;
+    assert_eq!(again["turn"]["id"], first_turn);
+    let evs = log_events(&d, &sid);
+    let user: Vec<&Value> = evs.iter().filter(|e| is_type(e, "user_message")).collect();
+    assert_eq!(user.len(), 1);
+    assert_eq!(user[0]["data"]["text"], "say something");
+
+    // A tool turn, approval policy never: a command item with its output.
+    let notes = run_turn(&mut c, &thread, "please shout").await;
+    let cmd = notes
+        .iter()
+        .find(|(m, p)| m == "item/completed" && p["item"]["type"] == "commandExecution")
+        .map(|(_, p)| p["item"].clone())
+        .expect("a completed command item");
+    assert_eq!(cmd["command"], "echo approved-and-ran");
+    assert_eq!(cmd["status"], "completed");
+    assert_eq!(cmd["exitCode"], 0);
+    assert!(cmd["aggregatedOutput"]
+        .as_str()
+        .unwrap()
+        .contains("approved-and-ran"));
+
+    // Reading back: the same turns and items.
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await;
+    let turns = read["thread"]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["items"][0]["type"], "userMessage");
+    assert_eq!(turns[0]["items"][0]["content"][0]["text"], "say something");
+    assert_eq!(read["thread"]["preview"], "say something");
+    let kinds: Vec<&str> = turns[1]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "userMessage",
+            "agentMessage",
+            "commandExecution",
+            "agentMessage"
+        ]
+    );
+    let tl = c
+        .ok(
+            "thread/turns/list",
+            json!({"threadId": thread, "limit": 1, "sortDirection": "asc"}),
+        )
+        .await;
+    assert_eq!(tl["data"].as_array().unwrap().len(), 1);
+    assert_eq!(tl["data"][0]["id"], turns[0]["id"]);
+    let tl2 = c
+        .ok(
+            "thread/turns/list",
+            json!({"threadId": thread, "cursor": tl["nextCursor"], "sortDirection": "asc"}),
+        )
+        .await;
+    assert_eq!(tl2["data"][0]["id"], turns[1]["id"]);
+    let items = c
+        .ok(
+            "thread/items/list",
+            json!({"threadId": thread, "turnId": turns[1]["id"]}),
+        )
+        .await;
+    assert_eq!(items["data"].as_array().unwrap().len(), 4);
+    assert_eq!(items["data"][2]["item"]["command"], "echo approved-and-ran");
+
+    // Listing: cwd filter, search, loaded threads.
+    let other = d.create_session();
+    let listed = c
+        .ok("thread/list", json!({"cwd": ws_dir, "limit": 10}))
+        .await;
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&thread.as_str()), "{ids:?}");
+    assert!(ids.contains(&session_uuid::to_uuid(&other).as_str()));
+    let found = c.ok("thread/list", json!({"searchTerm": "SAY SOME"})).await;
+    let found: Vec<&str> = found["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, [thread.as_str()]);
+    let nowhere = c
+        .ok("thread/list", json!({"cwd": "/nonexistent-dir"}))
+        .await;
+    assert_eq!(nowhere["data"], json!([]));
+    let loaded = c.ok("thread/loaded/list", json!({})).await;
+    assert_eq!(loaded["data"], json!([thread]));
+
+    // Names, archive, unarchive: agentd's rename/archive/unarchive.
+    c.ok(
+        "thread/name/set",
+        json!({"threadId": thread, "name": "From Codex"}),
+    )
+    .await;
+    c.note("thread/name/updated", |p| p["threadName"] == "From Codex")
+        .await;
+    assert_eq!(
+        d.connect()
+            .call_ok("agentd/show", json!({"session_id": sid}))["title"],
+        "From Codex"
+    );
+    c.ok("thread/archive", json!({"threadId": thread})).await;
+    c.note("thread/archived", |p| p["threadId"] == thread.as_str())
+        .await;
+    let archived = c.ok("thread/list", json!({"archived": true})).await;
+    assert_eq!(archived["data"][0]["id"], thread.as_str());
+    assert_eq!(archived["data"][0]["name"], "From Codex");
+    let un = c.ok("thread/unarchive", json!({"threadId": thread})).await;
+    assert_eq!(un["thread"]["id"], thread.as_str());
+
+    // Fork: an agentd child session; delete: to agentd's trash.
+    let forked = c.ok("thread/fork", json!({"threadId": thread})).await;
+    let child = forked["thread"]["id"].as_str().unwrap().to_string();
+    assert_ne!(child, thread);
+    assert_eq!(forked["thread"]["forkedFromId"], thread.as_str());
+    assert_eq!(forked["thread"]["turns"].as_array().unwrap().len(), 2);
+    let child_sid = sid_of(&child);
+    let child_start = log_events(&d, &child_sid);
+    assert!(child_start
+        .iter()
+        .any(|e| is_type(e, "session_fork") && e["data"]["parent_session_id"] == sid.as_str()));
+    c.ok("thread/delete", json!({"threadId": child})).await;
+    c.note("thread/deleted", |p| p["threadId"] == child.as_str())
+        .await;
+    assert!(d.in_trash(&child_sid));
+
+    // Compaction and revert.
+    c.ok("thread/compact/start", json!({"threadId": thread}))
+        .await;
+    c.note("thread/compacted", |p| p["threadId"] == thread.as_str())
+        .await;
+    assert!(log_events(&d, &sid)
+        .iter()
+        .any(|e| is_type(e, "history_compaction")));
+    let reverted = c
+        .ok(
+            "thread/revert",
+            json!({"threadId": thread, "beforeTurnId": turns[1]["id"]}),
+        )
+        .await;
+    assert_eq!(reverted["thread"]["id"], thread.as_str());
+    let bad = c
+        .err(
+            "thread/revert",
+            json!({"threadId": thread, "beforeTurnId": "no-such-turn"}),
+        )
+        .await;
+    assert!(bad["message"].as_str().unwrap().contains("no-such-turn"));
+
+    // Resume an agentd-made session: its turns come along, and it is loaded here.
+    let out = d.agentctl([
+        "run",
+        "--model",
+        &script_model(),
+        "--title",
+        "made by agentctl",
+        "a question from the CLI",
+    ]);
+    out.assert_code(0);
+    let made = d.connect().call_ok("agentd/list", json!({}))["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["title"] == "made by agentctl")
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .expect("the agentctl session is listed");
+    let resumed = c
+        .ok(
+            "thread/resume",
+            json!({"threadId": session_uuid::to_uuid(&made)}),
+        )
+        .await;
+    assert_eq!(resumed["thread"]["name"], "made by agentctl");
+    let rt = resumed["thread"]["turns"].as_array().unwrap();
+    assert_eq!(rt.len(), 1);
+    assert_eq!(
+        rt[0]["items"][0]["content"][0]["text"],
+        "a question from the CLI"
+    );
+    assert_eq!(rt[0]["items"][2]["text"], "Streamed answer number one.");
+
+    // An id agentd did not make gets its alias, and the alias finds it.
+    let chosen = "imported-from-elsewhere";
+    d.connect().call_ok(
+        "agentd/create",
+        json!({"workspace": ws_dir, "session_id": chosen}),
+    );
+    let alias = session_uuid::to_uuid(chosen);
+    let r = c.ok("thread/read", json!({"threadId": alias})).await;
+    assert_eq!(r["thread"]["id"], alias.as_str());
+    assert_eq!(r["thread"]["cwd"], ws_dir.as_str());
+    let nf = c
+        .err(
+            "thread/read",
+            json!({"threadId": "0b7e5f4e-34a6-4a0e-9b4b-2c1f1f0a9c11"}),
+        )
+        .await;
+    assert!(nf["message"].as_str().unwrap().contains("thread not found"));
+    let bad = c.err("thread/read", json!({"threadId": "thread-1"})).await;
+    assert_eq!(bad["code"], -32602);
+
+    // Interrupt an idle thread, steer, login, logout, unsubscribe.
+    c.ok("turn/interrupt", json!({"threadId": thread, "turnId": "x"}))
+        .await;
+    let steer = c
+        .err(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": "x", "input": []}),
+        )
+        .await;
+    assert!(steer["message"].as_str().unwrap().contains("turn/steer"));
+    let login = c
+        .err(
+            "account/login/start",
+            json!({"type": "apiKey", "apiKey": "sk-never-used"}),
+        )
+        .await;
+    assert!(login["message"]
+        .as_str()
+        .unwrap()
+        .contains("no OpenAI login needed"));
+    assert!(!login.to_string().contains("sk-never-used"));
+    c.ok("account/login/cancel", json!({"loginId": "x"})).await;
+    c.ok("account/logout", json!(null)).await;
+    let u = c
+        .ok("thread/unsubscribe", json!({"threadId": thread}))
+        .await;
+    assert_eq!(u["status"], "unsubscribed");
+    let nl = c
+        .err(
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "hi", "text_elements": []}]}),
+        )
+        .await;
+    assert!(nl["message"].as_str().unwrap().contains("thread/resume"));
+
+    // Every other method of the schema: an error naming it, and the bridge serves on.
+    let mapped: HashSet<&str> = MAPPED.iter().map(|(m, _)| *m).collect();
+    let unsupported: Vec<String> = c
+        .schemas
+        .client_methods()
+        .into_iter()
+        .filter(|m| !mapped.contains(m.as_str()) && m != "initialize")
+        .collect();
+    assert!(unsupported.len() > 60, "{unsupported:?}");
+    for m in unsupported
+        .iter()
+        .map(String::as_str)
+        .chain(["no/such/method"])
+    {
+        let e = c.err(m, json!({})).await;
+        assert_eq!(e["code"], -32601, "{m}: {e}");
+        assert!(e["message"].as_str().unwrap().contains(m), "{m}: {e}");
+        assert_eq!(e["data"]["kind"], "unsupported");
+    }
+    let acct = c.ok("account/read", json!({})).await;
+    assert_eq!(acct["account"]["type"], "apiKey");
+    c.check_seen();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
+    let d = daemon();
+    let b = bridge(&d);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "approvalPolicy": "on-request"}),
+        )
+        .await;
+    assert_eq!(started["approvalPolicy"], "on-request");
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    let sid = sid_of(&thread);
+
+    // A command: the client accepts, the command runs.
+    let id = c
+        .ws
+        .request(
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "please shout", "text_elements": []}]}),
+        )
+        .await;
+    let req =
+        c.ws.wait_for("a command approval", |v| {
+            v["method"] == "item/commandExecution/requestApproval"
+        })
+        .await;
+    c.check_seen();
+    assert_eq!(req["params"]["threadId"], thread.as_str());
+    assert_eq!(req["params"]["command"], "echo approved-and-ran");
+    // The item the approval is about was announced first.
+    let item_id = req["params"]["itemId"].clone();
+    assert!(c
+        .ws
+        .seen
+        .iter()
+        .any(|v| v["method"] == "item/started" && v["params"]["item"]["id"] == item_id));
+    c.ws.send(json!({"id": req["id"], "result": {"decision": "accept"}}))
+        .await;
+    c.schemas.check(
+        "CommandExecutionRequestApprovalResponse",
+        &json!({"decision": "accept"}),
+    );
+    let r = c.ws.response(id).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let done = c
+        .note("item/completed", |p| p["item"]["id"] == item_id)
+        .await;
+    assert_eq!(done["item"]["status"], "completed");
+    assert!(done["item"]["aggregatedOutput"]
+        .as_str()
+        .unwrap()
+        .contains("approved-and-ran"));
+    c.note("turn/completed", |_| true).await;
+
+    // A file write: the client declines, nothing is written.
+    c.ws.request(
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "take a note", "text_elements": []}]}),
+    )
+    .await;
+    let req =
+        c.ws.wait_for("a file change approval", |v| {
+            v["method"] == "item/fileChange/requestApproval"
+        })
+        .await;
+    c.check_seen();
+    let item_id = req["params"]["itemId"].clone();
+    let started =
+        c.ws.seen
+            .iter()
+            .find(|v| v["method"] == "item/started" && v["params"]["item"]["id"] == item_id)
+            .cloned()
+            .expect("the file change item was started before the approval");
+    assert_eq!(
+        started["params"]["item"]["changes"][0]["path"],
+        d.workspace().join("notes.txt").to_string_lossy().as_ref()
+    );
+    c.ws.send(json!({"id": req["id"], "result": {"decision": "decline"}}))
+        .await;
+    let done = c
+        .note("item/completed", |p| p["item"]["id"] == item_id)
+        .await;
+    assert_eq!(done["item"]["status"], "declined");
+    c.note("turn/completed", |_| true).await;
+    assert!(!d.workspace().join("notes.txt").exists());
+
+    let decisions: Vec<(String, String)> = log_events(&d, &sid)
+        .iter()
+        .filter(|e| is_type(e, "permission_decision"))
+        .map(|e| {
+            (
+                e["data"]["decision"].as_str().unwrap().to_string(),
+                e["data"]["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("allow".to_string(), "client_allowed".to_string()),
+            ("deny".to_string(), "client_denied".to_string())
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_are_refused_and_the_bridge_and_daemon_keep_serving() {
+    let d = daemon();
+    let mut b = bridge(&d);
+    let mut schemas = Schemas::new();
+
+    // Before initialize: refused, not served.
+    let mut w = Ws::connect(&b.socket).await;
+    let r = w.call("thread/list", json!({})).await;
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Not initialized"));
+    schemas.check("JSONRPCErrorError", &r["error"]);
+
+    let (mut w, _) = Ws::initialized(&b.socket).await;
+    // A text frame that is not JSON.
+    assert!(w.send_raw(Message::Text("{not json".into())).await);
+    let e = w.next(WAIT).await.expect("an answer to a non-JSON frame");
+    assert_eq!(e["error"]["code"], -32700);
+    schemas.check("JSONRPCErrorError", &e["error"]);
+    // A binary frame.
+    assert!(w.send_raw(Message::Binary(vec![1, 2, 3].into())).await);
+    let e = w.next(WAIT).await.expect("an answer to a binary frame");
+    assert_eq!(e["error"]["code"], -32600);
+    assert!(e["error"]["message"].as_str().unwrap().contains("binary"));
+    // A second initialize.
+    let e = w
+        .call(
+            "initialize",
+            json!({"clientInfo": {"name": "again", "version": "1"}}),
+        )
+        .await;
+    assert_eq!(e["error"]["code"], -32600);
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Already initialized"));
+    // Unknown methods and a JSON value that is not a message.
+    let e = w.call("thread/definitelyNot", json!({})).await;
+    assert_eq!(e["error"]["code"], -32601);
+    assert!(w.send_raw(Message::Text("[1,2]".into())).await);
+    let e = w.next(WAIT).await.expect("an answer to a batch");
+    assert_eq!(e["error"]["code"], -32600);
+    // The same connection still serves.
+    let ok = w.call("account/read", json!({})).await;
+    assert_eq!(ok["result"]["requiresOpenaiAuth"], false);
+
+    // A frame over 16 MiB closes that connection with 1009, and only it.
+    let big = "x".repeat(16 * 1024 * 1024 + 1);
+    w.send_raw(Message::Text(big.into())).await;
+    assert!(
+        w.next(WAIT).await.is_none(),
+        "the oversized frame's connection is closed"
+    );
+    assert_eq!(w.closed, Some(Some(1009)));
+
+    // A client that sends and never reads: its answers fill its queue and it is cut
+    // off; the others are served meanwhile and after.
+    let (mut hog, _) = Ws::initialized(&b.socket).await;
+    let (mut other, _) = Ws::initialized(&b.socket).await;
+    for i in 0..40_000 {
+        if !hog
+            .send_raw(Message::Text(
+                json!({"id": i + 10, "method": "account/read"})
+                    .to_string()
+                    .into(),
+            ))
+            .await
+        {
+            break;
+        }
+    }
+    assert!(
+        b.wait_stderr("is not reading", WAIT),
+        "the bridge noticed the client: {}",
+        b.stderr()
+    );
+    let ok = other.call("model/list", json!({})).await;
+    assert_eq!(ok["result"]["data"][0]["id"], script_model());
+
+    // The bridge and the daemon are both still there for new clients.
+    assert!(b.alive());
+    let (mut fresh, _) = Ws::initialized(&b.socket).await;
+    let t = fresh
+        .call("thread/start", json!({"cwd": d.workspace()}))
+        .await;
+    assert!(t["result"]["thread"]["id"].is_string(), "{t}");
+    d.connect().call_ok("agentd/list", json!({}));
+}
+
+#[test]
+fn the_socket_is_private_and_a_shared_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = daemon();
+    let b = bridge(&d);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&b.socket), 0o600);
+    assert_eq!(mode(b.socket.parent().unwrap()), 0o700);
+    drop(b);
+
+    let open = d.root().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = d
+        .agentctl_cmd()
+        .args([
+            "app-server",
+            "--listen",
+            &format!("unix://{}", open.join("s.sock").display()),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("open to other users"), "{err}");
+    assert!(!open.join("s.sock").exists());
+
+    let out = d
+        .agentctl_cmd()
+        .args(["app-server", "--listen", "ws://0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
+    let out = d
+        .agentctl_cmd()
+        .args(["app-server", "--listen", "ws://0.0.0.0:0", "--allow-remote"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--auth-token-env"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_tcp_and_refusals_are_logged() {
+    use std::io::BufRead;
+    let d = daemon();
+    let mut child = d
+        .agentctl_cmd()
+        .args([
+            "app-server",
+            "--listen",
+            "ws://127.0.0.1:0",
+            "--auth-token-env",
+            "CX_TOKEN",
+        ])
+        .env("CX_TOKEN", "s3cret-token")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first
+        .split("ws://")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{first}"))
+        .trim()
+        .to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let connect = |token: Option<&str>| {
+        let addr = addr.clone();
+        let token = token.map(str::to_string);
+        async move {
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let mut req = format!("ws://{addr}/").into_client_request().unwrap();
+            if let Some(t) = token {
+                req.headers_mut()
+                    .insert("authorization", format!("Bearer {t}").parse().unwrap());
+            }
+            let s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            tokio_tungstenite::client_async(req, s)
+                .await
+                .map(|(w, _)| w)
+        }
+    };
+    assert!(connect(None).await.is_err());
+    assert!(connect(Some("s3cret-tokeX")).await.is_err());
+    let mut ok = connect(Some("s3cret-token"))
+        .await
+        .expect("the right token");
+    use futures::{SinkExt, StreamExt};
+    ok.send(Message::Text(
+        json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "1"}}})
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    let m = tokio::time::timeout(WAIT, ok.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(m.to_text().unwrap().contains("userAgent"));
+    let mut refusals: Vec<String> = vec![];
+    while refusals.len() < 2 {
+        let l = rx.recv_timeout(WAIT).expect("a logged refusal");
+        assert!(!l.contains("s3cret"), "the token is never logged: {l}");
+        if l.contains("refused") {
+            refusals.push(l);
+        }
+    }
+    for r in &refusals {
+        assert!(r.contains("refused") && r.contains("bearer token"), "{r}");
+        assert!(!r.contains("s3cret"), "the token is never logged: {r}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn the_schema_check_refuses_what_the_pinned_schema_refuses() {
+    let mut s = Schemas::new();
+    s.check(
+        "v2/GetAccountResponse",
+        &json!({"account": {"type": "apiKey"}, "requiresOpenaiAuth": false}),
+    );
+    for (def, bad) in [
+        (
+            "v2/GetAccountResponse",
+            json!({"account": {"type": "apiKey"}}),
+        ),
+        ("v2/ThreadStartResponse", json!({"thread": {"id": "x"}})),
+        (
+            "ServerNotification",
+            json!({"method": "turn/completed", "params": {"threadId": "t"}}),
+        ),
+    ] {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.check(def, &bad)));
+        assert!(r.is_err(), "{def} accepted {bad}");
+    }
+}
