@@ -286,6 +286,8 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         | Command::Search(_)
         | Command::Usage(_)
         | Command::Dequeue(_)
+        | Command::AppServer(_)
+        | Command::Instructions(_)
         | Command::Mcp(crate::cli::McpCmd::List(..) | crate::cli::McpCmd::Tools(..)) => Err(
             AgentError::internal("this command is answered before its handler is reached"),
         ),
