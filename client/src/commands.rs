@@ -258,7 +258,39 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Import(a) => crate::discover::run(&target, a, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
         Command::Mcp(crate::cli::McpCmd::Import(a)) => crate::mcp::import(a),
-        _ => Err(AgentError::internal("command without a handler")),
+        // Answered above, before connecting (`run` for the long-running bridges,
+        // `config init`, and the one-request commands of `simple_request` and
+        // `verbs::request`). Listed by name, not `_`, so that a new subcommand does not
+        // compile until it has a handler.
+        Command::Acp(_)
+        | Command::Chat(_)
+        | Command::McpServer(_)
+        | Command::Config(crate::cli::ConfigCmd::Init { .. })
+        | Command::New(_)
+        | Command::Ls(_)
+        | Command::Show(_)
+        | Command::Append(_)
+        | Command::Interrupt(_)
+        | Command::Reconcile(_)
+        | Command::Context(_)
+        | Command::Checkpoint(_)
+        | Command::Compact(_)
+        | Command::Fork(_)
+        | Command::Tree(_)
+        | Command::Diff(_)
+        | Command::Revert(_)
+        | Command::Rename(_)
+        | Command::Archive(_)
+        | Command::Unarchive(_)
+        | Command::Restore(_)
+        | Command::Search(_)
+        | Command::Usage(_)
+        | Command::Dequeue(_)
+        | Command::AppServer(_)
+        | Command::Instructions(_)
+        | Command::Mcp(crate::cli::McpCmd::List(..) | crate::cli::McpCmd::Tools(..)) => Err(
+            AgentError::internal("this command is answered before its handler is reached"),
+        ),
     }
 }
 

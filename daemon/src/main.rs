@@ -69,7 +69,9 @@ fn main() -> ExitCode {
     // removing the variables from the child's environment alone does not prevent. It
     // also disables core dumps and same-uid ptrace of the daemon. Root can still read
     // them; tool output is scrubbed of the keys' values as well (`tools::redact`).
+    // Linux only (macOS has no PR_SET_DUMPABLE; its hardened runtime is the packager's).
     // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory.
+    #[cfg(target_os = "linux")]
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }

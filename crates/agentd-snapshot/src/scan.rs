@@ -18,7 +18,6 @@ use super::Skipped;
 use crate::SnapshotConfig;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
@@ -63,33 +62,141 @@ struct Entry {
 /// More changed paths than this since the last scan: a full scan is cheaper.
 const MAX_WATCHED_CHANGES: usize = 5000;
 
+pub(crate) use watch::Watch;
+
 /// inotify watches on every directory of the last full scan (ignored ones excepted):
 /// what a shell command changed is read from the queue instead of stat-ing every file.
-struct Watch {
-    ino: Inotify,
-    /// Workspace-relative prefix (`""` or ending in `/`) of each watched directory.
-    dirs: HashMap<WatchDescriptor, Vec<u8>>,
-}
+/// Linux only; elsewhere there is no watch and every snapshot scans the workspace.
+#[cfg(target_os = "linux")]
+mod watch {
+    use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+    use std::collections::{BTreeSet, HashMap};
+    use std::path::Path;
 
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Watch({} directories)", self.dirs.len())
+    pub struct Watch {
+        ino: Inotify,
+        /// Workspace-relative prefix (`""` or ending in `/`) of each watched directory.
+        dirs: HashMap<WatchDescriptor, Vec<u8>>,
+    }
+
+    impl std::fmt::Debug for Watch {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Watch({} directories)", self.dirs.len())
+        }
+    }
+
+    fn watch_mask() -> WatchMask {
+        WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MODIFY
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::ATTRIB
+            | WatchMask::MOVED_FROM
+            | WatchMask::MOVED_TO
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::DONT_FOLLOW
+            | WatchMask::ONLYDIR
+            | WatchMask::EXCL_UNLINK
+    }
+
+    impl Watch {
+        /// A fresh watch, or `None` when the system gives none.
+        pub fn new() -> Option<Watch> {
+            Inotify::init().ok().map(|ino| Watch {
+                ino,
+                dirs: HashMap::new(),
+            })
+        }
+
+        /// Watches `dir` (workspace-relative prefix `rel`); false at the system's limit.
+        pub fn add(&mut self, dir: &Path, rel: &[u8]) -> bool {
+            match self.ino.watches().add(dir, watch_mask()) {
+                Ok(wd) => {
+                    self.dirs.insert(wd, rel.to_vec());
+                    true
+                }
+                Err(_) => false,
+            }
+        }
+
+        /// Reads the queued events into the changed `files` and `dirs`
+        /// (workspace-relative); false when only a full scan can tell what changed (an
+        /// overflow, the workspace itself moved, `.gitignore` or `.git` touched).
+        pub fn drain(
+            &mut self,
+            files: &mut BTreeSet<Vec<u8>>,
+            dirs: &mut BTreeSet<Vec<u8>>,
+        ) -> bool {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let evs = match self.ino.read_events(&mut buf) {
+                    Ok(evs) => evs,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                    Err(_) => return false,
+                };
+                for e in evs {
+                    if e.mask.contains(EventMask::Q_OVERFLOW) {
+                        return false;
+                    }
+                    if e.mask.contains(EventMask::IGNORED) {
+                        self.dirs.remove(&e.wd);
+                        continue;
+                    }
+                    let Some(prefix) = self.dirs.get(&e.wd) else {
+                        continue;
+                    };
+                    let Some(name) = e.name else {
+                        // The directory itself went away or moved: its parent's event
+                        // says so, except for the workspace, which needs a full scan.
+                        if prefix.is_empty()
+                            && e.mask
+                                .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF)
+                        {
+                            return false;
+                        }
+                        continue;
+                    };
+                    if name == ".gitignore" || name == ".git" {
+                        return false;
+                    }
+                    let mut p = prefix.clone();
+                    p.extend_from_slice(name.as_encoded_bytes());
+                    if e.mask.contains(EventMask::ISDIR) {
+                        dirs.insert(p);
+                    } else {
+                        files.insert(p);
+                    }
+                }
+            }
+        }
     }
 }
 
-fn watch_mask() -> WatchMask {
-    WatchMask::CREATE
-        | WatchMask::DELETE
-        | WatchMask::MODIFY
-        | WatchMask::CLOSE_WRITE
-        | WatchMask::ATTRIB
-        | WatchMask::MOVED_FROM
-        | WatchMask::MOVED_TO
-        | WatchMask::DELETE_SELF
-        | WatchMask::MOVE_SELF
-        | WatchMask::DONT_FOLLOW
-        | WatchMask::ONLYDIR
-        | WatchMask::EXCL_UNLINK
+#[cfg(not(target_os = "linux"))]
+mod watch {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// No file watch outside Linux: every snapshot scans the workspace.
+    #[derive(Debug)]
+    pub enum Watch {}
+
+    impl Watch {
+        pub fn new() -> Option<Watch> {
+            None
+        }
+        pub fn add(&mut self, _dir: &Path, _rel: &[u8]) -> bool {
+            match *self {}
+        }
+        pub fn drain(
+            &mut self,
+            _files: &mut BTreeSet<Vec<u8>>,
+            _dirs: &mut BTreeSet<Vec<u8>>,
+        ) -> bool {
+            match *self {}
+        }
+    }
 }
 
 /// What one update found.
@@ -239,10 +346,7 @@ impl Model {
         }
         // A fresh watch, set on each directory before it is read: a change after the
         // read is an event for the next scan.
-        self.watch = Inotify::init().ok().map(|ino| Watch {
-            ino,
-            dirs: HashMap::new(),
-        });
+        self.watch = Watch::new();
         let mut b = Budget::new(cfg);
         self.generation += 1;
         let mut changed = Vec::new();
@@ -566,46 +670,8 @@ impl Model {
             let Some(w) = self.watch.as_mut() else {
                 return Ok(None);
             };
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let evs = match w.ino.read_events(&mut buf) {
-                    Ok(evs) => evs,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(_) => return Ok(None),
-                };
-                for e in evs {
-                    if e.mask.contains(EventMask::Q_OVERFLOW) {
-                        return Ok(None);
-                    }
-                    if e.mask.contains(EventMask::IGNORED) {
-                        w.dirs.remove(&e.wd);
-                        continue;
-                    }
-                    let Some(prefix) = w.dirs.get(&e.wd) else {
-                        continue;
-                    };
-                    let Some(name) = e.name else {
-                        // The directory itself went away or moved: its parent's event
-                        // says so, except for the workspace, which needs a full scan.
-                        if prefix.is_empty()
-                            && e.mask
-                                .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF)
-                        {
-                            return Ok(None);
-                        }
-                        continue;
-                    };
-                    if name == ".gitignore" || name == ".git" {
-                        return Ok(None);
-                    }
-                    let mut p = prefix.clone();
-                    p.extend_from_slice(name.as_bytes());
-                    if e.mask.contains(EventMask::ISDIR) {
-                        dirs.insert(p);
-                    } else {
-                        files.insert(p);
-                    }
-                }
+            if !w.drain(&mut files, &mut dirs) {
+                return Ok(None);
             }
         }
         if files.len() + dirs.len() > MAX_WATCHED_CHANGES {
@@ -667,11 +733,8 @@ impl Model {
         let Some(w) = self.watch.as_mut() else {
             return;
         };
-        match w.ino.watches().add(dir, watch_mask()) {
-            Ok(wd) => {
-                w.dirs.insert(wd, rel.to_vec());
-            }
-            Err(_) => self.watch = None,
+        if !w.add(dir, rel) {
+            self.watch = None;
         }
     }
 

@@ -504,7 +504,13 @@ pub fn set_group_sync(on: bool) {
 /// The device a Log file may share a `syncfs` on, when that is as safe as its own
 /// `fdatasync`: Linux 5.8 or later (`syncfs` reports writeback errors only since 5.8)
 /// and a local journaling filesystem whose `syncfs` commits and flushes (ext4, XFS,
-/// Btrfs). Anything else syncs alone.
+/// Btrfs). Anything else syncs alone, and so does every Log outside Linux.
+#[cfg(not(target_os = "linux"))]
+fn group_device(_file: &File) -> Option<u64> {
+    None
+}
+
+#[cfg(target_os = "linux")]
 fn group_device(file: &File) -> Option<u64> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
@@ -528,6 +534,7 @@ fn group_device(file: &File) -> Option<u64> {
 }
 
 /// Linux 5.8 or later (read once from `uname`).
+#[cfg(target_os = "linux")]
 fn syncfs_reports_errors() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OK.get_or_init(|| {
@@ -547,6 +554,7 @@ fn syncfs_reports_errors() -> bool {
 }
 
 /// Whether a kernel release string (`6.1.0-18-amd64`) is at least `want`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
     let mut parts = release
         .split(|c: char| !c.is_ascii_digit())
@@ -1143,7 +1151,14 @@ fn run_shared_group(jobs: Vec<WriteJob>, committing: &mut Committing) {
     }
 }
 
-/// `syncfs(2)` of the filesystem holding `fd`.
+/// `syncfs(2)` of the filesystem holding `fd` (Linux; elsewhere no Log joins a group, see
+/// [`group_device`]).
+#[cfg(not(target_os = "linux"))]
+fn syncfs(_fd: std::os::fd::RawFd) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+#[cfg(target_os = "linux")]
 fn syncfs(fd: std::os::fd::RawFd) -> io::Result<()> {
     // SAFETY: a plain system call on a descriptor a locked writer keeps open.
     if unsafe { libc::syncfs(fd) } == 0 {
