@@ -579,6 +579,18 @@ impl Daemon {
         Output::from_std(out)
     }
 
+    /// Runs `agentctl --json ARGS`, which must exit 0 and answer `"ok": true`; the answer.
+    #[track_caller]
+    pub fn agentctl_ok(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.agentctl(all);
+        out.assert_code(0);
+        let v = out.json().clone();
+        assert_eq!(v["ok"], true, "{out:?}");
+        v
+    }
+
     /// Runs `agentctl ARGS` with `stdin` as its standard input.
     pub fn agentctl_stdin<I, S>(&self, args: I, stdin: &[u8]) -> Output
     where

@@ -14,17 +14,6 @@ fn daemon() -> Daemon {
     Daemon::builder().env("AGENTD_DURABILITY", "none").start()
 }
 
-#[track_caller]
-fn ctl(d: &Daemon, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = d.agentctl(all);
-    out.assert_code(0);
-    let v = out.json().clone();
-    assert_eq!(v["ok"], true, "{out:?}");
-    v
-}
-
 fn peer(rel: &str) -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../daemon/tests/data/import/peers")
@@ -110,25 +99,22 @@ fn an_imported_session_continued_in_agentd_exports_back_and_reimports_the_same()
     for c in &CASES {
         let what = c.format;
         let src = peer(c.rel);
-        let r = ctl(&d, &["import", src.to_str().unwrap(), "--workspace", &ws]);
+        let r = d.agentctl_ok(&["import", src.to_str().unwrap(), "--workspace", &ws]);
         let sid = r["session_id"].as_str().unwrap().to_string();
-        let t = ctl(&d, &["turn", &sid, "What is here?", "--model", &model]);
+        let t = d.agentctl_ok(&["turn", &sid, "What is here?", "--model", &model]);
         assert_eq!(t["status"], "completed", "{what}: {t}");
         let log = Conv::from_log(&events(&d, &sid));
         assert_eq!(log.prompts.last().unwrap(), "What is here?");
 
-        let x = ctl(
-            &d,
-            &[
-                "export",
-                &sid,
-                "--format",
-                c.format,
-                "--install",
-                "--home",
-                home_s,
-            ],
-        );
+        let x = d.agentctl_ok(&[
+            "export",
+            &sid,
+            "--format",
+            c.format,
+            "--install",
+            "--home",
+            home_s,
+        ]);
         let path = PathBuf::from(x["path"].as_str().unwrap());
         let id = x["resume_id"].as_str().unwrap();
         assert_ne!(id, c.source_id, "{what}: a new session id");
@@ -164,31 +150,25 @@ fn an_imported_session_continued_in_agentd_exports_back_and_reimports_the_same()
         );
 
         // Importing it back gives the same conversation, and so does a second round.
-        let back = ctl(&d, &["import", path.to_str().unwrap(), "--workspace", &ws]);
+        let back = d.agentctl_ok(&["import", path.to_str().unwrap(), "--workspace", &ws]);
         assert_eq!(back["warnings"], json!([]), "{what}: {back}");
         let sid2 = back["session_id"].as_str().unwrap().to_string();
         let first = Conv::from_log(&events(&d, &sid2));
         assert_eq!(first, want, "{what}: import(export(x))");
-        let x2 = ctl(
-            &d,
-            &[
-                "export",
-                &sid2,
-                "--format",
-                c.format,
-                "--install",
-                "--home",
-                home_s,
-            ],
-        );
+        let x2 = d.agentctl_ok(&[
+            "export",
+            &sid2,
+            "--format",
+            c.format,
+            "--install",
+            "--home",
+            home_s,
+        ]);
         assert_ne!(
             x2["path"], x["path"],
             "{what}: never over an earlier export"
         );
-        let back2 = ctl(
-            &d,
-            &["import", x2["path"].as_str().unwrap(), "--workspace", &ws],
-        );
+        let back2 = d.agentctl_ok(&["import", x2["path"].as_str().unwrap(), "--workspace", &ws]);
         let second = Conv::from_log(&events(&d, back2["session_id"].as_str().unwrap()));
         assert_eq!(second, first, "{what}: a fixed point");
     }
@@ -200,32 +180,26 @@ fn an_imported_session_continued_in_agentd_exports_back_and_reimports_the_same()
 fn export_to_a_file_and_the_old_formats_still_work() {
     let d = daemon();
     let ws = d.workspace().canonicalize().unwrap().display().to_string();
-    let r = ctl(
-        &d,
-        &[
-            "import",
-            peer(CASES[2].rel).to_str().unwrap(),
-            "--workspace",
-            &ws,
-        ],
-    );
+    let r = d.agentctl_ok(&[
+        "import",
+        peer(CASES[2].rel).to_str().unwrap(),
+        "--workspace",
+        &ws,
+    ]);
     let sid = r["session_id"].as_str().unwrap();
-    let x = ctl(&d, &["export", sid, "--format", "pi"]);
+    let x = d.agentctl_ok(&["export", sid, "--format", "pi"]);
     let content = x["content"].as_str().unwrap();
     assert!(content.starts_with("{\"type\":\"session\""), "{content}");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s.jsonl");
-    let x = ctl(
-        &d,
-        &[
-            "export",
-            sid,
-            "--format",
-            "codex",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
+    let x = d.agentctl_ok(&[
+        "export",
+        sid,
+        "--format",
+        "codex",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(x["path"], out.to_str().unwrap());
     // Codex marks a failed call by its output's exit code line only: a failure without
     // one gets it.
@@ -236,7 +210,7 @@ fn export_to_a_file_and_the_old_formats_still_work() {
         }
     }
     assert_eq!(conv::codex(&out), want);
-    let md = ctl(&d, &["export", sid, "--format", "markdown"]);
+    let md = d.agentctl_ok(&["export", sid, "--format", "markdown"]);
     assert!(md["content"].as_str().unwrap().contains("Résumé"));
     let out = d.agentctl(["--json", "export", sid, "--format", "gemini"]);
     assert_ne!(out.code, Some(0), "{out:?}");

@@ -17,17 +17,6 @@ fn daemon() -> Daemon {
     Daemon::builder().env("AGENTD_DURABILITY", "none").start()
 }
 
-#[track_caller]
-fn ctl(d: &Daemon, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = d.agentctl(all);
-    out.assert_code(0);
-    let v = out.json().clone();
-    assert_eq!(v["ok"], true, "{out:?}");
-    v
-}
-
 fn peers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../daemon/tests/data/import/peers")
@@ -68,7 +57,7 @@ const OPENCODE_SESSION: &str = "ses_deea49f23ffeLHdDAjDaINfYT0";
 /// Imports `rel` (without `--session` or `--workspace`: the source says which) and
 /// returns the report and the Log's conversation.
 fn import(d: &Daemon, rel: &str) -> (Value, Conv) {
-    let r = ctl(d, &["import", peer(rel).to_str().unwrap()]);
+    let r = d.agentctl_ok(&["import", peer(rel).to_str().unwrap()]);
     let sid = r["session_id"].as_str().unwrap();
     (r.clone(), Conv::from_log(&events(d, sid)))
 }
@@ -151,15 +140,12 @@ fn the_newest_releases_specifics() {
     // pi 1.x: the system prompt is skipped with its reason, and the retried attempt's
     // never-run call is a dropped attempt, not an orphan.
     let ws = d.workspace().canonicalize().unwrap().display().to_string();
-    let r = ctl(
-        &d,
-        &[
-            "import",
-            peer(PI_RETRY).to_str().unwrap(),
-            "--workspace",
-            &ws,
-        ],
-    );
+    let r = d.agentctl_ok(&[
+        "import",
+        peer(PI_RETRY).to_str().unwrap(),
+        "--workspace",
+        &ws,
+    ]);
     let log = Conv::from_log(&events(&d, r["session_id"].as_str().unwrap()));
     assert!(!log.call_ids().contains(&"call_e0|fc_call_e0"), "{log:?}");
     let sid = r["session_id"].as_str().unwrap();
@@ -173,7 +159,7 @@ fn the_newest_releases_specifics() {
         dropped["data"]["summary"],
         "Let me start by listing the files — première étape"
     );
-    let ctx = ctl(&d, &["context", sid]);
+    let ctx = d.agentctl_ok(&["context", sid]);
     assert!(
         !ctx.to_string().contains("call_e0"),
         "the dropped attempt is not replayed: {ctx}"
@@ -193,7 +179,7 @@ fn the_newest_releases_specifics() {
         "{reasons:?}"
     );
     // A turn continues it with no reconcile of a call that never ran.
-    let t = ctl(&d, &["turn", sid, "Carry on.", "--model", &script_model()]);
+    let t = d.agentctl_ok(&["turn", sid, "Carry on.", "--model", &script_model()]);
     assert_eq!(t["status"], "completed", "{t}");
     assert!(!events(&d, sid)
         .iter()
@@ -231,10 +217,10 @@ fn losses_are_warned_about_and_strict_refuses_them() {
     };
     assert_eq!(e["kind"], "unsupported", "{e}");
     assert!(e["message"].as_str().unwrap().contains("no result"), "{e}");
-    let listed = ctl(&d, &["ls", "--all"]);
+    let listed = d.agentctl_ok(&["ls", "--all"]);
     assert_eq!(listed["sessions"], json!([]), "strict made nothing");
 
-    let r = ctl(&d, &["import", path]);
+    let r = d.agentctl_ok(&["import", path]);
     let warnings = r["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{r}");
     assert!(
@@ -252,10 +238,7 @@ fn losses_are_warned_about_and_strict_refuses_them() {
         "{out:?}"
     );
     // Without loss, --strict imports.
-    ctl(
-        &d,
-        &["import", "--strict", peer(PI_RETRY).to_str().unwrap()],
-    );
+    d.agentctl_ok(&["import", "--strict", peer(PI_RETRY).to_str().unwrap()]);
 }
 
 /// sha256 of every file under `dir` by relative path, and the directory entries.
@@ -346,15 +329,15 @@ fn a_read_only_source_folder_is_left_byte_identical() {
     for e in std::fs::read_dir(root).unwrap() {
         let p = e.unwrap().path();
         if p.is_file() {
-            imported.push(ctl(&d, &["import", p.to_str().unwrap()]));
+            imported.push(d.agentctl_ok(&["import", p.to_str().unwrap()]));
         }
     }
     assert_eq!(imported.len(), 5);
     for db in [clean.join("opencode.db"), live.join("opencode.db")] {
         let db = db.to_str().unwrap();
-        ctl(&d, &["import", db, "--session", OPENCODE_SESSION]);
+        d.agentctl_ok(&["import", db, "--session", OPENCODE_SESSION]);
     }
-    let r = ctl(&d, &["import", live.join("opencode.db").to_str().unwrap()]);
+    let r = d.agentctl_ok(&["import", live.join("opencode.db").to_str().unwrap()]);
     let sid = r["session_id"].as_str().unwrap();
     assert_eq!(events(&d, sid)[0]["data"]["title"], "only in the wal");
 

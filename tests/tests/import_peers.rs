@@ -15,17 +15,6 @@ fn daemon() -> Daemon {
     Daemon::builder().env("AGENTD_DURABILITY", "none").start()
 }
 
-#[track_caller]
-fn ctl(d: &Daemon, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = d.agentctl(all);
-    out.assert_code(0);
-    let v = out.json().clone();
-    assert_eq!(v["ok"], true, "{out:?}");
-    v
-}
-
 /// `agentctl --json ARGS` expected to fail; returns the error object.
 #[track_caller]
 fn ctl_err(d: &Daemon, args: &[&str]) -> Value {
@@ -61,7 +50,7 @@ const OPENCODE_EXPORT: &str = "opencode-1.18.33/export.json";
 const OPENCODE_SESSION: &str = "ses_deea49f23ffeLHdDAjDaINfYT0";
 
 fn session_ids(d: &Daemon) -> BTreeSet<String> {
-    ctl(d, &["ls", "--all"])["sessions"]
+    d.agentctl_ok(&["ls", "--all"])["sessions"]
         .as_array()
         .unwrap()
         .iter()
@@ -187,7 +176,7 @@ fn peer_sessions_import_balanced_with_their_counts_and_continue() {
         let path = src.to_str().unwrap();
         let mut args = vec!["import", path, "--workspace", &ws];
         args.extend_from_slice(c.extra);
-        let r = ctl(&d, &args);
+        let r = d.agentctl_ok(&args);
         let what = c.rel;
         assert_eq!(r["format"], c.format, "{what}: detected format");
         let lines = &r["lines"];
@@ -231,23 +220,23 @@ fn peer_sessions_import_balanced_with_their_counts_and_continue() {
             .filter(|e| e["type"] == "tool_result" && e["data"]["ok"] == false)
             .count();
         assert_eq!(failed, 1, "{what}: one failing call");
-        assert_replay_paired(&ctl(&d, &["context", &sid]));
-        let usage = ctl(&d, &["usage", &sid]);
+        assert_replay_paired(&d.agentctl_ok(&["context", &sid]));
+        let usage = d.agentctl_ok(&["usage", &sid]);
         assert_eq!(usage["total"]["calls"], 9, "{what}: {usage}");
 
         // An explicit --format gives the same events.
         let mut args = vec!["import", "--format", c.format, path, "--workspace", &ws];
         args.extend_from_slice(c.extra);
-        let again = ctl(&d, &args);
+        let again = d.agentctl_ok(&args);
         assert_eq!(again["imported"], r["imported"], "{what}");
 
         let model = script_model();
-        let t = ctl(&d, &["turn", &sid, "Carry on.", "--model", &model]);
+        let t = d.agentctl_ok(&["turn", &sid, "Carry on.", "--model", &model]);
         assert_eq!(t["status"], "completed", "{what}: {t}");
         let last = events(&d, &sid).last().cloned().unwrap();
         assert_eq!(last["type"], "turn_ended");
         assert_eq!(last["data"]["status"], "completed");
-        assert_replay_paired(&ctl(&d, &["context", &sid]));
+        assert_replay_paired(&d.agentctl_ok(&["context", &sid]));
     }
 }
 
@@ -258,10 +247,7 @@ fn peer_sessions_import_balanced_with_their_counts_and_continue() {
 fn claude_code_steps_merge_blocks_and_recover_the_parallel_pair() {
     let d = daemon();
     let ws = d.workspace().canonicalize().unwrap().display().to_string();
-    let r = ctl(
-        &d,
-        &["import", peer(CLAUDE).to_str().unwrap(), "--workspace", &ws],
-    );
+    let r = d.agentctl_ok(&["import", peer(CLAUDE).to_str().unwrap(), "--workspace", &ws]);
     let sid = r["session_id"].as_str().unwrap();
     let evs = events(&d, sid);
     let kinds: Vec<&str> = evs.iter().map(|e| e["type"].as_str().unwrap()).collect();
@@ -567,16 +553,16 @@ fn a_discovered_session_in_a_missing_workspace_reads_but_refuses_a_turn() {
         !Path::new(missing).exists(),
         "the recorded workspace must be missing"
     );
-    let show = ctl(&d, &["show", &sid]);
+    let show = d.agentctl_ok(&["show", &sid]);
     assert_eq!(show["workspace"], missing, "{show}");
-    let found = ctl(&d, &["search", "Résumé"]);
+    let found = d.agentctl_ok(&["search", "Résumé"]);
     assert!(found.to_string().contains(&sid), "{found}");
-    let md = ctl(&d, &["export", &sid]);
+    let md = d.agentctl_ok(&["export", &sid]);
     assert!(md["content"]
         .as_str()
         .unwrap()
         .contains("smoke test passes"));
-    let f = ctl(&d, &["fork", &sid]);
+    let f = d.agentctl_ok(&["fork", &sid]);
     assert!(f["child_session_id"].is_string(), "{f}");
     let e = ctl_err(&d, &["turn", &sid, "go on", "--model", &script_model()]);
     assert!(e["message"].as_str().unwrap().contains(missing), "{e}");
@@ -585,7 +571,7 @@ fn a_discovered_session_in_a_missing_workspace_reads_but_refuses_a_turn() {
 fn import_text(d: &Daemon, dir: &Path, name: &str, text: &[u8], ws: &str) -> Value {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
-    ctl(d, &["import", p.to_str().unwrap(), "--workspace", ws])
+    d.agentctl_ok(&["import", p.to_str().unwrap(), "--workspace", ws])
 }
 
 fn join_lines(ls: &[&[u8]]) -> Vec<u8> {
@@ -619,7 +605,7 @@ fn bad_claude_input_is_skipped_with_reasons_or_refused() {
     );
     let r = import_text(&d, dir.path(), "torn.jsonl", &torn, &ws);
     assert!(skipped_reasons(&r).contains("torn last line"), "{r}");
-    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&d.agentctl_ok(&["context", r["session_id"].as_str().unwrap()]));
 
     // A missing parent (line 43, the second prompt, removed): the active branch starts
     // after it, with a warning, and stays balanced.
@@ -631,7 +617,7 @@ fn bad_claude_input_is_skipped_with_reasons_or_refused() {
         .collect();
     let r = import_text(&d, dir.path(), "cut.jsonl", &join_lines(&cut), &ws);
     assert!(r["warnings"].to_string().contains("missing parent"), "{r}");
-    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&d.agentctl_ok(&["context", r["session_id"].as_str().unwrap()]));
 
     // A duplicated record (same uuid twice), an unknown record type, a non-UTF-8 line.
     let mut dup = src.clone();
@@ -649,7 +635,7 @@ fn bad_claude_input_is_skipped_with_reasons_or_refused() {
         "{reasons}"
     );
     assert!(reasons.contains("not valid UTF-8"), "{reasons}");
-    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&d.agentctl_ok(&["context", r["session_id"].as_str().unwrap()]));
 
     // A file cut short to its first records (no conversation yet) is refused; no session.
     let before = session_ids(&d);
@@ -694,7 +680,7 @@ fn gemini_and_opencode_bad_input() {
     assert!(reasons.contains("torn last line"), "{reasons}");
     assert!(reasons.contains("neither a header"), "{reasons}");
     assert!(reasons.contains("rewritten by line"), "{reasons}");
-    assert_replay_paired(&ctl(&d, &["context", r["session_id"].as_str().unwrap()]));
+    assert_replay_paired(&d.agentctl_ok(&["context", r["session_id"].as_str().unwrap()]));
 
     // opencode export: truncated JSON is refused whole.
     let before = session_ids(&d);
@@ -742,17 +728,14 @@ fn a_locked_opencode_database_is_a_clear_error_and_nothing_is_made() {
     assert!(e["message"].as_str().unwrap().contains("locked"), "{e}");
     assert_eq!(session_ids(&d), before);
     writer.execute_batch("COMMIT;").unwrap();
-    let r = ctl(
-        &d,
-        &[
-            "import",
-            db.to_str().unwrap(),
-            "--session",
-            OPENCODE_SESSION,
-            "--workspace",
-            &ws,
-        ],
-    );
+    let r = d.agentctl_ok(&[
+        "import",
+        db.to_str().unwrap(),
+        "--session",
+        OPENCODE_SESSION,
+        "--workspace",
+        &ws,
+    ]);
     let sid = r["session_id"].as_str().unwrap();
     assert_eq!(events(&d, sid)[0]["data"]["title"], "renamed");
     // The importer wrote nothing to the database: the writer can still write.
@@ -955,5 +938,5 @@ fn a_session_written_by_a_real_pi_imports() {
         evs[0]["data"]["workspace"],
         ws.canonicalize().unwrap().display().to_string()
     );
-    assert_replay_paired(&ctl(&d, &["context", sid]));
+    assert_replay_paired(&d.agentctl_ok(&["context", sid]));
 }
