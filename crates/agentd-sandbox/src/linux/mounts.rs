@@ -302,7 +302,6 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
     ))
 }
 
-/// Applies the mount plan (pid 1, after `/proc`).
 /// A private `/dev/shm` (nothing shared with, or left for, the host) and a private
 /// devpts instance with its own `ptmx`: the host's terminals are not there to open.
 fn private_devices() -> io::Result<()> {
@@ -362,6 +361,7 @@ fn private_run(plan: &Plan) -> io::Result<()> {
     Ok(())
 }
 
+/// Applies the mount plan (pid 1, after `/proc`).
 pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
     if plan.fail_setup {
         return Err("the mount plan failed on purpose (test knob fail_setup)".into());
