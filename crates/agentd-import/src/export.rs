@@ -695,17 +695,7 @@ fn claude(conv: &Conversation, ctx: &ExportContext, warnings: &mut Vec<String>) 
                         &derived_uuid(sid, 1_000_000 + i as u64)[..8]
                     )
                 });
-                let mut blocks = Vec::new();
-                for (dialect, item) in reasoning {
-                    if dialect == "anthropic" {
-                        blocks.push(item.clone());
-                    } else {
-                        foreign += 1;
-                    }
-                }
-                if let Some(t) = text.as_ref().filter(|t| !t.is_empty()) {
-                    blocks.push(json!({"type": "text", "text": t}));
-                }
+                let mut blocks = reasoning_and_text(reasoning, "anthropic", text, &mut foreign);
                 for c in calls {
                     let (name, args) = map_tool(Peer::ClaudeCode, &conv.cwd, &c.name, &c.args)
                         .unwrap_or((c.name.clone(), c.args.clone()));
@@ -967,17 +957,7 @@ fn pi(conv: &Conversation, ctx: &ExportContext, warnings: &mut Vec<String>) -> V
                 ts,
                 ..
             } => {
-                let mut content = Vec::new();
-                for (dialect, item) in reasoning {
-                    if dialect == "pi" {
-                        content.push(item.clone());
-                    } else {
-                        foreign += 1;
-                    }
-                }
-                if let Some(t) = text.as_ref().filter(|t| !t.is_empty()) {
-                    content.push(json!({"type": "text", "text": t}));
-                }
+                let mut content = reasoning_and_text(reasoning, "pi", text, &mut foreign);
                 for c in calls {
                     let (name, args) = map_tool(Peer::Pi, &conv.cwd, &c.name, &c.args)
                         .unwrap_or((c.name.clone(), c.args.clone()));
@@ -1043,6 +1023,29 @@ fn pi(conv: &Conversation, ctx: &ExportContext, warnings: &mut Vec<String>) -> V
     }
     other_reasoning(warnings, foreign);
     out
+}
+
+/// An assistant message's opening blocks in a peer's format: the reasoning recorded in
+/// the peer's own dialect (any other is counted in `foreign`, since the peer could not
+/// read it), then the text.
+fn reasoning_and_text(
+    reasoning: &[(String, Value)],
+    dialect: &str,
+    text: &Option<String>,
+    foreign: &mut u64,
+) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    for (d, item) in reasoning {
+        if d == dialect {
+            blocks.push(item.clone());
+        } else {
+            *foreign += 1;
+        }
+    }
+    if let Some(t) = text.as_ref().filter(|t| !t.is_empty()) {
+        blocks.push(json!({"type": "text", "text": t}));
+    }
+    blocks
 }
 
 #[cfg(test)]
