@@ -20,7 +20,7 @@ echo "== npm ci (tests/peers)"
 npm ci --no-audit --no-fund --loglevel=error
 [ -x node_modules/.bin/pi ] || fail "tests/peers/node_modules/.bin/pi is missing after npm ci"
 # Codex's native binary arrives as the platform package npm picks from the lockfile's
-# optional dependencies (@openai/codex-linux-x64 and friends); tests/tests/app_server.rs
-# and the TUI test run it.
+# optional dependencies (@openai/codex-linux-x64 and friends); tests/tests/codex_tui.rs
+# runs it (in tmux, which .ci/setup.sh installs) against agentctl app-server.
 [ -x node_modules/.bin/codex ] || fail "tests/peers/node_modules/.bin/codex is missing after npm ci"
 node_modules/.bin/codex --version >/dev/null || fail "codex from tests/peers does not run (its platform package is missing?)"
