@@ -19,6 +19,7 @@
 
 pub mod export;
 pub mod manage;
+pub mod models;
 pub mod search;
 pub mod usage;
 
@@ -112,7 +113,7 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
         crate::turn::instructions::show(&r, p).await
     });
     method(&mut module, m::MODELS, |r, p| async move {
-        to_value(manage::models(&r, p)?)
+        to_value(models::models(&r, p).await?)
     });
     method(&mut module, m::EXPORT, |r, p| async move {
         to_value(export::export(&r, p).await?)
