@@ -5,7 +5,7 @@
 #   - systemd's tools for the service tests and cargo-deb (.ci/service.sh tools);
 #   - PostgreSQL's server binaries for the database store's tests (.ci/postgres.sh);
 #   - the reference MCP servers, from committed lockfiles (.ci/mcp.sh);
-#   - the other agents the import tests run, from a committed lockfile (.ci/peers.sh).
+#   - the other agents the import and export tests run, from committed lockfiles (.ci/peers.sh).
 # Run it as root (it installs Debian packages with apt-get); as another user it installs
 # only what needs no root and fails naming whatever is missing. Safe to run again (the
 # npm and pip steps reinstall from their lockfiles). `.ci/run` (CI) starts with it.
