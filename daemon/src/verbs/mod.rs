@@ -4,7 +4,7 @@
 //!
 //! A layer above the core: it uses the registry, session actors and the store, and
 //! nothing below imports it. The daemon merges [`methods`] into the native API's method
-//! table. Module map: `manage` (rename, archive, delete, restore, preflight, models), `export`
+//! table. Module map: `manage` (rename, archive, delete, restore, preflight), `models`, `export`
 //! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
 //! `usage` (token and cost totals from `provider_usage` events); `agentd/import_discover`
 //! is served from `crate::imports`.
