@@ -520,6 +520,9 @@ pub struct TurnOptions {
     /// Reasoning effort of this turn [default: the provider config's].
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub effort: Option<Effort>,
+    /// An image sent with the prompt (PNG, JPEG, GIF or WebP, up to 20 MiB); repeatable.
+    #[arg(long = "image", value_name = "PATH")]
+    pub images: Vec<PathBuf>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }

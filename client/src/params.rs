@@ -89,8 +89,23 @@ pub fn turn_params(sid: &str, prompt: &str, t: &TurnOptions) -> Result<Value, Ag
             opt(t.permission_mode.map(|m| m.as_str())),
         ),
         ("reasoning_effort", opt(t.effort.map(|e| e.as_str()))),
+        ("images", images_param(&t.images)?),
         ("sandbox", t.sandbox.to_param()),
     ]))
+}
+
+/// `--image PATH`s as `images: [{path}]`, each made absolute (the daemon reads it).
+fn images_param(paths: &[std::path::PathBuf]) -> Result<Option<Value>, AgentError> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let abs = std::path::absolute(p)
+            .map_err(|e| AgentError::invalid_args(format!("--image {}: {e}", p.display())))?;
+        out.push(json!({"path": abs}));
+    }
+    Ok(Some(Value::Array(out)))
 }
 
 pub fn events_params(

@@ -265,7 +265,30 @@ pub struct TurnParams {
     /// provider config's `reasoning_effort`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// Images sent with the prompt, each `{path}` (absolute, or relative to the
+    /// session's workspace) or `{data, mime_type}` (base64): PNG, JPEG, GIF or WebP, at
+    /// most [`MAX_TURN_IMAGE_BYTES`] each (docs/turns-and-providers.md#images).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<TurnImage>,
 }
+
+/// One image of `agentd/turn`'s `images`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnImage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The bytes, base64 (standard alphabet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// Largest image a turn may carry.
+pub const MAX_TURN_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
+/// Most images one turn may carry.
+pub const MAX_TURN_IMAGES: usize = 16;
 
 /// The reasoning effort levels a turn or a provider config may name.
 pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];

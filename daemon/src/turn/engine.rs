@@ -180,10 +180,14 @@ pub(super) async fn run(
                         .await?;
                 let mut drafts = vec![EventDraft::new(EventType::TurnStarted, data)];
                 drafts.extend(instructions);
-                drafts.push(EventDraft::new(
-                    EventType::UserMessage,
-                    json!({"text": input}),
-                ));
+                let mut user = json!({"text": input});
+                if !spec.images.is_empty() {
+                    let (dir, images) = (tools.resources_dir.clone(), spec.images.clone());
+                    user["images"] =
+                        crate::filesystem::blocking(move || super::images::store(&dir, &images))
+                            .await??;
+                }
+                drafts.push(EventDraft::new(EventType::UserMessage, user));
                 h.append(drafts, None).await?
             }
             Start::Resume => {
@@ -699,39 +703,43 @@ impl Runner<'_> {
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
-                // Tool results with images: the Anthropic and Responses dialects send
-                // the image bytes, read now from the session's resources (the kept
-                // rendering holds only text).
-                let images = st.fold.has_images()
-                    && render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
-                if images {
+                // Prompts and tool results with images: the bytes are read now from the
+                // session's resources (the kept rendering holds only text); Chat
+                // Completions takes images in prompts only.
+                if st.fold.has_images() {
+                    let tool_results =
+                        render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
                     let mut replay = st.fold.replay(&ctx);
-                    crate::context::load_images(&mut replay.items, &resources);
-                    return StepInput {
+                    let missing =
+                        crate::context::load_images(&mut replay.items, &resources, tool_results);
+                    if let Some(sha) = missing.first() {
+                        return Err(super::images::missing(sha));
+                    }
+                    return Ok(StepInput {
                         items: replay.items,
                         rendered: None,
                         stats: replay.stats,
-                    };
+                    });
                 }
                 if let Some(r) = render {
                     let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(out) = cache.items(&st.fold, &ctx, r, None) {
                         let stats = out.stats.clone();
-                        return StepInput {
+                        return Ok(StepInput {
                             items: Vec::new(),
                             rendered: Some(out.input(r.dialect)),
                             stats,
-                        };
+                        });
                     }
                 }
                 let replay = st.fold.replay(&ctx);
-                StepInput {
+                Ok(StepInput {
                     items: replay.items,
                     rendered: None,
                     stats: replay.stats,
-                }
+                })
             })
-            .await
+            .await?
     }
 
     fn corrected(&self, replay: &StepInput) -> u64 {

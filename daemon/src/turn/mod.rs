@@ -38,6 +38,7 @@
 
 mod compact;
 mod engine;
+pub mod images;
 pub mod instructions;
 pub mod mcp;
 mod permission;
@@ -944,6 +945,8 @@ fn request_hash(p: &TurnParams) -> String {
             .as_ref()
             .map(|v| v.iter().map(canonical_json).collect::<Vec<_>>()),
         p.queue.unwrap_or(false),
+        p.reasoning_effort,
+        p.images,
     ]);
     crate::text::sha256_hex(canonical.to_string().as_bytes())
 }
@@ -988,6 +991,9 @@ fn params_from_record(sid: &str, params: &serde_json::Value) -> TurnParams {
         client_request_id: None,
         queue: None,
         reasoning_effort: text("reasoning_effort"),
+        // Never kept in the params a resume reads (no bytes in the Log); a queued turn
+        // with images is refused at admission.
+        images: Vec::new(),
     }
 }
 
