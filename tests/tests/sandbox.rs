@@ -11,6 +11,8 @@ use std::time::Duration;
 mod escapes;
 #[path = "sandbox/git.rs"]
 mod git;
+#[path = "sandbox/hooks.rs"]
+mod hooks;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the
