@@ -33,7 +33,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// One turn of `iters` calls on `sid`; pushes its iteration gaps (ms) and the hook
 /// runs' durations (ms).
-fn turn(c: &mut Conn, sid: &str, k: usize, iters: usize, gaps: &mut Vec<f64>, hooks: &mut Vec<f64>) {
+fn turn(
+    c: &mut Conn,
+    sid: &str,
+    k: usize,
+    iters: usize,
+    gaps: &mut Vec<f64>,
+    hooks: &mut Vec<f64>,
+) {
     let before = c.call("agentd/show", json!({"session_id": sid}))["last_seq"]
         .as_u64()
         .expect("last_seq");
@@ -100,7 +107,7 @@ fn main() {
         &dir.path().join("hooked"),
         "[[hooks.pre_tool_use]]\ncommand = \"true\"\n",
     );
-    let mut sid = |c: &mut Conn| {
+    let sid = |c: &mut Conn| {
         c.call("agentd/create", json!({"workspace": ws, "model": model}))["session_id"]
             .as_str()
             .expect("session id")
