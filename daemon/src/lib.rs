@@ -13,6 +13,7 @@ pub mod filesystem;
 pub mod framing;
 pub mod hooks;
 pub mod imports;
+pub mod live;
 pub mod ops;
 pub mod peer;
 pub mod prompt;
