@@ -423,10 +423,10 @@ impl CheckpointState {
                     });
                 }
             }
-            EventType::GoalEnded => {
-                if self.goal.as_ref().map(|g| g.goal_id.as_str()) == ev.str_field("goal_id") {
-                    self.goal = None;
-                }
+            EventType::GoalEnded
+                if self.goal.as_ref().map(|g| g.goal_id.as_str()) == ev.str_field("goal_id") =>
+            {
+                self.goal = None;
             }
             _ => {}
         }

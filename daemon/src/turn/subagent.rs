@@ -294,11 +294,15 @@ async fn run_inner(
         .h
         .query(move |st| {
             let first = st.events.first().map(|e| e.event());
-            let started = super::engine::turn_started_seq(st, &tid).and_then(|seq| {
-                st.events_after(seq.checked_sub(1))
-                    .first()
-                    .map(|e| e.event())
-            });
+            let started = st
+                .events
+                .iter()
+                .rev()
+                .find(|e| {
+                    e.event_type() == EventType::TurnStarted
+                        && e.str_field("turn_id").as_deref() == Some(tid.as_str())
+                })
+                .map(|e| e.event());
             (
                 st.workspace().to_string(),
                 started
