@@ -476,6 +476,26 @@ impl PermissionMode {
     }
 }
 
+/// How hard the model thinks (`reasoning_effort`, docs/turns-and-providers.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Effort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Minimal => "minimal",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct TurnOptions {
     /// Model for this turn [default: the session's].
@@ -490,6 +510,9 @@ pub struct TurnOptions {
     /// Which tools may run without asking.
     #[arg(long, value_enum, value_name = "MODE")]
     pub permission_mode: Option<PermissionMode>,
+    /// Reasoning effort of this turn [default: the provider config's].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub effort: Option<Effort>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
@@ -522,6 +545,9 @@ pub struct ChatArgs {
     /// Which tools may run without asking (`ask` asks in the chat).
     #[arg(long, value_enum, value_name = "MODE")]
     pub permission_mode: Option<PermissionMode>,
+    /// Reasoning effort of the chat's turns [default: the provider config's].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub effort: Option<Effort>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }

@@ -88,6 +88,7 @@ pub fn turn_params(sid: &str, prompt: &str, t: &TurnOptions) -> Result<Value, Ag
             "permission_mode",
             opt(t.permission_mode.map(|m| m.as_str())),
         ),
+        ("reasoning_effort", opt(t.effort.map(|e| e.as_str()))),
         ("sandbox", t.sandbox.to_param()),
     ]))
 }

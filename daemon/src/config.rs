@@ -286,6 +286,17 @@ impl Config {
                 .validate(name)
                 .map_err(|e| format!("{}{e}", at(&format!("[mcp_servers.{name}]"))))?;
         }
+        for (name, p) in &cfg.providers {
+            if let Some(e) = &p.reasoning_effort {
+                if let Err(err) = agentd_proto::rpc::validate_reasoning_effort(e) {
+                    return Err(format!(
+                        "{}[providers.{name}] {}",
+                        at("reasoning_effort"),
+                        err.message
+                    ));
+                }
+            }
+        }
         for c in &cfg.sandbox.caches {
             if agentd_sandbox::CachePreset::parse(c).is_none() {
                 let known: Vec<&str> = agentd_sandbox::CachePreset::ALL

@@ -270,6 +270,26 @@ pub struct TurnParams {
     /// (`status: "queued"`) instead of answering `busy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<bool>,
+    /// `minimal|low|medium|high`: how hard the model thinks this turn (over the
+    /// provider config's `reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+}
+
+/// The reasoning effort levels a turn or a provider config may name.
+pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
+
+/// `invalid_args` unless `e` is one of [`REASONING_EFFORTS`]; the details name the
+/// field and the allowed levels.
+pub fn validate_reasoning_effort(e: &str) -> Result<(), crate::AgentError> {
+    if REASONING_EFFORTS.contains(&e) {
+        return Ok(());
+    }
+    let shown: String = e.chars().take(32).collect();
+    Err(crate::AgentError::invalid_args(format!(
+        "reasoning_effort must be one of minimal, low, medium, high (got {shown:?})"
+    ))
+    .with_details(serde_json::json!({"field": "reasoning_effort", "allowed": REASONING_EFFORTS})))
 }
 
 /// Longest `client_request_id`.

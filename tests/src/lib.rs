@@ -16,6 +16,7 @@
 pub mod acp;
 pub mod app_server;
 pub mod conv;
+pub mod peers;
 pub mod pg;
 pub mod pty;
 pub mod sse;

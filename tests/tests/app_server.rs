@@ -478,13 +478,21 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
     // Interrupt an idle thread, steer, login, logout, unsubscribe.
     c.ok("turn/interrupt", json!({"threadId": thread, "turnId": "x"}))
         .await;
-    let steer = c
+    let empty = c
         .err(
             "turn/steer",
             json!({"threadId": thread, "expectedTurnId": "x", "input": []}),
         )
         .await;
-    assert!(steer["message"].as_str().unwrap().contains("turn/steer"));
+    assert_eq!(empty["code"], -32602, "{empty}");
+    let idle = c
+        .err(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": "x",
+                "input": [{"type": "text", "text": "too late", "text_elements": []}]}),
+        )
+        .await;
+    assert_eq!(idle["data"]["kind"], "not_running", "{idle}");
     let login = c
         .err(
             "account/login/start",
@@ -565,8 +573,20 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
     c.check_seen();
     assert_eq!(req["params"]["threadId"], thread.as_str());
     assert_eq!(req["params"]["command"], "echo approved-and-ran");
-    // The item the approval is about was announced first.
+    // The item the approval is about was announced first, after the text before it
+    // was complete.
     let item_id = req["params"]["itemId"].clone();
+    let before: Vec<&Value> =
+        c.ws.seen
+            .iter()
+            .take_while(|v| v["method"] != "item/commandExecution/requestApproval")
+            .collect();
+    assert!(
+        before.iter().any(|v| v["method"] == "item/completed"
+            && v["params"]["item"]["type"] == "agentMessage"
+            && v["params"]["item"]["text"] == "Running it."),
+        "the approval came before the message that leads to it was complete: {before:?}"
+    );
     assert!(c
         .ws
         .seen
@@ -603,6 +623,26 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         .await;
     c.check_seen();
     let item_id = req["params"]["itemId"].clone();
+    let turn_id = req["params"]["turnId"].as_str().unwrap().to_string();
+    // Input steered into the running turn joins it at its next provider call.
+    let wrong = c
+        .err(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": "not-this-turn",
+                "input": [{"type": "text", "text": "lost", "text_elements": []}]}),
+        )
+        .await;
+    assert!(
+        wrong["message"].as_str().unwrap().contains(&turn_id),
+        "{wrong}"
+    );
+    let steer =
+        c.ws.request(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": turn_id, "clientUserMessageId": "steer-1",
+                "input": [{"type": "text", "text": "and keep it short", "text_elements": []}]}),
+        )
+        .await;
     let started =
         c.ws.seen
             .iter()
@@ -619,8 +659,25 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         .note("item/completed", |p| p["item"]["id"] == item_id)
         .await;
     assert_eq!(done["item"]["status"], "declined");
+    let steered = c.ws.response(steer).await;
+    c.schemas.check("v2/TurnSteerResponse", &steered["result"]);
+    assert_eq!(steered["result"]["turnId"], turn_id.as_str(), "{steered}");
+    let shown = c
+        .note("item/started", |p| {
+            p["item"]["type"] == "userMessage"
+                && p["item"]["content"][0]["text"] == "and keep it short"
+        })
+        .await;
+    assert_eq!(shown["turnId"], turn_id.as_str());
     c.note("turn/completed", |_| true).await;
     assert!(!d.workspace().join("notes.txt").exists());
+    let steers: Vec<Value> = log_events(&d, &sid)
+        .into_iter()
+        .filter(|e| is_type(e, "user_message") && e["data"]["steer"] == true)
+        .collect();
+    assert_eq!(steers.len(), 1, "{steers:?}");
+    assert_eq!(steers[0]["data"]["text"], "and keep it short");
+    assert_eq!(steers[0]["data"]["turn_id"], turn_id.as_str());
 
     let decisions: Vec<(String, String)> = log_events(&d, &sid)
         .iter()

@@ -838,18 +838,12 @@ fn chat_sse(content: &str, calls: &[(&str, &str, Value)]) -> String {
     out
 }
 
-/// A real peer, installed from npm by `.ci/peers.sh` (pi, pinned in
+/// A real peer, installed from npm by `.ci/peers.sh` (pi 1.6.0, pinned in
 /// `tests/peers/package-lock.json`), writes a fresh session against a local mock model;
 /// discovery finds it under the peer's own directory override and imports it balanced.
 /// A format change in a new release fails here.
 #[test]
 fn a_session_written_by_a_real_pi_imports() {
-    let pi = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/node_modules/.bin/pi");
-    assert!(
-        pi.exists(),
-        "{} is missing: run .ci/peers.sh (npm ci of tests/peers)",
-        pi.display()
-    );
     let d = daemon();
     let root = tempfile::tempdir().unwrap();
     let home = root.path().join("home");
@@ -875,7 +869,7 @@ fn a_session_written_by_a_real_pi_imports() {
         .to_string(),
     )
     .unwrap();
-    let out = std::process::Command::new(&pi)
+    let out = agentd_tests::peers::command("pi", &home)
         .args([
             "-p",
             "--provider",
@@ -887,11 +881,9 @@ fn a_session_written_by_a_real_pi_imports() {
         ])
         .arg("Summarise notes.txt for me.")
         .current_dir(&ws)
-        .env("HOME", &home)
         .env("PI_CODING_AGENT_DIR", &agent)
         .env("PI_OFFLINE", "1")
         .env("MOCK_API_KEY", "sk-x")
-        .stdin(std::process::Stdio::null())
         .output()
         .expect("run pi");
     assert!(

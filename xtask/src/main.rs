@@ -9,7 +9,7 @@
 //!   `BINDIR/agentd` (`--bindir`, default `/usr/bin`), the user units of the packages.
 //!
 //! `cargo xtask tidy`: the layering checks of [`tidy`] (crate graph against
-//! ARCHITECTURE.md, a pure `agentd-history`, no module cycles, crate docs).
+//! ARCHITECTURE.md, a pure `agentd-history`, no module cycles, crate docs, file sizes).
 //!
 //! The CLI files are compiled in with `#[path]`: they depend on clap alone, so this
 //! crate does not link the daemon or the client.
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
             .expect("xtask sits in the workspace");
         return match tidy::tidy(root) {
             Ok(problems) if problems.is_empty() => {
-                println!("tidy: crate graph, pure history, module cycles and crate docs hold");
+                println!("tidy: crate graph, pure history, module cycles, crate docs and file sizes hold");
                 ExitCode::SUCCESS
             }
             Ok(problems) => {

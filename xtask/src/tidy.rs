@@ -9,6 +9,9 @@
 //!   files of one folder module (`super::X`) form no cycle; test modules are ignored.
 //! - **Crate docs.** Each crate's `lib.rs` (or `main.rs`) opens with a `//!` doc saying
 //!   what it owns.
+//! - **File size.** No source file of a crate (under `src/`, `examples/` or `benches/`)
+//!   is longer than [`MAX_FILE_LINES`]: a file that outgrows it is split along what it
+//!   holds. Integration tests (`tests/`) are not counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -23,6 +26,9 @@ pub const HISTORY_FORBIDDEN: &[&str] = &[
     "tokio-postgres",
     "rusqlite",
 ];
+
+/// Most lines one source file may have (see the module doc).
+pub const MAX_FILE_LINES: usize = 1500;
 
 /// The dependency graph of the workspace, as `cargo metadata` resolves it.
 pub struct Graph {
@@ -210,6 +216,28 @@ pub fn check_crate_docs(graph: &Graph) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Source files of `crate_dir` (under `src/`, `examples/`, `benches/`) longer than
+/// [`MAX_FILE_LINES`].
+pub fn check_file_lengths(crate_name: &str, crate_dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for sub in ["src", "examples", "benches"] {
+        rust_files(&crate_dir.join(sub), &mut files);
+    }
+    files.sort();
+    files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).ok()?.lines().count();
+            (lines > MAX_FILE_LINES).then(|| {
+                format!(
+                    "{crate_name}: {} has {lines} lines, more than {MAX_FILE_LINES}; split it along what it holds",
+                    f.display()
+                )
+            })
+        })
+        .collect()
 }
 
 /// The source up to its first `#[cfg(test)] mod` (test modules may reach anywhere).
@@ -440,6 +468,7 @@ pub fn tidy(root: &Path) -> Result<Vec<String>, String> {
     problems.extend(check_crate_docs(&graph));
     for (name, dir) in &graph.members {
         problems.extend(check_module_cycles(name, &dir.join("src")));
+        problems.extend(check_file_lengths(name, dir));
     }
     Ok(problems)
 }
@@ -514,6 +543,26 @@ mod tests {
         assert_eq!(
             check_graph(&new, &allowed),
             vec!["crate c is not in ARCHITECTURE.md's crate graph"]
+        );
+    }
+
+    #[test]
+    fn a_source_file_over_the_limit_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::create_dir_all(dir.path().join("tests")).unwrap();
+        let long = "fn f() {}\n".repeat(MAX_FILE_LINES + 1);
+        std::fs::write(dir.path().join("src/lib.rs"), "//! x\n").unwrap();
+        std::fs::write(dir.path().join("src/big.rs"), &long).unwrap();
+        std::fs::write(dir.path().join("tests/big.rs"), &long).unwrap();
+        let edge = "fn f() {}\n".repeat(MAX_FILE_LINES);
+        std::fs::write(dir.path().join("src/edge.rs"), edge).unwrap();
+        assert_eq!(
+            check_file_lengths("t", dir.path()),
+            vec![format!(
+                "t: {} has 1501 lines, more than 1500; split it along what it holds",
+                dir.path().join("src/big.rs").display()
+            )]
         );
     }
 

@@ -83,6 +83,8 @@ struct Loaded {
     mode: String,
     /// The model picked for its turns (a `model/list` id), if any.
     model: Option<String>,
+    /// The turn its follower saw start and not yet end (`turn/steer`'s check).
+    turn: Arc<Mutex<Option<String>>>,
     follower: tokio::task::JoinHandle<()>,
 }
 
@@ -277,11 +279,7 @@ impl Client {
             "thread/unsubscribe" => self.unsubscribe(params).map(plain),
             "turn/start" => self.turn_start(params).await.map(plain),
             "turn/interrupt" => self.turn_interrupt(params).await.map(plain),
-            "turn/steer" => Err(RpcErr::new(
-                -32600,
-                "turn/steer is not available: this agentd has no agentd/steer yet; interrupt \
-                 the turn (turn/interrupt) and start a new one",
-            )),
+            "turn/steer" => self.turn_steer(params).await.map(plain),
             "model/list" => self.model_list().await.map(plain),
             "account/read" => Ok(plain(
                 json!({"account": {"type": "apiKey"}, "requiresOpenaiAuth": false}),
@@ -475,19 +473,24 @@ impl Client {
     ) {
         let uuid = session_uuid::to_uuid(sid);
         let always = Arc::new(Mutex::new(HashSet::new()));
+        let turn = Arc::new(Mutex::new(None));
         let follower = tokio::spawn(follow(
             Arc::downgrade(self),
-            sid.to_string(),
-            uuid.clone(),
-            workspace.to_path_buf(),
-            after_seq,
-            always.clone(),
+            Followed {
+                sid: sid.to_string(),
+                uuid: uuid.clone(),
+                workspace: workspace.to_path_buf(),
+                after_seq,
+                always: always.clone(),
+                turn: turn.clone(),
+            },
         ));
         let loaded = Loaded {
             uuid,
             workspace: workspace.to_path_buf(),
             mode,
             model,
+            turn,
             follower,
         };
         if let Ok(mut t) = self.threads.lock() {
@@ -923,26 +926,7 @@ impl Client {
         let p: wire::TurnStartParams = parse(params, "turn/start params")?;
         let sid = self.sid_of(&p.thread_id).await?;
         let (_, mut mode, mut model) = self.loaded(&sid)?;
-        let mut text = String::new();
-        for i in &p.input {
-            let piece = match i {
-                wire::UserInput::Text { text } => text.clone(),
-                wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
-                wire::UserInput::Skill { name } => format!("${name}"),
-                wire::UserInput::Other => {
-                    return Err(RpcErr::params(
-                        "turn/start: only text input reaches agentd (images and audio are not supported)",
-                    ))
-                }
-            };
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(&piece);
-        }
-        if text.trim().is_empty() {
-            return Err(RpcErr::params("turn/start: the input has no text"));
-        }
+        let text = input_text(&p.input, "turn/start")?;
         if p.approval_policy.is_some() {
             mode = mode_of(p.approval_policy.as_ref(), &mode);
         }
@@ -982,6 +966,40 @@ impl Client {
             completed_at: None,
         };
         Ok(json!({ "turn": turn }))
+    }
+
+    /// `turn/steer`: `agentd/steer`, the input joining the running turn at its next
+    /// provider call (recorded as a steered `user_message`). Answered once it is
+    /// recorded; a thread with no running turn gets agentd's `not_running` error.
+    async fn turn_steer(&self, params: Value) -> Result<Value, RpcErr> {
+        let p: wire::TurnSteerParams = parse(params, "turn/steer params")?;
+        let sid = self.sid_of(&p.thread_id).await?;
+        self.loaded(&sid)?;
+        let text = input_text(&p.input, "turn/steer")?;
+        let running = self
+            .threads
+            .lock()
+            .ok()
+            .and_then(|t| t.get(&sid).and_then(|l| l.turn.lock().ok()?.clone()));
+        if running.as_ref().is_some_and(|t| *t != p.expected_turn_id) {
+            return Err(RpcErr::new(
+                -32600,
+                format!(
+                    "turn/steer: the running turn is {}, not {}",
+                    running.unwrap_or_default(),
+                    p.expected_turn_id.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+        let mut q = json!({"session_id": sid, "input": text});
+        if let Some(id) = &p.client_user_message_id {
+            q["client_request_id"] = json!(id);
+        }
+        let r = self.shared.call(method::STEER, q).await?;
+        let turn_id = r["turn_id"]
+            .as_str()
+            .map_or(p.expected_turn_id, str::to_string);
+        Ok(json!({ "turnId": turn_id }))
     }
 
     async fn turn_interrupt(&self, params: Value) -> Result<Value, RpcErr> {
@@ -1079,6 +1097,32 @@ impl Client {
     }
 }
 
+/// The text agentd receives for a client's input pieces: text as it is, a mention as
+/// `@name (path)`, a skill as `$name`, one piece per line.
+fn input_text(input: &[wire::UserInput], what: &str) -> Result<String, RpcErr> {
+    let mut text = String::new();
+    for i in input {
+        let piece = match i {
+            wire::UserInput::Text { text } => text.clone(),
+            wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
+            wire::UserInput::Skill { name } => format!("${name}"),
+            wire::UserInput::Other => {
+                return Err(RpcErr::params(format!(
+                    "{what}: only text input reaches agentd (images and audio are not supported)"
+                )))
+            }
+        };
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&piece);
+    }
+    if text.trim().is_empty() {
+        return Err(RpcErr::params(format!("{what}: the input has no text")));
+    }
+    Ok(text)
+}
+
 /// The error of a method agentd has no meaning for.
 pub fn unsupported(m: &str) -> RpcErr {
     let shown: String = m.chars().take(128).collect();
@@ -1094,14 +1138,78 @@ pub fn unsupported(m: &str) -> RpcErr {
 /// Follows one loaded thread: the session's events become notifications, its permission
 /// requests approval requests. Ends when the thread is unloaded (the task is aborted) or
 /// the connection is gone.
-async fn follow(
-    client: std::sync::Weak<Client>,
+/// How long a permission request waits for its `tool_call` event.
+const PERMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Puts a followed session's permission requests to the client.
+struct Asker {
+    conn: Arc<Conn>,
+    always: Arc<Mutex<HashSet<String>>>,
+    uuid: String,
+    workspace: PathBuf,
+}
+
+impl Asker {
+    /// Answers a built-in tool accepted for the session at once; otherwise announces the
+    /// call's item and asks the client, in a task of its own, so the stream goes on.
+    async fn ask(&self, c: &Arc<Client>, live: &mut Live, id: Value, params: Value) {
+        let tool = params["tool"].as_str().unwrap_or("tool").to_string();
+        if self.always.lock().is_ok_and(|a| a.contains(&tool)) {
+            let _ = self.conn.respond(id, json!({"decision": "allow"})).await;
+            return;
+        }
+        let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
+        let call_id = params["call_id"].as_str().unwrap_or("");
+        if live.turn_id.is_none() {
+            live.turn_id = params["turn_id"].as_str().map(str::to_string);
+        }
+        if let Some((m, p)) = live.announce(&self.workspace, call_id, &tool, &args) {
+            c.out.notify(m, p);
+        }
+        let (c, conn, always, uuid, ws) = (
+            c.clone(),
+            self.conn.clone(),
+            self.always.clone(),
+            self.uuid.clone(),
+            self.workspace.clone(),
+        );
+        tokio::spawn(async move {
+            let mut ans = c.approve(&uuid, &ws, &params).await;
+            if let Some(t) = ans
+                .as_object_mut()
+                .and_then(|o| o.remove("remember"))
+                .and_then(|t| t.as_str().map(str::to_string))
+            {
+                if let Ok(mut a) = always.lock() {
+                    a.insert(t);
+                }
+            }
+            let _ = conn.respond(id, ans).await;
+        });
+    }
+}
+
+/// What a follower follows.
+struct Followed {
     sid: String,
     uuid: String,
     workspace: PathBuf,
     after_seq: Option<u64>,
+    /// Built-in tools the client accepted for the session.
     always: Arc<Mutex<HashSet<String>>>,
-) {
+    /// The running turn, as the follower last saw it.
+    turn: Arc<Mutex<Option<String>>>,
+}
+
+async fn follow(client: std::sync::Weak<Client>, f: Followed) {
+    let Followed {
+        sid,
+        uuid,
+        workspace,
+        after_seq,
+        always,
+        turn,
+    } = f;
     let Some(target) = client.upgrade().map(|c| c.shared.target.socket.clone()) else {
         return;
     };
@@ -1116,7 +1224,29 @@ async fn follow(
         return;
     }
     let mut live = Live::new(uuid.clone());
-    while let Some(msg) = incoming.recv().await {
+    // Permission requests travel beside the event stream, so one may arrive before the
+    // events leading up to it (the assistant's text, the `tool_call` it is about): it
+    // waits until its `tool_call` was followed, then the client sees the items in the
+    // order they happened. One that waits too long is asked anyway.
+    let mut waiting: Vec<(Value, Value, tokio::time::Instant)> = vec![];
+    let asker = Asker {
+        conn: conn.clone(),
+        always,
+        uuid: uuid.clone(),
+        workspace: workspace.clone(),
+    };
+    loop {
+        let oldest = waiting.first().map(|w| w.2 + PERMISSION_WAIT);
+        let msg = tokio::select! {
+            m = incoming.recv() => match m { Some(m) => m, None => break },
+            _ = async { match oldest { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                let Some(c) = client.upgrade() else { return };
+                for (id, params, _) in waiting.drain(..) {
+                    asker.ask(&c, &mut live, id, params).await;
+                }
+                continue;
+            }
+        };
         let Some(c) = client.upgrade() else { return };
         match msg {
             Incoming::Notification { method: m, params } if m == EVENT_NOTIFICATION => {
@@ -1131,44 +1261,29 @@ async fn follow(
                 for (m, p) in live.on_event(ev, &workspace) {
                     c.out.notify(m, p);
                 }
+                if let Ok(mut t) = turn.lock() {
+                    t.clone_from(&live.turn_id);
+                }
+                let mut i = 0;
+                while i < waiting.len() {
+                    if live.has_call(waiting[i].1["call_id"].as_str().unwrap_or("")) {
+                        let (id, params, _) = waiting.remove(i);
+                        asker.ask(&c, &mut live, id, params).await;
+                    } else {
+                        i += 1;
+                    }
+                }
             }
             Incoming::Request {
                 id,
                 method: m,
                 params,
             } if m == method::PERMISSION => {
-                let tool = params["tool"].as_str().unwrap_or("tool").to_string();
-                if always.lock().is_ok_and(|a| a.contains(&tool)) {
-                    let _ = conn.respond(id, json!({"decision": "allow"})).await;
-                    continue;
+                if live.has_call(params["call_id"].as_str().unwrap_or("")) {
+                    asker.ask(&c, &mut live, id, params).await;
+                } else {
+                    waiting.push((id, params, tokio::time::Instant::now()));
                 }
-                let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
-                let call_id = params["call_id"].as_str().unwrap_or("");
-                if live.turn_id.is_none() {
-                    live.turn_id = params["turn_id"].as_str().map(str::to_string);
-                }
-                if let Some((m, p)) = live.announce(&workspace, call_id, &tool, &args) {
-                    c.out.notify(m, p);
-                }
-                let (conn, always, uuid, ws) = (
-                    conn.clone(),
-                    always.clone(),
-                    uuid.clone(),
-                    workspace.clone(),
-                );
-                tokio::spawn(async move {
-                    let mut ans = c.approve(&uuid, &ws, &params).await;
-                    if let Some(t) = ans
-                        .as_object_mut()
-                        .and_then(|o| o.remove("remember"))
-                        .and_then(|t| t.as_str().map(str::to_string))
-                    {
-                        if let Ok(mut a) = always.lock() {
-                            a.insert(t);
-                        }
-                    }
-                    let _ = conn.respond(id, ans).await;
-                });
             }
             Incoming::Request { id, .. } => {
                 let _ = conn

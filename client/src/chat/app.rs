@@ -30,6 +30,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "auto|ask|read_only: the permission mode of the next turns",
     ),
     (
+        "/effort",
+        "minimal|low|medium|high|default: the reasoning effort of the next turns",
+    ),
+    (
         "/compact",
         "[--tail N] compact the history into a checkpoint",
     ),
@@ -122,6 +126,7 @@ pub struct Pending {
 pub struct TurnSettings {
     pub model: Option<String>,
     pub permission_mode: Option<String>,
+    pub effort: Option<String>,
     pub sandbox: Option<Value>,
 }
 
@@ -587,6 +592,9 @@ impl App {
         if let Some(m) = &self.settings.permission_mode {
             p["permission_mode"] = json!(m);
         }
+        if let Some(e) = &self.settings.effort {
+            p["reasoning_effort"] = json!(e);
+        }
         if let Some(s) = &self.settings.sandbox {
             p["sandbox"] = s.clone();
         }
@@ -660,6 +668,22 @@ impl App {
                 }
                 _ => {
                     self.error("usage: /mode auto|ask|read_only");
+                    Vec::new()
+                }
+            },
+            "/effort" => match arg {
+                "minimal" | "low" | "medium" | "high" => {
+                    self.settings.effort = Some(arg.to_string());
+                    self.info(format!("reasoning effort of the next turns: {arg}"));
+                    Vec::new()
+                }
+                "default" => {
+                    self.settings.effort = None;
+                    self.info("reasoning effort of the next turns: the provider's default");
+                    Vec::new()
+                }
+                _ => {
+                    self.error("usage: /effort minimal|low|medium|high|default");
                     Vec::new()
                 }
             },

@@ -147,6 +147,7 @@ pub async fn run(target: Target, args: &ChatArgs) -> i32 {
     let settings = TurnSettings {
         model: args.model.clone(),
         permission_mode: args.permission_mode.map(|m| m.as_str().to_string()),
+        effort: args.effort.map(|e| e.as_str().to_string()),
         sandbox: args.sandbox.to_param(),
     };
     let mut app = App::new(cwd, settings);

@@ -62,6 +62,11 @@ pub struct ExportContext {
     pub session_id: String,
     /// RFC 3339 UTC time of the export (`…Z`), used for the file name and the header.
     pub now: String,
+    /// Codex: the `model_provider` the session is recorded under. Codex refuses to resume
+    /// a session under another provider than its configured one, so an install writes
+    /// the one its `config.toml` names; `None` is Codex's
+    /// default, `openai`.
+    pub codex_provider: Option<String>,
 }
 
 /// One exported session.
@@ -797,7 +802,7 @@ fn codex(conv: &Conversation, ctx: &ExportContext, warnings: &mut Vec<String>) -
         "session_meta",
         json!({"id": sid, "session_id": sid, "timestamp": now, "cwd": conv.cwd,
                "originator": "agentd", "cli_version": "0.171.0", "source": "exec",
-               "model_provider": "openai"}),
+               "model_provider": ctx.codex_provider.as_deref().unwrap_or("openai")}),
     );
     line(
         &mut out,
@@ -1067,6 +1072,7 @@ mod tests {
         ExportContext {
             session_id: "0b5e8a8e-1c1f-4c57-9a55-5f2f4a3b2c1d".into(),
             now: "2026-11-27T05:00:00.000000Z".into(),
+            codex_provider: None,
         }
     }
 

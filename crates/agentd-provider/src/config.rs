@@ -19,8 +19,9 @@
 //! max_retries = 2                    # retries of network errors, 429 and 5xx (default 2,
 //!                                    # at most 10)
 //! max_output_tokens = 8192           # default cap when the turn gives none
-//! reasoning_effort = "medium"        # openai-responses only: asks for reasoning + its
-//!                                    # encrypted content so it can be replayed
+//! reasoning_effort = "medium"        # minimal|low|medium|high: the turns' default level
+//!                                    # (Responses `reasoning.effort`, Chat
+//!                                    # `reasoning_effort`, Anthropic thinking budget)
 //!
 //! [providers.local]
 //! kind = "openai-chat"

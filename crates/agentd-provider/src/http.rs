@@ -81,6 +81,17 @@ impl HttpProvider {
         };
         let max_out = req.max_output_tokens.or(cfg.max_output_tokens);
         let base = cfg.base_url();
+        let with_effort;
+        let cfg = match &req.reasoning_effort {
+            Some(e) if cfg.reasoning_effort.as_ref() != Some(e) => {
+                with_effort = ProviderConfig {
+                    reasoning_effort: Some(e.clone()),
+                    ..cfg.clone()
+                };
+                &with_effort
+            }
+            _ => cfg,
+        };
         let call = F::build(
             &base,
             &model,

@@ -54,6 +54,9 @@ pub struct ProviderRequest {
     pub rendered: Option<Vec<bytes::Bytes>>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: Option<u32>,
+    /// Over the config's `reasoning_effort` (`minimal|low|medium|high`, checked by the
+    /// caller).
+    pub reasoning_effort: Option<String>,
 }
 
 /// Ephemeral progress, forwarded to subscribers and never logged.

@@ -1004,6 +1004,7 @@ fn params_from_record(sid: &str, params: &serde_json::Value) -> TurnParams {
         mcp_servers: None,
         client_request_id: None,
         queue: None,
+        reasoning_effort: text("reasoning_effort"),
     }
 }
 
@@ -1021,6 +1022,10 @@ fn resume_params(p: &TurnParams) -> serde_json::Value {
     put("max_iterations", p.max_iterations.map(Into::into));
     put("permission_mode", p.permission_mode.clone().map(Into::into));
     put("sandbox", p.sandbox.clone());
+    put(
+        "reasoning_effort",
+        p.reasoning_effort.clone().map(Into::into),
+    );
     serde_json::Value::Object(m)
 }
 

@@ -671,6 +671,22 @@ fn write_file(path: &std::path::Path, bytes: &[u8], exclusive: bool) -> Result<(
     Ok(())
 }
 
+/// The `model_provider` Codex's `config.toml` under `home` (or `$CODEX_HOME` in `env`)
+/// names: the provider Codex resumes every session with. `None` when there is no such
+/// file or key, or the file does not parse (Codex then uses `openai`).
+fn codex_configured_provider(
+    home: &std::path::Path,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    let root = match env.get("CODEX_HOME").filter(|v| !v.is_empty()) {
+        Some(v) => std::path::PathBuf::from(v),
+        None => home.join(".codex"),
+    };
+    let text = std::fs::read_to_string(root.join("config.toml")).ok()?;
+    let v: toml::Value = toml::from_str(&text).ok()?;
+    v.get("model_provider")?.as_str().map(str::to_string)
+}
+
 /// `agentd/export` to a peer's native session format (`claude-code`, `codex`, `pi`).
 async fn export_peer(
     registry: &Arc<Registry>,
@@ -726,9 +742,16 @@ async fn export_peer(
                 Item::Damaged { .. } => None,
             })
             .collect();
+        let codex_provider = match (&install, peer) {
+            (Some(i), export::Peer::Codex) => {
+                codex_configured_provider(std::path::Path::new(&i.home), &i.env)
+            }
+            _ => None,
+        };
         let ctx = export::ExportContext {
             session_id: new_uuid(),
             now: agentd_proto::event::now_ts(),
+            codex_provider,
         };
         let x = export::export(peer, &events, &ctx)?;
         let mut warnings = x.warnings;

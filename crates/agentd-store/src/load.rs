@@ -1,0 +1,288 @@
+//! Reading a Log file: in blocks, parsed over the available cores, with a torn tail
+//! copied to `quarantine/` and cut (docs/log-format.md#torn-tails).
+
+use crate::{read_failed, sync_dir, write_failed, write_synced, Home};
+use agentd_history::stored::{Line, StoredEvent};
+use agentd_proto::rpc::CorruptLine;
+use agentd_proto::{AgentError, ErrorKind, Event};
+use serde_json::{json, Value};
+use std::fs::OpenOptions;
+use std::io::{self, Read};
+use std::path::PathBuf;
+
+/// What a load found besides the events.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub corrupt_lines: Vec<CorruptLine>,
+    pub seq_anomalies: Vec<Value>,
+    /// Set when a torn tail was cut: `(torn_bytes, quarantine_path)`.
+    pub torn: Option<(u64, PathBuf)>,
+    pub bytes: u64,
+}
+
+/// Reads a Log, repairing a torn tail. Returns the valid events in file order.
+///
+/// A torn tail (bytes after the last `\n`) is copied to `quarantine/<sid>.<ts>.torn`
+/// and synced before the Log is truncated, so no byte is ever lost; the caller appends
+/// `log_repaired`. Complete lines that are not valid envelopes are reported, never
+/// rewritten.
+pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), AgentError> {
+    let mut events = Vec::new();
+    let report = load_log_into(home, sid, &mut |ev, _| events.push(ev))?;
+    Ok((events, report))
+}
+
+/// [`load_log`] handing each valid event, in file order, to `sink` together with its
+/// stored form (the Log line): a block's parsed events are gone before the next block
+/// is read, so a load holds the lines plus one block of parsed events at most.
+pub fn load_log_into(
+    home: &Home,
+    sid: &str,
+    sink: &mut dyn FnMut(Event, StoredEvent),
+) -> Result<LoadReport, AgentError> {
+    let path = home.log_path(sid)?;
+    let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(AgentError::not_found("no such session")
+                .with_details(json!({"session_id": sid}))
+                .with_next_actions(&["agentctl ls"]))
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(
+                AgentError::new(ErrorKind::PermissionDenied, format!("open log: {e}"))
+                    .with_details(json!({"session_id": sid})),
+            )
+        }
+        Err(e) => return Err(read_failed("open log", &e, sid)),
+    };
+    // Read and parse in blocks: peak memory is one block plus the events, not the
+    // whole file plus the events. A block's events are parsed (about three times its
+    // size as `Value` trees) before they are stored, so blocks are kept small.
+    const BLOCK: usize = 2 << 20;
+    let mut report = LoadReport::default();
+    let mut cursor = ParseCursor {
+        next_seq: None,
+        line_no: 1,
+        offset: 0,
+    };
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
+    loop {
+        if let Some(f) = crate::fault::check(crate::fault::Op::Read, &path) {
+            return Err(read_failed("read log", &f.error(), sid));
+        }
+        let n = (&mut file)
+            .take(BLOCK as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| read_failed("read log", &e, sid))?;
+        let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
+        if complete > 0 {
+            parse_lines(&buf[..complete], &mut cursor, &mut report, sink);
+            buf.drain(..complete);
+        }
+        if n < BLOCK {
+            break; // end of file; what is left in `buf` has no final newline
+        }
+    }
+    if !buf.is_empty() {
+        let torn = &buf[..];
+        let ts = agentd_proto::event::now_ts().replace([':', '.'], "");
+        let qpath = home.quarantine_dir().join(format!("{sid}.{ts}.torn"));
+        write_synced(&qpath, torn).map_err(|e| write_failed("quarantine torn tail", &e))?;
+        sync_dir(&home.quarantine_dir()).map_err(|e| write_failed("sync quarantine", &e))?;
+        file.set_len(cursor.offset)
+            .map_err(|e| write_failed("truncate torn tail", &e))?;
+        file.sync_all().map_err(|e| write_failed("sync log", &e))?;
+        report.torn = Some((torn.len() as u64, qpath));
+    }
+    report.bytes = cursor.offset;
+    Ok(report)
+}
+
+/// Where parsing stands between blocks.
+struct ParseCursor {
+    next_seq: Option<u64>,
+    /// 1-based number of the next physical line.
+    line_no: u64,
+    /// Byte offset of the next unparsed byte (= the length of the complete prefix).
+    offset: u64,
+}
+
+/// Parses complete lines; splits the work over the available cores for big blocks,
+/// since JSON parsing dominates a cold load.
+fn parse_lines(
+    bytes: &[u8],
+    cursor: &mut ParseCursor,
+    report: &mut LoadReport,
+    sink: &mut dyn FnMut(Event, StoredEvent),
+) {
+    const PARALLEL_MIN: usize = 1 << 20;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let base = cursor.offset as usize;
+    let mut chunks: Vec<(usize, u64, &[u8])> = Vec::new(); // (byte offset, first line no, bytes)
+    let mut line_no = cursor.line_no;
+    if bytes.len() < PARALLEL_MIN || threads == 1 {
+        chunks.push((base, line_no, bytes));
+        line_no += memchr::memchr_iter(b'\n', bytes).count() as u64;
+    } else {
+        let target = bytes.len() / threads;
+        let mut start = 0;
+        while start < bytes.len() {
+            let mut end = (start + target).min(bytes.len());
+            if end < bytes.len() {
+                end = match memchr::memchr(b'\n', &bytes[end..]) {
+                    Some(i) => end + i + 1,
+                    None => bytes.len(),
+                };
+            }
+            chunks.push((base + start, line_no, &bytes[start..end]));
+            line_no += memchr::memchr_iter(b'\n', &bytes[start..end]).count() as u64;
+            start = end;
+        }
+    }
+    cursor.line_no = line_no;
+    cursor.offset += bytes.len() as u64;
+    // The block's bytes, kept as one chunk the stored events refer to (a Log that is
+    // not UTF-8 somewhere has its events stored one by one).
+    let chunk: Option<std::sync::Arc<str>> = std::str::from_utf8(bytes).ok().map(Into::into);
+    type Parsed = Vec<(Event, Option<std::ops::Range<usize>>)>;
+    let parsed: Vec<(Parsed, Vec<CorruptLine>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|&(off, line, chunk)| s.spawn(move || parse_chunk(chunk, off, line)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    for (evs, corrupt) in parsed {
+        report.corrupt_lines.extend(corrupt);
+        for (ev, at) in evs {
+            let line = at.and_then(|r| Line::new(chunk.as_ref()?, r.start - base..r.end - base));
+            let stored = match line {
+                Some(l) => StoredEvent::new(&ev, l),
+                None => StoredEvent::of(&ev),
+            };
+            if let Some(n) = cursor.next_seq {
+                if ev.seq != n {
+                    report.seq_anomalies.push(json!({
+                        "seq": ev.seq, "expected": n, "id": ev.id,
+                        "kind": if ev.seq < n { "duplicate_or_decreasing" } else { "gap" },
+                    }));
+                }
+            }
+            let after = ev.seq.saturating_add(1);
+            cursor.next_seq = Some(cursor.next_seq.map_or(after, |n| n.max(after)));
+            sink(ev, stored);
+        }
+    }
+}
+
+/// The events of complete lines, each with the byte range of its line in the file when
+/// the line is exactly the event's serialization (see `StoredEvent::parse_line`).
+#[allow(clippy::type_complexity)]
+fn parse_chunk(
+    chunk: &[u8],
+    base: usize,
+    first_line: u64,
+) -> (
+    Vec<(Event, Option<std::ops::Range<usize>>)>,
+    Vec<CorruptLine>,
+) {
+    let mut events = Vec::with_capacity(chunk.len() / 512 + 1);
+    let mut corrupt = Vec::new();
+    let mut scratch = Vec::new();
+    let mut pos = 0;
+    let mut line_no = first_line;
+    while pos < chunk.len() {
+        let end = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
+        let line = &chunk[pos..end];
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            match StoredEvent::parse_line(line, &mut scratch) {
+                Ok((ev, same)) => events.push((ev, same.then_some(base + pos..base + end))),
+                Err(e) => corrupt.push(CorruptLine {
+                    line: line_no,
+                    byte_offset: (base + pos) as u64,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        pos = end + 1;
+        line_no += 1;
+    }
+    (events, corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::home;
+    use std::fs;
+
+    #[test]
+    fn torn_tail_is_quarantined_and_cut() {
+        let (_d, home) = home();
+        let path = home.log_path("s1").unwrap();
+        let good = r#"{"id":"0000000000000001","session_id":"s1","seq":0,"ts":"2026-01-01T00:00:00.000000Z","type":"user_message","data":{"text":"hi"}}"#;
+        fs::write(&path, format!("{good}\n{{\"id\":\"torn")).unwrap();
+        let (events, report) = load_log(&home, "s1").unwrap();
+        assert_eq!(events.len(), 1);
+        let (n, q) = report.torn.unwrap();
+        assert_eq!(n, 11);
+        assert_eq!(fs::read(q).unwrap(), b"{\"id\":\"torn");
+        assert_eq!(fs::read(&path).unwrap(), format!("{good}\n").into_bytes());
+    }
+
+    #[test]
+    fn block_boundaries_keep_line_numbers_offsets_and_seqs() {
+        let (_d, home) = home();
+        let path = home.log_path("big").unwrap();
+        let mut text = String::new();
+        let mut corrupt_offset = 0;
+        let pad = "p".repeat(480);
+        for seq in 0..20_000u64 {
+            if seq == 15_000 {
+                corrupt_offset = text.len();
+                text.push_str("{not json}\n");
+            }
+            text.push_str(&format!(
+                r#"{{"id":"{seq:016x}","session_id":"big","seq":{seq},"ts":"t","type":"user_message","data":{{"text":"{pad}"}}}}"#
+            ));
+            text.push('\n');
+        }
+        assert!(text.len() > 9 << 20, "spans more than one read block");
+        let complete = text.len() as u64;
+        text.push_str("{\"torn");
+        fs::write(&path, &text).unwrap();
+        let (events, report) = load_log(&home, "big").unwrap();
+        assert_eq!(events.len(), 20_000);
+        assert!(events.iter().enumerate().all(|(i, e)| e.seq == i as u64));
+        assert!(report.seq_anomalies.is_empty());
+        assert_eq!(report.corrupt_lines.len(), 1);
+        assert_eq!(report.corrupt_lines[0].line, 15_001);
+        assert_eq!(report.corrupt_lines[0].byte_offset, corrupt_offset as u64);
+        assert_eq!(report.bytes, complete);
+        assert_eq!(report.torn.as_ref().unwrap().0, 6);
+        assert_eq!(fs::metadata(&path).unwrap().len(), complete);
+    }
+
+    #[test]
+    fn corrupt_middle_line_is_reported_not_fatal() {
+        let (_d, home) = home();
+        let path = home.log_path("s2").unwrap();
+        let mk = |seq: u64| {
+            format!(
+                r#"{{"id":"000000000000000{seq}","session_id":"s2","seq":{seq},"ts":"t","type":"x_future","data":{{}}}}"#
+            )
+        };
+        fs::write(&path, format!("{}\nnot json\n{}\n", mk(0), mk(1))).unwrap();
+        let (events, report) = load_log(&home, "s2").unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(report.corrupt_lines.len(), 1);
+        assert_eq!(report.corrupt_lines[0].line, 2);
+        assert!(report.seq_anomalies.is_empty());
+    }
+}
