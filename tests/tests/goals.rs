@@ -73,6 +73,24 @@ fn wait_goal_ended(d: &Daemon, sid: &str) -> Value {
         .unwrap_or_else(|| panic!("no goal_ended in {sid}; daemon:\n{}", d.daemon_output()))
 }
 
+/// Runs a user turn once the session is free (queued behind a running turn, so never
+/// `busy`) and waits for its end; returns its `turn_ended`.
+fn user_turn(d: &Daemon, sid: &str, input: &str) -> Value {
+    let mut c = d.connect();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": input, "queue": true, "wait": false}),
+    );
+    let turn_id = r["turn_id"].as_str().unwrap().to_string();
+    let mut sub = d.connect();
+    sub.subscribe(sid, Some(0));
+    sub.wait_event(
+        |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == turn_id.as_str(),
+        WAIT,
+    )
+    .unwrap_or_else(|| panic!("turn {turn_id} did not end; daemon:\n{}", d.daemon_output()))
+}
+
 /// The user messages of the session's turns, in order.
 fn prompts(evs: &[Value]) -> Vec<String> {
     of_type(evs, "user_message")
@@ -123,11 +141,16 @@ fn a_goal_completed_by_the_model() {
     assert_eq!(show["goal"]["reason"], "completed");
     assert_eq!(show["goal"]["objective"], OBJECTIVE);
 
-    // Nothing more runs for the goal: a user turn is admitted and is the third turn.
-    let out = d.agentctl_ok(&["turn", &sid, "thanks"]);
-    assert_eq!(out["output_text"], "plain answer to: thanks");
+    // Nothing more runs for the goal: the next user turn is the third turn.
+    let ended = user_turn(&d, &sid, "thanks");
+    assert_eq!(ended["data"]["status"], "completed");
     let mut c = d.connect();
     let evs = events(&mut c, &sid);
+    let answers = of_type(&evs, "assistant_message");
+    assert_eq!(
+        answers.last().unwrap()["data"]["text"],
+        "plain answer to: thanks"
+    );
     let p = prompts(&evs);
     assert_eq!(p.len(), 3, "{p:?}");
     assert!(p[0].starts_with(&format!("Goal: {OBJECTIVE}")), "{}", p[0]);
@@ -231,8 +254,8 @@ fn clearing_a_goal_stops_its_turns() {
     gate.store(1, Ordering::SeqCst);
     let ended = wait_goal_ended(&d, &sid);
     assert_eq!(ended["data"]["reason"], "cleared");
-    // The running turn ends; the next user turn is admitted and is the second turn.
-    d.agentctl_ok(&["turn", &sid, "status?"]);
+    // The running turn ends; the next user turn is the second turn.
+    user_turn(&d, &sid, "status?");
     let mut c = d.connect();
     let evs = events(&mut c, &sid);
     assert_eq!(of_type(&evs, "turn_started").len(), 2);

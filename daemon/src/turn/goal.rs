@@ -480,6 +480,7 @@ fn goal_turn(sid: &str, input: &str, model: &Option<String>) -> TurnParams {
         mcp_servers: None,
         client_request_id: None,
         queue: None,
+        reasoning_effort: None,
     }
 }
 

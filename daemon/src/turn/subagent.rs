@@ -331,6 +331,7 @@ async fn run_inner(
         mcp_servers: None,
         client_request_id: Some(request_id(call_id)),
         queue: None,
+        reasoning_effort: text("reasoning_effort"),
     };
     let result = run_child(turns, &child, p, &parent.cancel).await?;
     Ok(result_data(call_id, &child, result, &parent.tools))
