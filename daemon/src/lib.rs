@@ -15,6 +15,7 @@ pub mod imports;
 pub mod ops;
 pub mod peer;
 pub mod prompt;
+pub mod register;
 pub mod registry;
 pub mod server;
 pub mod session;

@@ -7,6 +7,7 @@
 
 use agentd_proto::session_uuid;
 use agentd_tests::app_server::{script_model, Bridge, Schemas, Ws, WAIT};
+use agentd_tests::sse::{chat_sse, sse_server};
 use agentd_tests::{is_type, Daemon};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -935,4 +936,88 @@ fn the_schema_check_refuses_what_the_pinned_schema_refuses() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.check(def, &bad)));
         assert!(r.is_err(), "{def} accepted {bad}");
     }
+}
+
+/// A Chat Completions answer of `text`.
+fn chat_reply(text: &str) -> String {
+    chat_sse(&[
+        json!({"model": "m", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}),
+    ])
+}
+
+/// A Codex client's `provider:model` (`thread/start`'s `model`, `turn/start`'s `model`)
+/// reaches that provider with that model, as from every other client: the daemon's
+/// default provider has no server behind it, so a turn that went there would fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_colon_model_reaches_that_provider() {
+    let (beta, server) = sse_server(vec![
+        chat_reply("from the thread's model"),
+        chat_reply("from the turn's model"),
+    ]);
+    let config = format!(
+        "default_provider = \"alpha\"\n\
+         [providers.alpha]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m-alpha\"\n\
+         [providers.beta]\nkind = \"openai-chat\"\nbase_url = \"{beta}\"\nmodel = \"m-default\"\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "model": "beta:m-beta"}),
+        )
+        .await;
+    // Shown as the picker's id (`provider:model`), recorded apart.
+    assert_eq!(started["model"], "beta:m-beta", "{started}");
+    assert_eq!(started["modelProvider"], "beta", "{started}");
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    let sid = sid_of(&thread);
+    let first = &d.log_lines(&sid)[0];
+    assert_eq!(first["data"]["provider"], "beta", "{first}");
+    assert_eq!(first["data"]["model"], "m-beta", "{first}");
+
+    let notes = run_turn(&mut c, &thread, "hi").await;
+    let answer = notes
+        .iter()
+        .find(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| p["item"]["text"].clone());
+    assert_eq!(answer, Some(json!("from the thread's model")), "{notes:?}");
+
+    // turn/start's own `model` for this turn.
+    let r = c
+        .ok(
+            "turn/start",
+            json!({"threadId": thread, "model": "beta:m-turn",
+                "input": [{"type": "text", "text": "again", "text_elements": []}]}),
+        )
+        .await;
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_string();
+    let done = c
+        .note("turn/completed", |p| p["turn"]["id"] == turn_id.as_str())
+        .await;
+    assert_eq!(done["turn"]["status"], "completed", "{done}");
+
+    let bodies = server.join().unwrap();
+    let models: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["m-beta", "m-turn"]);
+    let started: Vec<(Value, Value)> = log_events(&d, &sid)
+        .iter()
+        .filter(|e| e["type"] == "turn_started")
+        .map(|e| (e["data"]["provider"].clone(), e["data"]["model"].clone()))
+        .collect();
+    assert_eq!(
+        started,
+        [
+            (json!("beta"), json!("m-beta")),
+            (json!("beta"), json!("m-turn"))
+        ]
+    );
 }

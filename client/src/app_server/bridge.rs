@@ -151,24 +151,11 @@ fn sandbox_policy(workspace: &Path) -> Value {
         "excludeTmpdirEnvVar": false, "excludeSlashTmp": false})
 }
 
-/// The `provider` and `model` of a picked model id: `provider:model` where the provider
-/// is one the daemon offers, `script:PATH` as a model, anything else a model name for
-/// the session's provider, `default` none at all.
-fn split_model(id: &str, catalog: &Value) -> (Option<String>, Option<String>) {
-    if id.is_empty() || id == "default" {
-        return (None, None);
-    }
-    if !id.starts_with("script:") {
-        if let Some((p, m)) = id.split_once(':') {
-            let known = catalog["providers"]
-                .as_array()
-                .is_some_and(|ps| ps.iter().any(|x| x == p));
-            if known && !m.is_empty() {
-                return (Some(p.to_string()), Some(m.to_string()));
-            }
-        }
-    }
-    (None, Some(id.to_string()))
+/// The model a picked id asks for: `default` (or nothing) is none at all; anything else
+/// goes to the daemon as it is, which splits `provider:model` as for every client
+/// (docs/configuration.md#choosing-a-provider-and-model).
+fn picked_model(id: &str) -> Option<&str> {
+    (!id.is_empty() && id != "default").then_some(id)
 }
 
 fn ms_of(ts: &str) -> i64 {
@@ -504,13 +491,6 @@ impl Client {
         }
     }
 
-    async fn catalog(&self) -> Value {
-        self.shared
-            .call(method::MODELS, json!({}))
-            .await
-            .unwrap_or_else(|_| json!({"models": [], "providers": []}))
-    }
-
     /// The answer of start, resume and fork.
     fn opened(&self, r: &Read, thread: Thread, mode: &str, model: Option<&str>) -> Value {
         let model = model
@@ -545,11 +525,10 @@ impl Client {
         let picked = p.model.clone().or_else(|| self.shared.args.model.clone());
         let mut create = json!({"workspace": cwd});
         if let Some(m) = &picked {
-            let (provider, model) = split_model(m, &self.catalog().await);
-            if let Some(model) = model {
+            if let Some(model) = picked_model(m) {
                 create["model"] = json!(model);
             }
-            if let Some(pv) = provider.or(p.model_provider.clone()) {
+            if let Some(pv) = &p.model_provider {
                 create["provider"] = json!(pv);
             }
         }
@@ -947,14 +926,8 @@ impl Client {
         if let Some(id) = &p.client_user_message_id {
             q["client_request_id"] = json!(id);
         }
-        if let Some(m) = &model {
-            let (provider, m) = split_model(m, &self.catalog().await);
-            if let Some(m) = m {
-                q["model"] = json!(m);
-            }
-            if let Some(pv) = provider {
-                q["provider"] = json!(pv);
-            }
+        if let Some(m) = model.as_deref().and_then(picked_model) {
+            q["model"] = json!(m);
         }
         let r = self.shared.call(method::TURN, q).await?;
         let turn = Turn {
