@@ -94,6 +94,9 @@ pub enum Command {
     /// Show what the next turn sends besides the history: the base prompt and the
     /// instruction files (AGENTS.md, CLAUDE.md), each with where it came from.
     Instructions(InstructionsArgs),
+    /// List the models clients may offer: the configured ones, and what the models
+    /// endpoints of `list_models` providers return.
+    Models(ModelsArgs),
     /// Compact old history into a checkpoint event; the Log keeps every event.
     Compact(CompactArgs),
     /// Create a child session from a prefix of a session's Log.
@@ -324,6 +327,13 @@ pub enum DaemonCmd {
 pub struct SidArg {
     /// Session id.
     pub session_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    /// Ask the providers' models endpoints again instead of the ten-minute cache.
+    #[arg(long)]
+    pub refresh: bool,
 }
 
 #[derive(Debug, Args)]

@@ -149,6 +149,10 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 None => object(vec![("workspace", Some(abs_dir(None, cwd).into()))]),
             },
         ),
+        Command::Models(a) => (
+            method::MODELS,
+            object(vec![("refresh", a.refresh.then_some(true.into()))]),
+        ),
         Command::Checkpoint(a) => (
             method::CHECKPOINT,
             object(vec![("session_id", sid(&a.session_id)?)]),

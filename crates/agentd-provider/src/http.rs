@@ -194,7 +194,7 @@ fn replayable_items(items: &[ReplayItem], model: &str, wire: Wire) -> Vec<Replay
         .collect()
 }
 
-fn is_loopback(url: &str) -> bool {
+pub(crate) fn is_loopback(url: &str) -> bool {
     let rest = url.split("://").nth(1).unwrap_or(url);
     let host = rest.split(['/', ':']).next().unwrap_or("");
     matches!(host, "localhost" | "127.0.0.1") || rest.starts_with("[::1]")

@@ -13,7 +13,8 @@
 //! Module map: `config` (the `[providers.NAME]` tables), `dialect` (replay items → wire
 //! input, shared with `agentd/context`), `sse` (event-stream parser), `http` (request,
 //! retries, idle timeout, cancellation — common to all HTTP kinds), `responses`, `chat`,
-//! `anthropic` (one stream decoder per wire format), `script` (offline replay).
+//! `anthropic` (one stream decoder per wire format), `script` (offline replay), `models`
+//! (a provider's own models endpoint).
 //!
 //! Tool call arguments arrive as streamed JSON text; they are parsed once the call is
 //! complete. Text that is not a JSON object is kept as `{"_raw": "<text>"}` so the call
@@ -21,6 +22,7 @@
 
 pub mod config;
 pub mod dialect;
+pub mod models;
 pub mod preflight;
 pub mod sse;
 

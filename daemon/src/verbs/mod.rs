@@ -4,7 +4,7 @@
 //!
 //! A layer above the core: it uses the registry, session actors and the store, and
 //! nothing below imports it. The daemon merges [`methods`] into the native API's method
-//! table. Module map: `manage` (rename, archive, delete, restore, preflight, models), `export`
+//! table. Module map: `manage` (rename, archive, delete, restore, preflight), `models`, `export`
 //! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
 //! `usage` (token and cost totals from `provider_usage` events); `agentd/import_discover`
 //! is served from `crate::imports`.
@@ -19,6 +19,7 @@
 
 pub mod export;
 pub mod manage;
+pub mod models;
 pub mod search;
 pub mod usage;
 
@@ -87,7 +88,7 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
         crate::turn::instructions::show(&r, p).await
     });
     method(&mut module, m::MODELS, |r, p| async move {
-        to_value(manage::models(&r, p)?)
+        to_value(models::models(&r, p).await?)
     });
     method(&mut module, m::EXPORT, |r, p| async move {
         to_value(export::export(&r, p).await?)
