@@ -783,7 +783,7 @@ async fn subscribe(
             api.turns.add_permission_peer(&p.session_id, peer.clone());
         }
     }
-    let (last_at_subscribe, mut rx) = match handle.query(|st| st.subscribe()).await {
+    let (last_at_subscribe, streamed, mut rx) = match handle.query(|st| st.subscribe()).await {
         Ok(x) => x,
         Err(e) => return pending.reject(error_object(&e)).await,
     };
@@ -819,6 +819,26 @@ async fn subscribe(
         (Some(a), None) => Some(a),
         _ => None,
     };
+    // Joined mid-step: what the step streamed so far, as one delta each for reasoning
+    // and text (`catch_up: true`), then the live deltas that follow it.
+    if skip_through.is_none() {
+        for (kind, text) in [
+            (EventType::ReasoningDelta, &streamed.reasoning),
+            (EventType::TextDelta, &streamed.text),
+        ] {
+            if text.is_empty() {
+                continue;
+            }
+            let ev = json!({"session_id": &p.session_id, "ts": agentd_proto::event::now_ts(),
+                            "type": kind.as_str(), "data": {"text": text, "catch_up": true}});
+            let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
+                continue;
+            };
+            if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() {
+                return;
+            }
+        }
+    }
     loop {
         tokio::select! {
             _ = sink.closed() => break,

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod filesystem;
 pub mod framing;
 pub mod imports;
+pub mod live;
 pub mod ops;
 pub mod peer;
 pub mod prompt;

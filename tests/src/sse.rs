@@ -65,6 +65,9 @@ pub enum Reply {
     /// These SSE bytes (a stream cut short), then nothing until the client goes away:
     /// a provider still streaming when the daemon is killed.
     Hang(String),
+    /// These SSE bytes, then the gate runs (it blocks until the test lets the answer
+    /// go on), then the rest: a step a test catches mid-stream.
+    Gated(String, Box<dyn FnOnce() + Send>, String),
 }
 
 type Handler = dyn Fn(usize, &Value) -> Reply + Send + Sync;
@@ -126,6 +129,13 @@ impl MockProvider {
                     match reply {
                         Reply::Complete(s) => {
                             let _ = w.write_all(s.as_bytes());
+                            let _ = w.flush();
+                        }
+                        Reply::Gated(first, gate, rest) => {
+                            let _ = w.write_all(first.as_bytes());
+                            let _ = w.flush();
+                            gate();
+                            let _ = w.write_all(rest.as_bytes());
                             let _ = w.flush();
                         }
                         Reply::Hang(s) => {
@@ -195,6 +205,16 @@ pub fn chat_tools(calls: &[(&str, &str, Value)]) -> String {
         serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
         serde_json::json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}}),
     ])
+}
+
+/// The rest of an answer [`chat_partial`] began: `text`, finished.
+pub fn chat_rest(text: &str) -> String {
+    let mut s = chat_partial(text);
+    s.push_str(&chat_sse(&[
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}}),
+    ]));
+    s
 }
 
 /// The first chunk of an answer that never finishes (for [`Reply::Hang`]).
