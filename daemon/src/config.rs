@@ -176,6 +176,8 @@ pub struct Config {
     pub providers: BTreeMap<String, crate::provider::ProviderConfig>,
     /// `[prices.MODEL]`: prices for `agentd/usage`.
     pub prices: BTreeMap<String, Price>,
+    /// `[[hooks.EVENT]]`: commands run on a turn's lifecycle events (docs/hooks.md).
+    pub hooks: crate::hooks::HooksConfig,
     /// The file this was read from (whether or not it exists), for errors that tell the
     /// user which file to edit.
     #[serde(skip)]
@@ -206,6 +208,7 @@ impl Default for Config {
             default_provider: None,
             providers: Default::default(),
             prices: Default::default(),
+            hooks: Default::default(),
             path: None,
         }
     }
@@ -311,6 +314,9 @@ impl Config {
                 ));
             }
         }
+        cfg.hooks
+            .validate()
+            .map_err(|e| format!("{}{e}", at("[[hooks.")))?;
         for s in &cfg.sandbox.sockets {
             if !s.is_absolute() {
                 return Err(format!(

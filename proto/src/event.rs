@@ -109,6 +109,7 @@ event_types! {
     GoalSet => "goal_set", ephemeral: false, required: ["goal_id", "objective"];
     GoalProgress => "goal_progress", ephemeral: false, required: ["goal_id", "turn_id"];
     GoalEnded => "goal_ended", ephemeral: false, required: ["goal_id", "reason"];
+    HookRun => "hook_run", ephemeral: false, required: ["event", "command", "verdict"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];
