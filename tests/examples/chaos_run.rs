@@ -2,8 +2,8 @@
 //! prompts of three steps each (a `shell` side effect, a `read_file`, a streamed
 //! answer) while the daemon is killed at seeded moments, by itself before a chosen Log
 //! write or with SIGKILL from outside, and `agentctl turn` retries with its
-//! `client_request_id`. Prints the counts; exits 1 if any prompt was duplicated, lost,
-//! or had its command run twice. On PostgreSQL with `AGENTD_TEST_STORE=postgres`.
+//! `client_request_id`. Prints the counts (and with `CHAOS_DETAIL=1` one line per
+//! prompt); exits 1 if any prompt was duplicated, lost, or had its command run twice. On PostgreSQL with `AGENTD_TEST_STORE=postgres`.
 //!
 //! ```sh
 //! cargo build -p agentd -p agentctl
@@ -44,6 +44,11 @@ fn main() {
         r.lost,
         r.double_runs
     );
+    if std::env::var_os("CHAOS_DETAIL").is_some() {
+        for l in &r.detail {
+            println!("{l}");
+        }
+    }
     for v in &r.violations {
         println!("VIOLATION {v}");
     }

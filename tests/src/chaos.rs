@@ -2,8 +2,8 @@
 //! steps (a `shell` command with a side effect, a `read_file`, a streamed answer),
 //! each sent by `agentctl turn` (one `client_request_id`, retried across restarts),
 //! while the daemon is killed with SIGKILL at seeded moments: by itself before a chosen
-//! Log write of the session (`AGENTD_FAULTS=write:kill:K@SID`), or from outside after a
-//! seeded delay, sometimes again while it resumes. At the end every prompt must have
+//! Log write of the session (`AGENTD_FAULTS=write:kill:K@SID`), or from outside a
+//! seeded delay after the turn's first provider call, sometimes again while it resumes. At the end every prompt must have
 //! exactly one user message, one turn, one final answer (the one agentctl printed), a
 //! balanced Log, and its side effect counted at most once (exactly once when the
 //! command's result was recorded). Runs on the file store, or on PostgreSQL with
@@ -43,6 +43,8 @@ pub struct Report {
     pub lost: usize,
     pub double_runs: usize,
     pub violations: Vec<String>,
+    /// One line per prompt: how the daemon was killed, and what the Log says.
+    pub detail: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -97,17 +99,20 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
     let mut d = Daemon::builder().config(&mock.config()).start();
     let mut r = Report::default();
     let mut done: Vec<(String, usize, Value)> = Vec::new();
+    let mut how: Vec<String> = Vec::new();
     for i in 0..n {
         let sid = d.create_session();
         let mode = rng.gen_range(0..10);
         if mode >= 3 && mode < 7 {
             // The daemon dies before the K-th write of this session's Log.
             let k = rng.gen_range(1..=10);
+            how.push(format!("kill at write {k}"));
             d.set_env("AGENTD_FAULTS", Some(&format!("write:kill:{k}@{sid}")));
             d.kill9();
             d.spawn();
             d.wait_ready(WAIT).expect("the daemon with the fault rule");
         }
+        let asked = mock.requests().len();
         let child = d
             .agentctl_cmd()
             .args(["--json", "turn", &sid, &format!("chaos prompt {i}")])
@@ -122,6 +127,7 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
             loop {
                 if d.exited() {
                     r.fault_kills += 1;
+                    how.last_mut().unwrap().push_str(" (fired)");
                     respawn(&mut d);
                     break;
                 }
@@ -132,14 +138,25 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
                 std::thread::sleep(Duration::from_millis(2));
             }
         } else if mode >= 7 {
-            std::thread::sleep(Duration::from_millis(rng.gen_range(0..120)));
+            // Once the turn reached the provider: somewhere in its steps.
+            mock.wait_requests(asked + 1, WAIT);
+            let ms = rng.gen_range(0..30);
+            how.push(format!("SIGKILL {ms} ms into the turn"));
+            std::thread::sleep(Duration::from_millis(ms));
             d.kill9();
             r.signal_kills += 1;
             respawn(&mut d);
         }
+        if mode < 3 {
+            how.push("no kill".into());
+        }
         if mode >= 3 && rng.gen_bool(0.25) {
             // Again, while the turn resumes (or right after it ended).
-            std::thread::sleep(Duration::from_millis(rng.gen_range(0..60)));
+            let ms = rng.gen_range(0..40);
+            how.last_mut()
+                .unwrap()
+                .push_str(&format!(", again after {ms} ms"));
+            std::thread::sleep(Duration::from_millis(ms));
             d.kill9();
             r.signal_kills += 1;
             respawn(&mut d);
@@ -152,15 +169,18 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
         progress(i, &r);
     }
     let mut c = d.connect();
-    for (sid, i, answer) in &done {
-        check(&d, &mut c, sid, *i, answer, &mut r);
+    for ((sid, i, answer), how) in done.iter().zip(how) {
+        let resumed = check(&d, &mut c, sid, *i, answer, &mut r);
+        r.detail
+            .push(format!("prompt {i}: {how}; resumed {resumed}"));
     }
     r.elapsed = started.elapsed();
     r
 }
 
-/// Checks one prompt's Log and side effect against the contract.
-fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &mut Report) {
+/// Checks one prompt's Log and side effect against the contract; returns how often
+/// its turn was resumed.
+fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &mut Report) -> u64 {
     let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
         .as_array()
         .cloned()
@@ -197,9 +217,11 @@ fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &m
         r.lost += 1;
         bad(format!("agentctl printed {answer}"), r);
     }
-    if let Some(e) = ends.first() {
-        r.resumes += e["data"]["resumed"].as_u64().unwrap_or(0);
-    }
+    let resumed = ends
+        .first()
+        .and_then(|e| e["data"]["resumed"].as_u64())
+        .unwrap_or(0);
+    r.resumes += resumed;
     for t in of("turn_resumed") {
         r.rerun += t["data"]["rerun"].as_array().map_or(0, Vec::len);
         r.closed_unknown += t["data"]["closed"].as_array().map_or(0, Vec::len);
@@ -239,4 +261,5 @@ fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &m
     if ctx["stats"]["balanced"] != true {
         bad(format!("unbalanced: {}", ctx["stats"]), r);
     }
+    resumed
 }
