@@ -83,11 +83,22 @@ fn provider() -> MockProvider {
     })
 }
 
+/// Starts the daemon again without a fault rule. A process the killed daemon had
+/// just forked (a tool's sandbox, before its exec) may hold the home's lock for a
+/// moment after the kill; the new daemon then refuses to start, and is started again
+/// once that process let go (bounded).
 fn respawn(d: &mut Daemon) {
     d.set_env("AGENTD_FAULTS", None);
-    d.spawn();
-    if let Err(e) = d.wait_ready(WAIT) {
-        panic!("the daemon did not come back: {e}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        d.spawn();
+        match d.wait_ready(WAIT) {
+            Ok(_) => return,
+            Err(e) if e.contains("already runs") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the daemon did not come back: {e}"),
+        }
     }
 }
 
