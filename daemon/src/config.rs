@@ -270,6 +270,15 @@ impl Config {
                 ));
             }
         }
+        for s in &cfg.sandbox.sockets {
+            if !s.is_absolute() {
+                return Err(format!(
+                    "{}[sandbox] `sockets` needs absolute paths, got `{}`",
+                    at("sockets"),
+                    crate::text::clip_chars(&s.display().to_string(), 64),
+                ));
+            }
+        }
         if let Some(p) = &cfg.default_provider {
             let providers = cfg.providers_config();
             if providers.get(p).is_none() {
