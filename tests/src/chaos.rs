@@ -114,7 +114,7 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
     for i in 0..n {
         let sid = d.create_session();
         let mode = rng.gen_range(0..10);
-        if mode >= 3 && mode < 7 {
+        if (3..7).contains(&mode) {
             // The daemon dies before the K-th write of this session's Log.
             let k = rng.gen_range(1..=10);
             how.push(format!("kill at write {k}"));
@@ -132,7 +132,7 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
             .spawn()
             .expect("spawn agentctl");
         let mut child = Some(child);
-        if mode >= 3 && mode < 7 {
+        if (3..7).contains(&mode) {
             // Until the daemon killed itself or the turn ended without reaching K.
             let deadline = Instant::now() + WAIT;
             loop {
