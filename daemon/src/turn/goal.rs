@@ -481,6 +481,7 @@ fn goal_turn(sid: &str, input: &str, model: &Option<String>) -> TurnParams {
         client_request_id: None,
         queue: None,
         reasoning_effort: None,
+        images: Vec::new(),
     }
 }
 

@@ -332,6 +332,7 @@ async fn run_inner(
         client_request_id: Some(request_id(call_id)),
         queue: None,
         reasoning_effort: text("reasoning_effort"),
+        images: Vec::new(),
     };
     let result = run_child(turns, &child, p, &parent.cancel).await?;
     Ok(result_data(call_id, &child, result, &parent.tools))
