@@ -740,6 +740,21 @@ impl Sandbox {
             "unix_sockets".into(),
             json!(unix_sockets_fact(&plan, probe.landlock_abi)),
         );
+        if !namespaces {
+            // What the degraded level gets by other means, and which of those this
+            // kernel cannot give (recorded on every command).
+            let mut unavailable: Vec<&str> = vec!["loopback", "private /tmp", "pid isolation"];
+            if plan.tmp_dir.is_none() {
+                unavailable.push("private TMPDIR");
+            }
+            if probe.landlock_abi < 6 {
+                unavailable.extend(["signal scoping", "abstract socket scoping"]);
+            }
+            if !plan.sockets.is_empty() && probe.landlock_abi < 9 {
+                unavailable.push("Unix sockets limited to the granted paths");
+            }
+            facts.insert("unavailable".into(), json!(unavailable));
+        }
         let (command, report) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
             missing: vec![],
             message: format!("could not start the sandbox helper: {e}"),
