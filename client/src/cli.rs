@@ -142,6 +142,25 @@ pub enum Command {
     /// importing entries from another agent's configuration.
     #[command(subcommand)]
     Mcp(McpCmd),
+    /// The hooks a turn in a workspace runs (`[[hooks.EVENT]]` in config.toml and the
+    /// workspace's .agentd/hooks.toml), and trusting that project file.
+    Hooks(HooksArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HooksArgs {
+    #[command(subcommand)]
+    pub cmd: Option<HooksCmd>,
+    /// Workspace directory [default: current dir].
+    #[arg(long, value_name = "DIR", global = true)]
+    pub workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HooksCmd {
+    /// Trust the workspace's .agentd/hooks.toml as it is now; its hooks run from the
+    /// next turn. An edit to the file needs trusting again.
+    Trust,
 }
 
 #[derive(Debug, Subcommand)]

@@ -142,6 +142,13 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
             method::SHOW,
             object(vec![("session_id", sid(&a.session_id)?)]),
         ),
+        Command::Hooks(a) if a.cmd.is_none() => (
+            method::HOOKS,
+            object(vec![(
+                "workspace",
+                Some(abs_dir(a.workspace.as_deref(), cwd).into()),
+            )]),
+        ),
         Command::Instructions(a) => (
             method::INSTRUCTIONS,
             match &a.session_id {
@@ -303,6 +310,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::Doctor
         | Command::Store(_)
         | Command::Mcp(_)
+        | Command::Hooks(_)
         | Command::Acp(_)
         | Command::Chat(_)
         | Command::McpServer(_)

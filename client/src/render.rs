@@ -379,6 +379,50 @@ pub fn revert_result(v: &Value) -> String {
     out
 }
 
+/// `agentctl hooks`: one line per hook (event, matcher, command, where it comes from),
+/// then the project file and whether it is trusted.
+pub fn hooks(v: &Value) -> String {
+    let mut out = String::new();
+    let list = v
+        .get("hooks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if list.is_empty() {
+        out.push_str("no hooks\n");
+    }
+    for h in &list {
+        let s = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let matcher = h.get("matcher").and_then(Value::as_str).unwrap_or("*");
+        let state = if h.get("runs") == Some(&Value::Bool(false)) {
+            " (skipped: not trusted)"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "{:<19} {:<16} {}  [{}, {}s]{state}\n",
+            s("event"),
+            matcher,
+            s("command"),
+            s("source"),
+            h.get("timeout_s").and_then(Value::as_u64).unwrap_or(0)
+        ));
+    }
+    if let Some(p) = v.get("project").filter(|p| p.is_object()) {
+        let path = p.get("path").and_then(Value::as_str).unwrap_or("");
+        if let Some(e) = p.get("error").and_then(Value::as_str) {
+            out.push_str(&format!("{path}: not used: {e}\n"));
+        } else if p.get("trusted") == Some(&Value::Bool(true)) {
+            out.push_str(&format!("{path}: trusted\n"));
+        } else {
+            out.push_str(&format!(
+                "{path}: NOT trusted; its hooks are skipped. Review it, then run `agentctl hooks trust`\n"
+            ));
+        }
+    }
+    out
+}
+
 /// `agentctl models`: one `provider:model  source` line per model, then how each
 /// listed provider's models endpoint answered.
 pub fn models(v: &Value) -> String {

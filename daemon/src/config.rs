@@ -150,6 +150,8 @@ pub struct Config {
     pub providers: BTreeMap<String, crate::provider::ProviderConfig>,
     /// `[prices.MODEL]`: prices for `agentd/usage`.
     pub prices: BTreeMap<String, Price>,
+    /// `[[hooks.EVENT]]`: commands run on a turn's lifecycle events (docs/hooks.md).
+    pub hooks: crate::hooks::HooksConfig,
     /// The file this was read from (whether or not it exists), for errors that tell the
     /// user which file to edit.
     #[serde(skip)]
@@ -179,6 +181,7 @@ impl Default for Config {
             default_provider: None,
             providers: Default::default(),
             prices: Default::default(),
+            hooks: Default::default(),
             path: None,
         }
     }
@@ -270,6 +273,9 @@ impl Config {
                 ));
             }
         }
+        cfg.hooks
+            .validate()
+            .map_err(|e| format!("{}{e}", at("[[hooks.")))?;
         for s in &cfg.sandbox.sockets {
             if !s.is_absolute() {
                 return Err(format!(

@@ -106,6 +106,7 @@ event_types! {
     TurnResumed => "turn_resumed", ephemeral: false, required: ["turn_id", "resumed"];
     TurnQueued => "turn_queued", ephemeral: false, required: ["turn_id", "input"];
     TurnDequeued => "turn_dequeued", ephemeral: false, required: ["turn_id"];
+    HookRun => "hook_run", ephemeral: false, required: ["event", "command", "verdict"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];
     Status => "status", ephemeral: true, required: [];

@@ -49,6 +49,8 @@ pub mod method {
     pub const INSTRUCTIONS: &str = "agentd/instructions";
     pub const STEER: &str = "agentd/steer";
     pub const DEQUEUE: &str = "agentd/dequeue";
+    pub const HOOKS: &str = "agentd/hooks";
+    pub const HOOKS_TRUST: &str = "agentd/hooks_trust";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -752,6 +754,24 @@ pub struct InstructionsParams {
     /// Without a session: the workspace to look from (absolute).
     #[serde(default)]
     pub workspace: Option<String>,
+}
+
+/// `agentd/hooks`: the hooks a turn in `workspace` (absolute) would run, and its project
+/// file `.agentd/hooks.toml` with whether it is trusted (docs/hooks.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksParams {
+    pub workspace: String,
+}
+
+/// `agentd/hooks_trust`: trusts `workspace`'s project hooks file as it is now; with
+/// `sha256`, only if the file still has that digest (what the user reviewed).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksTrustParams {
+    pub workspace: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 /// The models a client may offer for a turn, in the daemon's order: each configured

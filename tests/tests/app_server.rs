@@ -680,6 +680,38 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
     assert_eq!(steers[0]["data"]["text"], "and keep it short");
     assert_eq!(steers[0]["data"]["turn_id"], turn_id.as_str());
 
+    // Accepted for the session: the daemon allows the tool from then on, asking no one.
+    for answer in [Some("acceptForSession"), None] {
+        let id = c
+            .ws
+            .request(
+                "turn/start",
+                json!({"threadId": thread, "input": [{"type": "text", "text": "please shout", "text_elements": []}]}),
+            )
+            .await;
+        c.ws.response(id).await;
+        if let Some(a) = answer {
+            let req =
+                c.ws.wait_for("a command approval", |v| {
+                    v["method"] == "item/commandExecution/requestApproval"
+                })
+                .await;
+            c.ws.send(json!({"id": req["id"], "result": {"decision": a}}))
+                .await;
+        }
+        c.note("turn/completed", |_| true).await;
+    }
+    c.check_seen();
+    let asked =
+        c.ws.seen
+            .iter()
+            .filter(|v| v["method"] == "item/commandExecution/requestApproval")
+            .count();
+    assert_eq!(
+        asked, 2,
+        "the tool accepted for the session was asked about again"
+    );
+
     let decisions: Vec<(String, String)> = log_events(&d, &sid)
         .iter()
         .filter(|e| is_type(e, "permission_decision"))
@@ -694,7 +726,9 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         decisions,
         [
             ("allow".to_string(), "client_allowed".to_string()),
-            ("deny".to_string(), "client_denied".to_string())
+            ("deny".to_string(), "client_denied".to_string()),
+            ("allow".to_string(), "client_allowed_always".to_string()),
+            ("allow".to_string(), "always_allowed".to_string())
         ]
     );
 }

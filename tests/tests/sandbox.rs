@@ -11,6 +11,8 @@ use std::time::Duration;
 mod escapes;
 #[path = "sandbox/git.rs"]
 mod git;
+#[path = "sandbox/hooks.rs"]
+mod hooks;
 #[path = "sandbox/sockets.rs"]
 mod sockets;
 

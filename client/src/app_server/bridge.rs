@@ -21,7 +21,7 @@ use agentd_proto::session_uuid::{self, Resolved};
 use agentd_proto::{AgentError, ErrorKind};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,8 +83,8 @@ struct Loaded {
     mode: String,
     /// The model picked for its turns (a `model/list` id), if any.
     model: Option<String>,
-    /// The turn its follower saw start and not yet end (`turn/steer`'s check).
-    turn: Arc<Mutex<Option<String>>>,
+    /// The turns its follower saw.
+    turn: Arc<Mutex<Seen>>,
     follower: tokio::task::JoinHandle<()>,
 }
 
@@ -459,8 +459,7 @@ impl Client {
         after_seq: Option<u64>,
     ) {
         let uuid = session_uuid::to_uuid(sid);
-        let always = Arc::new(Mutex::new(HashSet::new()));
-        let turn = Arc::new(Mutex::new(None));
+        let turn = Arc::new(Mutex::new(Seen::default()));
         let follower = tokio::spawn(follow(
             Arc::downgrade(self),
             Followed {
@@ -468,7 +467,6 @@ impl Client {
                 uuid: uuid.clone(),
                 workspace: workspace.to_path_buf(),
                 after_seq,
-                always: always.clone(),
                 turn: turn.clone(),
             },
         ));
@@ -929,7 +927,19 @@ impl Client {
         if let Some(m) = model.as_deref().and_then(picked_model) {
             q["model"] = json!(m);
         }
-        let r = self.shared.call(method::TURN, q).await?;
+        // The daemon frees the session just after `turn_ended` is durable, and Codex's
+        // clients start the next turn on `turn/completed`: a `busy` naming the turn this
+        // thread saw end is that instant, and the request is sent again (up to 2 s).
+        let mut tries = 0;
+        let r = loop {
+            match self.shared.call(method::TURN, q.clone()).await {
+                Err(e) if e.kind == ErrorKind::Busy && tries < 80 && self.just_ended(&sid, &e) => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                }
+                r => break r?,
+            }
+        };
         let turn = Turn {
             id: r["turn_id"].as_str().unwrap_or_default().to_string(),
             items: vec![],
@@ -941,6 +951,18 @@ impl Client {
         Ok(json!({ "turn": turn }))
     }
 
+    /// Whether a `busy` error names the turn this thread's follower saw end last.
+    fn just_ended(&self, sid: &str, e: &AgentError) -> bool {
+        let busy = e.details.get("turn_id").and_then(Value::as_str);
+        self.threads.lock().ok().is_some_and(|t| {
+            t.get(sid).is_some_and(|l| {
+                l.turn
+                    .lock()
+                    .is_ok_and(|s| busy.is_some() && s.ended.as_deref() == busy)
+            })
+        })
+    }
+
     /// `turn/steer`: `agentd/steer`, the input joining the running turn at its next
     /// provider call (recorded as a steered `user_message`). Answered once it is
     /// recorded; a thread with no running turn gets agentd's `not_running` error.
@@ -949,11 +971,10 @@ impl Client {
         let sid = self.sid_of(&p.thread_id).await?;
         self.loaded(&sid)?;
         let text = input_text(&p.input, "turn/steer")?;
-        let running = self
-            .threads
-            .lock()
-            .ok()
-            .and_then(|t| t.get(&sid).and_then(|l| l.turn.lock().ok()?.clone()));
+        let running = self.threads.lock().ok().and_then(|t| {
+            t.get(&sid)
+                .and_then(|l| l.turn.lock().ok()?.running.clone())
+        });
         if running.as_ref().is_some_and(|t| *t != p.expected_turn_id) {
             return Err(RpcErr::new(
                 -32600,
@@ -1056,13 +1077,12 @@ impl Client {
         };
         match ans["result"]["decision"].as_str() {
             Some("accept") => json!({"decision": "allow"}),
+            // The daemon remembers the tool for the session (a sandbox grant: the grant).
             Some("acceptForSession") => {
-                if p.get("mcp").is_some_and(|m| !m.is_null()) {
-                    json!({"decision": "allow_always"})
-                } else if p.get("sandbox_grant").is_some_and(|g| !g.is_null()) {
+                if p.get("sandbox_grant").is_some_and(|g| !g.is_null()) {
                     json!({"decision": "allow", "scope": "session"})
                 } else {
-                    json!({"decision": "allow", "remember": tool})
+                    json!({"decision": "allow_always"})
                 }
             }
             _ => json!({"decision": "deny"}),
@@ -1117,20 +1137,15 @@ const PERMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Puts a followed session's permission requests to the client.
 struct Asker {
     conn: Arc<Conn>,
-    always: Arc<Mutex<HashSet<String>>>,
     uuid: String,
     workspace: PathBuf,
 }
 
 impl Asker {
-    /// Answers a built-in tool accepted for the session at once; otherwise announces the
-    /// call's item and asks the client, in a task of its own, so the stream goes on.
+    /// Announces the call's item and asks the client, in a task of its own, so the
+    /// stream goes on.
     async fn ask(&self, c: &Arc<Client>, live: &mut Live, id: Value, params: Value) {
         let tool = params["tool"].as_str().unwrap_or("tool").to_string();
-        if self.always.lock().is_ok_and(|a| a.contains(&tool)) {
-            let _ = self.conn.respond(id, json!({"decision": "allow"})).await;
-            return;
-        }
         let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
         let call_id = params["call_id"].as_str().unwrap_or("");
         if live.turn_id.is_none() {
@@ -1139,27 +1154,24 @@ impl Asker {
         if let Some((m, p)) = live.announce(&self.workspace, call_id, &tool, &args) {
             c.out.notify(m, p);
         }
-        let (c, conn, always, uuid, ws) = (
+        let (c, conn, uuid, ws) = (
             c.clone(),
             self.conn.clone(),
-            self.always.clone(),
             self.uuid.clone(),
             self.workspace.clone(),
         );
         tokio::spawn(async move {
-            let mut ans = c.approve(&uuid, &ws, &params).await;
-            if let Some(t) = ans
-                .as_object_mut()
-                .and_then(|o| o.remove("remember"))
-                .and_then(|t| t.as_str().map(str::to_string))
-            {
-                if let Ok(mut a) = always.lock() {
-                    a.insert(t);
-                }
-            }
+            let ans = c.approve(&uuid, &ws, &params).await;
             let _ = conn.respond(id, ans).await;
         });
     }
+}
+
+/// The turns a follower saw: the one running, the last one ended.
+#[derive(Default)]
+struct Seen {
+    running: Option<String>,
+    ended: Option<String>,
 }
 
 /// What a follower follows.
@@ -1168,10 +1180,8 @@ struct Followed {
     uuid: String,
     workspace: PathBuf,
     after_seq: Option<u64>,
-    /// Built-in tools the client accepted for the session.
-    always: Arc<Mutex<HashSet<String>>>,
-    /// The running turn, as the follower last saw it.
-    turn: Arc<Mutex<Option<String>>>,
+    /// The turns, as the follower saw them.
+    turn: Arc<Mutex<Seen>>,
 }
 
 async fn follow(client: std::sync::Weak<Client>, f: Followed) {
@@ -1180,7 +1190,6 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
         uuid,
         workspace,
         after_seq,
-        always,
         turn,
     } = f;
     let Some(target) = client.upgrade().map(|c| c.shared.target.socket.clone()) else {
@@ -1204,7 +1213,6 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
     let mut waiting: Vec<(Value, Value, tokio::time::Instant)> = vec![];
     let asker = Asker {
         conn: conn.clone(),
-        always,
         uuid: uuid.clone(),
         workspace: workspace.clone(),
     };
@@ -1231,11 +1239,16 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
                     let _ = conn.subscribe(&sid, from, true).await;
                     continue;
                 }
-                for (m, p) in live.on_event(ev, &workspace) {
-                    c.out.notify(m, p);
-                }
+                let notes = live.on_event(ev, &workspace);
+                // Updated before the client hears of it (it may answer at once).
                 if let Ok(mut t) = turn.lock() {
-                    t.clone_from(&live.turn_id);
+                    if ev["type"] == "turn_ended" {
+                        t.ended = ev["data"]["turn_id"].as_str().map(str::to_string);
+                    }
+                    t.running.clone_from(&live.turn_id);
+                }
+                for (m, p) in notes {
+                    c.out.notify(m, p);
                 }
                 let mut i = 0;
                 while i < waiting.len() {

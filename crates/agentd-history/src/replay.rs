@@ -261,6 +261,18 @@ pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
     let text = || ev.str_field("text").map(str::to_string);
     match ev.event_type() {
         EventType::UserMessage => text().map(|text| ReplayItem::User { text }),
+        // What a `session_start` or `user_prompt_submit` hook printed for the model
+        // (docs/hooks.md#context), shown where it was recorded: before the prompt.
+        EventType::HookRun => {
+            ev.str_field("context")
+                .filter(|c| !c.is_empty())
+                .map(|c| ReplayItem::User {
+                    text: format!(
+                        "<hook_context event=\"{}\">\n{c}\n</hook_context>",
+                        ev.str_field("event").unwrap_or("")
+                    ),
+                })
+        }
         EventType::AssistantMessage if !super::digest::is_partial(ev) => {
             text().map(|text| ReplayItem::Assistant { text })
         }

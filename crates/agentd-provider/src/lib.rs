@@ -11,7 +11,7 @@
 //! the text already streamed kept so the turn can record it as a partial message.
 //!
 //! Module map: `config` (the `[providers.NAME]` tables), `dialect` (replay items → wire
-//! input, shared with `agentd/context`), `sse` (event-stream parser), `http` (request,
+//! input, shared with `agentd/context`), `sse` (the event-stream parser, from `agentd-base`), `http` (request,
 //! retries, idle timeout, cancellation — common to all HTTP kinds), `responses`, `chat`,
 //! `anthropic` (one stream decoder per wire format), `script` (offline replay), `models`
 //! (a provider's own models endpoint).
@@ -24,7 +24,8 @@ pub mod config;
 pub mod dialect;
 pub mod models;
 pub mod preflight;
-pub mod sse;
+/// The event-stream parser, shared with MCP's streamable HTTP (`agentd_base::sse`).
+pub use agentd_base::sse;
 
 mod anthropic;
 mod chat;
