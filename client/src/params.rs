@@ -179,6 +179,24 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 ]),
             )
         }
+        Command::Goal(a) if a.show => (
+            method::GOAL_GET,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Goal(a) if a.clear => (
+            method::GOAL_CLEAR,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Goal(a) => (
+            method::GOAL_SET,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("objective", opt(a.objective.clone())),
+                ("max_turns", opt(a.max_turns)),
+                ("token_budget", opt(a.budget)),
+                ("model", opt(a.model.clone())),
+            ]),
+        ),
         Command::Dequeue(a) => (
             method::DEQUEUE,
             object(vec![

@@ -704,7 +704,8 @@ impl Runner<'_> {
     /// A call that may run again after a crash: a read-only built-in, or an MCP tool
     /// the user trusts read-only whose server declares `readOnlyHint`.
     fn replay_safe(&self, name: &str) -> bool {
-        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) {
+        // A `task` call finds its child again and waits for its answer (docs/subagents.md).
+        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) || name == super::subagent::TOOL_NAME {
             return true;
         }
         self.mcp_tool(name)
@@ -877,6 +878,7 @@ impl Runner<'_> {
             specs.retain(|s| s.name != "apply_patch");
         }
         specs.push(memory::tool_spec());
+        specs.extend(super::subagent::extra_specs(self.turns, self.h).await);
         // After the built-ins, in (server, tool) order: a stable prompt prefix.
         specs.extend(self.mcp_offered.iter().map(mcp_spec));
         let req = ProviderRequest {
@@ -1004,6 +1006,15 @@ impl Runner<'_> {
     /// Runs the calls in order. `false` when the turn was interrupted (calls not yet run
     /// stay pending for the interrupt's reconciliation).
     async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<bool, AgentError> {
+        // The step's `task` calls start together; each result is recorded in call order.
+        let mut tasks =
+            super::subagent::Tasks::start(self.turns, &calls, || super::subagent::Parent {
+                h: self.h.clone(),
+                turn_id: self.turn_id.clone(),
+                cancel: self.cancel.clone(),
+                permission_mode: self.spec.permission_mode,
+                tools: self.tools.clone(),
+            });
         for (call_id, name, args) in calls {
             if self.cancel.is_cancelled() {
                 return Ok(false);
@@ -1072,6 +1083,20 @@ impl Runner<'_> {
             }
             if name == memory::TOOL_NAME {
                 self.memory_apply(call_id, args).await?;
+                continue;
+            }
+            if name == super::subagent::TOOL_NAME {
+                let data = tasks.result(&call_id).await;
+                self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                    .await?;
+                continue;
+            }
+            if name == super::goal::TOOL_NAME {
+                let res = super::goal::complete(self.turns, self.h, &self.turn_id, &call_id, &args)
+                    .await?;
+                if let Some(r) = res {
+                    self.last_seq = self.last_seq.max(r.last_seq);
+                }
                 continue;
             }
             if let Some(o) = mcp {
