@@ -46,7 +46,7 @@ done
 # Codex's and Claude Code's native binaries arrive as the platform packages npm picks
 # from the lockfile's optional dependencies (@openai/codex-linux-x64,
 # @anthropic-ai/claude-code-linux-x64; Claude Code's postinstall copies its binary over
-# bin/claude.exe); tests/tests/app_server.rs, the TUI test and the export round trips run
+# bin/claude.exe); tests/tests/codex_tui.rs (in tmux, from .ci/setup.sh) and the export round trips run
 # them.
 "$bin/codex" --version >/dev/null || fail "codex from tests/peers does not run (its platform package is missing?)"
 "$bin/claude" --version >/dev/null || fail "claude from tests/peers does not run (its platform package or postinstall is missing?)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the whole test suite (`cargo build --workspace --all-targets && cargo test
 # --workspace`, README: Tests) needs beyond a Rust toolchain, on a fresh Debian machine:
-#   - git, python3 with venv, node >= 20 and npm (Debian packages, when missing);
+#   - git, python3 with venv, node >= 20 and npm, tmux (Debian packages, when missing;
+#     tmux hosts the real Codex TUI of tests/tests/codex_tui.rs);
 #   - systemd's tools for the service tests and cargo-deb (.ci/service.sh tools);
 #   - PostgreSQL's server binaries for the database store's tests (.ci/postgres.sh);
 #   - the reference MCP servers, from committed lockfiles (.ci/mcp.sh);
@@ -20,6 +21,7 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${missing[*]} (apt-get)"

@@ -91,6 +91,9 @@ pub enum Command {
     /// Show what the next turn sends besides the history: the base prompt and the
     /// instruction files (AGENTS.md, CLAUDE.md), each with where it came from.
     Instructions(InstructionsArgs),
+    /// List the models clients may offer: the configured ones, and what the models
+    /// endpoints of `list_models` providers return.
+    Models(ModelsArgs),
     /// Compact old history into a checkpoint event; the Log keeps every event.
     Compact(CompactArgs),
     /// Create a child session from a prefix of a session's Log.
@@ -324,6 +327,13 @@ pub struct SidArg {
 }
 
 #[derive(Debug, Args)]
+pub struct ModelsArgs {
+    /// Ask the providers' models endpoints again instead of the ten-minute cache.
+    #[arg(long)]
+    pub refresh: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct InstructionsArgs {
     /// Session id [default: a new turn in the current directory].
     pub session_id: Option<String>,
@@ -473,6 +483,26 @@ impl PermissionMode {
     }
 }
 
+/// How hard the model thinks (`reasoning_effort`, docs/turns-and-providers.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Effort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Minimal => "minimal",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct TurnOptions {
     /// Model for this turn [default: the session's].
@@ -487,6 +517,9 @@ pub struct TurnOptions {
     /// Which tools may run without asking.
     #[arg(long, value_enum, value_name = "MODE")]
     pub permission_mode: Option<PermissionMode>,
+    /// Reasoning effort of this turn [default: the provider config's].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub effort: Option<Effort>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
@@ -519,6 +552,9 @@ pub struct ChatArgs {
     /// Which tools may run without asking (`ask` asks in the chat).
     #[arg(long, value_enum, value_name = "MODE")]
     pub permission_mode: Option<PermissionMode>,
+    /// Reasoning effort of the chat's turns [default: the provider config's].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub effort: Option<Effort>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }

@@ -288,6 +288,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         | Command::Dequeue(_)
         | Command::AppServer(_)
         | Command::Instructions(_)
+        | Command::Models(_)
         | Command::Mcp(crate::cli::McpCmd::List(..) | crate::cli::McpCmd::Tools(..)) => Err(
             AgentError::internal("this command is answered before its handler is reached"),
         ),
@@ -466,6 +467,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
             out
         }
         Command::Instructions(_) => render::instructions(v),
+        Command::Models(_) => render::models(v),
         Command::Checkpoint(_) => match v.get("view").and_then(Value::as_str) {
             Some(view) if view.ends_with('\n') => view.to_string(),
             Some(view) => format!("{view}\n"),

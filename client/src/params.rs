@@ -88,6 +88,7 @@ pub fn turn_params(sid: &str, prompt: &str, t: &TurnOptions) -> Result<Value, Ag
             "permission_mode",
             opt(t.permission_mode.map(|m| m.as_str())),
         ),
+        ("reasoning_effort", opt(t.effort.map(|e| e.as_str()))),
         ("sandbox", t.sandbox.to_param()),
     ]))
 }
@@ -147,6 +148,10 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 Some(s) => object(vec![("session_id", sid(s)?)]),
                 None => object(vec![("workspace", Some(abs_dir(None, cwd).into()))]),
             },
+        ),
+        Command::Models(a) => (
+            method::MODELS,
+            object(vec![("refresh", a.refresh.then_some(true.into()))]),
         ),
         Command::Checkpoint(a) => (
             method::CHECKPOINT,

@@ -379,6 +379,46 @@ pub fn revert_result(v: &Value) -> String {
     out
 }
 
+/// `agentctl models`: one `provider:model  source` line per model, then how each
+/// listed provider's models endpoint answered.
+pub fn models(v: &Value) -> String {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut out = String::new();
+    let rows = v.get("models").and_then(Value::as_array);
+    for m in rows.into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{}:{}  ({})",
+            s(m, "provider"),
+            s(m, "model"),
+            s(m, "source")
+        );
+    }
+    for l in v
+        .get("listings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let n = |k: &str| l.get(k).and_then(Value::as_u64).unwrap_or(0);
+        match l.get("error").and_then(Value::as_str) {
+            Some(e) => {
+                let _ = writeln!(out, "# {}: not listed: {e}", s(l, "provider"));
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "# {}: {} listed ({}s ago)",
+                    s(l, "provider"),
+                    n("count"),
+                    n("age_s")
+                );
+            }
+        }
+    }
+    out
+}
+
 /// `agentctl instructions`: each part the next turn sends besides the history, with
 /// where it came from, then its text; skipped files and why; whether the session's
 /// newest record already holds them.

@@ -435,7 +435,10 @@ impl View {
                 true
             }
             "permission_decision" => {
-                let d = format!("{} ({})", text("decision"), text("reason"));
+                let mut d = format!("{} ({})", text("decision"), text("reason"));
+                if !text("message").is_empty() {
+                    d = format!("{d}: {}", text("message"));
+                }
                 if let Some(i) = self.tool_index(text("call_id")) {
                     if let Item::Tool { decision, .. } = &mut self.items[i] {
                         *decision = Some(d);

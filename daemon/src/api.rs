@@ -10,6 +10,8 @@
 use crate::history::compaction::Trigger;
 use crate::history::reconcile::ReconcileReason;
 use crate::peer::PeerHandle;
+pub use crate::register::{error_object, parse};
+use crate::register::{method, parse_str, to_value};
 use crate::registry::{Registry, SessionMeta};
 use crate::session::SessionHandle;
 use crate::store;
@@ -17,12 +19,10 @@ use crate::turn::TurnManager;
 use agentd_proto::event::{new_event_id, now_ts};
 use agentd_proto::rpc::*;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event, EventType};
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params, Request};
+use jsonrpsee::types::{Params, Request};
 use jsonrpsee::{Extensions, Methods, PendingSubscriptionSink, RpcModule};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::future::Future;
 use std::io::Write;
 
 pub use crate::filesystem::check_workspace;
@@ -37,14 +37,6 @@ pub struct Api {
     pub turns: Arc<TurnManager>,
     /// Cancelled by `agentd/shutdown` (and signals): main runs the shutdown sequence.
     pub shutdown_requested: CancellationToken,
-}
-
-pub fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
-    parse_str(params.as_str().unwrap_or("{}"))
-}
-
-fn parse_str<T: DeserializeOwned>(text: &str) -> Result<T, AgentError> {
-    serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
 }
 
 /// Where a direct call's response object goes, as pieces of JSON text to be written one
@@ -207,39 +199,6 @@ impl Drop for Answer {
         self.finish(Err(AgentError::internal(
             "the session's actor stopped before answering",
         )));
-    }
-}
-
-/// An error object for `kind` (docs/protocol.md#errors): -32602 for invalid_args, else -32000.
-pub fn error_object(err: &AgentError) -> ErrorObjectOwned {
-    let code = match err.kind {
-        ErrorKind::InvalidArgs => -32602,
-        _ => agentd_proto::error::APP_ERROR_CODE,
-    };
-    ErrorObject::owned(code, err.message.clone(), Some(err.rpc_data()))
-}
-
-fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
-    serde_json::to_value(v).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
-}
-
-/// Registers an async method whose params parse into `P`.
-pub(crate) fn method<P, F, Fut>(module: &mut RpcModule<Api>, name: &'static str, f: F)
-where
-    P: DeserializeOwned + Send + 'static,
-    F: Fn(Arc<Api>, P, Extensions) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Result<Value, AgentError>> + Send + 'static,
-{
-    let res = module.register_async_method(name, move |params, ctx, ext| {
-        let f = f.clone();
-        async move {
-            let p: P = parse(&params).map_err(|e| error_object(&e))?;
-            f(ctx, p, ext).await.map_err(|e| error_object(&e))
-        }
-    });
-    if let Err(e) = res {
-        // Method names are static and unique; a clash is a programming error caught by tests.
-        panic!("register {name}: {e}");
     }
 }
 
@@ -805,7 +764,7 @@ async fn subscribe(
             api.turns.add_permission_peer(&p.session_id, peer.clone());
         }
     }
-    let (last_at_subscribe, mut rx) = match handle.query(|st| st.subscribe()).await {
+    let (last_at_subscribe, streamed, mut rx) = match handle.query(|st| st.subscribe()).await {
         Ok(x) => x,
         Err(e) => return pending.reject(error_object(&e)).await,
     };
@@ -841,6 +800,26 @@ async fn subscribe(
         (Some(a), None) => Some(a),
         _ => None,
     };
+    // Joined mid-step: what the step streamed so far, as one delta each for reasoning
+    // and text (`catch_up: true`), then the live deltas that follow it.
+    if skip_through.is_none() {
+        for (kind, text) in [
+            (EventType::ReasoningDelta, &streamed.reasoning),
+            (EventType::TextDelta, &streamed.text),
+        ] {
+            if text.is_empty() {
+                continue;
+            }
+            let ev = json!({"session_id": &p.session_id, "ts": agentd_proto::event::now_ts(),
+                            "type": kind.as_str(), "data": {"text": text, "catch_up": true}});
+            let Ok(raw) = serde_json::value::to_raw_value(&ev) else {
+                continue;
+            };
+            if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() {
+                return;
+            }
+        }
+    }
     loop {
         tokio::select! {
             _ = sink.closed() => break,

@@ -245,6 +245,17 @@ impl Config {
                 .validate(name)
                 .map_err(|e| format!("{}{e}", at(&format!("[mcp_servers.{name}]"))))?;
         }
+        for (name, p) in &cfg.providers {
+            if let Some(e) = &p.reasoning_effort {
+                if let Err(err) = agentd_proto::rpc::validate_reasoning_effort(e) {
+                    return Err(format!(
+                        "{}[providers.{name}] {}",
+                        at("reasoning_effort"),
+                        err.message
+                    ));
+                }
+            }
+        }
         for c in &cfg.sandbox.caches {
             if agentd_sandbox::CachePreset::parse(c).is_none() {
                 let known: Vec<&str> = agentd_sandbox::CachePreset::ALL
@@ -256,6 +267,15 @@ impl Config {
                     at(&format!("\"{c}\"")),
                     crate::text::clip_chars(c, 64),
                     hint_or_list(c, &known),
+                ));
+            }
+        }
+        for s in &cfg.sandbox.sockets {
+            if !s.is_absolute() {
+                return Err(format!(
+                    "{}[sandbox] `sockets` needs absolute paths, got `{}`",
+                    at("sockets"),
+                    crate::text::clip_chars(&s.display().to_string(), 64),
                 ));
             }
         }

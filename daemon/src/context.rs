@@ -842,6 +842,7 @@ mod tests {
                     rendered: None,
                     tools: tools.clone(),
                     max_output_tokens: Some(100),
+                    reasoning_effort: None,
                 };
                 let want = p.request_body(&old).unwrap();
                 let Some(r) = p.render() else {

@@ -97,10 +97,15 @@ pub struct Registry {
     /// [`SessionObserver::open_turn`]): a hook handed down, so the registry never names
     /// the layer above it.
     pub resumer: std::sync::OnceLock<Resumer>,
+    /// Starts the turns queued in a session the daemon loads for the first time (the
+    /// turn manager installs it; see [`SessionObserver::queued_waiting`]).
+    pub queue_starter: std::sync::OnceLock<QueueStarter>,
 }
 
 /// See [`Registry::resumer`].
 pub type Resumer = Box<dyn Fn(&SessionHandle, &SessionState, &str) -> bool + Send + Sync>;
+/// See [`Registry::queue_starter`].
+pub type QueueStarter = Box<dyn Fn(&SessionHandle) + Send + Sync>;
 
 impl Registry {
     /// Builds the registry and its lineage index from the Logs in `home`.
@@ -140,6 +145,7 @@ impl Registry {
             generation: AtomicU64::new(1),
             loaded_once: dashmap::DashSet::new(),
             resumer: std::sync::OnceLock::new(),
+            queue_starter: std::sync::OnceLock::new(),
         }))
     }
 
@@ -391,6 +397,11 @@ impl SessionObserver for Registry {
         match self.resumer.get() {
             Some(r) if self.config.turns.resume_after_crash => r(handle, state, turn_id),
             _ => false,
+        }
+    }
+    fn queued_waiting(&self, handle: &SessionHandle) {
+        if let Some(start) = self.queue_starter.get() {
+            start(handle);
         }
     }
     fn reopen(

@@ -22,6 +22,7 @@ use crate::history::checkpoint::{Checkpoint, CheckpointState};
 use crate::history::fold::Fold;
 use crate::history::reconcile::{self, ReconcileReason};
 use crate::history::stored::{Line, StoredEvent};
+use crate::live::{Live, Streamed};
 use crate::store::{self, Home, LogAppender, LogStore};
 use agentd_proto::event::{new_event_id, now_ts, validate_draft};
 use agentd_proto::rpc::{AppendResult, CorruptLine};
@@ -64,6 +65,10 @@ pub trait SessionObserver: Send + Sync + 'static {
     /// before the actor serves any command, so the taker can claim the session's turn
     /// slot before any client reaches it.
     fn open_turn(&self, handle: &SessionHandle, state: &SessionState, turn_id: &str) -> bool;
+    /// On the first load, once no turn is open: the session has turns queued
+    /// (`turn_queued`, not started nor withdrawn) that the observer starts, so a prompt
+    /// queued behind a turn that ended just before a crash runs after the restart.
+    fn queued_waiting(&self, handle: &SessionHandle);
     /// The session's current actor, loading it if needed: where a command goes when
     /// the actor it was sent to was evicted meanwhile.
     fn reopen(
@@ -178,7 +183,7 @@ pub struct SessionHandle {
     /// Distinguishes a reloaded actor from an evicted one with the same id.
     pub generation: u64,
     tx: mpsc::Sender<Cmd>,
-    events: broadcast::Sender<Arc<str>>,
+    events: Live,
     /// To find the session's new actor when this one was evicted meanwhile.
     observer: Weak<dyn SessionObserver>,
     /// Why the actor could not load its Log, for callers whose command it dropped.
@@ -398,8 +403,9 @@ impl SessionHandle {
     pub fn publish(&self, kind: EventType, data: Value) {
         debug_assert!(kind.is_ephemeral());
         let ev =
-            json!({"session_id": &*self.id, "ts": now_ts(), "type": kind.as_str(), "data": data});
-        let _ = self.events.send(Arc::from(ev.to_string()));
+            json!({"session_id": &*self.id, "ts": now_ts(), "type": kind.as_str(), "data": &data});
+        let text = data.get("text").and_then(Value::as_str);
+        self.events.ephemeral(kind, text, Arc::from(ev.to_string()));
     }
 
     pub fn subscriber_count(&self) -> usize {
@@ -424,7 +430,7 @@ pub struct SessionState {
     /// `Some(turn_id)` while a turn runs in this daemon.
     pub running_turn: Option<String>,
     pub next_seq: u64,
-    events_tx: broadcast::Sender<Arc<str>>,
+    events_tx: Live,
     /// A torn tail cut at load, to be recorded as `log_repaired`.
     pending_repair: Vec<(u64, PathBuf)>,
     /// The rendered replay prefix per dialect (`agentd/context`); only the actor's
@@ -591,9 +597,11 @@ impl SessionState {
 
     /// Subscribes to live events and returns the last durable seq at that instant:
     /// events up to it are the backlog (read in pages), everything after arrives live,
-    /// so a subscriber sees every event exactly once.
-    pub fn subscribe(&self) -> (Option<u64>, broadcast::Receiver<Arc<str>>) {
-        (self.last_seq(), self.events_tx.subscribe())
+    /// so a subscriber sees every event exactly once. Also what the running provider
+    /// step streamed before this instant (its catch-up, see [`crate::live`]).
+    pub fn subscribe(&self) -> (Option<u64>, Streamed, broadcast::Receiver<Arc<str>>) {
+        let (tail, rx) = self.events_tx.subscribe();
+        (self.last_seq(), tail, rx)
     }
 
     /// Up to `limit` events with `after < seq <= upto`.
@@ -672,7 +680,7 @@ impl Reply {
 /// Starts the actor for `sid`; it loads the Log before serving any command.
 pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
     let (tx, rx) = mpsc::channel(MAX_BATCH_COMMANDS);
-    let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+    let events = Live::new(BROADCAST_CAPACITY);
     let (stopped_tx, stopped) = watch::channel(false);
     let handle = SessionHandle {
         id: Arc::from(sid),
@@ -730,7 +738,7 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
 async fn load(
     env: ActorEnv,
     sid: &str,
-    events_tx: broadcast::Sender<Arc<str>>,
+    events_tx: Live,
 ) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
     let sid = sid.to_string();
     // Reading, parsing and folding a big Log is CPU work: keep it off the runtime's
@@ -743,7 +751,7 @@ async fn load(
 fn load_blocking(
     env: &ActorEnv,
     sid: &str,
-    events_tx: broadcast::Sender<Arc<str>>,
+    events_tx: Live,
 ) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
     let started = std::time::Instant::now();
     let mut state = SessionState {
@@ -934,6 +942,9 @@ impl Actor {
             let (reply, _rx) = oneshot::channel();
             self.commit(vec![(drafts, None, Reply::Append(reply))])
                 .await;
+        }
+        if first_load && !self.state.queued.is_empty() {
+            self.env.observer.queued_waiting(&self.handle);
         }
     }
 
@@ -1153,13 +1164,14 @@ impl Actor {
         );
         let observer = self.env.observer.clone();
         let events_tx = self.state.events_tx.clone();
+        let records_step = staged
+            .iter()
+            .any(|e| crate::live::ends_step(e.event_type()));
         let sid = self.state.id.clone();
         let answer: store::AfterWrite = Box::new(move |res: &Result<(), AgentError>| match res {
             Ok(()) => {
                 observer.appended(&sid, &delta);
-                for line in lines {
-                    let _ = events_tx.send(line);
-                }
+                events_tx.durable(records_step, lines);
                 for (reply, r) in replies {
                     reply.send(Ok(r));
                 }

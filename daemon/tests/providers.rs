@@ -293,6 +293,7 @@ fn request() -> ProviderRequest {
         rendered: None,
         tools: tools(),
         max_output_tokens: Some(100),
+        reasoning_effort: None,
     }
 }
 
@@ -1124,6 +1125,7 @@ fn script_request(path: &std::path::Path, items: Vec<ReplayItem>) -> ProviderReq
         rendered: None,
         tools: tools(),
         max_output_tokens: None,
+        reasoning_effort: None,
     }
 }
 

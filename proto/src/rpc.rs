@@ -261,6 +261,26 @@ pub struct TurnParams {
     /// (`status: "queued"`) instead of answering `busy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<bool>,
+    /// `minimal|low|medium|high`: how hard the model thinks this turn (over the
+    /// provider config's `reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+}
+
+/// The reasoning effort levels a turn or a provider config may name.
+pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
+
+/// `invalid_args` unless `e` is one of [`REASONING_EFFORTS`]; the details name the
+/// field and the allowed levels.
+pub fn validate_reasoning_effort(e: &str) -> Result<(), crate::AgentError> {
+    if REASONING_EFFORTS.contains(&e) {
+        return Ok(());
+    }
+    let shown: String = e.chars().take(32).collect();
+    Err(crate::AgentError::invalid_args(format!(
+        "reasoning_effort must be one of minimal, low, medium, high (got {shown:?})"
+    ))
+    .with_details(serde_json::json!({"field": "reasoning_effort", "allowed": REASONING_EFFORTS})))
 }
 
 /// Longest `client_request_id`.
@@ -712,10 +732,15 @@ pub struct PreflightParams {
     pub model: Option<String>,
 }
 
-/// `agentd/models` takes no params (an empty object, or none).
+/// `agentd/models`: params are optional (an empty object, or none).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ModelsParams {}
+pub struct ModelsParams {
+    /// Ask the models endpoints of `list_models` providers again instead of answering
+    /// from the ten-minute cache.
+    #[serde(default)]
+    pub refresh: bool,
+}
 
 /// `agentd/instructions`: what the next turn of a session (or of a turn in `workspace`)
 /// would send besides the history: the base prompt and the instruction files.
@@ -738,6 +763,23 @@ pub struct ModelsResult {
     /// Every provider name a turn may give (configured tables and built-ins), so a
     /// client can tell `provider:model` from a model name with a colon in it.
     pub providers: Vec<String>,
+    /// One entry per provider with `list_models = true`: how its models endpoint
+    /// answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listings: Vec<ModelListing>,
+}
+
+/// How a provider's models endpoint answered `agentd/models`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelListing {
+    pub provider: String,
+    /// Models it listed (none when it failed).
+    pub count: usize,
+    /// Seconds since the listing was fetched (0: fetched for this request).
+    pub age_s: u64,
+    /// Why it could not be listed; the configured models are still offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -746,7 +788,8 @@ pub struct ModelChoice {
     pub provider: String,
     pub model: String,
     /// `model` (a configured table's `model`), `models` (an entry of its `models`
-    /// list) or `builtin` (a built-in provider's default model, its key being set).
+    /// list), `builtin` (a built-in provider's default model, its key being set) or
+    /// `listed` (from the provider's models endpoint, with `list_models = true`).
     pub source: String,
 }
 

@@ -369,6 +369,15 @@ impl Daemon {
             .map(|(_, v)| v.to_string_lossy().into_owned())
     }
 
+    /// Sets an environment variable (or with `None` removes one) for the daemons started
+    /// from now on and for agentctl: a fault rule for one run of the daemon, say.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.env.push((key.into(), v.into()));
+        }
+    }
+
     /// Pid of the harness-started daemon process, if running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

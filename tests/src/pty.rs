@@ -199,6 +199,18 @@ impl Pty {
         assert_eq!(rc, 0, "TIOCSWINSZ: {}", std::io::Error::last_os_error());
     }
 
+    /// Whether the terminal is in cooked mode (canonical input and echo on), as a shell
+    /// needs it; a full-screen client turns both off while it runs. Read on the master,
+    /// which reports the slave's settings, so it also works after the child has exited.
+    pub fn cooked(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tcgetattr fills a termios from our own open master descriptor.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::tcgetattr(self.master.as_raw_fd(), &mut t) };
+        assert_eq!(rc, 0, "tcgetattr: {}", std::io::Error::last_os_error());
+        t.c_lflag & libc::ICANON != 0 && t.c_lflag & libc::ECHO != 0
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -65,6 +65,9 @@ pub enum Reply {
     /// These SSE bytes (a stream cut short), then nothing until the client goes away:
     /// a provider still streaming when the daemon is killed.
     Hang(String),
+    /// These SSE bytes, then the gate runs (it blocks until the test lets the answer
+    /// go on), then the rest: a step a test catches mid-stream.
+    Gated(String, Box<dyn FnOnce() + Send>, String),
 }
 
 type Handler = dyn Fn(usize, &Value) -> Reply + Send + Sync;
@@ -126,6 +129,13 @@ impl MockProvider {
                     match reply {
                         Reply::Complete(s) => {
                             let _ = w.write_all(s.as_bytes());
+                            let _ = w.flush();
+                        }
+                        Reply::Gated(first, gate, rest) => {
+                            let _ = w.write_all(first.as_bytes());
+                            let _ = w.flush();
+                            gate();
+                            let _ = w.write_all(rest.as_bytes());
                             let _ = w.flush();
                         }
                         Reply::Hang(s) => {
@@ -197,10 +207,120 @@ pub fn chat_tools(calls: &[(&str, &str, Value)]) -> String {
     ])
 }
 
+/// The rest of an answer [`chat_partial`] began: `text`, finished.
+pub fn chat_rest(text: &str) -> String {
+    let mut s = chat_partial(text);
+    s.push_str(&chat_sse(&[
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}}),
+    ]));
+    s
+}
+
 /// The first chunk of an answer that never finishes (for [`Reply::Hang`]).
 pub fn chat_partial(text: &str) -> String {
     format!(
         "data: {}\n\n",
         serde_json::json!({"model": "m1", "choices": [{"index": 0, "delta": {"content": text}}]})
     )
+}
+
+/// One request a [`JsonServer`] answered: its request line's method and path (with the
+/// query) and its headers, names lowercased.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+type JsonHandler = dyn Fn(&SeenRequest) -> (u16, Value) + Send + Sync;
+
+/// A plain JSON endpoint (a provider's models list): every request is answered by
+/// `handler(request)` with a status and a JSON body, and recorded.
+pub struct JsonServer {
+    /// `http://127.0.0.1:PORT` (no path).
+    pub origin: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<SeenRequest>>>,
+}
+
+impl JsonServer {
+    pub fn start(handler: impl Fn(&SeenRequest) -> (u16, Value) + Send + Sync + 'static) -> Self {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler: std::sync::Arc<JsonHandler> = std::sync::Arc::new(handler);
+        let shared = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (seen, handler) = (shared.clone(), handler.clone());
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(stream.try_clone().unwrap());
+                    let mut first = String::new();
+                    if r.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut parts = first.split_whitespace();
+                    let method = parts.next().unwrap_or("").to_string();
+                    let path = parts.next().unwrap_or("").to_string();
+                    let mut headers = Vec::new();
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = l.split_once(':') {
+                            let k = k.trim().to_ascii_lowercase();
+                            if k == "content-length" {
+                                len = v.trim().parse().unwrap_or(0);
+                            }
+                            headers.push((k, v.trim().to_string()));
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let req = SeenRequest {
+                        method,
+                        path,
+                        headers,
+                    };
+                    let (status, answer) = handler(&req);
+                    seen.lock().unwrap().push(req);
+                    let text = answer.to_string();
+                    let head = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        text.len()
+                    );
+                    let mut w = stream;
+                    let _ = w.write_all(head.as_bytes());
+                    let _ = w.write_all(text.as_bytes());
+                    let _ = w.flush();
+                });
+            }
+        });
+        JsonServer { origin, seen }
+    }
+
+    /// The requests answered so far.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.seen.lock().unwrap().clone()
+    }
 }

@@ -924,3 +924,56 @@ fn the_sandbox_is_a_session_config_option() {
     );
     assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
 }
+
+/// The bridge offers the reasoning effort as a session config option
+/// (docs/turns-and-providers.md#reasoning-effort): the editor's pick is the next
+/// prompts' `reasoning_effort`, recorded in their `turn_started`; `default` leaves it to
+/// the provider config.
+#[test]
+fn the_reasoning_effort_is_a_session_config_option() {
+    let d = daemon();
+    let m = script_model(
+        &d,
+        "effort.json",
+        json!({"rules": [{"steps": [{"text": "done"}]}]}),
+    );
+    let mut a = Acp::spawn(&d, &["--model", &m, "--mode", "auto"]);
+    a.initialize();
+    let (r, _) = a.call(
+        "session/new",
+        json!({"cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let opt = &r["configOptions"][2];
+    assert_eq!(opt["id"], "effort", "{r}");
+    assert_eq!(opt["category"], "thought_level", "{r}");
+    assert_eq!(opt["currentValue"], "default");
+    let (r, _) = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "effort", "value": "high"}),
+        WAIT,
+    );
+    assert_eq!(r["configOptions"][2]["currentValue"], "high", "{r}");
+    let id = prompt(&mut a, &sid, "think hard");
+    assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+    a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "effort", "value": "default"}),
+        WAIT,
+    );
+    let id = prompt(&mut a, &sid, "think less");
+    assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+    let evs = log_events(&d, &sid);
+    let started = of_type(&evs, "turn_started");
+    let efforts: Vec<&Value> = started
+        .iter()
+        .map(|e| &e["data"]["reasoning_effort"])
+        .collect();
+    assert_eq!(efforts, vec![&json!("high"), &Value::Null], "{started:?}");
+    let id = a.request(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "effort", "value": "extreme"}),
+    );
+    assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
+}

@@ -7,6 +7,7 @@
 
 use agentd_proto::session_uuid;
 use agentd_tests::app_server::{script_model, Bridge, Schemas, Ws, WAIT};
+use agentd_tests::sse::{chat_sse, sse_server};
 use agentd_tests::{is_type, Daemon};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -478,13 +479,21 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
     // Interrupt an idle thread, steer, login, logout, unsubscribe.
     c.ok("turn/interrupt", json!({"threadId": thread, "turnId": "x"}))
         .await;
-    let steer = c
+    let empty = c
         .err(
             "turn/steer",
             json!({"threadId": thread, "expectedTurnId": "x", "input": []}),
         )
         .await;
-    assert!(steer["message"].as_str().unwrap().contains("turn/steer"));
+    assert_eq!(empty["code"], -32602, "{empty}");
+    let idle = c
+        .err(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": "x",
+                "input": [{"type": "text", "text": "too late", "text_elements": []}]}),
+        )
+        .await;
+    assert_eq!(idle["data"]["kind"], "not_running", "{idle}");
     let login = c
         .err(
             "account/login/start",
@@ -565,8 +574,20 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
     c.check_seen();
     assert_eq!(req["params"]["threadId"], thread.as_str());
     assert_eq!(req["params"]["command"], "echo approved-and-ran");
-    // The item the approval is about was announced first.
+    // The item the approval is about was announced first, after the text before it
+    // was complete.
     let item_id = req["params"]["itemId"].clone();
+    let before: Vec<&Value> =
+        c.ws.seen
+            .iter()
+            .take_while(|v| v["method"] != "item/commandExecution/requestApproval")
+            .collect();
+    assert!(
+        before.iter().any(|v| v["method"] == "item/completed"
+            && v["params"]["item"]["type"] == "agentMessage"
+            && v["params"]["item"]["text"] == "Running it."),
+        "the approval came before the message that leads to it was complete: {before:?}"
+    );
     assert!(c
         .ws
         .seen
@@ -603,6 +624,26 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         .await;
     c.check_seen();
     let item_id = req["params"]["itemId"].clone();
+    let turn_id = req["params"]["turnId"].as_str().unwrap().to_string();
+    // Input steered into the running turn joins it at its next provider call.
+    let wrong = c
+        .err(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": "not-this-turn",
+                "input": [{"type": "text", "text": "lost", "text_elements": []}]}),
+        )
+        .await;
+    assert!(
+        wrong["message"].as_str().unwrap().contains(&turn_id),
+        "{wrong}"
+    );
+    let steer =
+        c.ws.request(
+            "turn/steer",
+            json!({"threadId": thread, "expectedTurnId": turn_id, "clientUserMessageId": "steer-1",
+                "input": [{"type": "text", "text": "and keep it short", "text_elements": []}]}),
+        )
+        .await;
     let started =
         c.ws.seen
             .iter()
@@ -619,8 +660,57 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         .note("item/completed", |p| p["item"]["id"] == item_id)
         .await;
     assert_eq!(done["item"]["status"], "declined");
+    let steered = c.ws.response(steer).await;
+    c.schemas.check("v2/TurnSteerResponse", &steered["result"]);
+    assert_eq!(steered["result"]["turnId"], turn_id.as_str(), "{steered}");
+    let shown = c
+        .note("item/started", |p| {
+            p["item"]["type"] == "userMessage"
+                && p["item"]["content"][0]["text"] == "and keep it short"
+        })
+        .await;
+    assert_eq!(shown["turnId"], turn_id.as_str());
     c.note("turn/completed", |_| true).await;
     assert!(!d.workspace().join("notes.txt").exists());
+    let steers: Vec<Value> = log_events(&d, &sid)
+        .into_iter()
+        .filter(|e| is_type(e, "user_message") && e["data"]["steer"] == true)
+        .collect();
+    assert_eq!(steers.len(), 1, "{steers:?}");
+    assert_eq!(steers[0]["data"]["text"], "and keep it short");
+    assert_eq!(steers[0]["data"]["turn_id"], turn_id.as_str());
+
+    // Accepted for the session: the daemon allows the tool from then on, asking no one.
+    for answer in [Some("acceptForSession"), None] {
+        let id = c
+            .ws
+            .request(
+                "turn/start",
+                json!({"threadId": thread, "input": [{"type": "text", "text": "please shout", "text_elements": []}]}),
+            )
+            .await;
+        c.ws.response(id).await;
+        if let Some(a) = answer {
+            let req =
+                c.ws.wait_for("a command approval", |v| {
+                    v["method"] == "item/commandExecution/requestApproval"
+                })
+                .await;
+            c.ws.send(json!({"id": req["id"], "result": {"decision": a}}))
+                .await;
+        }
+        c.note("turn/completed", |_| true).await;
+    }
+    c.check_seen();
+    let asked =
+        c.ws.seen
+            .iter()
+            .filter(|v| v["method"] == "item/commandExecution/requestApproval")
+            .count();
+    assert_eq!(
+        asked, 2,
+        "the tool accepted for the session was asked about again"
+    );
 
     let decisions: Vec<(String, String)> = log_events(&d, &sid)
         .iter()
@@ -636,7 +726,9 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         decisions,
         [
             ("allow".to_string(), "client_allowed".to_string()),
-            ("deny".to_string(), "client_denied".to_string())
+            ("deny".to_string(), "client_denied".to_string()),
+            ("allow".to_string(), "client_allowed_always".to_string()),
+            ("allow".to_string(), "always_allowed".to_string())
         ]
     );
 }
@@ -878,4 +970,88 @@ fn the_schema_check_refuses_what_the_pinned_schema_refuses() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.check(def, &bad)));
         assert!(r.is_err(), "{def} accepted {bad}");
     }
+}
+
+/// A Chat Completions answer of `text`.
+fn chat_reply(text: &str) -> String {
+    chat_sse(&[
+        json!({"model": "m", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}),
+    ])
+}
+
+/// A Codex client's `provider:model` (`thread/start`'s `model`, `turn/start`'s `model`)
+/// reaches that provider with that model, as from every other client: the daemon's
+/// default provider has no server behind it, so a turn that went there would fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_colon_model_reaches_that_provider() {
+    let (beta, server) = sse_server(vec![
+        chat_reply("from the thread's model"),
+        chat_reply("from the turn's model"),
+    ]);
+    let config = format!(
+        "default_provider = \"alpha\"\n\
+         [providers.alpha]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m-alpha\"\n\
+         [providers.beta]\nkind = \"openai-chat\"\nbase_url = \"{beta}\"\nmodel = \"m-default\"\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "model": "beta:m-beta"}),
+        )
+        .await;
+    // Shown as the picker's id (`provider:model`), recorded apart.
+    assert_eq!(started["model"], "beta:m-beta", "{started}");
+    assert_eq!(started["modelProvider"], "beta", "{started}");
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    let sid = sid_of(&thread);
+    let first = &d.log_lines(&sid)[0];
+    assert_eq!(first["data"]["provider"], "beta", "{first}");
+    assert_eq!(first["data"]["model"], "m-beta", "{first}");
+
+    let notes = run_turn(&mut c, &thread, "hi").await;
+    let answer = notes
+        .iter()
+        .find(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| p["item"]["text"].clone());
+    assert_eq!(answer, Some(json!("from the thread's model")), "{notes:?}");
+
+    // turn/start's own `model` for this turn.
+    let r = c
+        .ok(
+            "turn/start",
+            json!({"threadId": thread, "model": "beta:m-turn",
+                "input": [{"type": "text", "text": "again", "text_elements": []}]}),
+        )
+        .await;
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_string();
+    let done = c
+        .note("turn/completed", |p| p["turn"]["id"] == turn_id.as_str())
+        .await;
+    assert_eq!(done["turn"]["status"], "completed", "{done}");
+
+    let bodies = server.join().unwrap();
+    let models: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["m-beta", "m-turn"]);
+    let started: Vec<(Value, Value)> = log_events(&d, &sid)
+        .iter()
+        .filter(|e| e["type"] == "turn_started")
+        .map(|e| (e["data"]["provider"].clone(), e["data"]["model"].clone()))
+        .collect();
+    assert_eq!(
+        started,
+        [
+            (json!("beta"), json!("m-beta")),
+            (json!("beta"), json!("m-turn"))
+        ]
+    );
 }

@@ -109,11 +109,77 @@ fn ask_mode_approves_and_denies_inline() {
     p.wait_for("deny, reason", WAIT);
     p.line("not that file");
     p.wait_for("Finished two.", WAIT);
-    let s = p.wait_for("[deny (client_denied)]", WAIT);
-    assert!(s.contains("denied write_file: not that file"), "{s}");
+    // The daemon records the user's words; the transcript shows them from the Log.
+    let s = p.wait_for("[deny (client_denied): not that file]", WAIT);
     assert!(s.contains("✗ permission_denied"), "{s}");
     assert!(!d.workspace().join("two.txt").exists());
+    p.wait_for("idle", WAIT);
+
+    // `a`: the daemon allows write_file for the rest of the session, asking no client.
+    p.line("again write1");
+    p.wait_for("Allow write_file one.txt?", WAIT);
+    p.send("a");
+    p.wait_for("[allow (client_allowed_always)]", WAIT);
+    p.wait_for("idle", WAIT);
     quit(p);
+    let mut p = chat(&d, &[&sid_of_only(&d), "--permission-mode", "ask"], 30, 100);
+    p.wait_for("idle", WAIT);
+    p.line("then write2");
+    p.wait_for("[allow (always_allowed)]", WAIT);
+    p.wait_for("idle", WAIT);
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("two.txt")).unwrap(),
+        "2\n"
+    );
+    quit(p);
+
+    let events = d.connect().call_ok(
+        "agentd/events",
+        json!({"session_id": sid_of_only(&d), "types": ["permission_decision", "tool_result"]}),
+    )["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let decisions: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "permission_decision")
+        .map(|e| {
+            (
+                e["data"]["reason"].as_str().unwrap().to_string(),
+                e["data"]["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let want = |r: &str, m: &str| (r.to_string(), m.to_string());
+    assert_eq!(
+        decisions,
+        [
+            want("client_allowed", ""),
+            want("client_denied", "not that file"),
+            want("client_allowed_always", ""),
+            want("always_allowed", "")
+        ]
+    );
+    // The model reads the user's words in the denied call's result.
+    let denied = events
+        .iter()
+        .find(|e| e["type"] == "tool_result" && e["data"]["ok"] == false)
+        .expect("the denied call's result");
+    assert!(
+        denied["data"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("the user said: not that file"),
+        "{denied}"
+    );
+}
+
+/// The id of the daemon's only session.
+fn sid_of_only(d: &Daemon) -> String {
+    let l = d.connect().call_ok("agentd/list", json!({}));
+    let s = l["sessions"].as_array().unwrap();
+    assert_eq!(s.len(), 1, "{l}");
+    s[0]["session_id"].as_str().unwrap().to_string()
 }
 
 #[test]
@@ -331,6 +397,7 @@ fn sigterm_restores_the_terminal() {
     let st = p.wait_exit(WAIT).expect("chat exits on SIGTERM");
     assert_eq!(st.code(), Some(143), "{st:?}");
     p.wait_closed(WAIT);
+    assert!(p.cooked(), "raw mode was not undone");
     let raw = String::from_utf8_lossy(&p.raw()).to_string();
     let entered = raw
         .rfind("\x1b[?1049h")
@@ -347,6 +414,47 @@ fn sigterm_restores_the_terminal() {
     assert!(
         after.contains("\x1b[?25h"),
         "the cursor was not shown again: {after:?}"
+    );
+}
+
+#[test]
+fn a_panic_restores_the_terminal() {
+    let d = Daemon::start();
+    let mut cmd = d.agentctl_cmd();
+    // A debug build's fault hook (docs/chat.md#faults): a panic on the first key.
+    cmd.arg("chat")
+        .arg("--new")
+        .env("AGENTCTL_CHAT_FAULT", "panic");
+    let mut p = Pty::spawn(cmd, 24, 80);
+    p.wait_for("idle", WAIT);
+    assert!(!p.cooked(), "the chat runs in raw mode");
+    p.send("x");
+    let st = p.wait_exit(WAIT).expect("chat exits on a panic");
+    assert_eq!(st.code(), Some(101), "{st:?}");
+    p.wait_closed(WAIT);
+    assert!(p.cooked(), "raw mode was not undone");
+    let raw = String::from_utf8_lossy(&p.raw()).to_string();
+    let entered = raw
+        .rfind("\x1b[?1049h")
+        .expect("the chat entered the alternate screen");
+    let after = &raw[entered..];
+    let left = after
+        .find("\x1b[?1049l")
+        .unwrap_or_else(|| panic!("the alternate screen was not left: {after:?}"));
+    assert!(
+        after.contains("\x1b[?2004l"),
+        "bracketed paste stayed on: {after:?}"
+    );
+    assert!(
+        after.contains("\x1b[?25h"),
+        "the cursor stayed hidden: {after:?}"
+    );
+    // The message is printed on the normal screen, after it was restored.
+    let printed = &after[left..];
+    assert!(printed.contains("AGENTCTL_CHAT_FAULT=panic"), "{printed:?}");
+    assert!(
+        printed.contains("the session is safe in the daemon"),
+        "{printed:?}"
     );
 }
 

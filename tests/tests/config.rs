@@ -58,6 +58,10 @@ fn each_level_and_type_error_names_its_key_and_line() {
             "line 1: `group_sync`: invalid type: string \"…\", expected a boolean",
         ),
         (
+            "[providers.p]\nkind = \"openai-chat\"\nreasoning_effort = \"max\"\n",
+            "line 3: [providers.p] reasoning_effort must be one of minimal, low, medium, high (got \"max\")",
+        ),
+        (
             "[sandbox]\ncaches = [\"cache:crago\"]\n",
             "line 2: [sandbox] unknown cache `cache:crago`; did you mean `cache:cargo`?",
         ),

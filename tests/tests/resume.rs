@@ -1,9 +1,11 @@
-//! Turns that finish after a crash, and idempotent admission (docs/durability.md):
-//! the real daemon killed with SIGKILL mid-turn, a provider endpoint that records every
-//! request it gets across restarts (`agentd_tests::sse::MockProvider`), and real shell
-//! commands whose side effects the workspace counts.
+//! Turns that finish after a crash, idempotent admission, queued turns and late
+//! joiners (docs/durability.md): the real daemon killed with SIGKILL mid-turn (from
+//! outside, or by itself at an exact write through the `kill` fault of
+//! `AGENTD_FAULTS`), a provider endpoint that records every request it gets across
+//! restarts (`agentd_tests::sse::MockProvider`), and real shell commands whose side
+//! effects the workspace counts.
 
-use agentd_tests::sse::{chat_partial, chat_text, chat_tools, MockProvider, Reply};
+use agentd_tests::sse::{chat_partial, chat_rest, chat_text, chat_tools, MockProvider, Reply};
 use agentd_tests::{is_type, wait_output, Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -528,4 +530,277 @@ fn a_queued_turn_survives_a_crash_and_runs_after_the_resumed_one() {
     assert!(!of_type(&evs, "turn_started")
         .iter()
         .any(|e| e["data"]["turn_id"] == q3["turn_id"]));
+}
+
+/// Kills the daemon as it is about to record its second `turn_started` (the queued
+/// turn's, the turn ahead of it having ended).
+const KILL_AT_SECOND_START: &str = "write:kill:2#\"type\":\"turn_started\"";
+
+/// A daemon of its own on `mock` whose session ran a turn (its provider call waiting
+/// for `go`) with a prompt queued behind it, and died by its kill fault as the queued
+/// turn was about to start. Returns the daemon (stopped, the fault unset), the session
+/// and the queued turn's id.
+fn queue_then_die_at_its_start(
+    mock: &MockProvider,
+    go: &std::sync::mpsc::Sender<()>,
+) -> (Daemon, String, Value) {
+    let mut d = Daemon::builder()
+        .config(&mock.config())
+        .env("AGENTD_FAULTS", KILL_AT_SECOND_START)
+        .start();
+    let sid = d.create_session();
+    let mut c = d.connect();
+    let asked = mock.requests().len();
+    c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": format!("first prompt {sid}"), "wait": false}),
+    );
+    mock.wait_requests(asked + 1, WAIT);
+    let q = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": format!("second prompt {sid}"), "queue": true}),
+    );
+    assert_eq!(q["status"], "queued", "{q}");
+    go.send(()).unwrap();
+    assert!(
+        d.wait_exit(WAIT).is_some(),
+        "the daemon did not kill itself at the queued turn's start; output:\n{}",
+        d.daemon_output()
+    );
+    let log = d.log_lines(&sid);
+    let ended: Vec<_> = log.iter().filter(|e| is_type(e, "turn_ended")).collect();
+    assert_eq!(
+        ended.len(),
+        1,
+        "the turn ahead ended before the crash: {log:#?}"
+    );
+    assert!(
+        !log.iter()
+            .any(|e| is_type(e, "turn_started") && e["data"]["turn_id"] == q["turn_id"]),
+        "the queued turn had not started at the crash: {log:#?}"
+    );
+    d.set_env("AGENTD_FAULTS", None);
+    (d, sid, q["turn_id"].clone())
+}
+
+/// Whether the provider was asked the queued prompt of `sid`.
+fn asked(mock: &MockProvider, sid: &str) -> bool {
+    let want = format!("second prompt {sid}");
+    mock.requests().iter().any(|r| messages(r).contains(&want))
+}
+
+/// A prompt queued behind a turn that ended just before a crash (the daemon died as
+/// the queued turn was about to start) runs when the daemon starts again, with no
+/// client touching the session; and one whose running-turn marker the crash did not
+/// leave (the marker is a hint, the Log decides) runs as soon as the session is
+/// loaded for anything, a read included, not only at its next prompt.
+#[test]
+fn a_queued_turn_whose_predecessor_ended_before_a_crash_starts_on_restart() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |_, body| {
+        if messages(body).contains("second prompt") {
+            Reply::Complete(chat_text("Answer two."))
+        } else {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+            Reply::Complete(chat_text("Answer one."))
+        }
+    });
+    let (mut d1, s1, q1) = queue_then_die_at_its_start(&mock, &go_tx);
+    let (mut d2, s2, q2) = queue_then_die_at_its_start(&mock, &go_tx);
+    // A crash between the queued prompt's write and its marker's leaves none.
+    let marker = d2.home().join("turns").join("running").join(&s2);
+    std::fs::remove_file(&marker).expect("the queued session's marker");
+    d2.spawn();
+    d2.wait_ready(WAIT).unwrap();
+
+    // Nobody calls d1: it starts the queued turn on its own.
+    d1.spawn();
+    wait_until("d1 to start the queued turn", || asked(&mock, &s1));
+    let mut sub = d1.connect();
+    sub.subscribe(&s1, Some(0));
+    let end = sub
+        .wait_event(
+            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == q1,
+            WAIT,
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "the queued turn did not end; daemon:\n{}",
+                d1.daemon_output()
+            )
+        });
+    assert_eq!(end["data"]["status"], "completed", "{end}");
+    assert!(!asked(&mock, &s2), "nothing loaded d2's session yet");
+
+    // A read loads it, and its queued turn starts.
+    events(&mut d2.connect(), &s2);
+    let mut sub2 = d2.connect();
+    sub2.subscribe(&s2, Some(0));
+    let end = sub2
+        .wait_event(
+            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == q2,
+            WAIT,
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "the queued turn did not end; daemon:\n{}",
+                d2.daemon_output()
+            )
+        });
+    assert_eq!(end["data"]["status"], "completed", "{end}");
+
+    for (d, sid) in [(&d1, &s1), (&d2, &s2)] {
+        let mut c = d.connect();
+        let evs = events(&mut c, sid);
+        let users: Vec<_> = of_type(&evs, "user_message")
+            .iter()
+            .map(|e| e["data"]["text"].clone())
+            .collect();
+        assert_eq!(
+            users,
+            [
+                json!(format!("first prompt {sid}")),
+                json!(format!("second prompt {sid}"))
+            ]
+        );
+        let answers: Vec<_> = of_type(&evs, "assistant_message")
+            .iter()
+            .map(|e| e["data"]["text"].clone())
+            .collect();
+        assert_eq!(
+            answers,
+            [json!("Answer one."), json!("Answer two.")],
+            "{evs:#?}"
+        );
+        assert_eq!(of_type(&evs, "turn_started").len(), 2, "{evs:#?}");
+        assert_balanced(&mut c, sid);
+    }
+    assert_eq!(
+        mock.requests().len(),
+        4,
+        "each prompt asked the provider once"
+    );
+}
+
+/// Subscribes on a new connection (from `after_seq`) and returns every event it gets
+/// until `until` matches one (that one included).
+fn collect_until(
+    d: &Daemon,
+    sid: &str,
+    after_seq: Option<u64>,
+    sub: &mut Option<agentd_tests::RpcConn>,
+    mut until: impl FnMut(&Value) -> bool,
+) -> Vec<Value> {
+    let c = sub.get_or_insert_with(|| {
+        let mut c = d.connect();
+        c.subscribe(sid, after_seq);
+        c
+    });
+    let mut got = Vec::new();
+    c.wait_event(
+        |e| {
+            got.push(e.clone());
+            until(e)
+        },
+        WAIT,
+    )
+    .unwrap_or_else(|| panic!("not seen within {WAIT:?}: {got:#?}"));
+    got
+}
+
+fn text_of(evs: &[Value]) -> String {
+    evs.iter()
+        .filter(|e| is_type(e, "text_delta"))
+        .map(|e| e["data"]["text"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// A client that subscribes while the provider streams gets the turn's durable events
+/// so far from the Log, then what the step streamed so far as one catch-up delta,
+/// then the live deltas: its text is the whole answer, nothing missing, nothing twice.
+/// One joining after the step was recorded gets no catch-up (the answer is in the Log).
+#[test]
+fn a_late_joiner_sees_the_turn_so_far_with_no_gap_and_no_duplicate() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(Some(go_rx));
+    let mock = MockProvider::start(move |_, _| {
+        let rx = go_rx.lock().unwrap().take().expect("one provider call");
+        Reply::Gated(
+            format!("{}{}", chat_partial("Hello, "), chat_partial("wor")),
+            Box::new(move || {
+                let _ = rx.recv_timeout(WAIT);
+            }),
+            chat_rest("ld."),
+        )
+    });
+    let d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut early = d.connect();
+    early.subscribe(&sid, None);
+    let mut c = d.connect();
+    let t = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "greet me", "wait": false}),
+    );
+    early
+        .wait_event(
+            |e| is_type(e, "text_delta") && e["data"]["text"] == "wor",
+            WAIT,
+        )
+        .expect("the first two deltas streamed");
+    // Joins mid-step: from the start of the Log, and live only.
+    let mut from_start = None;
+    let mut live_only = None;
+    let first = collect_until(&d, &sid, Some(0), &mut from_start, |e| {
+        is_type(e, "text_delta")
+    });
+    let first_live = collect_until(&d, &sid, None, &mut live_only, |e| is_type(e, "text_delta"));
+    go_tx.send(()).unwrap();
+    let rest = collect_until(&d, &sid, Some(0), &mut from_start, |e| {
+        is_type(e, "turn_ended")
+    });
+    let rest_live = collect_until(&d, &sid, None, &mut live_only, |e| is_type(e, "turn_ended"));
+
+    let catch_up = first.last().unwrap();
+    assert_eq!(
+        catch_up["data"],
+        json!({"text": "Hello, wor", "catch_up": true}),
+        "{first:#?}"
+    );
+    let all: Vec<Value> = first.iter().chain(&rest).cloned().collect();
+    assert_eq!(text_of(&all), "Hello, world.", "{all:#?}");
+    // The durable events, each once and in order, from the first.
+    let seqs: Vec<u64> = all.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    let want: Vec<u64> = (seqs[0]..seqs[0] + seqs.len() as u64).collect();
+    assert_eq!(seqs, want, "{all:#?}");
+    let log_seqs: Vec<u64> = events(&mut c, &sid)
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .filter(|s| *s > 0)
+        .collect();
+    assert_eq!(seqs, log_seqs, "every durable event after seq 0, once");
+    let answers: Vec<_> = of_type(&all, "assistant_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(answers, [json!("Hello, world.")]);
+    assert_eq!(
+        of_type(&all, "turn_started")[0]["data"]["turn_id"],
+        t["turn_id"]
+    );
+
+    let live: Vec<Value> = first_live.iter().chain(&rest_live).cloned().collect();
+    assert_eq!(
+        first_live.len(),
+        1,
+        "nothing durable before the catch-up: {first_live:#?}"
+    );
+    assert_eq!(text_of(&live), "Hello, world.", "{live:#?}");
+
+    // After the step is recorded there is nothing to catch up on.
+    let mut after = None;
+    let done = collect_until(&d, &sid, Some(0), &mut after, |e| is_type(e, "turn_ended"));
+    assert_eq!(text_of(&done), "", "{done:#?}");
+    assert_eq!(of_type(&done, "assistant_message").len(), 1);
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 mod escapes;
 #[path = "sandbox/git.rs"]
 mod git;
+#[path = "sandbox/sockets.rs"]
+mod sockets;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the
@@ -282,8 +284,10 @@ fn network_and_kernel_escape_hatches_are_closed() {
     let r = shell(&d, &mut c, &sid, &cmd, json!({}));
     let text = output(&r);
     assert!(!text.contains("BAD-TCP"), "{text}");
+    // The datagram goes to the sandbox's own loopback (network `none` has one); the
+    // host's socket below never sees it.
     for probe in [
-        "udp", "abstract", "io_uring", "tiocsti", "ptrace", "kill", "mount", "unshare", "x32",
+        "abstract", "io_uring", "tiocsti", "ptrace", "kill", "mount", "unshare", "x32",
     ] {
         let line = text
             .lines()
@@ -298,7 +302,6 @@ fn network_and_kernel_escape_hatches_are_closed() {
         "mount: EPERM",
         "unshare: EPERM",
         "x32: ENOSYS",
-        "udp: EPERM",
     ] {
         assert!(
             text.lines().any(|l| l == refused),
@@ -548,9 +551,8 @@ fn without_user_namespaces_the_fallback_still_confines_and_says_degraded() {
             .contains("no user namespaces"),
         "{r:#}"
     );
-    // With network `none` at this level seccomp refuses socket(AF_UNIX): agentctl
-    // cannot even reach the socket. With network `host` the socket is connectable and
-    // the daemon itself refuses (permission_denied, agentctl exit 3), logged.
+    // At this level seccomp refuses socket(AF_UNIX) with either network: agentctl
+    // cannot even reach the socket (exit 4).
     assert!(text.contains("ctl-exit=4"), "{text}");
     let host = create(&mut c, &d, Some(json!({"network": "host"})));
     let cmd = format!(
@@ -559,7 +561,32 @@ fn without_user_namespaces_the_fallback_still_confines_and_says_degraded() {
         s = q(d.socket())
     );
     let r = shell(&d, &mut c, &host, &cmd, json!({}));
+    assert!(output(&r).contains("ctl-exit=4"), "{r:#}");
+    drop(c);
+    drop(d);
+    // A socket grant lifts that refusal (this level cannot limit it to the granted
+    // path): the socket is connectable and the daemon itself refuses
+    // (permission_denied, agentctl exit 3), logged.
+    let tmp = std::env::temp_dir().canonicalize().unwrap();
+    let d = builder(&o)
+        .env("AGENTD_SANDBOX_FORCE", "no_userns")
+        .config(&format!("[sandbox]\nsockets = [{tmp:?}]\n"))
+        .start();
+    let mut c = d.connect();
+    let host = create(&mut c, &d, Some(json!({"network": "host"})));
+    let cmd = format!(
+        "{ctl} --socket {s} ls; echo ctl-exit=$?",
+        ctl = q(&ctl),
+        s = q(d.socket())
+    );
+    let r = shell(&d, &mut c, &host, &cmd, json!({}));
     let text = output(&r);
+    assert!(
+        r["sandbox"]["unix_sockets"]
+            .as_str()
+            .is_some_and(|f| f.contains("every socket reachable") || f.contains("Landlock")),
+        "{r:#}"
+    );
     assert!(text.contains("ctl-exit=3"), "{text}");
     assert!(text.contains("permission_denied"), "{text}");
     let log = std::fs::read_to_string(d.root().join("agentd.out")).unwrap();

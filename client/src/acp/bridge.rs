@@ -43,6 +43,8 @@ struct Open {
     model: Option<String>,
     /// The command sandbox mode picked in the editor; `None` = the session's own.
     sandbox: Option<String>,
+    /// The reasoning effort picked in the editor; `None` = the provider config's.
+    effort: Option<String>,
     always_allow: HashSet<String>,
     /// The `mcpServers` of `session/load` / `session/resume`, sent with every turn (the
     /// daemon keeps client-given servers in memory only; `session/new` gives them to
@@ -56,6 +58,15 @@ const SANDBOX_VALUES: &[(&str, &str)] = &[
     ("workspace_write", "Workspace write"),
     ("read_only", "Read only"),
     ("full_access", "Full access (no sandbox)"),
+];
+
+/// The `effort` config option's values (`default`: the provider config's).
+const EFFORT_VALUES: &[(&str, &str)] = &[
+    ("default", "Provider default"),
+    ("minimal", "Minimal"),
+    ("low", "Low"),
+    ("medium", "Medium"),
+    ("high", "High"),
 ];
 
 struct Running {
@@ -380,6 +391,14 @@ impl Bridge {
             "type": "select",
             "currentValue": o.sandbox.clone().unwrap_or_else(|| "default".into()),
             "options": SANDBOX_VALUES.iter().map(|(v, n)| json!({"value": v, "name": n})).collect::<Vec<_>>(),
+        }, {
+            "id": "effort",
+            "name": "Reasoning effort",
+            "description": "How hard the model thinks in the next prompts",
+            "category": "thought_level",
+            "type": "select",
+            "currentValue": o.effort.clone().unwrap_or_else(|| "default".into()),
+            "options": EFFORT_VALUES.iter().map(|(v, n)| json!({"value": v, "name": n})).collect::<Vec<_>>(),
         }])
     }
 
@@ -435,6 +454,7 @@ impl Bridge {
             own_model: self.args.models.first().cloned(),
             model: None,
             sandbox: None,
+            effort: None,
             always_allow: HashSet::new(),
             mcp_servers: None,
         };
@@ -481,6 +501,7 @@ impl Bridge {
                 own_model,
                 model: prev.as_ref().and_then(|x| x.model.clone()),
                 sandbox: None,
+                effort: None,
                 always_allow: prev.map(|x| x.always_allow).unwrap_or_default(),
                 // Exactly the servers of this request (none when it names none).
                 mcp_servers: Some(p.mcp_servers.clone().unwrap_or_default()),
@@ -608,10 +629,18 @@ impl Bridge {
     fn set_config(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: SetConfig = parse(params, "session/set_config_option params")?;
         let o = self.session_state(&p.session_id)?;
-        if p.config_id == "sandbox" {
+        if p.config_id == "sandbox" || p.config_id == "effort" {
             let v = p.value.as_str().unwrap_or("");
-            if !SANDBOX_VALUES.iter().any(|(s, _)| *s == v) {
-                return Err(RpcErr::params(format!("unknown sandbox value `{v}`")));
+            let values = if p.config_id == "sandbox" {
+                SANDBOX_VALUES
+            } else {
+                EFFORT_VALUES
+            };
+            if !values.iter().any(|(s, _)| *s == v) {
+                return Err(RpcErr::params(format!(
+                    "unknown {} value `{v}`",
+                    p.config_id
+                )));
             }
             let o = {
                 let mut m = self
@@ -621,7 +650,12 @@ impl Bridge {
                 let Some(o) = m.get_mut(&p.session_id) else {
                     return Err(RpcErr::new(-32002, "session closed"));
                 };
-                o.sandbox = (v != "default").then(|| v.to_string());
+                let picked = (v != "default").then(|| v.to_string());
+                if p.config_id == "sandbox" {
+                    o.sandbox = picked;
+                } else {
+                    o.effort = picked;
+                }
                 o.clone()
             };
             let opts = self.config_options(&o);
@@ -633,7 +667,7 @@ impl Bridge {
         }
         if p.config_id != "model" {
             return Err(RpcErr::params(format!(
-                "unknown config option `{}`: agentd offers `model` and `sandbox`",
+                "unknown config option `{}`: agentd offers `model`, `sandbox` and `effort`",
                 p.config_id
             )));
         }
@@ -724,6 +758,9 @@ impl Bridge {
         }
         if let Some(m) = &o.model {
             params["model"] = json!(m);
+        }
+        if let Some(e) = &o.effort {
+            params["reasoning_effort"] = json!(e);
         }
         if let Some(mcp) = &o.mcp_servers {
             params["mcp_servers"] = json!(mcp);

@@ -21,7 +21,7 @@ use agentd_proto::session_uuid::{self, Resolved};
 use agentd_proto::{AgentError, ErrorKind};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +83,8 @@ struct Loaded {
     mode: String,
     /// The model picked for its turns (a `model/list` id), if any.
     model: Option<String>,
+    /// The turns its follower saw.
+    turn: Arc<Mutex<Seen>>,
     follower: tokio::task::JoinHandle<()>,
 }
 
@@ -149,24 +151,11 @@ fn sandbox_policy(workspace: &Path) -> Value {
         "excludeTmpdirEnvVar": false, "excludeSlashTmp": false})
 }
 
-/// The `provider` and `model` of a picked model id: `provider:model` where the provider
-/// is one the daemon offers, `script:PATH` as a model, anything else a model name for
-/// the session's provider, `default` none at all.
-fn split_model(id: &str, catalog: &Value) -> (Option<String>, Option<String>) {
-    if id.is_empty() || id == "default" {
-        return (None, None);
-    }
-    if !id.starts_with("script:") {
-        if let Some((p, m)) = id.split_once(':') {
-            let known = catalog["providers"]
-                .as_array()
-                .is_some_and(|ps| ps.iter().any(|x| x == p));
-            if known && !m.is_empty() {
-                return (Some(p.to_string()), Some(m.to_string()));
-            }
-        }
-    }
-    (None, Some(id.to_string()))
+/// The model a picked id asks for: `default` (or nothing) is none at all; anything else
+/// goes to the daemon as it is, which splits `provider:model` as for every client
+/// (docs/configuration.md#choosing-a-provider-and-model).
+fn picked_model(id: &str) -> Option<&str> {
+    (!id.is_empty() && id != "default").then_some(id)
 }
 
 fn ms_of(ts: &str) -> i64 {
@@ -277,11 +266,7 @@ impl Client {
             "thread/unsubscribe" => self.unsubscribe(params).map(plain),
             "turn/start" => self.turn_start(params).await.map(plain),
             "turn/interrupt" => self.turn_interrupt(params).await.map(plain),
-            "turn/steer" => Err(RpcErr::new(
-                -32600,
-                "turn/steer is not available: this agentd has no agentd/steer yet; interrupt \
-                 the turn (turn/interrupt) and start a new one",
-            )),
+            "turn/steer" => self.turn_steer(params).await.map(plain),
             "model/list" => self.model_list().await.map(plain),
             "account/read" => Ok(plain(
                 json!({"account": {"type": "apiKey"}, "requiresOpenaiAuth": false}),
@@ -474,20 +459,23 @@ impl Client {
         after_seq: Option<u64>,
     ) {
         let uuid = session_uuid::to_uuid(sid);
-        let always = Arc::new(Mutex::new(HashSet::new()));
+        let turn = Arc::new(Mutex::new(Seen::default()));
         let follower = tokio::spawn(follow(
             Arc::downgrade(self),
-            sid.to_string(),
-            uuid.clone(),
-            workspace.to_path_buf(),
-            after_seq,
-            always.clone(),
+            Followed {
+                sid: sid.to_string(),
+                uuid: uuid.clone(),
+                workspace: workspace.to_path_buf(),
+                after_seq,
+                turn: turn.clone(),
+            },
         ));
         let loaded = Loaded {
             uuid,
             workspace: workspace.to_path_buf(),
             mode,
             model,
+            turn,
             follower,
         };
         if let Ok(mut t) = self.threads.lock() {
@@ -499,13 +487,6 @@ impl Client {
                 }
             }
         }
-    }
-
-    async fn catalog(&self) -> Value {
-        self.shared
-            .call(method::MODELS, json!({}))
-            .await
-            .unwrap_or_else(|_| json!({"models": [], "providers": []}))
     }
 
     /// The answer of start, resume and fork.
@@ -542,11 +523,10 @@ impl Client {
         let picked = p.model.clone().or_else(|| self.shared.args.model.clone());
         let mut create = json!({"workspace": cwd});
         if let Some(m) = &picked {
-            let (provider, model) = split_model(m, &self.catalog().await);
-            if let Some(model) = model {
+            if let Some(model) = picked_model(m) {
                 create["model"] = json!(model);
             }
-            if let Some(pv) = provider.or(p.model_provider.clone()) {
+            if let Some(pv) = &p.model_provider {
                 create["provider"] = json!(pv);
             }
         }
@@ -923,26 +903,7 @@ impl Client {
         let p: wire::TurnStartParams = parse(params, "turn/start params")?;
         let sid = self.sid_of(&p.thread_id).await?;
         let (_, mut mode, mut model) = self.loaded(&sid)?;
-        let mut text = String::new();
-        for i in &p.input {
-            let piece = match i {
-                wire::UserInput::Text { text } => text.clone(),
-                wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
-                wire::UserInput::Skill { name } => format!("${name}"),
-                wire::UserInput::Other => {
-                    return Err(RpcErr::params(
-                        "turn/start: only text input reaches agentd (images and audio are not supported)",
-                    ))
-                }
-            };
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(&piece);
-        }
-        if text.trim().is_empty() {
-            return Err(RpcErr::params("turn/start: the input has no text"));
-        }
+        let text = input_text(&p.input, "turn/start")?;
         if p.approval_policy.is_some() {
             mode = mode_of(p.approval_policy.as_ref(), &mode);
         }
@@ -963,16 +924,22 @@ impl Client {
         if let Some(id) = &p.client_user_message_id {
             q["client_request_id"] = json!(id);
         }
-        if let Some(m) = &model {
-            let (provider, m) = split_model(m, &self.catalog().await);
-            if let Some(m) = m {
-                q["model"] = json!(m);
-            }
-            if let Some(pv) = provider {
-                q["provider"] = json!(pv);
-            }
+        if let Some(m) = model.as_deref().and_then(picked_model) {
+            q["model"] = json!(m);
         }
-        let r = self.shared.call(method::TURN, q).await?;
+        // The daemon frees the session just after `turn_ended` is durable, and Codex's
+        // clients start the next turn on `turn/completed`: a `busy` naming the turn this
+        // thread saw end is that instant, and the request is sent again (up to 2 s).
+        let mut tries = 0;
+        let r = loop {
+            match self.shared.call(method::TURN, q.clone()).await {
+                Err(e) if e.kind == ErrorKind::Busy && tries < 80 && self.just_ended(&sid, &e) => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                }
+                r => break r?,
+            }
+        };
         let turn = Turn {
             id: r["turn_id"].as_str().unwrap_or_default().to_string(),
             items: vec![],
@@ -982,6 +949,51 @@ impl Client {
             completed_at: None,
         };
         Ok(json!({ "turn": turn }))
+    }
+
+    /// Whether a `busy` error names the turn this thread's follower saw end last.
+    fn just_ended(&self, sid: &str, e: &AgentError) -> bool {
+        let busy = e.details.get("turn_id").and_then(Value::as_str);
+        self.threads.lock().ok().is_some_and(|t| {
+            t.get(sid).is_some_and(|l| {
+                l.turn
+                    .lock()
+                    .is_ok_and(|s| busy.is_some() && s.ended.as_deref() == busy)
+            })
+        })
+    }
+
+    /// `turn/steer`: `agentd/steer`, the input joining the running turn at its next
+    /// provider call (recorded as a steered `user_message`). Answered once it is
+    /// recorded; a thread with no running turn gets agentd's `not_running` error.
+    async fn turn_steer(&self, params: Value) -> Result<Value, RpcErr> {
+        let p: wire::TurnSteerParams = parse(params, "turn/steer params")?;
+        let sid = self.sid_of(&p.thread_id).await?;
+        self.loaded(&sid)?;
+        let text = input_text(&p.input, "turn/steer")?;
+        let running = self.threads.lock().ok().and_then(|t| {
+            t.get(&sid)
+                .and_then(|l| l.turn.lock().ok()?.running.clone())
+        });
+        if running.as_ref().is_some_and(|t| *t != p.expected_turn_id) {
+            return Err(RpcErr::new(
+                -32600,
+                format!(
+                    "turn/steer: the running turn is {}, not {}",
+                    running.unwrap_or_default(),
+                    p.expected_turn_id.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+        let mut q = json!({"session_id": sid, "input": text});
+        if let Some(id) = &p.client_user_message_id {
+            q["client_request_id"] = json!(id);
+        }
+        let r = self.shared.call(method::STEER, q).await?;
+        let turn_id = r["turn_id"]
+            .as_str()
+            .map_or(p.expected_turn_id, str::to_string);
+        Ok(json!({ "turnId": turn_id }))
     }
 
     async fn turn_interrupt(&self, params: Value) -> Result<Value, RpcErr> {
@@ -1065,18 +1077,43 @@ impl Client {
         };
         match ans["result"]["decision"].as_str() {
             Some("accept") => json!({"decision": "allow"}),
+            // The daemon remembers the tool for the session (a sandbox grant: the grant).
             Some("acceptForSession") => {
-                if p.get("mcp").is_some_and(|m| !m.is_null()) {
-                    json!({"decision": "allow_always"})
-                } else if p.get("sandbox_grant").is_some_and(|g| !g.is_null()) {
+                if p.get("sandbox_grant").is_some_and(|g| !g.is_null()) {
                     json!({"decision": "allow", "scope": "session"})
                 } else {
-                    json!({"decision": "allow", "remember": tool})
+                    json!({"decision": "allow_always"})
                 }
             }
             _ => json!({"decision": "deny"}),
         }
     }
+}
+
+/// The text agentd receives for a client's input pieces: text as it is, a mention as
+/// `@name (path)`, a skill as `$name`, one piece per line.
+fn input_text(input: &[wire::UserInput], what: &str) -> Result<String, RpcErr> {
+    let mut text = String::new();
+    for i in input {
+        let piece = match i {
+            wire::UserInput::Text { text } => text.clone(),
+            wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
+            wire::UserInput::Skill { name } => format!("${name}"),
+            wire::UserInput::Other => {
+                return Err(RpcErr::params(format!(
+                    "{what}: only text input reaches agentd (images and audio are not supported)"
+                )))
+            }
+        };
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&piece);
+    }
+    if text.trim().is_empty() {
+        return Err(RpcErr::params(format!("{what}: the input has no text")));
+    }
+    Ok(text)
 }
 
 /// The error of a method agentd has no meaning for.
@@ -1094,14 +1131,67 @@ pub fn unsupported(m: &str) -> RpcErr {
 /// Follows one loaded thread: the session's events become notifications, its permission
 /// requests approval requests. Ends when the thread is unloaded (the task is aborted) or
 /// the connection is gone.
-async fn follow(
-    client: std::sync::Weak<Client>,
+/// How long a permission request waits for its `tool_call` event.
+const PERMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Puts a followed session's permission requests to the client.
+struct Asker {
+    conn: Arc<Conn>,
+    uuid: String,
+    workspace: PathBuf,
+}
+
+impl Asker {
+    /// Announces the call's item and asks the client, in a task of its own, so the
+    /// stream goes on.
+    async fn ask(&self, c: &Arc<Client>, live: &mut Live, id: Value, params: Value) {
+        let tool = params["tool"].as_str().unwrap_or("tool").to_string();
+        let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
+        let call_id = params["call_id"].as_str().unwrap_or("");
+        if live.turn_id.is_none() {
+            live.turn_id = params["turn_id"].as_str().map(str::to_string);
+        }
+        if let Some((m, p)) = live.announce(&self.workspace, call_id, &tool, &args) {
+            c.out.notify(m, p);
+        }
+        let (c, conn, uuid, ws) = (
+            c.clone(),
+            self.conn.clone(),
+            self.uuid.clone(),
+            self.workspace.clone(),
+        );
+        tokio::spawn(async move {
+            let ans = c.approve(&uuid, &ws, &params).await;
+            let _ = conn.respond(id, ans).await;
+        });
+    }
+}
+
+/// The turns a follower saw: the one running, the last one ended.
+#[derive(Default)]
+struct Seen {
+    running: Option<String>,
+    ended: Option<String>,
+}
+
+/// What a follower follows.
+struct Followed {
     sid: String,
     uuid: String,
     workspace: PathBuf,
     after_seq: Option<u64>,
-    always: Arc<Mutex<HashSet<String>>>,
-) {
+    /// The turns, as the follower saw them.
+    turn: Arc<Mutex<Seen>>,
+}
+
+async fn follow(client: std::sync::Weak<Client>, f: Followed) {
+    let Followed {
+        sid,
+        uuid,
+        workspace,
+        after_seq,
+        turn,
+    } = f;
     let Some(target) = client.upgrade().map(|c| c.shared.target.socket.clone()) else {
         return;
     };
@@ -1116,7 +1206,28 @@ async fn follow(
         return;
     }
     let mut live = Live::new(uuid.clone());
-    while let Some(msg) = incoming.recv().await {
+    // Permission requests travel beside the event stream, so one may arrive before the
+    // events leading up to it (the assistant's text, the `tool_call` it is about): it
+    // waits until its `tool_call` was followed, then the client sees the items in the
+    // order they happened. One that waits too long is asked anyway.
+    let mut waiting: Vec<(Value, Value, tokio::time::Instant)> = vec![];
+    let asker = Asker {
+        conn: conn.clone(),
+        uuid: uuid.clone(),
+        workspace: workspace.clone(),
+    };
+    loop {
+        let oldest = waiting.first().map(|w| w.2 + PERMISSION_WAIT);
+        let msg = tokio::select! {
+            m = incoming.recv() => match m { Some(m) => m, None => break },
+            _ = async { match oldest { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                let Some(c) = client.upgrade() else { return };
+                for (id, params, _) in waiting.drain(..) {
+                    asker.ask(&c, &mut live, id, params).await;
+                }
+                continue;
+            }
+        };
         let Some(c) = client.upgrade() else { return };
         match msg {
             Incoming::Notification { method: m, params } if m == EVENT_NOTIFICATION => {
@@ -1128,8 +1239,25 @@ async fn follow(
                     let _ = conn.subscribe(&sid, from, true).await;
                     continue;
                 }
-                for (m, p) in live.on_event(ev, &workspace) {
+                let notes = live.on_event(ev, &workspace);
+                // Updated before the client hears of it (it may answer at once).
+                if let Ok(mut t) = turn.lock() {
+                    if ev["type"] == "turn_ended" {
+                        t.ended = ev["data"]["turn_id"].as_str().map(str::to_string);
+                    }
+                    t.running.clone_from(&live.turn_id);
+                }
+                for (m, p) in notes {
                     c.out.notify(m, p);
+                }
+                let mut i = 0;
+                while i < waiting.len() {
+                    if live.has_call(waiting[i].1["call_id"].as_str().unwrap_or("")) {
+                        let (id, params, _) = waiting.remove(i);
+                        asker.ask(&c, &mut live, id, params).await;
+                    } else {
+                        i += 1;
+                    }
                 }
             }
             Incoming::Request {
@@ -1137,38 +1265,11 @@ async fn follow(
                 method: m,
                 params,
             } if m == method::PERMISSION => {
-                let tool = params["tool"].as_str().unwrap_or("tool").to_string();
-                if always.lock().is_ok_and(|a| a.contains(&tool)) {
-                    let _ = conn.respond(id, json!({"decision": "allow"})).await;
-                    continue;
+                if live.has_call(params["call_id"].as_str().unwrap_or("")) {
+                    asker.ask(&c, &mut live, id, params).await;
+                } else {
+                    waiting.push((id, params, tokio::time::Instant::now()));
                 }
-                let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
-                let call_id = params["call_id"].as_str().unwrap_or("");
-                if live.turn_id.is_none() {
-                    live.turn_id = params["turn_id"].as_str().map(str::to_string);
-                }
-                if let Some((m, p)) = live.announce(&workspace, call_id, &tool, &args) {
-                    c.out.notify(m, p);
-                }
-                let (conn, always, uuid, ws) = (
-                    conn.clone(),
-                    always.clone(),
-                    uuid.clone(),
-                    workspace.clone(),
-                );
-                tokio::spawn(async move {
-                    let mut ans = c.approve(&uuid, &ws, &params).await;
-                    if let Some(t) = ans
-                        .as_object_mut()
-                        .and_then(|o| o.remove("remember"))
-                        .and_then(|t| t.as_str().map(str::to_string))
-                    {
-                        if let Ok(mut a) = always.lock() {
-                            a.insert(t);
-                        }
-                    }
-                    let _ = conn.respond(id, ans).await;
-                });
             }
             Incoming::Request { id, .. } => {
                 let _ = conn

@@ -459,6 +459,11 @@ impl Live {
         format!("{prefix}-{}-{}", self.turn(), self.counter)
     }
 
+    /// Whether the call's `tool_call` was followed (or announced) and has no result yet.
+    pub fn has_call(&self, call_id: &str) -> bool {
+        self.tools.contains_key(call_id)
+    }
+
     /// The `item/started` of a tool call, once: a permission request may come before the
     /// call's event, and the item must exist before the client is asked about it.
     pub fn announce(

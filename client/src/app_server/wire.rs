@@ -118,6 +118,17 @@ pub struct TurnStartParams {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
+pub struct TurnSteerParams {
+    pub thread_id: String,
+    pub input: Vec<UserInput>,
+    /// The turn the client believes is running.
+    pub expected_turn_id: String,
+    /// The client's id for the message: agentd's `client_request_id`.
+    pub client_user_message_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TurnInterruptParams {
     pub thread_id: String,
 }

@@ -10,7 +10,7 @@ use agentd_proto::rpc::method;
 use agentd_proto::{AgentError, ErrorKind};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use serde_json::{json, Value};
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -28,6 +28,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/mode",
         "auto|ask|read_only: the permission mode of the next turns",
+    ),
+    (
+        "/effort",
+        "minimal|low|medium|high|default: the reasoning effort of the next turns",
     ),
     (
         "/compact",
@@ -110,7 +114,6 @@ pub struct Pending {
     pub summary: String,
     pub grant: Option<String>,
     pub justification: Option<String>,
-    pub mcp: bool,
 }
 
 /// Options that shape the chat's turns (from the command line, changed by commands).
@@ -118,6 +121,7 @@ pub struct Pending {
 pub struct TurnSettings {
     pub model: Option<String>,
     pub permission_mode: Option<String>,
+    pub effort: Option<String>,
     pub sandbox: Option<Value>,
 }
 
@@ -143,9 +147,6 @@ pub struct App {
     pub permissions: VecDeque<Pending>,
     /// Typing a deny reason for the first pending request.
     pub deny_reason: Option<Editor>,
-    /// Tools the user allowed for the session with `a` (answered here, recorded by the
-    /// daemon as allowed by the client).
-    pub allowed_tools: HashSet<String>,
     pub settings: TurnSettings,
     pub quit_armed: bool,
     /// Prompt calls cut by a lost connection, sent again (same `client_request_id`, so
@@ -185,7 +186,6 @@ impl App {
             expand_tools: false,
             permissions: VecDeque::new(),
             deny_reason: None,
-            allowed_tools: HashSet::new(),
             settings,
             quit_armed: false,
             retry: Vec::new(),
@@ -342,9 +342,6 @@ impl App {
             .get("sandbox_grant")
             .filter(|g| !g.is_null())
             .map(|g| one_line(&g.to_string(), 200));
-        if grant.is_none() && self.allowed_tools.contains(&tool) {
-            return vec![Effect::Respond(id, json!({"decision": "allow"}))];
-        }
         let null = Value::Null;
         self.permissions.push_back(Pending {
             id,
@@ -355,7 +352,6 @@ impl App {
                 .get("justification")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            mcp: params.get("mcp").is_some_and(|m| !m.is_null()),
         });
         self.scroll = 0;
         Vec::new()
@@ -370,11 +366,8 @@ impl App {
             "session" if p.grant.is_some() => {
                 result = json!({"decision": "allow", "scope": "session"});
             }
-            "session" if p.mcp => result = json!({"decision": "allow_always"}),
-            "session" => {
-                self.allowed_tools.insert(p.tool.clone());
-                result = json!({"decision": "allow"});
-            }
+            // The daemon remembers the tool for the session and asks no more.
+            "session" => result = json!({"decision": "allow_always"}),
             _ => {}
         }
         if let Some(r) = reason.filter(|r| !r.trim().is_empty()) {
@@ -583,6 +576,9 @@ impl App {
         if let Some(m) = &self.settings.permission_mode {
             p["permission_mode"] = json!(m);
         }
+        if let Some(e) = &self.settings.effort {
+            p["reasoning_effort"] = json!(e);
+        }
         if let Some(s) = &self.settings.sandbox {
             p["sandbox"] = s.clone();
         }
@@ -656,6 +652,22 @@ impl App {
                 }
                 _ => {
                     self.error("usage: /mode auto|ask|read_only");
+                    Vec::new()
+                }
+            },
+            "/effort" => match arg {
+                "minimal" | "low" | "medium" | "high" => {
+                    self.settings.effort = Some(arg.to_string());
+                    self.info(format!("reasoning effort of the next turns: {arg}"));
+                    Vec::new()
+                }
+                "default" => {
+                    self.settings.effort = None;
+                    self.info("reasoning effort of the next turns: the provider's default");
+                    Vec::new()
+                }
+                _ => {
+                    self.error("usage: /effort minimal|low|medium|high|default");
                     Vec::new()
                 }
             },

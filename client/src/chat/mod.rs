@@ -59,9 +59,13 @@ struct TerminalGuard;
 impl TerminalGuard {
     fn enter() -> std::io::Result<TerminalGuard> {
         let previous = std::panic::take_hook();
+        // A panic anywhere (the loop or a task) restores the terminal, prints the message
+        // on the normal screen and ends the chat: a chat that lost a task must not go on.
         std::panic::set_hook(Box::new(move |info| {
             restore_terminal();
             previous(info);
+            eprintln!("agentctl chat: internal error; the session is safe in the daemon");
+            std::process::exit(101);
         }));
         enable_raw_mode()?;
         let mut out = std::io::stdout();
@@ -82,6 +86,18 @@ impl Drop for TerminalGuard {
         restore_terminal();
     }
 }
+
+/// Debug builds only: `AGENTCTL_CHAT_FAULT=panic` panics on the first key, so the
+/// tests can check that a panic restores the terminal (docs/chat.md#faults).
+#[cfg(debug_assertions)]
+fn fault_on_key() {
+    if std::env::var("AGENTCTL_CHAT_FAULT").as_deref() == Ok("panic") {
+        panic!("AGENTCTL_CHAT_FAULT=panic: a panic on a key, as asked");
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn fault_on_key() {}
 
 /// What reaches the loop besides keys and daemon messages.
 enum Msg {
@@ -147,6 +163,7 @@ pub async fn run(target: Target, args: &ChatArgs) -> i32 {
     let settings = TurnSettings {
         model: args.model.clone(),
         permission_mode: args.permission_mode.map(|m| m.as_str().to_string()),
+        effort: args.effort.map(|e| e.as_str().to_string()),
         sandbox: args.sandbox.to_param(),
     };
     let mut app = App::new(cwd, settings);
@@ -255,6 +272,7 @@ async fn event_loop(
         tokio::select! {
             key = keys.next() => match key {
                 Some(Ok(Event::Key(k))) => {
+                    fault_on_key();
                     pending = app.on_key(k);
                     if k.code == crossterm::event::KeyCode::PageUp && app.history_after.is_some() {
                         // At the top of what is drawn: the page before it.

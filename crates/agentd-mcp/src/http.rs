@@ -4,14 +4,17 @@
 //! JSON or as an SSE stream, opens the optional GET stream, and deletes the session at
 //! close; `Mcp-Session-Id` is carried both ways.
 
+use agentd_base::sse::SseParser;
 use futures::StreamExt;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
+use rmcp::transport::streamable_http_client::SseError;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
 };
+use sse_stream::Sse;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 const SESSION_HEADER: &str = "Mcp-Session-Id";
@@ -57,8 +60,83 @@ fn content_type(resp: &reqwest::Response) -> Option<String> {
         })
 }
 
+/// An SSE answer as rmcp's stream of events, parsed by the daemon's one event-stream
+/// parser (`agentd_base::sse`, the providers' too).
 fn sse(resp: reqwest::Response) -> BoxedSseResponse {
-    sse_stream::SseStream::from_bytes_stream(resp.bytes_stream()).boxed()
+    let state = SseState {
+        body: resp.bytes_stream().boxed(),
+        parser: SseParser::new(),
+        ready: VecDeque::new(),
+        id: None,
+        retry: None,
+        done: false,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(item) = st.ready.pop_front() {
+                return Some((item, st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.body.next().await {
+                Some(Ok(chunk)) => st.feed(&chunk),
+                Some(Err(e)) => {
+                    st.done = true;
+                    st.ready.push_back(Err(SseError::Body(Box::new(e))));
+                }
+                None => st.done = true,
+            }
+        }
+    })
+    .boxed()
+}
+
+struct SseState {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    parser: SseParser,
+    ready: VecDeque<Result<Sse, SseError>>,
+    /// The event id and reconnection time rmcp was last told.
+    id: Option<String>,
+    retry: Option<u64>,
+    done: bool,
+}
+
+impl SseState {
+    fn feed(&mut self, chunk: &[u8]) {
+        let mut events = Vec::new();
+        if self.parser.push(chunk, &mut events).is_err() {
+            self.done = true;
+            let e = std::io::Error::other(format!(
+                "an event-stream line over {} bytes",
+                agentd_base::sse::MAX_LINE_BYTES
+            ));
+            self.ready.push_back(Err(SseError::Body(Box::new(e))));
+        }
+        for ev in events {
+            self.id.clone_from(&ev.id);
+            self.ready.push_back(Ok(Sse {
+                event: Some(ev.event),
+                data: Some(ev.data),
+                id: ev.id,
+                retry: None,
+            }));
+        }
+        // An id or reconnection time that came without data (a server's priming event
+        // before it closes the stream): told as an event with no data, which rmcp keeps
+        // for its reconnection and otherwise skips.
+        let (id, retry) = (self.parser.last_id(), self.parser.retry());
+        if id != self.id.as_deref() || retry != self.retry {
+            self.id = id.map(str::to_string);
+            self.retry = retry;
+            self.ready.push_back(Ok(Sse {
+                event: None,
+                data: None,
+                id: self.id.clone(),
+                retry,
+            }));
+        }
+    }
 }
 
 async fn failure(resp: reqwest::Response) -> Error {
@@ -198,5 +276,57 @@ impl StreamableHttpClient for HttpClient {
                 other.map(str::to_string),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> SseState {
+        SseState {
+            body: futures::stream::empty().boxed(),
+            parser: SseParser::new(),
+            ready: VecDeque::new(),
+            id: None,
+            retry: None,
+            done: false,
+        }
+    }
+
+    fn items(st: &mut SseState) -> Vec<Sse> {
+        st.ready.drain(..).map(|r| r.ok().unwrap()).collect()
+    }
+
+    /// Messages arrive as rmcp's events (id kept); a priming event (an id and a retry,
+    /// no data) still reaches rmcp, as an event without data, so it can resume the
+    /// stream from there; a chunk that changes neither adds nothing.
+    #[test]
+    fn messages_and_a_priming_event_reach_rmcp() {
+        let mut st = state();
+        st.feed(b"id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
+        let got = items(&mut st);
+        assert_eq!(
+            got,
+            [Sse {
+                event: Some("message".into()),
+                data: Some("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}".into()),
+                id: Some("1".into()),
+                retry: None,
+            }]
+        );
+        st.feed(b"id: prime-2\nretry: 5");
+        st.feed(b"00\n\n");
+        assert_eq!(
+            items(&mut st).last(),
+            Some(&Sse {
+                event: None,
+                data: None,
+                id: Some("prime-2".into()),
+                retry: Some(500),
+            })
+        );
+        st.feed(b": keep-alive\n\n");
+        assert!(items(&mut st).is_empty());
     }
 }

@@ -18,20 +18,47 @@ use std::collections::BTreeMap;
 /// The Messages API requires `max_tokens`; used when neither the turn nor config sets one.
 pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 
+/// The extended-thinking budget of a reasoning effort level (`minimal` is the API's
+/// smallest budget).
+pub fn thinking_budget(effort: &str) -> Option<u32> {
+    match effort {
+        "minimal" => Some(1024),
+        "low" => Some(4096),
+        "medium" => Some(10_000),
+        "high" => Some(32_000),
+        _ => None,
+    }
+}
+
+/// `max_tokens` and the `thinking` member: with a budget, `max_tokens` is the budget
+/// plus the answer's own allowance (the API counts thinking inside `max_tokens`).
+fn limits(max_output_tokens: Option<u32>, effort: Option<&str>) -> (u32, Option<Value>) {
+    let answer = max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    match effort.and_then(thinking_budget) {
+        Some(b) => (
+            answer.saturating_add(b),
+            Some(json!({"type": "enabled", "budget_tokens": b})),
+        ),
+        None => (answer, None),
+    }
+}
+
 pub(crate) fn build(
     base: &str,
     model: &str,
     items: &[ReplayItem],
     tools: &[ToolSpec],
     max_output_tokens: Option<u32>,
+    effort: Option<&str>,
     key: Option<&str>,
 ) -> HttpCall {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert(
-        "max_tokens".into(),
-        json!(max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
+    let (max_tokens, thinking) = limits(max_output_tokens, effort);
+    body.insert("max_tokens".into(), json!(max_tokens));
+    if let Some(t) = thinking {
+        body.insert("thinking".into(), t);
+    }
     if let Value::Object(rendered) = render_input(items, Wire::Anthropic) {
         for (k, v) in rendered {
             body.insert(k, v);
@@ -55,6 +82,7 @@ fn build_rendered(
     members: &[bytes::Bytes],
     tools: &[ToolSpec],
     max_output_tokens: Option<u32>,
+    effort: Option<&str>,
     key: Option<&str>,
 ) -> HttpCall {
     let len: usize = members.iter().map(bytes::Bytes::len).sum();
@@ -62,7 +90,12 @@ fn build_rendered(
     body.extend_from_slice(b"{\"model\":");
     let _ = serde_json::to_writer(&mut body, model);
     body.extend_from_slice(b",\"max_tokens\":");
-    let _ = serde_json::to_writer(&mut body, &max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
+    let (max_tokens, thinking) = limits(max_output_tokens, effort);
+    let _ = serde_json::to_writer(&mut body, &max_tokens);
+    if let Some(t) = thinking {
+        body.extend_from_slice(b",\"thinking\":");
+        let _ = serde_json::to_writer(&mut body, &t);
+    }
     body.push(b',');
     for m in members {
         body.extend_from_slice(m);
@@ -305,13 +338,14 @@ impl WireFormat for Anthropic {
         input: Input<'_>,
         tools: &[ToolSpec],
         max_output_tokens: Option<u32>,
-        _cfg: &ProviderConfig,
+        cfg: &ProviderConfig,
         key: Option<&str>,
     ) -> HttpCall {
+        let effort = cfg.reasoning_effort.as_deref();
         match input {
-            Input::Items(items) => build(base, model, items, tools, max_output_tokens, key),
+            Input::Items(items) => build(base, model, items, tools, max_output_tokens, effort, key),
             Input::Rendered(members) => {
-                build_rendered(base, model, members, tools, max_output_tokens, key)
+                build_rendered(base, model, members, tools, max_output_tokens, effort, key)
             }
         }
     }

@@ -21,6 +21,7 @@ pub(crate) fn build(
     input: Input<'_>,
     tools: &[ToolSpec],
     max_output_tokens: Option<u32>,
+    reasoning_effort: Option<&str>,
     key: Option<&str>,
 ) -> HttpCall {
     let mut body = Map::new();
@@ -34,6 +35,10 @@ pub(crate) fn build(
     body.insert("stream_options".into(), json!({"include_usage": true}));
     if let Some(n) = max_output_tokens {
         body.insert("max_tokens".into(), json!(n));
+    }
+    // OpenAI's reasoning models take it; a server that does not is configured without.
+    if let Some(e) = reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(e));
     }
     HttpCall {
         url: format!("{base}/chat/completions"),
@@ -216,10 +221,11 @@ impl WireFormat for Chat {
         input: Input<'_>,
         tools: &[ToolSpec],
         max_output_tokens: Option<u32>,
-        _cfg: &ProviderConfig,
+        cfg: &ProviderConfig,
         key: Option<&str>,
     ) -> HttpCall {
-        build(base, model, input, tools, max_output_tokens, key)
+        let effort = cfg.reasoning_effort.as_deref();
+        build(base, model, input, tools, max_output_tokens, effort, key)
     }
     fn decoder(provider: &str, model: &str) -> Decoder {
         Decoder::new(provider, model)

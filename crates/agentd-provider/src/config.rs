@@ -13,14 +13,17 @@
 //! model = "gpt-5-mini"               # used when the turn names no model
 //! models = ["gpt-5", "gpt-5-nano"]   # more models clients may offer (ACP's model
 //!                                    # picker, `agentd/models`); optional
+//! list_models = true                 # `agentd/models` also lists the provider's
+//!                                    # /v1/models (cached 10 min; default false)
 //! context_window = 400000            # tokens; reported in provider_usage
 //! idle_timeout_s = 120               # no byte for this long → `timeout` (default 120)
 //! timeout_s = 900                    # whole call limit → `timeout` (default: none)
 //! max_retries = 2                    # retries of network errors, 429 and 5xx (default 2,
 //!                                    # at most 10)
 //! max_output_tokens = 8192           # default cap when the turn gives none
-//! reasoning_effort = "medium"        # openai-responses only: asks for reasoning + its
-//!                                    # encrypted content so it can be replayed
+//! reasoning_effort = "medium"        # minimal|low|medium|high: the turns' default level
+//!                                    # (Responses `reasoning.effort`, Chat
+//!                                    # `reasoning_effort`, Anthropic thinking budget)
 //!
 //! [providers.local]
 //! kind = "openai-chat"
@@ -112,6 +115,10 @@ pub struct ProviderConfig {
     /// script provider only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_patch: Option<bool>,
+    /// Whether `agentd/models` also lists what the provider's own models endpoint
+    /// returns (cached for ten minutes; default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_models: Option<bool>,
 }
 
 impl ProviderConfig {
@@ -132,6 +139,7 @@ impl ProviderConfig {
             max_output_tokens: None,
             reasoning_effort: None,
             apply_patch: None,
+            list_models: None,
         }
     }
 

@@ -81,6 +81,17 @@ impl HttpProvider {
         };
         let max_out = req.max_output_tokens.or(cfg.max_output_tokens);
         let base = cfg.base_url();
+        let with_effort;
+        let cfg = match &req.reasoning_effort {
+            Some(e) if cfg.reasoning_effort.as_ref() != Some(e) => {
+                with_effort = ProviderConfig {
+                    reasoning_effort: Some(e.clone()),
+                    ..cfg.clone()
+                };
+                &with_effort
+            }
+            _ => cfg,
+        };
         let call = F::build(
             &base,
             &model,
@@ -183,7 +194,7 @@ fn replayable_items(items: &[ReplayItem], model: &str, wire: Wire) -> Vec<Replay
         .collect()
 }
 
-fn is_loopback(url: &str) -> bool {
+pub(crate) fn is_loopback(url: &str) -> bool {
     let rest = url.split("://").nth(1).unwrap_or(url);
     let host = rest.split(['/', ':']).next().unwrap_or("");
     matches!(host, "localhost" | "127.0.0.1") || rest.starts_with("[::1]")

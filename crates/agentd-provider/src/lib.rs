@@ -11,9 +11,10 @@
 //! the text already streamed kept so the turn can record it as a partial message.
 //!
 //! Module map: `config` (the `[providers.NAME]` tables), `dialect` (replay items → wire
-//! input, shared with `agentd/context`), `sse` (event-stream parser), `http` (request,
+//! input, shared with `agentd/context`), `sse` (the event-stream parser, from `agentd-base`), `http` (request,
 //! retries, idle timeout, cancellation — common to all HTTP kinds), `responses`, `chat`,
-//! `anthropic` (one stream decoder per wire format), `script` (offline replay).
+//! `anthropic` (one stream decoder per wire format), `script` (offline replay), `models`
+//! (a provider's own models endpoint).
 //!
 //! Tool call arguments arrive as streamed JSON text; they are parsed once the call is
 //! complete. Text that is not a JSON object is kept as `{"_raw": "<text>"}` so the call
@@ -21,8 +22,10 @@
 
 pub mod config;
 pub mod dialect;
+pub mod models;
 pub mod preflight;
-pub mod sse;
+/// The event-stream parser, shared with MCP's streamable HTTP (`agentd_base::sse`).
+pub use agentd_base::sse;
 
 mod anthropic;
 mod chat;
@@ -54,6 +57,9 @@ pub struct ProviderRequest {
     pub rendered: Option<Vec<bytes::Bytes>>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: Option<u32>,
+    /// Over the config's `reasoning_effort` (`minimal|low|medium|high`, checked by the
+    /// caller).
+    pub reasoning_effort: Option<String>,
 }
 
 /// Ephemeral progress, forwarded to subscribers and never logged.

@@ -59,6 +59,23 @@ pub struct Plan {
     pub holder: bool,
     /// Fail the mount plan on purpose (the daemon's `fail_setup` test knob).
     pub fail_setup: bool,
+    /// Unix sockets granted by path (canonical): bound back into an emptied `/run` or
+    /// the private `/tmp`, never covered.
+    #[serde(default)]
+    pub sockets: Vec<PathBuf>,
+    /// Host sockets to cover with `/dev/null` (canonical paths bound on the host when
+    /// the command was prepared): with network `none` every one the command could see,
+    /// with `host` the container engines'.
+    #[serde(default)]
+    pub cover_sockets: Vec<PathBuf>,
+    /// Network `none` in a network namespace of the sandbox's own, whose loopback is
+    /// up: inet sockets are allowed, and reach nothing but that loopback.
+    #[serde(default)]
+    pub loopback: bool,
+    /// Without a mount namespace and without a socket grant: seccomp refuses
+    /// `socket(AF_UNIX)` (`socketpair` stays allowed).
+    #[serde(default)]
+    pub refuse_unix: bool,
 }
 
 /// What the helper put in force, written just before exec.
@@ -82,6 +99,9 @@ pub struct Report {
     #[serde(default)]
     pub pinned: Vec<PathBuf>,
     pub hidden_mounted: usize,
+    /// Host sockets covered (`/dev/null` bound over them).
+    #[serde(default)]
+    pub sockets_covered: usize,
     pub cgroup: bool,
     /// Set when the helper failed; nothing ran.
     pub error: Option<String>,

@@ -188,6 +188,11 @@ pub struct SandboxConfig {
     /// Extra paths hidden from commands and the file tools: absolute, or `~/…` under
     /// the daemon's home directory.
     pub hide: Vec<String>,
+    /// Unix sockets commands may connect to, by path (a socket, or a directory of
+    /// them, such as `/run/postgresql`): with network `none` every other host socket is
+    /// out of reach, and the container engines' sockets are out of reach with either
+    /// network. Absolute paths.
+    pub sockets: Vec<PathBuf>,
 }
 
 /// Files other tools run or load, protected by default (git's own files are found by
@@ -245,6 +250,11 @@ pub enum Grant {
     /// New git repositories a command creates are kept even when git would run
     /// something in them (hooks, code-running config); without it they are quarantined.
     GitInit,
+    /// A Unix socket (or a directory of them) commands may connect to
+    /// (`socket:/run/postgresql`).
+    Socket {
+        path: PathBuf,
+    },
 }
 
 /// Everything [`effective`] depends on.
@@ -296,6 +306,10 @@ pub struct EffectivePolicy {
     /// write grant covers.
     #[serde(default)]
     pub protect: Vec<PathBuf>,
+    /// Unix sockets granted by path (config `sockets` and `socket:` grants): reachable
+    /// with network `none`, and the container engines' among them with either network.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sockets: Vec<PathBuf>,
 }
 
 /// Home-relative credential files and folders hidden from commands.
@@ -411,6 +425,26 @@ pub const SYSTEM_HIDDEN: &[&str] = &[
     "/tmp/.X11-unix",
     "/tmp/.ICE-unix",
 ];
+
+/// File names of container engines' sockets: whoever reaches one runs a container as
+/// root on the host. Covered wherever they are bound, with either network, unless a
+/// socket grant names them.
+pub const ENGINE_SOCKETS: &[&str] = &[
+    "docker.sock",
+    "containerd.sock",
+    "containerd.sock.ttrpc",
+    "podman.sock",
+    "crio.sock",
+    "cri-dockerd.sock",
+    "buildkitd.sock",
+];
+
+/// Whether `p` is a container engine's socket (by file name).
+pub fn is_engine_socket(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| ENGINE_SOCKETS.contains(&n))
+}
 
 /// Directories too shared to hide whole when agentd's socket sits in one: the socket
 /// file alone is hidden then.
@@ -568,6 +602,32 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
             hidden.retain(|h| h != &p);
         }
     }
+    // Socket grants: a system socket path the grant names (Docker's, say) is no longer
+    // hidden; the home's credentials and runtime directories stay hidden whatever the
+    // grant says.
+    let mut sockets: Vec<PathBuf> = Vec::new();
+    if mode != Mode::FullAccess {
+        let granted = inputs.config.sockets.iter().chain(
+            inputs
+                .grants
+                .iter()
+                .chain(&inputs.call_grants)
+                .filter_map(|g| match g {
+                    Grant::Socket { path } => Some(path),
+                    _ => None,
+                }),
+        );
+        for s in granted.filter(|p| p.is_absolute()) {
+            push_unique(&mut sockets, normalize(s));
+        }
+    }
+    hidden.retain(|h| {
+        !(SYSTEM_HIDDEN
+            .iter()
+            .any(|s| Path::new(s) == h && *s != "/run/user")
+            && sockets.iter().any(|g| is_within(h, g)))
+    });
+    sockets.sort();
     hidden.sort();
     hidden.dedup();
 
@@ -675,6 +735,7 @@ pub fn effective(inputs: &Inputs) -> EffectivePolicy {
             .chain(&inputs.call_grants)
             .any(|g| matches!(g, Grant::GitInit)),
         protect,
+        sockets,
     }
 }
 
@@ -728,6 +789,7 @@ impl EffectivePolicy {
             "dropped_roots": self.dropped_roots,
             "git_init": self.git_init,
             "protect": self.protect,
+            "sockets": self.sockets,
             "digest": self.digest(),
         })
     }
@@ -778,6 +840,39 @@ mod tests {
             agentd_socket: Some("/run/user/1000/agentd/agentd.sock".into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn socket_grants_unhide_only_the_engine_paths_they_name() {
+        let mut i = base();
+        i.config.sockets = vec!["/run/postgresql".into(), "rel".into()];
+        i.grants.push(Grant::Socket {
+            path: "/var/run/docker.sock".into(),
+        });
+        i.call_grants.push(Grant::Socket {
+            path: "/run/user/1000/podman".into(),
+        });
+        let p = effective(&i);
+        assert_eq!(
+            p.sockets,
+            [
+                "/run/postgresql",
+                "/run/user/1000/podman",
+                "/var/run/docker.sock"
+            ]
+            .map(PathBuf::from)
+        );
+        assert!(!p.hidden.contains(&PathBuf::from("/var/run/docker.sock")));
+        // Not named by a grant, or a runtime directory: still hidden.
+        for h in ["/run/docker.sock", "/run/user/1000", "/run/containerd"] {
+            assert!(p.hidden.contains(&PathBuf::from(h)), "{h} not hidden");
+        }
+        assert!(is_engine_socket(Path::new("/srv/x/docker.sock")));
+        assert!(!is_engine_socket(Path::new(
+            "/run/postgresql/.s.PGSQL.5432"
+        )));
+        i.turn.mode = Some(Mode::FullAccess);
+        assert!(effective(&i).sockets.is_empty());
     }
 
     #[test]

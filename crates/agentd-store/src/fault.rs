@@ -1,18 +1,23 @@
 //! Fault injection for the store's Log syscalls: a test seam, inert unless the daemon
 //! was started with `AGENTD_FAULTS`.
 //!
-//! `AGENTD_FAULTS` is a comma-separated list of rules `OP:FAULT:NTH[:TIMES][@MATCH]`:
+//! `AGENTD_FAULTS` is a comma-separated list of rules
+//! `OP:FAULT:NTH[:TIMES][@MATCH][#TEXT]`:
 //! - `OP`: `write` (a batch's write to a Log), `fsync` (its `fdatasync`, and the sync of
 //!   a Log being recovered), `read` (a block read while loading a Log);
-//! - `FAULT`: `eio`, `enospc`, or `short` (for `write`: half the bytes are written, then
-//!   `ENOSPC`);
+//! - `FAULT`: `eio`, `enospc`, `short` (for `write`: half the bytes are written, then
+//!   `ENOSPC`), or `kill` (for `write`, on either store: the daemon kills itself with
+//!   SIGKILL before the batch is written, a crash at an exact point of a turn);
 //! - `NTH`: the 1-based count of matching calls at which the rule fires, `TIMES` how many
 //!   matching calls in a row fail from there (default 1);
-//! - `MATCH`: only calls on a path containing this text count (a session id).
+//! - `MATCH`: only calls on a path containing this text count (a session id);
+//! - `TEXT` (`write` only): only batches whose bytes contain this text count (an event
+//!   type such as `turn_started`).
 //!
 //! Example: `AGENTD_FAULTS=fsync:eio:3@20261123T000000-aaaaaa` fails the third
-//! `fdatasync` of that session's Log with `EIO`. The daemon refuses to start on a
-//! malformed rule.
+//! `fdatasync` of that session's Log with `EIO`; `write:kill:2#turn_started` kills the
+//! daemon as it is about to record its second turn start. The daemon refuses to start
+//! on a malformed rule.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +35,7 @@ pub enum Fault {
     Eio,
     Enospc,
     Short,
+    Kill,
 }
 
 impl Fault {
@@ -37,6 +43,7 @@ impl Fault {
         std::io::Error::from_raw_os_error(match self {
             Fault::Eio => libc::EIO,
             Fault::Enospc | Fault::Short => libc::ENOSPC,
+            Fault::Kill => libc::EINTR,
         })
     }
 }
@@ -48,18 +55,23 @@ struct Rule {
     nth: u64,
     times: u64,
     matches: Option<String>,
+    contains: Option<String>,
     seen: AtomicU64,
 }
 
 fn parse_rule(s: &str) -> Result<Rule, String> {
-    let (spec, matches) = match s.split_once('@') {
+    let (spec, contains) = match s.split_once('#') {
         Some((a, b)) => (a, Some(b.to_string())),
         None => (s, None),
+    };
+    let (spec, matches) = match spec.split_once('@') {
+        Some((a, b)) => (a, Some(b.to_string())),
+        None => (spec, None),
     };
     let parts: Vec<&str> = spec.split(':').collect();
     if parts.len() < 3 || parts.len() > 4 {
         return Err(format!(
-            "fault rule {s:?}: want OP:FAULT:NTH[:TIMES][@MATCH]"
+            "fault rule {s:?}: want OP:FAULT:NTH[:TIMES][@MATCH][#TEXT]"
         ));
     }
     let op = match parts[0] {
@@ -72,6 +84,7 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
         "eio" => Fault::Eio,
         "enospc" => Fault::Enospc,
         "short" => Fault::Short,
+        "kill" => Fault::Kill,
         f => return Err(format!("fault rule {s:?}: unknown fault {f:?}")),
     };
     let num = |t: &str| {
@@ -80,12 +93,18 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
             .filter(|n| *n > 0)
             .ok_or_else(|| format!("fault rule {s:?}: {t:?} is not a positive count"))
     };
+    if (fault == Fault::Kill || contains.is_some()) && op != Op::Write {
+        return Err(format!(
+            "fault rule {s:?}: kill and #TEXT are for write only"
+        ));
+    }
     Ok(Rule {
         op,
         fault,
         nth: num(parts[2])?,
         times: parts.get(3).map(|t| num(t)).transpose()?.unwrap_or(1),
         matches,
+        contains,
         seen: AtomicU64::new(0),
     })
 }
@@ -121,18 +140,48 @@ pub fn active() -> bool {
     RULES.get().is_some_and(|r| !r.is_empty())
 }
 
-/// The fault to inject for this call of `op` on `path`, if a rule says so.
+/// The fault to inject for this call of `op` on `path`, if a rule says so (`kill`
+/// rules are [`kill_point`]'s).
 pub fn check(op: Op, path: &Path) -> Option<Fault> {
+    check_in(op, &path.to_string_lossy(), None, false)
+}
+
+/// Before a batch of `bytes` is written to the Log at `at` (a file path, or a
+/// session id on PostgreSQL): kills the process with SIGKILL if a `kill` rule fires.
+pub fn kill_point(at: &str, bytes: &[u8]) {
+    if active() && check_in(Op::Write, at, Some(bytes), true) == Some(Fault::Kill) {
+        tracing::warn!(at, "AGENTD_FAULTS: killing the daemon before this write");
+        // SAFETY: kill(2) on our own pid has no memory preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+        // SIGKILL is not deliverable late; never go on to write.
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+fn check_in(op: Op, p: &str, bytes: Option<&[u8]>, kills: bool) -> Option<Fault> {
     let rules = RULES.get()?;
     if rules.is_empty() {
         return None;
     }
-    let p = path.to_string_lossy();
     // Every matching rule counts the call, so rules on the same op keep their own order.
     let mut fired = None;
     for r in rules {
-        if r.op != op || r.matches.as_deref().is_some_and(|m| !p.contains(m)) {
+        if r.op != op
+            || (r.fault == Fault::Kill) != kills
+            || r.matches.as_deref().is_some_and(|m| !p.contains(m))
+        {
             continue;
+        }
+        if let Some(text) = &r.contains {
+            let found =
+                bytes.is_some_and(|b| b.windows(text.len().max(1)).any(|w| w == text.as_bytes()));
+            if !found {
+                continue;
+            }
         }
         let n = r.seen.fetch_add(1, Ordering::Relaxed) + 1;
         if fired.is_none() && n >= r.nth && n < r.nth + r.times {
@@ -155,6 +204,10 @@ mod tests {
             (Op::Fsync, Fault::Eio, 3, 1)
         );
         assert_eq!(r[0].matches.as_deref(), Some("abc"));
+        let k = parse("write:kill:2@sid-1#turn_started").unwrap();
+        assert_eq!((k[0].fault, k[0].nth), (Fault::Kill, 2));
+        assert_eq!(k[0].matches.as_deref(), Some("sid-1"));
+        assert_eq!(k[0].contains.as_deref(), Some("turn_started"));
         assert_eq!(
             (r[1].op, r[1].fault, r[1].times),
             (Op::Write, Fault::Short, 5)
@@ -165,6 +218,8 @@ mod tests {
             "read:boom:1",
             "read:eio:0",
             "read:eio:x",
+            "fsync:kill:1",
+            "read:eio:1#x",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -147,6 +147,7 @@ struct FaultFile {
 impl LogFile for FaultFile {
     fn write_bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
         use crate::fault::{check, Fault, Op};
+        crate::fault::kill_point(&self.path.to_string_lossy(), bytes);
         match check(Op::Write, &self.path) {
             Some(Fault::Short) => {
                 Write::write_all(&mut self.file, &bytes[..bytes.len() / 2])?;

@@ -226,6 +226,7 @@ pub fn parse_grant(v: Option<&serde_json::Value>) -> Result<Option<Vec<Grant>>, 
             },
             "full_access" if v == true => out.push(Grant::FullAccess),
             "git" if v == "init" => out.push(Grant::GitInit),
+            "socket" => out.push(Grant::Socket { path: path()? }),
             "full_access" => {}
             _ => return Err(bad(format!("unknown grant {k}={v}"))),
         }

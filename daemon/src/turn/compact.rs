@@ -162,6 +162,7 @@ async fn model_summary(
         rendered: None,
         tools: Vec::new(),
         max_output_tokens: None,
+        reasoning_effort: None,
     };
     // Deltas of a summary are not shown to anyone.
     let (tx, _rx) = tokio::sync::mpsc::channel(64);

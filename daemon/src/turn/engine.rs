@@ -340,6 +340,9 @@ fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
 fn turn_started_data(turn_id: &str, spec: &TurnSpec, tools: &ToolContext) -> serde_json::Value {
     let mut d = json!({"turn_id": turn_id, "model": spec.model, "provider": spec.provider_name(),
         "base_prompt": crate::prompt::record()});
+    if let Some(e) = &spec.reasoning_effort {
+        d["reasoning_effort"] = json!(e);
+    }
     if let Some(sb) = &tools.sandbox {
         d["sandbox"] = sb.policy.to_record();
     }
@@ -817,6 +820,7 @@ impl Runner<'_> {
             rendered,
             tools: specs,
             max_output_tokens: None,
+            reasoning_effort: self.spec.reasoning_effort.clone(),
         };
         let (tx, mut rx) = mpsc::channel::<StreamEvent>(DELTA_QUEUE);
         let h = self.h.clone();

@@ -88,6 +88,11 @@ pub struct TurnManager {
     permission_peers: DashMap<String, Vec<PeerHandle>>,
     /// The MCP servers of each session.
     pub mcp: mcp::McpSessions,
+    /// One queue start at a time per session (see [`TurnManager::start_next_queued`]).
+    queue_starts: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Held while a running-turn marker is written, and while one is removed after
+    /// checking that nothing runs or waits (see [`TurnManager::unmark_if_idle`]).
+    markers: Mutex<()>,
 }
 
 impl TurnManager {
@@ -199,6 +204,8 @@ impl TurnManager {
             shutting_down: AtomicBool::new(false),
             watch: crate::watch::ArtifactWatch::default(),
             permission_peers: DashMap::new(),
+            queue_starts: DashMap::new(),
+            markers: Mutex::new(()),
         });
         let weak = Arc::downgrade(&turns);
         let _ = turns.registry.resumer.set(Box::new(
@@ -206,6 +213,15 @@ impl TurnManager {
                 weak.upgrade().is_some_and(|t| t.take_over(h, st, turn_id))
             },
         ));
+        let weak = Arc::downgrade(&turns);
+        let _ = turns
+            .registry
+            .queue_starter
+            .set(Box::new(move |h: &SessionHandle| {
+                if let Some(t) = weak.upgrade() {
+                    t.start_next_queued(h);
+                }
+            }));
         turns
     }
 
@@ -222,6 +238,7 @@ impl TurnManager {
         }
         let dir = self.markers_dir();
         let path = dir.join(sid);
+        let _g = self.markers.lock().unwrap_or_else(|p| p.into_inner());
         let res = if running {
             std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, b""))
         } else {
@@ -235,10 +252,36 @@ impl TurnManager {
         }
     }
 
+    /// Removes the session's marker if no turn runs and none is queued; `false` (the
+    /// marker kept) otherwise. Decided on the session's actor, after every append sent
+    /// before, and under the markers' lock, so a prompt queued or a turn started at
+    /// the same moment keeps (or writes again) its marker.
+    async fn unmark_if_idle(self: &Arc<Self>, h: &SessionHandle) -> bool {
+        let turns = self.clone();
+        let sid = h.id.to_string();
+        h.query(move |st| {
+            let _g = turns.markers.lock().unwrap_or_else(|p| p.into_inner());
+            if !st.queued.is_empty() || turns.is_running(&sid) {
+                return false;
+            }
+            let path = turns.markers_dir().join(&sid);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(session = %sid, error = %e, "running-turn marker not removed");
+                }
+                _ => {}
+            }
+            true
+        })
+        .await
+        .unwrap_or(false)
+    }
+
     /// At start: loads every session a marker names, so the turns a crash cut resume
-    /// now rather than at the session's next use (the load hands them to
-    /// [`take_over`](Self::take_over)); a marker whose session has no turn to resume
-    /// is removed.
+    /// and the turns queued in them start now rather than at the session's next use
+    /// (the first load hands them to [`take_over`](Self::take_over) and
+    /// [`start_next_queued`](Self::start_next_queued)); a marker whose session has
+    /// neither is removed.
     pub fn resume_marked(self: &Arc<Self>) {
         let Ok(dir) = std::fs::read_dir(self.markers_dir()) else {
             return;
@@ -251,21 +294,15 @@ impl TurnManager {
         for sid in sids {
             let turns = self.clone();
             tokio::spawn(async move {
-                let loaded = match turns.registry.get(&sid).await {
-                    Ok(h) => h.query(|_| ()).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = loaded {
-                    tracing::warn!(session = %sid, error = %e, "session of a running-turn marker not loaded");
-                }
-                if let Ok(h) = turns.registry.get(&sid).await {
-                    if h.query(|st| !st.queued.is_empty()).await.unwrap_or(false) {
-                        turns.start_next_queued(&h);
-                        return;
+                match turns.registry.get(&sid).await {
+                    Ok(h) => {
+                        turns.unmark_if_idle(&h).await;
                     }
-                }
-                if !turns.is_running(&sid) {
-                    turns.mark_running(&sid, false);
+                    // Deleted meanwhile: nothing left to run.
+                    Err(e) if e.kind == ErrorKind::NotFound => turns.mark_running(&sid, false),
+                    Err(e) => {
+                        tracing::warn!(session = %sid, error = %e, "session of a running-turn marker not loaded");
+                    }
                 }
             });
         }
@@ -428,6 +465,9 @@ impl TurnManager {
         let turn_id = format!("turn_{}", agentd_proto::event::new_event_id());
         let mut data = json!({"turn_id": turn_id, "input": p.input, "runner": "agentd",
                               "params": resume_params(p)});
+        // The marker before the prompt is durable: the turn ahead may end and take its
+        // marker away before this one starts, and a crash then must still find it.
+        self.mark_running(&h.id, true);
         if let Some((id, hash)) = &key {
             data["client_request_id"] = json!(id);
             data["request_hash"] = json!(hash);
@@ -435,6 +475,9 @@ impl TurnManager {
         let res = h
             .append(vec![EventDraft::new(EventType::TurnQueued, data)], None)
             .await?;
+        // Written again before the answer: the turn ahead may have ended between the
+        // first write and the append, removing the marker as the queue looked empty.
+        self.mark_running(&h.id, true);
         // The running turn may have ended before this was durable, and looked at an
         // empty queue: start it now if nothing runs.
         if !self.is_running(&h.id) {
@@ -456,9 +499,21 @@ impl TurnManager {
     /// ends calls this again, so the queue drains in order). A queued turn that cannot
     /// start (its provider is gone) is withdrawn with `turn_dequeued{reason:"failed",
     /// error}` and the next one is tried.
+    ///
+    /// Starts of one session are serialized: each looks at the queue only after the
+    /// one before has claimed its turn (its `turn_started` durable), so two callers (a
+    /// turn that ended, a prompt queued meanwhile, a load) never start the same
+    /// queued turn twice.
     pub fn start_next_queued(self: &Arc<Self>, h: &SessionHandle) {
         let (turns, h) = (self.clone(), h.clone());
+        let lock = self
+            .queue_starts
+            .entry(h.id.to_string())
+            .or_default()
+            .value()
+            .clone();
         tokio::spawn(async move {
+            let _one_at_a_time = lock.lock().await;
             loop {
                 if turns.is_running(&h.id) || turns.shutting_down.load(Ordering::SeqCst) {
                     return;
@@ -821,10 +876,8 @@ async fn run_task(
     }
     // Queued turns run next; the marker stays while any wait, so a crash now still
     // finds them at start.
-    if h.query(|st| !st.queued.is_empty()).await.unwrap_or(false) {
+    if !turns.unmark_if_idle(&h).await {
         turns.start_next_queued(&h);
-    } else if !turns.is_running(&sid) {
-        turns.mark_running(&sid, false);
     }
     let finished = match outcome {
         Ok((result, reconciled)) => Finished { result, reconciled },
@@ -987,6 +1040,7 @@ fn params_from_record(sid: &str, params: &serde_json::Value) -> TurnParams {
         mcp_servers: None,
         client_request_id: None,
         queue: None,
+        reasoning_effort: text("reasoning_effort"),
     }
 }
 
@@ -1004,6 +1058,10 @@ fn resume_params(p: &TurnParams) -> serde_json::Value {
     put("max_iterations", p.max_iterations.map(Into::into));
     put("permission_mode", p.permission_mode.clone().map(Into::into));
     put("sandbox", p.sandbox.clone());
+    put(
+        "reasoning_effort",
+        p.reasoning_effort.clone().map(Into::into),
+    );
     serde_json::Value::Object(m)
 }
 

@@ -19,7 +19,13 @@
 //!
 //! Decisions of `ask` and `read_only` are recorded as `permission_decision{call_id,
 //! decision, mode, reason}`; reasons: `read_only`, `client_allowed`, `client_denied`,
-//! `no_client`, `timeout`, `client_gone`, `bad_answer`.
+//! `no_client`, `timeout`, `client_gone`, `bad_answer`. A denial may carry the user's
+//! words (`{"decision":"deny","reason":"not that file"}`): they are recorded as the
+//! decision's `message` and end the denied call's error, so the model reads them.
+//!
+//! A client answering `allow_always` for a built-in tool (no sandbox grant) is not asked
+//! again for that tool in the session while the daemon runs (reason `always_allowed`),
+//! as for MCP tools; the set lives beside theirs under the server name [`BUILTIN`].
 
 use super::TurnManager;
 use agentd_proto::{AgentError, ErrorKind};
@@ -28,6 +34,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use agentd_proto::rpc::PermissionMode;
+
+/// The server name under which built-in tools' `allow_always` answers are kept with the
+/// MCP tools' (no MCP server is named with the empty string).
+pub const BUILTIN: &str = "";
+
+/// Longest user's reason kept with a denial, in characters.
+const MAX_MESSAGE: usize = 1000;
 
 /// A decision that must be recorded (`None` from [`decide`] means "run, record nothing").
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +51,8 @@ pub struct Decision {
     pub grant: Option<Value>,
     /// `call` or `session`: how long an allowed grant holds.
     pub scope: Option<&'static str>,
+    /// The user's words with a denial.
+    pub message: Option<String>,
 }
 
 impl Decision {
@@ -47,6 +62,7 @@ impl Decision {
             reason,
             grant: None,
             scope: None,
+            message: None,
         }
     }
 
@@ -58,6 +74,9 @@ impl Decision {
             "mode": mode.as_str(),
             "reason": self.reason,
         });
+        if let Some(m) = &self.message {
+            d["message"] = json!(m);
+        }
         if let Some(g) = &self.grant {
             d["grant"] = g.clone();
             if self.allow {
@@ -69,16 +88,37 @@ impl Decision {
 
     /// The `tool_result` error of a denied call.
     pub fn denial(&self, tool: &str) -> AgentError {
+        let said = self
+            .message
+            .as_ref()
+            .map(|m| format!("; the user said: {m}"))
+            .unwrap_or_default();
+        let mut details = json!({"tool": tool, "reason": self.reason});
+        if let Some(m) = &self.message {
+            details["message"] = json!(m);
+        }
         AgentError::new(
             ErrorKind::PermissionDenied,
             format!(
-                "`{}` was not allowed to run ({})",
+                "`{}` was not allowed to run ({}){said}",
                 crate::text::clip_chars(tool, 64),
                 self.reason
             ),
         )
-        .with_details(json!({"tool": tool, "reason": self.reason}))
+        .with_details(details)
     }
+}
+
+/// The user's reason in a denying answer: one line, printable, at most [`MAX_MESSAGE`]
+/// characters; `None` when there is none.
+fn user_reason(resp: &Value) -> Option<String> {
+    let r = resp.get("result")?.get("reason")?.as_str()?;
+    let line: String = r
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let line = line.trim();
+    (!line.is_empty()).then(|| crate::text::clip_chars(line, MAX_MESSAGE))
 }
 
 /// Sends `agentd/permission` to the session's client; the flag says the client
@@ -113,7 +153,11 @@ async fn ask_client(ask: &Ask<'_>, params: Value) -> Result<(Decision, bool), Ag
                         (d, false)
                     }
                     _ if always => (Decision::new(true, "client_allowed_always"), true),
-                    Some(false) => (denied("client_denied"), false),
+                    Some(false) => {
+                        let mut d = denied("client_denied");
+                        d.message = user_reason(&resp);
+                        (d, false)
+                    }
                     None => (denied("bad_answer"), false),
                 }
             }
@@ -221,6 +265,10 @@ pub async fn decide(
         PermissionMode::Auto => Ok(None),
         PermissionMode::ReadOnly => Ok(Some(Decision::new(false, "read_only"))),
         PermissionMode::Ask => {
+            let turns = ask.turns;
+            if grant.is_none() && turns.mcp.always_allowed(ask.session_id, BUILTIN, tool) {
+                return Ok(Some(Decision::new(true, "always_allowed")));
+            }
             let mut params = json!({
                 "session_id": ask.session_id,
                 "turn_id": ask.turn_id,
@@ -234,7 +282,10 @@ pub async fn decide(
                 params["sandbox_grant"] = g.clone();
                 params["justification"] = args.get("justification").cloned().unwrap_or(Value::Null);
             }
-            let (decision, _) = ask_client(ask, params).await?;
+            let (decision, always) = ask_client(ask, params).await?;
+            if always && grant.is_none() {
+                turns.mcp.allow_always(ask.session_id, BUILTIN, tool);
+            }
             Ok(Some(with_grant(decision)))
         }
     }
@@ -268,5 +319,23 @@ mod tests {
             json!({"call_id":"c1","decision":"deny","mode":"read_only","reason":"read_only"})
         );
         assert_eq!(d.denial("shell").kind, ErrorKind::PermissionDenied);
+        let answer = json!({"result": {"decision": "deny", "reason": "  not\nthat file "}});
+        let mut d = Decision::new(false, "client_denied");
+        d.message = user_reason(&answer);
+        assert_eq!(d.message.as_deref(), Some("not that file"));
+        assert_eq!(
+            d.event_data("c2", PermissionMode::Ask)["message"],
+            "not that file"
+        );
+        let e = d.denial("write_file");
+        assert!(e.message.ends_with("the user said: not that file"), "{e:?}");
+        assert_eq!(e.details["message"], "not that file");
+        assert_eq!(
+            user_reason(&json!({"result": {"decision": "deny", "reason": " "}})),
+            None
+        );
+        let long = "x".repeat(5000);
+        let clipped = user_reason(&json!({"result": {"reason": long}})).unwrap();
+        assert!(clipped.chars().count() <= MAX_MESSAGE);
     }
 }

@@ -42,6 +42,8 @@ pub struct TurnSpec {
     /// The session's and this turn's `sandbox: {mode?, network?}` (docs/sandbox.md#contract).
     pub sandbox_session: agentd_sandbox::SandboxRequest,
     pub sandbox_turn: agentd_sandbox::SandboxRequest,
+    /// The turn's `reasoning_effort`, else the provider config's (checked).
+    pub reasoning_effort: Option<String>,
 }
 
 impl TurnSpec {
@@ -158,6 +160,9 @@ pub async fn resolve(
             "max_iterations must be 1..={MAX_MAX_ITERATIONS}"
         )));
     }
+    if let Some(e) = &p.reasoning_effort {
+        agentd_proto::rpc::validate_reasoning_effort(e)?;
+    }
     if p.input.trim().is_empty() {
         return Err(AgentError::invalid_args("input must not be empty"));
     }
@@ -182,6 +187,15 @@ pub async fn resolve(
         registry.config.path.as_deref(),
         &crate::provider::preflight::env_has,
     )?;
+    let reasoning_effort = p
+        .reasoning_effort
+        .clone()
+        .or_else(|| provider.config().reasoning_effort.clone());
+    if let Some(e) = &reasoning_effort {
+        agentd_proto::rpc::validate_reasoning_effort(e).map_err(|e| {
+            AgentError::invalid_args(format!("provider `{}`: {}", provider.name(), e.message))
+        })?;
+    }
     let env_remove: Vec<String> = providers
         .all()
         .values()
@@ -204,5 +218,6 @@ pub async fn resolve(
         secrets,
         sandbox_session,
         sandbox_turn,
+        reasoning_effort,
     })
 }

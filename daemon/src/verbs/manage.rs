@@ -8,8 +8,8 @@
 use crate::registry::{is_archived, trash_dir, Registry, ARCHIVED_LABEL};
 use crate::store;
 use agentd_proto::rpc::{
-    DeleteParams, DeleteResult, ModelChoice, ModelsParams, ModelsResult, PreflightParams,
-    PreflightResult, RenameParams, RestoreResult, SessionInfoResult,
+    DeleteParams, DeleteResult, PreflightParams, PreflightResult, RenameParams, RestoreResult,
+    SessionInfoResult,
 };
 use agentd_proto::{session_id, AgentError, ErrorKind, EventDraft, EventType};
 use serde_json::json;
@@ -500,27 +500,6 @@ pub fn preflight(registry: &Registry, p: PreflightParams) -> Result<PreflightRes
             .path
             .as_ref()
             .map(|p| p.display().to_string()),
-    })
-}
-
-/// `agentd/models`: the models a client may offer ([`ProvidersConfig::choices`] with the
-/// daemon's environment deciding which built-ins have their key).
-///
-/// [`ProvidersConfig::choices`]: crate::provider::ProvidersConfig::choices
-pub fn models(registry: &Registry, _p: ModelsParams) -> Result<ModelsResult, AgentError> {
-    let providers = registry.config.providers_config();
-    let models = providers
-        .choices(&crate::provider::preflight::env_has)
-        .into_iter()
-        .map(|(provider, model, source)| ModelChoice {
-            provider,
-            model,
-            source: source.to_string(),
-        })
-        .collect();
-    Ok(ModelsResult {
-        models,
-        providers: providers.all().into_keys().collect(),
     })
 }
 

@@ -4,7 +4,7 @@
 //!
 //! A layer above the core: it uses the registry, session actors and the store, and
 //! nothing below imports it. The daemon merges [`methods`] into the native API's method
-//! table. Module map: `manage` (rename, archive, delete, restore, preflight, models), `export`
+//! table. Module map: `manage` (rename, archive, delete, restore, preflight), `models`, `export`
 //! (pure Markdown/HTML renderers of a Log), `search` (parallel scan of raw Log bytes),
 //! `usage` (token and cost totals from `provider_usage` events); `agentd/import_discover`
 //! is served from `crate::imports`.
@@ -19,29 +19,19 @@
 
 pub mod export;
 pub mod manage;
+pub mod models;
 pub mod search;
 pub mod usage;
 
+use crate::register::to_value;
 use crate::registry::Registry;
-use crate::server::error_object;
 use agentd_proto::rpc::method as m;
 use agentd_proto::AgentError;
-use jsonrpsee::types::Params;
 use jsonrpsee::{Methods, RpcModule};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
-
-fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, AgentError> {
-    let text = params.as_str().unwrap_or("{}");
-    serde_json::from_str(text).map_err(|e| AgentError::invalid_args(format!("bad params: {e}")))
-}
-
-pub(crate) fn to_value<T: Serialize>(v: T) -> Result<Value, AgentError> {
-    serde_json::to_value(v).map_err(|e| AgentError::internal(format!("serialize result: {e}")))
-}
 
 /// What the verbs reach: the sessions, and the running turns (delete refuses during one).
 pub struct Ctx {
@@ -49,25 +39,16 @@ pub struct Ctx {
     pub turns: Arc<crate::turn::TurnManager>,
 }
 
+/// Registers a verb whose params parse into `P` and that needs only the sessions.
 fn method<P, F, Fut>(module: &mut RpcModule<Ctx>, name: &'static str, f: F)
 where
     P: DeserializeOwned + Send + 'static,
     F: Fn(Arc<Registry>, P) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Value, AgentError>> + Send + 'static,
 {
-    let res = module.register_async_method(name, move |params, ctx, _ext| {
-        let f = f.clone();
-        async move {
-            let p: P = parse(&params).map_err(|e| error_object(&e))?;
-            f(Arc::clone(&ctx.registry), p)
-                .await
-                .map_err(|e| error_object(&e))
-        }
+    crate::register::method(module, name, move |ctx: Arc<Ctx>, p, _| {
+        f(Arc::clone(&ctx.registry), p)
     });
-    if let Err(e) = res {
-        // Method names are static and unique; a clash is a programming error caught by tests.
-        panic!("register {name}: {e}");
-    }
 }
 
 /// The verbs' methods, to merge into the native API.
@@ -90,14 +71,9 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
             to_value(manage::set_archived(&r, &p.session_id, false).await?)
         },
     );
-    let res = module.register_async_method(m::DELETE, |params, ctx, _ext| async move {
-        let p = parse(&params).map_err(|e| error_object(&e))?;
-        let r = manage::delete(&ctx.registry, &ctx.turns, p).await;
-        r.and_then(to_value).map_err(|e| error_object(&e))
+    crate::register::method(&mut module, m::DELETE, |ctx: Arc<Ctx>, p, _| async move {
+        to_value(manage::delete(&ctx.registry, &ctx.turns, p).await?)
     });
-    if let Err(e) = res {
-        panic!("register {}: {e}", m::DELETE);
-    }
     method(
         &mut module,
         m::RESTORE,
@@ -112,7 +88,7 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
         crate::turn::instructions::show(&r, p).await
     });
     method(&mut module, m::MODELS, |r, p| async move {
-        to_value(manage::models(&r, p)?)
+        to_value(models::models(&r, p).await?)
     });
     method(&mut module, m::EXPORT, |r, p| async move {
         to_value(export::export(&r, p).await?)

@@ -234,6 +234,27 @@ fn main() {
                 let _ = std::fs::write(arg(3), line);
                 let _ = std::fs::write(format!("{}.done", arg(3)), "");
             }
+            "loopback" => {
+                // A server and a client in one process on 127.0.0.1 (a test suite's
+                // usual shape): prints `loopback: ok echo=ping` or the errno.
+                use std::io::{Read, Write};
+                let run = || -> std::io::Result<String> {
+                    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+                    let mut c = std::net::TcpStream::connect(l.local_addr()?)?;
+                    let (mut s, _) = l.accept()?;
+                    c.write_all(b"ping")?;
+                    let mut b = [0u8; 4];
+                    s.read_exact(&mut b)?;
+                    Ok(String::from_utf8_lossy(&b).into_owned())
+                };
+                match run() {
+                    Ok(echo) => println!("loopback: ok echo={echo}"),
+                    Err(e) => println!(
+                        "loopback: {}",
+                        e.raw_os_error().map(errno_name).unwrap_or("?")
+                    ),
+                }
+            }
             other => {
                 eprintln!("sandbox-probe: unknown probe {other:?}");
                 std::process::exit(2);

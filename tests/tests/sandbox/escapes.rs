@@ -23,6 +23,13 @@ fn at_level(o: &Outside, force: Option<&str>) -> DaemonBuilder {
     }
 }
 
+/// `[sandbox] sockets` granting the directory the test daemons' sockets live in (the
+/// system temp dir), so that a command can try the daemon's socket at every level.
+fn daemon_socket_granted() -> String {
+    let tmp = std::env::temp_dir().canonicalize().unwrap();
+    format!("[sandbox]\nsockets = [{:?}]\n", tmp)
+}
+
 /// Waits until `f` holds or `timeout` passes; false on timeout.
 fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
@@ -85,10 +92,11 @@ impl Drop for Stopped {
 fn a_connection_handed_on_by_a_command_that_exited_is_refused() {
     for (level, force) in LEVELS {
         let o = outside();
-        let d = at_level(&o, force).start();
+        let d = at_level(&o, force).config(&daemon_socket_granted()).start();
         let mut c = d.connect();
-        // Network `host`: with `none`, the degraded level refuses Unix sockets outright
-        // and the daemon's own check would never be reached.
+        // Network `host` and a socket grant around the daemon's socket: without them,
+        // the degraded level refuses Unix sockets outright and the daemon's own check
+        // would never be reached.
         let sid = create(&mut c, &d, Some(json!({"network": "host"})));
         let ws = d.workspace().to_path_buf();
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "agentd/create",
@@ -156,10 +164,11 @@ fn a_connection_handed_on_by_a_command_that_exited_is_refused() {
 fn a_detached_process_dies_at_the_timeout_and_never_reaches_the_daemon() {
     for (level, force) in LEVELS {
         let o = outside();
-        let d = at_level(&o, force).start();
+        let d = at_level(&o, force).config(&daemon_socket_granted()).start();
         let mut c = d.connect();
-        // Network `host`: with `none`, the degraded level refuses Unix sockets outright
-        // and the daemon's own check would never be reached.
+        // Network `host` and a socket grant around the daemon's socket: without them,
+        // the degraded level refuses Unix sockets outright and the daemon's own check
+        // would never be reached.
         let sid = create(&mut c, &d, Some(json!({"network": "host"})));
         let ws = d.workspace().to_path_buf();
         let token = format!("{}", 10_000 + rand::random::<u32>() % 80_000);

@@ -191,7 +191,8 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
     let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
         .map_err(|e| e.to_string())?;
-    if plan.network == Network::None {
+    // With its own network namespace a command's TCP reaches only its loopback.
+    if plan.network == Network::None && !(plan.namespaces && plan.loopback) {
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(|e| e.to_string())?;
@@ -210,7 +211,26 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
         h
     };
     let read = beneath_except(Path::new("/"), &hidden);
-    rs = add_paths(rs, &read, AccessFs::from_read(abi), abi)?;
+    // Connecting to a pathname Unix socket is a right of its own from ABI 9: with
+    // network `host` every socket outside the hidden set, with `none` only those
+    // beneath the writable roots and the private tmp (below), plus the granted ones.
+    let read_access = if plan.network == Network::Host {
+        AccessFs::from_read(abi) | AccessFs::ResolveUnix
+    } else {
+        AccessFs::from_read(abi)
+    };
+    rs = add_paths(rs, &read, read_access, abi)?;
+    let granted: Vec<PathBuf> = plan
+        .sockets
+        .iter()
+        .flat_map(|g| beneath_except(g, &hidden))
+        .collect();
+    rs = add_paths(
+        rs,
+        &granted,
+        AccessFs::from_read(abi) | AccessFs::ResolveUnix,
+        abi,
+    )?;
     let mut write: Vec<PathBuf> = Vec::new();
     for r in &plan.writable {
         write.extend(beneath_except(r, &hidden));
@@ -323,13 +343,24 @@ fn cond(
     SeccompCondition::new(arg, len, op, v).map_err(|e| e.to_string())
 }
 
+/// What the main filter refuses beyond the fixed list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterOptions {
+    pub network: Network,
+    /// No namespaces: SysV IPC is refused (there is no ipc namespace to keep a command
+    /// off the host's segments).
+    pub degraded: bool,
+    /// Network `none` in the sandbox's own network namespace: inet sockets are allowed
+    /// (they reach only its loopback).
+    pub loopback: bool,
+    /// `socket(AF_UNIX)` refused (no mount namespace to cover the host's sockets, and
+    /// no socket grant); `socketpair` stays allowed.
+    pub refuse_unix: bool,
+}
+
 /// The main filter: default allow, EPERM on a match.
-///
-/// `degraded` (no namespaces): SysV IPC is refused too (there is no ipc namespace to
-/// keep a command off the host's segments), and with network `none` so is
-/// `socket(AF_UNIX)` (there is no mount namespace to hide the host's sockets;
-/// `socketpair` stays allowed).
-pub fn main_filter(network: Network, degraded: bool) -> Result<BpfProgram, String> {
+pub fn main_filter(o: FilterOptions) -> Result<BpfProgram, String> {
+    let (network, degraded) = (o.network, o.degraded);
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in denied_syscalls() {
         rules.insert(nr, vec![]);
@@ -377,38 +408,44 @@ pub fn main_filter(network: Network, degraded: bool) -> Result<BpfProgram, Strin
         );
     }
     rules.insert(libc::SYS_clone, clone);
+    let family = |op: SeccompCmpOp, fam: i32| -> Result<SeccompCondition, String> {
+        cond(0, SeccompCmpArgLen::Dword, op, fam as u64)
+    };
+    let rule = |conds: Vec<SeccompCondition>| SeccompRule::new(conds).map_err(|e| e.to_string());
+    // A rule matches (refuses) when all its conditions hold; a call is refused when any
+    // rule matches; an empty rule list refuses every call.
+    let mut socket = Vec::new();
     if network == Network::None {
-        let not_unix = SeccompRule::new(vec![cond(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )?])
-        .map_err(|e| e.to_string())?;
-        // An empty rule list refuses every call.
-        let socket = if degraded {
-            vec![]
-        } else {
-            vec![not_unix.clone()]
-        };
-        rules.insert(libc::SYS_socket, socket);
-        rules.insert(libc::SYS_socketpair, vec![not_unix]);
+        // Every family but the allowed ones.
+        let mut allowed = Vec::new();
+        if !o.refuse_unix {
+            allowed.push(libc::AF_UNIX);
+        }
+        if o.loopback {
+            allowed.extend([libc::AF_INET, libc::AF_INET6]);
+        }
+        if !allowed.is_empty() {
+            socket.push(rule(
+                allowed
+                    .iter()
+                    .map(|f| family(SeccompCmpOp::Ne, *f))
+                    .collect::<Result<_, _>>()?,
+            )?);
+        }
+        rules.insert(
+            libc::SYS_socketpair,
+            vec![rule(vec![family(SeccompCmpOp::Ne, libc::AF_UNIX)?])?],
+        );
     } else {
         // Host network still gets no vsock (VM host interop) and no raw packets.
-        let mut socket = Vec::new();
         for fam in [libc::AF_VSOCK, libc::AF_PACKET] {
-            socket.push(
-                SeccompRule::new(vec![cond(
-                    0,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::Eq,
-                    fam as u64,
-                )?])
-                .map_err(|e| e.to_string())?,
-            );
+            socket.push(rule(vec![family(SeccompCmpOp::Eq, fam)?])?);
         }
-        rules.insert(libc::SYS_socket, socket);
+        if o.refuse_unix {
+            socket.push(rule(vec![family(SeccompCmpOp::Eq, libc::AF_UNIX)?])?);
+        }
     }
+    rules.insert(libc::SYS_socket, socket);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -457,9 +494,19 @@ pub fn guard_filter() -> BpfProgram {
     ]
 }
 
+/// The filter options a plan asks for.
+pub fn filter_options(plan: &Plan) -> FilterOptions {
+    FilterOptions {
+        network: plan.network,
+        degraded: !plan.namespaces,
+        loopback: plan.namespaces && plan.loopback && plan.network == Network::None,
+        refuse_unix: plan.refuse_unix,
+    }
+}
+
 /// Installs both filters (needs `no_new_privs`).
-pub fn seccomp(network: Network, degraded: bool) -> Result<(), String> {
-    let main = main_filter(network, degraded)?;
+pub fn seccomp(plan: &Plan) -> Result<(), String> {
+    let main = main_filter(filter_options(plan))?;
     seccompiler::apply_filter(&guard_filter()).map_err(|e| e.to_string())?;
     seccompiler::apply_filter(&main).map_err(|e| e.to_string())
 }

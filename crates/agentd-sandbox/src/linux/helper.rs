@@ -123,8 +123,48 @@ fn write_maps(report: &mut Report, uid: libc::uid_t, gid: libc::gid_t) {
     }
 }
 
-/// The daemon's empty network namespace (and the user namespace owning it): created,
-/// reported, then held until the daemon has opened both and closes our stdin.
+/// `struct ifreq` as `SIOCGIFFLAGS`/`SIOCSIFFLAGS` use it: the name, then the flags
+/// (the rest of the 40-byte union unused).
+#[repr(C)]
+struct IfreqFlags {
+    name: [u8; 16],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Brings `lo` up in the current network namespace (we hold `CAP_NET_ADMIN` in the user
+/// namespace that owns it), so that a command with network `none` can serve and reach
+/// 127.0.0.1 and ::1 — its own loopback, nothing else.
+fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: a socket used only for two ioctls on a correctly sized ifreq, then closed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(errno());
+        }
+        let mut req = IfreqFlags {
+            name: [0; 16],
+            flags: 0,
+            _pad: [0; 22],
+        };
+        req.name[..2].copy_from_slice(b"lo");
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req as *mut IfreqFlags);
+        if rc == 0 {
+            req.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &req as *const IfreqFlags);
+        }
+        let e = errno();
+        libc::close(fd);
+        if rc != 0 {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// A network namespace for commands with network `none` (and the user namespace owning
+/// it), its loopback up: created, reported, then held until the daemon has opened both
+/// and closes our stdin.
 fn hold_namespaces(mut report: Report) -> ! {
     // SAFETY: getuid/getgid never fail; unshare takes flags (single-threaded).
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -132,6 +172,9 @@ fn hold_namespaces(mut report: Report) -> ! {
         fail(&mut report, format!("unshare: {}", errno()));
     }
     write_maps(&mut report, uid, gid);
+    if let Err(e) = loopback_up() {
+        fail(&mut report, format!("bringing lo up: {e}"));
+    }
     report.level = "holder".into();
     write_report(&report);
     // SAFETY: closing the report descriptor; then block until stdin closes.
@@ -176,9 +219,9 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
             flags |= libc::CLONE_NEWNET;
         }
         names.push(if shared_net {
-            "net(shared, empty)"
+            "net(per workspace, loopback only)"
         } else {
-            "net"
+            "net(loopback only)"
         });
     }
     // SAFETY: unshare takes flags; the helper is single-threaded.
@@ -187,6 +230,11 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
     }
     report.namespaces = names.into_iter().map(String::from).collect();
     write_maps(&mut report, uid, gid);
+    if plan.network == Network::None && !shared_net && plan.loopback {
+        if let Err(e) = loopback_up() {
+            fail(&mut report, format!("bringing lo up: {e}"));
+        }
+    }
     if let Err(e) = mounts::make_private() {
         fail(&mut report, format!("making mounts private: {e}"));
     }
@@ -492,7 +540,7 @@ fn run_command(plan: &Plan, mut report: Report) -> ! {
         report.landlock_abi = confine::landlock_abi();
     }
     if plan.seccomp {
-        if let Err(e) = confine::seccomp(plan.network, !plan.namespaces) {
+        if let Err(e) = confine::seccomp(plan) {
             fail(&mut report, format!("seccomp: {e}"));
         }
         report.seccomp = true;

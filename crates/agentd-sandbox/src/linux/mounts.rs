@@ -337,8 +337,8 @@ fn private_devices() -> io::Result<()> {
 
 /// With network `none`: an empty `/run` (and `/var/run` where it is a directory of
 /// its own), so the host's daemons' sockets (PostgreSQL, MySQL, Docker, D-Bus, systemd)
-/// are not there to connect to. Skipped when a writable root or the working directory
-/// lies below it.
+/// are not there to connect to; the sockets granted by path below it are bound back.
+/// Skipped when a writable root or the working directory lies below it.
 fn private_run(plan: &Plan) -> io::Result<()> {
     for dir in ["/run", "/var/run"] {
         let d = Path::new(dir);
@@ -349,6 +349,7 @@ fn private_run(plan: &Plan) -> io::Result<()> {
             .chain(std::iter::once(&plan.cwd))
             .any(|w| w.starts_with(d));
         if real && !needed {
+            let keep = pin_below(d, &plan.sockets);
             mount(
                 Some(Path::new("tmpfs")),
                 d,
@@ -356,6 +357,66 @@ fn private_run(plan: &Plan) -> io::Result<()> {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 Some("mode=0755"),
             )?;
+            bind_back(&keep)?;
+        }
+    }
+    Ok(())
+}
+
+/// Descriptors of the existing `paths` strictly below `dir` (outermost only), taken
+/// before a tmpfs covers `dir`.
+fn pin_below(dir: &Path, paths: &[PathBuf]) -> Vec<(PathBuf, OwnedFd, bool)> {
+    let mut wanted: Vec<&PathBuf> = paths
+        .iter()
+        .filter(|p| p.starts_with(dir) && p.as_path() != dir)
+        .collect();
+    wanted.sort();
+    let mut keep: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
+    for p in wanted {
+        if keep.iter().any(|(k, _, _)| p.starts_with(k)) {
+            continue;
+        }
+        if let Ok(fd) = open_nofollow(p) {
+            if !is_symlink(&fd) {
+                let d = is_dir(&fd);
+                keep.push((p.clone(), fd, d));
+            }
+        }
+    }
+    keep
+}
+
+/// Binds pinned paths back at their place (after a tmpfs covered it).
+fn bind_back(keep: &[(PathBuf, OwnedFd, bool)]) -> io::Result<()> {
+    for (p, fd, dir) in keep {
+        mkdir_all_fresh(p, *dir)?;
+        mount(
+            Some(&fd_path(fd)),
+            p,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// Covers the host sockets the daemon listed (`/dev/null` over each), so a connect
+/// finds no socket there. Those gone since, or now below an empty `/run`, the private
+/// `/tmp` or a hidden directory, need nothing.
+fn cover_sockets(plan: &Plan, report: &mut Report) -> Result<(), String> {
+    for p in &plan.cover_sockets {
+        if plan.sockets.iter().any(|g| p.starts_with(g)) {
+            continue;
+        }
+        match hide(p) {
+            Ok(()) => report.sockets_covered += 1,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::EACCES)
+                ) => {}
+            Err(e) => return Err(format!("covering the socket {}: {e}", p.display())),
         }
     }
     Ok(())
@@ -372,6 +433,14 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
     let mut keep: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
     let mut wanted: Vec<PathBuf> = plan.writable.clone();
     wanted.push(plan.cwd.clone());
+    // Sockets granted by path under /tmp (a PostgreSQL socket, say).
+    let granted_tmp: Vec<PathBuf> = plan
+        .sockets
+        .iter()
+        .filter(|g| g.starts_with(tmp))
+        .cloned()
+        .collect();
+    wanted.extend(granted_tmp.iter().cloned());
     wanted.sort();
     wanted.dedup();
     for p in &wanted {
@@ -381,6 +450,8 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
                     let d = is_dir(&fd);
                     keep.push((p.clone(), fd, d));
                 }
+                // A granted socket that is not there (yet): nothing to bind back.
+                Err(_) if granted_tmp.contains(p) => {}
                 Err(e) => return Err(format!("{}: {e}", p.display())),
             }
         }
@@ -406,7 +477,7 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
         // Everything under the private /tmp is writable to Landlock: a kept path that
         // is not a writable root (the working directory in read_only mode) is made
         // read-only by the mount itself.
-        if !plan.writable.iter().any(|w| p.starts_with(w)) {
+        if !plan.writable.iter().any(|w| p.starts_with(w)) && !granted_tmp.contains(p) {
             bind_readonly(p).map_err(|e| format!("read-only {}: {e}", p.display()))?;
         }
     }
@@ -422,6 +493,7 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
             Err(e) => return Err(format!("hiding {}: {e}", h.display())),
         }
     }
+    cover_sockets(plan, report)?;
     for p in &plan.pinned {
         match pin(p) {
             Ok(()) => report.pinned.push(p.clone()),

@@ -15,7 +15,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A network namespace and the user namespace owning it, held open.
+type NetNs = Arc<(OwnedFd, OwnedFd)>;
+
+/// How many per-workspace network namespaces the daemon keeps open.
+const NETNS_KEPT: usize = 32;
 
 /// Daemon-side switches that simulate a kernel without a feature. They come from the
 /// daemon's own environment or config, never from a command.
@@ -119,11 +125,11 @@ pub struct Sandbox {
     knobs: Knobs,
     probe: OnceLock<Probe>,
     cgroups: OnceLock<Option<Hierarchy>>,
-    /// The empty network namespace commands with network `none` join (and its user
-    /// namespace), held open for the daemon's lifetime; `None` when it could not be made
-    /// or Landlock cannot scope abstract sockets (ABI < 6), where each command gets its
-    /// own.
-    netns: OnceLock<Option<(OwnedFd, OwnedFd)>>,
+    /// The network namespaces (and their user namespaces) commands with network `none`
+    /// join, one per working directory, loopback up, most recently used last; at most
+    /// [`NETNS_KEPT`] are held. Unused (each command gets its own) when Landlock cannot
+    /// scope abstract sockets (ABI < 6).
+    netns: Mutex<Vec<(PathBuf, NetNs)>>,
     /// Degraded: the 0700 directory (random name, in the system temp dir) holding each
     /// command's private `TMPDIR`; Landlock hides it from commands, so one command never
     /// sees another's.
@@ -252,7 +258,7 @@ impl Sandbox {
             knobs,
             probe: OnceLock::new(),
             cgroups: OnceLock::new(),
-            netns: OnceLock::new(),
+            netns: Mutex::new(Vec::new()),
             tmp_parent: OnceLock::new(),
         }
     }
@@ -356,15 +362,27 @@ impl Sandbox {
             .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_string()))
     }
 
-    fn shared_netns(&self) -> Option<&(OwnedFd, OwnedFd)> {
-        self.netns
-            .get_or_init(|| {
-                if self.probe().landlock_abi < 6 || !self.probe().userns {
-                    return None;
-                }
-                self.make_netns().ok()
-            })
-            .as_ref()
+    /// The network namespace for commands with network `none` working in `key`: made
+    /// once (a helper run, a few milliseconds) and shared by the commands there, so the
+    /// per-command cost stays a `setns`. Commands of one workspace may reach each
+    /// other's loopback servers; commands of different workspaces never do.
+    fn workspace_netns(&self, key: &Path) -> Option<NetNs> {
+        if self.probe().landlock_abi < 6 || !self.probe().userns {
+            return None;
+        }
+        let mut held = self.netns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = held.iter().position(|(k, _)| k == key) {
+            let e = held.remove(i);
+            let ns = e.1.clone();
+            held.push(e);
+            return Some(ns);
+        }
+        let ns = Arc::new(self.make_netns().ok()?);
+        if held.len() >= NETNS_KEPT {
+            held.remove(0);
+        }
+        held.push((key.to_path_buf(), ns.clone()));
+        Some(ns)
     }
 
     fn make_netns(&self) -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -416,22 +434,32 @@ impl Sandbox {
     fn helper_command(
         &self,
         plan: &Plan,
-        ns: Option<&(OwnedFd, OwnedFd)>,
+        ns: Option<NetNs>,
     ) -> std::io::Result<(Command, OwnedFd)> {
         let text = serde_json::to_vec(plan).map_err(std::io::Error::other)?;
-        if text.len() > 60_000 {
+        let (plan_r, plan_w) = pipe_high()?;
+        // The whole plan is written before the helper starts: the pipe must hold it (a
+        // long list of host sockets to cover can pass the default 64 KiB).
+        let mut room = 60_000;
+        if text.len() > room {
+            // SAFETY: fcntl on a pipe descriptor we own.
+            let got = unsafe { libc::fcntl(plan_w.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+            if got > 0 {
+                room = got as usize;
+            }
+        }
+        if text.len() > room {
             return Err(std::io::Error::other("sandbox plan too large for the pipe"));
         }
-        let (plan_r, plan_w) = pipe_high()?;
         let (rep_r, rep_w) = pipe_high()?;
         std::fs::File::from(plan_w).write_all(&text)?;
         let (pr, rw) = (plan_r.as_raw_fd(), rep_w.as_raw_fd());
-        let ns_fds = ns.map(|(u, n)| (u.as_raw_fd(), n.as_raw_fd()));
+        let ns_fds = ns.as_ref().map(|n| (n.0.as_raw_fd(), n.1.as_raw_fd()));
         let mut cmd = Command::new(&self.helper);
         cmd.arg(HELPER_ARG).env_clear().current_dir("/");
-        // The closure owns both descriptors so they live until spawn; the parent's
-        // copies close with the Command.
-        let keep = (plan_r, rep_w);
+        // The closure owns the descriptors (the namespaces' too) so they live until
+        // spawn; the parent's copies close with the Command.
+        let keep = (plan_r, rep_w, ns);
         // SAFETY: dup2 is async-signal-safe; the descriptors are open and above 4.
         unsafe {
             cmd.pre_exec(move || {
@@ -565,6 +593,7 @@ impl Sandbox {
             });
         }
         let namespaces = probe.userns;
+        let sockets = canonical_existing(&p.sockets);
         let tmp_dir = if namespaces {
             None
         } else {
@@ -611,9 +640,17 @@ impl Sandbox {
             join_net: false,
             holder: false,
             fail_setup: self.knobs.fail_setup,
+            sockets: sockets.clone(),
+            cover_sockets: if namespaces {
+                host_sockets(p.network, &hidden, &sockets, &writable, &cwd)
+            } else {
+                Vec::new()
+            },
+            loopback: namespaces && p.network == crate::policy::Network::None,
+            refuse_unix: !namespaces && sockets.is_empty(),
         };
         let ns = if namespaces && p.network == crate::policy::Network::None {
-            self.shared_netns()
+            self.workspace_netns(&cwd)
         } else {
             None
         };
@@ -621,6 +658,10 @@ impl Sandbox {
             join_net: ns.is_some(),
             ..plan
         };
+        facts.insert(
+            "unix_sockets".into(),
+            json!(unix_sockets_fact(&plan, probe.landlock_abi)),
+        );
         let (command, report) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
             missing: vec![],
             message: format!("could not start the sandbox helper: {e}"),
@@ -670,6 +711,106 @@ impl Sandbox {
                 git_init: p.git_init,
             }),
         })
+    }
+}
+
+/// The pathname Unix sockets bound in the daemon's network namespace
+/// (`/proc/net/unix`), canonical, that a command could otherwise connect to: with
+/// network `none` every one outside what the sandbox empties anyway (the private `/tmp`
+/// but for roots bound back into it, an emptied `/run`, the hidden set); with `host`
+/// the container engines'. Granted ones are left out. Sockets bound with a relative
+/// path, or in another network namespace, are not listed by the kernel here.
+pub fn host_sockets(
+    network: crate::policy::Network,
+    hidden: &[PathBuf],
+    granted: &[PathBuf],
+    writable: &[PathBuf],
+    cwd: &Path,
+) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    let visible_roots: Vec<&Path> = writable
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(std::iter::once(cwd))
+        .collect();
+    let run_emptied = |d: &str| !visible_roots.iter().any(|w| w.starts_with(d));
+    let mut out: Vec<PathBuf> = Vec::new();
+    for line in text.lines().skip(1) {
+        let Some(raw) = line.split_whitespace().nth(7) else {
+            continue;
+        };
+        // The path is the rest of the line (it may hold spaces).
+        let raw = line[line.find(raw).unwrap_or(0)..].trim_end();
+        if !raw.starts_with('/') {
+            continue;
+        }
+        let path = Path::new(raw);
+        if network == crate::policy::Network::Host && !crate::policy::is_engine_socket(path) {
+            continue;
+        }
+        let Ok(real) = path.canonicalize() else {
+            continue;
+        };
+        let engine =
+            crate::policy::is_engine_socket(&real) || crate::policy::is_engine_socket(path);
+        if network == crate::policy::Network::Host && !engine {
+            continue;
+        }
+        if granted.iter().any(|g| real.starts_with(g)) {
+            continue;
+        }
+        if hidden.iter().any(|h| real.starts_with(h)) {
+            continue;
+        }
+        let under_visible = visible_roots.iter().any(|w| real.starts_with(w));
+        if real.starts_with("/tmp") && !under_visible {
+            continue;
+        }
+        if network == crate::policy::Network::None
+            && ((real.starts_with("/run") && run_emptied("/run"))
+                || (real.starts_with("/var/run") && run_emptied("/var/run")))
+        {
+            continue;
+        }
+        out.push(real);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What `data.sandbox.unix_sockets` says about pathname Unix sockets.
+fn unix_sockets_fact(plan: &Plan, landlock_abi: i32) -> String {
+    let granted = if plan.sockets.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; granted: {}",
+            plan.sockets
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    if plan.namespaces {
+        let what = if plan.network == crate::policy::Network::None {
+            "host sockets covered or emptied away (private /tmp, empty /run)"
+        } else {
+            "container engines' sockets covered"
+        };
+        format!("{what}{granted}")
+    } else if plan.refuse_unix {
+        "refused (seccomp: no mount namespace to cover the host's sockets)".to_string()
+    } else if landlock_abi >= 9 {
+        format!("granted paths and writable roots only (Landlock){granted}")
+    } else {
+        format!(
+            "every socket reachable: a socket grant lifts the seccomp refusal, and this \
+             kernel cannot limit connects to the granted paths{granted}"
+        )
     }
 }
 
@@ -751,6 +892,9 @@ impl Prepared {
                     facts.insert("protected_parent".into(), json!(r.protected_parent));
                 }
                 facts.insert("hidden_mounted".into(), json!(r.hidden_mounted));
+                if r.sockets_covered > 0 {
+                    facts.insert("sockets_covered".into(), json!(r.sockets_covered));
+                }
             }
             None => {
                 facts.insert("error".into(), json!("the sandbox helper reported nothing"));

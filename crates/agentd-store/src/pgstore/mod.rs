@@ -984,6 +984,7 @@ impl SharedCommit for PgAppender {
         if let Some(e) = &self.stopped {
             return Err(e.clone());
         }
+        crate::fault::kill_point(&self.sid, bytes);
         let (rows, sum) = summarize(bytes)?;
         Ok(Box::new(commit::Job {
             sid: self.sid.clone(),

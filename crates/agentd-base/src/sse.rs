@@ -1,6 +1,7 @@
-//! Server-Sent Events parser (WHATWG HTML "event stream interpretation").
+//! Server-Sent Events parser (WHATWG HTML "event stream interpretation"), the one the
+//! daemon uses for every event stream: LLM providers' and MCP servers' (`agentd-mcp`).
 //!
-//! Providers stream over SSE, and the bytes arrive in network-sized chunks that cut
+//! The bytes arrive in network-sized chunks that cut
 //! lines, `data:` fields and multi-byte UTF-8 characters anywhere. The parser therefore
 //! works on bytes: lines are split on CR, LF or CRLF (a CR at the end of one chunk and an
 //! LF at the start of the next are one line ending), and only complete lines are decoded.
@@ -35,6 +36,8 @@ pub struct SseParser {
     data: String,
     has_data: bool,
     last_id: Option<String>,
+    /// The last `retry:` field that was a number: the reconnection time in ms.
+    retry: Option<u64>,
 }
 
 impl SseParser {
@@ -81,6 +84,17 @@ impl SseParser {
         Ok(())
     }
 
+    /// The last event id seen so far, dispatched or not (an event with an id and no
+    /// data sets it too, as the spec says).
+    pub fn last_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// The reconnection time the stream last asked for (`retry:` with digits only), in ms.
+    pub fn retry(&self) -> Option<u64> {
+        self.retry
+    }
+
     /// True while an event has started (data or a partial line) but was not dispatched:
     /// the stream ending now would cut it.
     pub fn has_pending(&self) -> bool {
@@ -120,7 +134,10 @@ impl SseParser {
                 self.has_data = true;
             }
             "id" if !value.contains('\0') => self.last_id = Some(value.to_string()),
-            // `retry` only matters to EventSource reconnection, which providers don't use.
+            // Only reconnecting clients (MCP's streamable HTTP) use it; providers don't.
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry = value.parse().ok().or(self.retry);
+            }
             _ => {}
         }
     }
@@ -203,6 +220,19 @@ mod tests {
                 assert_eq!(got, whole, "split at {i},{j}");
             }
         }
+    }
+
+    #[test]
+    fn an_id_without_data_and_a_numeric_retry_are_kept() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.push(b"id: prime-1\nretry: 250\n\nretry: soon\n\n", &mut out)
+            .unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(p.last_id(), Some("prime-1"));
+        assert_eq!(p.retry(), Some(250));
+        p.push(b"data: x\n\n", &mut out).unwrap();
+        assert_eq!(out[0].id.as_deref(), Some("prime-1"));
     }
 
     #[test]
