@@ -1,7 +1,7 @@
 //! Import and export throughput of a long session of each peer (docs/moving-sessions.md,
 //! "Throughput"), each against reading the same bytes raw, measured in the same run.
 //!
-//! A pi session of `BENCH_MESSAGES` conversation messages (default 30,000: per turn a
+//! A pi session of `BENCH_MESSAGES` pi messages (default 30,000, 37,500 conversation items in agentd: per turn a
 //! prompt, an answer with a `bash` call, the call's result and a closing answer, with
 //! typical lengths) is synthesized and imported into an agentd Log; that Log is exported
 //! to Claude Code, Codex and pi, giving one session of each peer's native format. Then,
@@ -11,7 +11,7 @@
 //! - export: the Log's bytes parsed into events and exported to that peer (baseline: the
 //!   Log read raw the same way).
 //!
-//! Run: `CARGO_TARGET_DIR=/work/bench-target cargo bench -p agentd --bench moving_sessions`
+//! Run: `cargo bench -p agentd --bench moving_sessions` (`--profile dev` for an unoptimized build)
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};

@@ -8,7 +8,6 @@
 
 pub mod acp;
 pub mod config;
-pub mod export;
 pub mod framing;
 pub mod history;
 pub mod import;
