@@ -258,6 +258,24 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         Command::Import(a) => crate::discover::run(&target, a, human).await,
         Command::Store(crate::cli::StoreCmd::Copy(a)) => store_copy(a).await,
         Command::Mcp(crate::cli::McpCmd::Import(a)) => crate::mcp::import(a),
+        Command::Hooks(a) => {
+            // Trusts exactly the content shown: the daemon refuses if it changed since.
+            let ws = abs_dir(a.workspace.as_deref(), &cwd);
+            let c = daemon::connect_or_start(&target).await?;
+            let shown = c.conn.call(method::HOOKS, json!({"workspace": ws})).await?;
+            let sha = shown["project"]["sha256"].clone();
+            let v = c
+                .conn
+                .call(method::HOOKS_TRUST, json!({"workspace": ws, "sha256": sha}))
+                .await?;
+            let text = format!(
+                "trusted {} (sha256 {})\n{}",
+                v["project"]["path"].as_str().unwrap_or(""),
+                v["project"]["sha256"].as_str().unwrap_or(""),
+                render::hooks(&v)
+            );
+            Ok(result(v, text))
+        }
         // Answered above, before connecting (`run` for the long-running bridges,
         // `config init`, and the one-request commands of `simple_request` and
         // `verbs::request`). Listed by name, not `_`, so that a new subcommand does not
@@ -286,6 +304,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         | Command::Search(_)
         | Command::Usage(_)
         | Command::Dequeue(_)
+        | Command::Goal(_)
         | Command::AppServer(_)
         | Command::Instructions(_)
         | Command::Models(_)
@@ -409,6 +428,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
             }
         }
         Command::Dequeue(a) => format!("withdrew queued turn {}\n", a.turn_id),
+        Command::Goal(_) => render::goal(v),
         Command::Interrupt(_) => {
             let closed = v
                 .get("reconciled")
@@ -467,6 +487,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
             out
         }
         Command::Instructions(_) => render::instructions(v),
+        Command::Hooks(_) => render::hooks(v),
         Command::Models(_) => render::models(v),
         Command::Checkpoint(_) => match v.get("view").and_then(Value::as_str) {
             Some(view) if view.ends_with('\n') => view.to_string(),

@@ -11,6 +11,7 @@ pub mod context;
 pub mod daemon;
 pub mod filesystem;
 pub mod framing;
+pub mod hooks;
 pub mod imports;
 pub mod live;
 pub mod ops;

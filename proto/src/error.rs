@@ -44,6 +44,9 @@ pub enum ErrorKind {
     OutcomeUnknown,
     /// A turn resumed after crashes `resume_limit` times without progress.
     ResumeLimit,
+    /// A hook refused a prompt (`user_prompt_submit`) or a tool call (`pre_tool_use`)
+    /// (docs/hooks.md).
+    HookBlocked,
     Internal,
 }
 
@@ -76,6 +79,7 @@ impl ErrorKind {
             ErrorKind::NotRunning => "not_running",
             ErrorKind::OutcomeUnknown => "outcome_unknown",
             ErrorKind::ResumeLimit => "resume_limit",
+            ErrorKind::HookBlocked => "hook_blocked",
             ErrorKind::Internal => "internal",
         }
     }
@@ -88,7 +92,7 @@ impl ErrorKind {
     pub fn exit_code(self) -> i32 {
         match self {
             ErrorKind::InvalidArgs | ErrorKind::NotFound => 2,
-            ErrorKind::PermissionDenied | ErrorKind::OutsideWorkspace => 3,
+            ErrorKind::PermissionDenied | ErrorKind::OutsideWorkspace | ErrorKind::HookBlocked => 3,
             ErrorKind::DaemonUnavailable => 4,
             ErrorKind::Busy
             | ErrorKind::SeqConflict

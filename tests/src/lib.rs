@@ -15,6 +15,7 @@
 
 pub mod acp;
 pub mod app_server;
+pub mod chaos;
 pub mod conv;
 pub mod peers;
 pub mod pg;
@@ -555,6 +556,20 @@ impl Daemon {
             .as_str()
             .unwrap_or_else(|| panic!("create result without session_id: {r}"))
             .to_string()
+    }
+
+    /// Whether the harness-started daemon has exited by itself (it is then reaped and
+    /// forgotten, so [`spawn`](Self::spawn) may start another); `false` while it runs
+    /// or when none was started.
+    pub fn exited(&mut self) -> bool {
+        let gone = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if gone {
+            self.child = None;
+        }
+        gone
     }
 
     /// Waits for the harness-started daemon to exit by itself (e.g. after

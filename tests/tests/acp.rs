@@ -3,6 +3,7 @@
 //! event with a deadline.
 
 use agentd_tests::acp::{update, update_kinds, Acp};
+use agentd_tests::sse::{chat_partial, chat_text, MockProvider, Reply};
 use agentd_tests::{git, is_type, Daemon};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -529,28 +530,82 @@ fn closing_stdin_mid_turn_interrupts_it_durably() {
     assert_eq!(ended[0]["data"]["status"], "interrupted");
 }
 
+/// The daemon is killed mid-prompt and started again: the bridge resends the prompt
+/// with its `client_request_id`, so the prompt ends normally with the resumed turn's
+/// answer, and the Log holds one prompt and one turn.
 #[test]
-fn daemon_gone_mid_prompt_is_an_error_and_the_next_request_reconnects() {
-    let mut d = daemon();
-    let mut a = Acp::spawn(&d, &["--model", &model("slow.json")]);
+fn a_prompt_survives_a_daemon_restart_with_one_turn_and_one_answer() {
+    let mock = MockProvider::start(|n, _| match n {
+        0 => Reply::Hang(chat_partial("Half")),
+        _ => Reply::Complete(chat_text("The whole answer.")),
+    });
+    let mut d = Daemon::builder().config(&mock.config()).start();
+    let mut a = Acp::spawn(&d, &[]);
     a.initialize();
     let sid = new_session(&mut a, &d);
     let id = prompt(&mut a, &sid, "a story");
-    a.wait_for(WAIT, |v| {
-        update(v).is_some_and(|u| u["sessionUpdate"] == "agent_message_chunk")
-    })
-    .expect("a first chunk");
-    d.kill9();
-    let (r, _) = a.response(id, WAIT);
-    let msg = r["error"]["message"]
+    mock.wait_requests(1, WAIT);
+    d.restart();
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert!(
+        chunk_text(&notes).ends_with("The whole answer."),
+        "{notes:#?}"
+    );
+    let evs = log_events(&d, &sid);
+    assert_eq!(of_type(&evs, "user_message").len(), 1, "{evs:#?}");
+    let started = of_type(&evs, "turn_started");
+    assert_eq!(started.len(), 1, "{evs:#?}");
+    assert!(started[0]["data"]["client_request_id"]
         .as_str()
-        .unwrap_or_else(|| panic!("{r}"));
-    assert!(msg.contains("agentd went away"), "{msg}");
-    // The next request starts a daemon again (auto-start) and finds the session.
+        .is_some_and(|c| c.starts_with("agentctl-")));
+    let ended = of_type(&evs, "turn_ended");
+    assert_eq!(ended[0]["data"]["resumed"], 1, "{evs:#?}");
+    // The bridge goes on serving.
     let (r, _) = a.call("session/list", json!({"cwd": d.workspace()}), WAIT);
     assert_eq!(r["sessions"][0]["sessionId"], sid.as_str());
+}
+
+/// A prompt sent while another runs is queued behind it (not refused): each prompt
+/// ends when its own turn does, with its own text, shown once.
+#[test]
+fn a_prompt_sent_while_one_runs_is_queued_and_answered_after_it() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |_, body| {
+        if body["messages"].to_string().contains("second prompt") {
+            Reply::Complete(chat_text("Answer two."))
+        } else {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+            Reply::Complete(chat_text("Answer one."))
+        }
+    });
+    let d = Daemon::builder().config(&mock.config()).start();
+    let mut a = Acp::spawn(&d, &[]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let one = prompt(&mut a, &sid, "first prompt");
+    mock.wait_requests(1, WAIT);
+    let two = prompt(&mut a, &sid, "second prompt");
+    let mut sub = d.connect();
+    sub.subscribe(&sid, Some(0));
+    sub.wait_event(|e| is_type(e, "turn_queued"), WAIT)
+        .expect("the second prompt queued");
+    go_tx.send(()).unwrap();
+    let (r1, notes1) = a.response(one, WAIT);
+    assert_eq!(r1["result"]["stopReason"], "end_turn", "{r1}");
+    let (r2, notes2) = a.response(two, WAIT);
+    assert_eq!(r2["result"]["stopReason"], "end_turn", "{r2}");
+    let all: Vec<Value> = notes1.into_iter().chain(notes2).collect();
+    assert_eq!(chunk_text(&all), "Answer one.Answer two.", "{all:#?}");
     let evs = log_events(&d, &sid);
-    assert!(of_type(&evs, "user_message").len() == 1);
+    let users: Vec<_> = of_type(&evs, "user_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(users, [json!("first prompt"), json!("second prompt")]);
+    assert_eq!(of_type(&evs, "turn_queued").len(), 1, "{evs:#?}");
+    assert_eq!(mock.requests().len(), 2);
 }
 
 #[test]

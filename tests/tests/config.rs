@@ -301,3 +301,71 @@ fn the_config_init_template_is_valid() {
         json!({"permission_mode": "auto", "max_iterations": 16})
     );
 }
+
+/// Every ```toml block in README.md, CONTRIBUTING.md, ARCHITECTURE.md and `docs/*.md` is
+/// a config the daemon accepts (`agentd config check`), so an example a reader copies
+/// never names a key the daemon refuses.
+#[test]
+fn every_toml_example_in_the_docs_passes_config_check() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let mut pages: Vec<_> = ["README.md", "CONTRIBUTING.md", "ARCHITECTURE.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+
+    let mut blocks = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("read page");
+        let mut open: Option<(usize, usize, String)> = None;
+        for (i, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            let indent = line.len() - trimmed.len();
+            match open.take() {
+                None if trimmed.trim_end() == "```toml" => {
+                    open = Some((i + 2, indent, String::new()))
+                }
+                None => {}
+                Some((first, _, body)) if trimmed.starts_with("```") => {
+                    let name = page
+                        .strip_prefix(root)
+                        .unwrap_or(page)
+                        .display()
+                        .to_string();
+                    blocks.push((format!("{name}:{first}"), body));
+                }
+                Some((first, ind, mut body)) => {
+                    body.push_str(line.get(ind..).unwrap_or(trimmed));
+                    body.push('\n');
+                    open = Some((first, ind, body));
+                }
+            }
+        }
+        assert!(open.is_none(), "{}: unclosed ```toml block", page.display());
+    }
+    let names: Vec<&str> = blocks.iter().map(|(at, _)| at.as_str()).collect();
+    for page in ["README.md", "docs/configuration.md", "docs/sandbox.md"] {
+        assert!(
+            names.iter().any(|n| n.starts_with(&format!("{page}:"))),
+            "no ```toml block found in {page}: {names:?}"
+        );
+    }
+
+    let mut failures = Vec::new();
+    for (at, body) in &blocks {
+        let d = Daemon::builder().config(body).build();
+        let out = d.agentd_cmd().args(["config", "check"]).output().unwrap();
+        if !out.status.success() {
+            failures.push(format!("{at}: {}", String::from_utf8_lossy(&out.stdout)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -804,3 +804,26 @@ fn a_late_joiner_sees_the_turn_so_far_with_no_gap_and_no_duplicate() {
     assert_eq!(text_of(&done), "", "{done:#?}");
     assert_eq!(of_type(&done, "assistant_message").len(), 1);
 }
+
+/// The chaos run with a few prompts (`agentd_tests::chaos`; the long run is
+/// `examples/chaos_run.rs`): the daemon killed at seeded moments, by itself before a
+/// chosen write or from outside, while `agentctl turn` retries with its id. Every
+/// prompt has one user message, one turn, one answer, a balanced Log, and its command
+/// ran at most once. The seed is printed; `AGENTD_CHAOS_SEED` replays one.
+#[test]
+fn chaos_every_prompt_is_answered_once_and_no_command_runs_twice() {
+    let seed = std::env::var("AGENTD_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("chaos seed {seed} (AGENTD_CHAOS_SEED={seed} replays it)");
+    let r = agentd_tests::chaos::run(6, seed, |_, _| {});
+    assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
+    assert_eq!((r.duplicates, r.lost, r.double_runs), (0, 0, 0), "{r:#?}");
+    assert_eq!(r.prompts, 6);
+}

@@ -11,6 +11,8 @@ use std::time::Duration;
 mod escapes;
 #[path = "sandbox/git.rs"]
 mod git;
+#[path = "sandbox/hooks.rs"]
+mod hooks;
 #[path = "sandbox/sockets.rs"]
 mod sockets;
 
@@ -585,6 +587,11 @@ fn without_user_namespaces_the_fallback_still_confines_and_says_degraded() {
         r["sandbox"]["unix_sockets"]
             .as_str()
             .is_some_and(|f| f.contains("every socket reachable") || f.contains("Landlock")),
+        "{r:#}"
+    );
+    let unavailable = r["sandbox"]["unavailable"].to_string();
+    assert!(
+        unavailable.contains("loopback") && unavailable.contains("private /tmp"),
         "{r:#}"
     );
     assert!(text.contains("ctl-exit=3"), "{text}");

@@ -73,6 +73,31 @@ struct Running {
     cancelled: Arc<Cancel>,
 }
 
+/// Where a prompt stands in the session's event stream (see [`Bridge::on_follow`]).
+struct Follow {
+    /// The prompt's `client_request_id`, recorded in its `turn_started`.
+    request_id: String,
+    /// Its turn has started: its events are the prompt's updates.
+    mine: bool,
+    turn_id: Value,
+    /// Its `turn_ended` data, once seen.
+    ended: Option<Value>,
+    /// The last durable seq seen, the prompt's or not: where a retry subscribes again.
+    seen: Option<u64>,
+}
+
+impl Follow {
+    fn new(request_id: &str) -> Follow {
+        Follow {
+            request_id: request_id.to_string(),
+            mine: false,
+            turn_id: Value::Null,
+            ended: None,
+            seen: None,
+        }
+    }
+}
+
 /// A prompt's cancellation: a flag, and a wake-up for whoever waits on the client.
 #[derive(Default)]
 pub struct Cancel {
@@ -134,7 +159,9 @@ pub struct Bridge {
     initialized: AtomicBool,
     daemon: tokio::sync::Mutex<Option<Arc<Conn>>>,
     open: Mutex<HashMap<String, Open>>,
-    running: Mutex<HashMap<String, Running>>,
+    /// The prompts of each session not yet answered: the one whose turn runs and those
+    /// queued behind it.
+    running: Mutex<HashMap<String, Vec<Running>>>,
     pending: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
     next_id: AtomicU64,
     catalog: Mutex<Catalog>,
@@ -284,14 +311,20 @@ impl Bridge {
         }
     }
 
+    /// Interrupts the session's running turn; every prompt of the session is cancelled
+    /// (a queued one withdraws its turn, see [`Bridge::run_turn`]).
     async fn interrupt(&self, sid: &str, reason: &str) {
-        if let Some(r) = self
+        let prompts: Vec<Arc<Cancel>> = self
             .running
             .lock()
             .ok()
-            .and_then(|r| r.get(sid).map(|x| x.cancelled.clone()))
-        {
-            r.set();
+            .and_then(|r| {
+                r.get(sid)
+                    .map(|v| v.iter().map(|x| x.cancelled.clone()).collect())
+            })
+            .unwrap_or_default();
+        for c in prompts {
+            c.set();
         }
         if let Err(e) = self
             .call(
@@ -706,32 +739,53 @@ impl Bridge {
         if let Some((name, arg)) = slash_command(&input) {
             return self.command(&sid, name, arg).await;
         }
+        // A prompt sent while another runs is queued behind it by the daemon.
         let cancelled = Arc::new(Cancel::default());
-        {
-            let mut r = self
-                .running
-                .lock()
-                .map_err(|_| RpcErr::new(-32603, "state poisoned"))?;
-            if r.contains_key(&sid) {
-                return Err(RpcErr::new(
-                    -32603,
-                    "a prompt is already running in this session",
-                ));
-            }
-            r.insert(
-                sid.clone(),
-                Running {
-                    cancelled: cancelled.clone(),
-                },
-            );
-        }
+        self.running
+            .lock()
+            .map_err(|_| RpcErr::new(-32603, "state poisoned"))?
+            .entry(sid.clone())
+            .or_default()
+            .push(Running {
+                cancelled: cancelled.clone(),
+            });
         let res = self.run_turn(&sid, &o, &input, &cancelled).await;
         if let Ok(mut r) = self.running.lock() {
-            r.remove(&sid);
+            if let Some(v) = r.get_mut(&sid) {
+                v.retain(|x| !Arc::ptr_eq(&x.cancelled, &cancelled));
+                if v.is_empty() {
+                    r.remove(&sid);
+                }
+            }
         }
         res
     }
 
+    /// A connection for a prompt's attempt `n`: the first through the shared one (which
+    /// starts a daemon if none runs); a retry only reconnects for its first 5 s (the
+    /// daemon is being restarted), then may start one.
+    async fn prompt_conn(&self, n: u32, since_first: Duration) -> Result<Arc<Conn>, AgentError> {
+        if n == 0 {
+            self.conn().await?;
+            return Conn::connect(&self.target.socket)
+                .await
+                .map(Arc::new)
+                .map_err(|e| crate::rpc::connection_lost(&e.to_string()));
+        }
+        *self.daemon.lock().await = None;
+        let c = if since_first > Duration::from_secs(5) {
+            daemon::connect_or_start(&self.target).await?
+        } else {
+            daemon::connect_existing(&self.target).await?
+        };
+        Ok(Arc::new(c.conn))
+    }
+
+    /// Runs the prompt's turn: `agentd/turn` with `queue: true` (queued behind a turn
+    /// already running, then followed) and one `client_request_id`, resent with it
+    /// when the daemon goes away mid-prompt (`agentctl::retry`), so a prompt survives a
+    /// daemon restart with one turn and one answer. Only the events of its own turn
+    /// (from the `turn_started` carrying its id) become updates.
     async fn run_turn(
         &self,
         sid: &str,
@@ -739,20 +793,11 @@ impl Bridge {
         input: &str,
         cancelled: &Arc<Cancel>,
     ) -> Result<Value, RpcErr> {
-        // The shared connection makes sure a daemon runs; the turn gets its own, so its
-        // event stream and permission requests are this prompt's alone.
-        self.conn().await?;
-        let conn = Arc::new(
-            Conn::connect(&self.target.socket)
-                .await
-                .map_err(|e| RpcErr::from(crate::rpc::connection_lost(&e.to_string())))?,
-        );
-        let mut incoming = conn
-            .take_incoming()
-            .ok_or_else(|| RpcErr::new(-32603, "event stream already taken"))?;
+        use agentctl::retry;
         let ask = o.mode == "ask";
-        conn.subscribe(sid, None, ask).await?;
-        let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode});
+        let rid = retry::new_request_id();
+        let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode,
+                                "client_request_id": rid, "queue": true});
         if let Some(s) = &o.sandbox {
             params["sandbox"] = json!({"mode": s});
         }
@@ -765,41 +810,76 @@ impl Bridge {
         if let Some(mcp) = &o.mcp_servers {
             params["mcp_servers"] = json!(mcp);
         }
+        let policy = retry::Policy::default();
+        let first = std::time::Instant::now();
         let mut live = Live::default();
-        let call = conn.call(method::TURN, params);
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                r = &mut call => break r,
-                msg = incoming.recv() => {
-                    let Some(m) = msg else {
-                        // The reader ended: the call fails with connection_lost.
-                        break (&mut call).await;
-                    };
-                    self.on_incoming(sid, o, &conn, &mut live, m, cancelled).await;
+        let mut f = Follow::new(&rid);
+        let mut n = 0u32;
+        let (conn, mut incoming, result) = loop {
+            let conn = match self.prompt_conn(n, first.elapsed()).await {
+                Ok(c) => Ok(c),
+                // No daemon to be had at all: that is the answer, not a lost one.
+                Err(e) if n == 0 => return Err(e.into()),
+                Err(e) => Err(e),
+            };
+            let attempt = async {
+                let conn = conn?;
+                let incoming = conn
+                    .take_incoming()
+                    .ok_or_else(|| AgentError::internal("event stream already taken"))?;
+                conn.subscribe(sid, f.seen, ask).await?;
+                Ok::<_, AgentError>((conn, incoming))
+            };
+            let outcome = match attempt.await {
+                Ok((conn, mut incoming)) => {
+                    let r = self
+                        .follow_call(
+                            sid,
+                            o,
+                            &conn,
+                            &mut incoming,
+                            &params,
+                            &mut live,
+                            &mut f,
+                            cancelled,
+                        )
+                        .await;
+                    r.map(|r| (conn, incoming, r))
                 }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(done) => break done,
+                Err(e) if e.kind == ErrorKind::Interrupted => {
+                    return Ok(json!({"stopReason": "cancelled"}))
+                }
+                Err(e)
+                    if retry::retryable(&e)
+                        && !cancelled.is_set()
+                        && first.elapsed() < policy.give_up_after =>
+                {
+                    n += 1;
+                    tokio::time::sleep(policy.delay(n)).await;
+                }
+                Err(e) if retry::retryable(&e) => {
+                    *self.daemon.lock().await = None;
+                    return Err(RpcErr::from(AgentError::new(
+                        ErrorKind::DaemonUnavailable,
+                        format!("agentd went away during the prompt ({})", e.message),
+                    )));
+                }
+                Err(e) => return Err(e.into()),
             }
         };
-        let result = match result {
-            Ok(r) => r,
-            Err(e) if e.kind == ErrorKind::DaemonUnavailable => {
-                *self.daemon.lock().await = None;
-                return Err(RpcErr::from(AgentError::new(
-                    ErrorKind::DaemonUnavailable,
-                    format!("agentd went away during the prompt ({})", e.message),
-                )));
-            }
-            Err(e) if e.kind == ErrorKind::Interrupted => {
-                return Ok(json!({"stopReason": "cancelled"}))
-            }
-            Err(e) => return Err(e.into()),
-        };
+        if result["status"] == "cancelled" {
+            return Ok(json!({"stopReason": "cancelled"}));
+        }
         // Trailing events (the last deltas, turn_ended) may follow the response.
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
-            while !live.ended {
+            while !live.ended && f.ended.is_none() {
                 match incoming.recv().await {
                     Some(m) => {
-                        self.on_incoming(sid, o, &conn, &mut live, m, cancelled)
+                        self.on_follow(sid, o, &conn, &mut live, &mut f, m, cancelled)
                             .await
                     }
                     None => break,
@@ -828,6 +908,112 @@ impl Bridge {
             }
         };
         Ok(json!({"stopReason": stop}))
+    }
+
+    /// One attempt of a prompt's `agentd/turn` on `conn`, forwarding its events; for
+    /// a queued turn, follows the events until the turn ends. The turn's result, from
+    /// the answer or from its `turn_ended` (`status: "cancelled"` when the prompt was
+    /// cancelled before its queued turn started, and withdrawn).
+    #[allow(clippy::too_many_arguments)]
+    async fn follow_call(
+        &self,
+        sid: &str,
+        o: &Open,
+        conn: &Arc<Conn>,
+        incoming: &mut tokio::sync::mpsc::UnboundedReceiver<Incoming>,
+        params: &Value,
+        live: &mut Live,
+        f: &mut Follow,
+        cancelled: &Arc<Cancel>,
+    ) -> Result<Value, AgentError> {
+        let call = conn.call(method::TURN, params.clone());
+        tokio::pin!(call);
+        let answer = loop {
+            tokio::select! {
+                r = &mut call => break r?,
+                msg = incoming.recv() => {
+                    let Some(m) = msg else {
+                        // The reader ended: the call fails with connection_lost.
+                        break (&mut call).await?;
+                    };
+                    self.on_follow(sid, o, conn, live, f, m, cancelled).await;
+                }
+            }
+        };
+        if answer["status"] != "queued" {
+            return Ok(answer);
+        }
+        let turn_id = answer["turn_id"].clone();
+        let mut withdrawn = false;
+        loop {
+            if let Some(d) = &f.ended {
+                let mut r = d.clone();
+                r["turn_id"] = turn_id;
+                return Ok(r);
+            }
+            tokio::select! {
+                msg = incoming.recv() => match msg {
+                    Some(m) => self.on_follow(sid, o, conn, live, f, m, cancelled).await,
+                    None => return Err(crate::rpc::connection_lost("the event stream ended")),
+                },
+                _ = cancelled.wait(), if !f.mine && !withdrawn => {
+                    withdrawn = true;
+                    let q = json!({"session_id": sid, "turn_id": turn_id});
+                    if conn.call(method::DEQUEUE, q).await.is_ok() {
+                        return Ok(json!({"status": "cancelled"}));
+                    }
+                    // It started meanwhile: the interrupt ends it.
+                }
+            }
+        }
+    }
+
+    /// [`Bridge::on_incoming`] for the events of the prompt's own turn only: from its
+    /// `turn_started` (which carries the prompt's `client_request_id`) to its
+    /// `turn_ended`; another prompt's turn before or after it is not this prompt's.
+    #[allow(clippy::too_many_arguments)]
+    async fn on_follow(
+        &self,
+        sid: &str,
+        o: &Open,
+        conn: &Arc<Conn>,
+        live: &mut Live,
+        f: &mut Follow,
+        msg: Incoming,
+        cancelled: &Arc<Cancel>,
+    ) {
+        if let Incoming::Notification { method: m, params } = &msg {
+            if m == EVENT_NOTIFICATION {
+                let Some(ev) = params.get("result") else {
+                    return;
+                };
+                if ev["type"] == "lagged" {
+                    // Pick up from the last durable event seen, this turn's or not.
+                    let _ = conn.subscribe(sid, f.seen, o.mode == "ask").await;
+                    return;
+                }
+                if let Some(s) = ev["seq"].as_u64() {
+                    f.seen = Some(s);
+                }
+                if f.ended.is_some() {
+                    return;
+                }
+                if !f.mine {
+                    if ev["type"] == "turn_started"
+                        && ev["data"]["client_request_id"] == f.request_id.as_str()
+                    {
+                        f.mine = true;
+                        f.turn_id = ev["data"]["turn_id"].clone();
+                    } else {
+                        return;
+                    }
+                }
+                if ev["type"] == "turn_ended" && ev["data"]["turn_id"] == f.turn_id {
+                    f.ended = Some(ev["data"].clone());
+                }
+            }
+        }
+        self.on_incoming(sid, o, conn, live, msg, cancelled).await;
     }
 
     async fn on_incoming(

@@ -112,6 +112,10 @@ struct Runner<'a> {
     resumed: u32,
     /// Where `agentd/steer` inputs wait for the next provider call.
     running: Arc<RunningTurn>,
+    /// The hooks this turn runs (docs/hooks.md).
+    hooks: Arc<crate::hooks::Hooks>,
+    /// The session is a subagent's: its turn end fires `subagent_stop`, not `stop`.
+    subagent: bool,
 }
 
 /// How a turn begins: a new prompt, or a turn a crash left open (docs/durability.md).
@@ -149,13 +153,14 @@ pub(super) async fn run(
             crate::ops::reconcile(h, ReconcileReason::BeforeStartTurn, false, true).await?;
         }
         h.set_running_turn(Some(running.turn_id.clone())).await?;
-        let (workspace, ratio, deps, session_grants) = h
+        let (workspace, ratio, deps, session_grants, (first, subagent)) = h
             .query(move |st| {
                 (
                     st.workspace().to_string(),
                     usage_ratio(st),
                     st.checkpoint.fact_dependency_uris(),
                     session_grants(st),
+                    hook_facts(st),
                 )
             })
             .await?;
@@ -168,6 +173,15 @@ pub(super) async fn run(
             session_grants,
         )
         .await?;
+        let hooks = {
+            let cfg = turns.registry.config.hooks.clone();
+            let home = turns.registry.home.root().to_path_buf();
+            let ws = tools.workspace.clone();
+            Arc::new(
+                crate::filesystem::blocking(move || crate::hooks::Hooks::load(&cfg, &home, &ws))
+                    .await?,
+            )
+        };
         let res = match start {
             Start::New { input, record } => {
                 let mut data = turn_started_data(&running.turn_id, &spec, &tools);
@@ -178,12 +192,34 @@ pub(super) async fn run(
                 let instructions =
                     super::instructions::draft(h, &tools.paths, &tools.workspace, &running.turn_id)
                         .await?;
-                let mut drafts = vec![EventDraft::new(EventType::TurnStarted, data)];
+                // `session_start` and `user_prompt_submit` hooks: recorded ahead of
+                // the turn (their context goes before the prompt); a refusal records
+                // only them and fails the request with kind `hook_blocked`.
+                let at = crate::hooks::At {
+                    session_id: &sid,
+                    turn_id: &running.turn_id,
+                    permission_mode: spec.permission_mode.as_str(),
+                    tools: &tools,
+                };
+                let fired = hooks.before_prompt(first, &input, &at).await;
+                let mut drafts = fired.drafts;
+                for d in &mut drafts {
+                    tools::redact_value(&mut d.data, &spec.secrets);
+                }
+                if let Some(b) = fired.blocked {
+                    h.append(drafts, None).await?;
+                    return Err(crate::hooks::refusal(b));
+                }
+                drafts.push(EventDraft::new(EventType::TurnStarted, data));
                 drafts.extend(instructions);
-                drafts.push(EventDraft::new(
-                    EventType::UserMessage,
-                    json!({"text": input}),
-                ));
+                let mut user = json!({"text": input});
+                if !spec.images.is_empty() {
+                    let (dir, images) = (tools.resources_dir.clone(), spec.images.clone());
+                    user["images"] =
+                        crate::filesystem::blocking(move || super::images::store(&dir, &images))
+                            .await??;
+                }
+                drafts.push(EventDraft::new(EventType::UserMessage, user));
                 h.append(drafts, None).await?
             }
             Start::Resume => {
@@ -203,9 +239,9 @@ pub(super) async fn run(
         for uri in deps {
             turns.watch.watch(&turns.registry, &sid, &workspace, &uri);
         }
-        Ok::<_, AgentError>((workspace, ratio, tools, res))
+        Ok::<_, AgentError>((workspace, ratio, tools, res, hooks, subagent))
     };
-    let (workspace, ratio, tools, res) = match begin.await {
+    let (workspace, ratio, tools, res, hooks, subagent) = match begin.await {
         Ok(v) => v,
         Err(e) => {
             let _ = started.send(Err(e.clone()));
@@ -235,6 +271,8 @@ pub(super) async fn run(
         iterations_left: 0,
         resumed: 0,
         running: running.clone(),
+        hooks,
+        subagent,
     };
     r.iterations_left = r.spec.max_iterations;
     let mut output_text = String::new();
@@ -333,6 +371,30 @@ fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
         })
         .flatten()
         .collect()
+}
+
+/// For hooks: whether the next turn is the session's first (no `turn_started` yet and
+/// no `session_start` hook ran: `session_start` fires once), and whether the session is
+/// a subagent's (`session_started.relation`).
+fn hook_facts(st: &SessionState) -> (bool, bool) {
+    let mut first = true;
+    let mut subagent = false;
+    for e in st.events.iter() {
+        match e.event_type() {
+            EventType::SessionStarted => {
+                subagent = e.str_field("relation").as_deref() == Some("subagent");
+            }
+            EventType::TurnStarted => first = false,
+            EventType::HookRun if e.str_field("event").as_deref() == Some("session_start") => {
+                first = false
+            }
+            _ => {}
+        }
+        if !first {
+            break;
+        }
+    }
+    (first, subagent)
 }
 
 /// `turn_started` data: the turn, its model, and the effective sandbox policy its
@@ -646,7 +708,8 @@ impl Runner<'_> {
     /// A call that may run again after a crash: a read-only built-in, or an MCP tool
     /// the user trusts read-only whose server declares `readOnlyHint`.
     fn replay_safe(&self, name: &str) -> bool {
-        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) {
+        // A `task` call finds its child again and waits for its answer (docs/subagents.md).
+        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) || name == super::subagent::TOOL_NAME {
             return true;
         }
         self.mcp_tool(name)
@@ -699,39 +762,43 @@ impl Runner<'_> {
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
-                // Tool results with images: the Anthropic and Responses dialects send
-                // the image bytes, read now from the session's resources (the kept
-                // rendering holds only text).
-                let images = st.fold.has_images()
-                    && render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
-                if images {
+                // Prompts and tool results with images: the bytes are read now from the
+                // session's resources (the kept rendering holds only text); Chat
+                // Completions takes images in prompts only.
+                if st.fold.has_images() {
+                    let tool_results =
+                        render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
                     let mut replay = st.fold.replay(&ctx);
-                    crate::context::load_images(&mut replay.items, &resources);
-                    return StepInput {
+                    let missing =
+                        crate::context::load_images(&mut replay.items, &resources, tool_results);
+                    if let Some(sha) = missing.first() {
+                        return Err(super::images::missing(sha));
+                    }
+                    return Ok(StepInput {
                         items: replay.items,
                         rendered: None,
                         stats: replay.stats,
-                    };
+                    });
                 }
                 if let Some(r) = render {
                     let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(out) = cache.items(&st.fold, &ctx, r, None) {
                         let stats = out.stats.clone();
-                        return StepInput {
+                        return Ok(StepInput {
                             items: Vec::new(),
                             rendered: Some(out.input(r.dialect)),
                             stats,
-                        };
+                        });
                     }
                 }
                 let replay = st.fold.replay(&ctx);
-                StepInput {
+                Ok(StepInput {
                     items: replay.items,
                     rendered: None,
                     stats: replay.stats,
-                }
+                })
             })
-            .await
+            .await?
     }
 
     fn corrected(&self, replay: &StepInput) -> u64 {
@@ -739,6 +806,13 @@ impl Runner<'_> {
     }
 
     async fn compact(&self, tail_events: usize, trigger: Trigger) -> Result<bool, AgentError> {
+        let mut drafts = self.hooks.pre_compact("auto", &self.at()).await;
+        if !drafts.is_empty() {
+            for d in &mut drafts {
+                tools::redact_value(&mut d.data, &self.spec.secrets);
+            }
+            self.h.append(drafts, None).await?;
+        }
         let opts = CompactOptions {
             tail_events,
             trigger,
@@ -812,6 +886,7 @@ impl Runner<'_> {
             specs.retain(|s| s.name != "apply_patch");
         }
         specs.push(memory::tool_spec());
+        specs.extend(super::subagent::extra_specs(self.turns, self.h).await);
         // After the built-ins, in (server, tool) order: a stable prompt prefix.
         specs.extend(self.mcp_offered.iter().map(mcp_spec));
         let req = ProviderRequest {
@@ -939,9 +1014,21 @@ impl Runner<'_> {
     /// Runs the calls in order. `false` when the turn was interrupted (calls not yet run
     /// stay pending for the interrupt's reconciliation).
     async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<bool, AgentError> {
+        // The step's `task` calls start together; each result is recorded in call order.
+        let mut tasks =
+            super::subagent::Tasks::start(self.turns, &calls, || super::subagent::Parent {
+                h: self.h.clone(),
+                turn_id: self.turn_id.clone(),
+                cancel: self.cancel.clone(),
+                permission_mode: self.spec.permission_mode,
+                tools: self.tools.clone(),
+            });
         for (call_id, name, args) in calls {
             if self.cancel.is_cancelled() {
                 return Ok(false);
+            }
+            if self.pre_tool_hooks(&call_id, &name, &args).await? {
+                continue;
             }
             let mode = self.spec.permission_mode;
             let ask = Ask {
@@ -1006,10 +1093,27 @@ impl Runner<'_> {
                 self.memory_apply(call_id, args).await?;
                 continue;
             }
-            if let Some(o) = mcp {
-                let data = self.run_mcp(&call_id, &o, args).await;
+            if name == super::subagent::TOOL_NAME {
+                let data = tasks.result(&call_id).await;
                 self.append(vec![EventDraft::new(EventType::ToolResult, data)])
                     .await?;
+                continue;
+            }
+            if name == super::goal::TOOL_NAME {
+                let res = super::goal::complete(self.turns, self.h, &self.turn_id, &call_id, &args)
+                    .await?;
+                if let Some(r) = res {
+                    self.last_seq = self.last_seq.max(r.last_seq);
+                }
+                continue;
+            }
+            if let Some(o) = mcp {
+                let mut data = self.run_mcp(&call_id, &o, args.clone()).await;
+                let mut drafts = self
+                    .post_tool_hooks(&call_id, &name, &args, &mut data)
+                    .await;
+                drafts.push(EventDraft::new(EventType::ToolResult, data));
+                self.append(drafts).await?;
                 continue;
             }
             // An approved grant widens this call's sandbox, or the session's from now on.
@@ -1044,7 +1148,7 @@ impl Runner<'_> {
             }
             let outcome =
                 tools::run(&name, &args, call_tools.as_ref().unwrap_or(&self.tools)).await;
-            let data = outcome.into_result_data(&call_id);
+            let mut data = outcome.into_result_data(&call_id);
             self.watch_artifacts(&data);
             // The snapshot goes first, so the files "at" the result's seq include the call.
             // An interrupted call is left to the next turn's `before` snapshot.
@@ -1052,10 +1156,64 @@ impl Runner<'_> {
             if !self.cancel.is_cancelled() {
                 drafts.extend(self.snapshots.after(&name, &args, &call_id).await);
             }
+            drafts.extend(
+                self.post_tool_hooks(&call_id, &name, &args, &mut data)
+                    .await,
+            );
             drafts.push(EventDraft::new(EventType::ToolResult, data));
             self.append(drafts).await?;
         }
         Ok(!self.cancel.is_cancelled())
+    }
+
+    fn at(&self) -> crate::hooks::At<'_> {
+        crate::hooks::At {
+            session_id: &self.sid,
+            turn_id: &self.turn_id,
+            permission_mode: self.spec.permission_mode.as_str(),
+            tools: &self.tools,
+        }
+    }
+
+    /// `pre_tool_use` hooks (docs/hooks.md): their runs are recorded before the call
+    /// runs; a block records the call's error result with them. True when blocked.
+    async fn pre_tool_hooks(
+        &mut self,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+    ) -> Result<bool, AgentError> {
+        let fired = self
+            .hooks
+            .pre_tool_use(call_id, name, args, &self.at())
+            .await;
+        let mut drafts = fired.drafts;
+        let blocked = fired.blocked.is_some();
+        if let Some(b) = fired.blocked {
+            let data = ToolOutcome::failure(crate::hooks::refusal(b)).into_result_data(call_id);
+            drafts.push(EventDraft::new(EventType::ToolResult, data));
+        }
+        if !drafts.is_empty() {
+            self.append(drafts).await?;
+        }
+        Ok(blocked)
+    }
+
+    /// `post_tool_use` hooks: their `hook_run`s, to go in the result's append (a
+    /// block's reason joins the result the model reads).
+    async fn post_tool_hooks(
+        &self,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+        data: &mut Value,
+    ) -> Vec<EventDraft> {
+        if self.cancel.is_cancelled() {
+            return Vec::new();
+        }
+        self.hooks
+            .post_tool_use(call_id, name, args, data, &self.at())
+            .await
     }
 
     /// Runs one MCP call; returns its `tool_result` data.
@@ -1201,8 +1359,12 @@ impl Runner<'_> {
                 if let Some(s) = stop {
                     data["stop_reason"] = json!(s);
                 }
-                self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
-                    .await?;
+                let mut drafts = self
+                    .hooks
+                    .stop(self.subagent, "completed", &self.at())
+                    .await;
+                drafts.push(EventDraft::new(EventType::TurnEnded, data));
+                self.append(drafts).await?;
                 Ok(Ended {
                     status: "completed",
                     stop,
@@ -1221,8 +1383,9 @@ impl Runner<'_> {
                 if self.resumed > 0 {
                     data["resumed"] = json!(self.resumed);
                 }
-                self.append(vec![EventDraft::new(EventType::TurnEnded, data)])
-                    .await?;
+                let mut drafts = self.hooks.stop(self.subagent, status, &self.at()).await;
+                drafts.push(EventDraft::new(EventType::TurnEnded, data));
+                self.append(drafts).await?;
                 Ok(Ended {
                     status,
                     error: Some(e),

@@ -87,6 +87,26 @@ pub fn methods(registry: Arc<Registry>, turns: Arc<crate::turn::TurnManager>) ->
     method(&mut module, m::INSTRUCTIONS, |r, p| async move {
         crate::turn::instructions::show(&r, p).await
     });
+    method(
+        &mut module,
+        m::HOOKS,
+        |r, p: agentd_proto::rpc::HooksParams| async move {
+            let (cfg, home) = (r.config.hooks.clone(), r.home.root().to_path_buf());
+            crate::filesystem::blocking(move || crate::hooks::show(&cfg, &home, &p.workspace))
+                .await?
+        },
+    );
+    method(
+        &mut module,
+        m::HOOKS_TRUST,
+        |r, p: agentd_proto::rpc::HooksTrustParams| async move {
+            let (cfg, home) = (r.config.hooks.clone(), r.home.root().to_path_buf());
+            crate::filesystem::blocking(move || {
+                crate::hooks::trust_now(&cfg, &home, &p.workspace, p.sha256.as_deref())
+            })
+            .await?
+        },
+    );
     method(&mut module, m::MODELS, |r, p| async move {
         to_value(models::models(&r, p).await?)
     });

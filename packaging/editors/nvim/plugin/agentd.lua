@@ -33,6 +33,14 @@ cmd("AgentdPrompt", function(a)
   agentd().prompt(a.args)
 end, { nargs = "+", desc = "agentd: run a turn in this session (or a new one here)" })
 
+cmd("AgentdSteer", function(a)
+  agentd().steer(a.args)
+end, { nargs = "+", desc = "agentd: add input to the running turn (sent with its next provider call)" })
+
+cmd("AgentdQueue", function(a)
+  agentd().queue(a.args)
+end, { nargs = "+", desc = "agentd: queue a prompt behind the running turn" })
+
 cmd("AgentdInterrupt", function()
   agentd().interrupt()
 end, { desc = "agentd: interrupt the running turn" })

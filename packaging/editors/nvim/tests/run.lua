@@ -228,6 +228,47 @@ test("a slow answer streams into the transcript and :AgentdInterrupt stops it", 
   assert(has_line(b, "^%[%d+%] assistant %(partial%)$"), dump(b))
 end)
 
+test(":AgentdQueue waits behind the running turn and :AgentdSteer is refused when idle", function()
+  agentd.setup({ model = "script:" .. examples .. "/slow.json" })
+  plain_buffer()
+  cmd("AgentdPrompt tell me a story")
+  wait_for("a session buffer", function()
+    return cur_buf_name():find("^agentd://session/") ~= nil
+  end)
+  local b = vim.api.nvim_get_current_buf()
+  wait_line(b, "^    Once upon")
+  cmd("AgentdQueue and then a second one")
+  wait_for("the queued notice", function()
+    return noted("queued as turn_")
+  end)
+  cmd("AgentdInterrupt")
+  -- The queued prompt starts once the first turn ended.
+  wait_line(b, "^    and then a second one$")
+  wait_for("the second turn streaming", function()
+    local n = 0
+    for _, l in ipairs(lines(b)) do
+      if l:find("^    Once upon") then
+        n = n + 1
+      end
+    end
+    return n >= 2
+  end, nil, b)
+  cmd("AgentdInterrupt")
+  wait_for("both turns ended", function()
+    local n = 0
+    for _, l in ipairs(lines(b)) do
+      if l:find("turn ended  interrupted", 1, true) then
+        n = n + 1
+      end
+    end
+    return n == 2
+  end, nil, b)
+  cmd("AgentdSteer too late")
+  wait_for("the not_running refusal", function()
+    return noted("no turn is running")
+  end)
+end)
+
 local forked_parent
 test("fork at the event under the cursor opens the child", function()
   agentd.setup({ model = "script:" .. examples .. "/hello.json" })

@@ -363,6 +363,50 @@ local function need_current(what)
   return t
 end
 
+--- :AgentdSteer {text} — input for the running turn of the current transcript's
+--- session: recorded and sent with the turn's next provider call. Refused
+--- (`not_running`) when no turn runs.
+function M.steer(text)
+  if not text or vim.trim(text) == "" then
+    notify("usage: :AgentdSteer {text}", vim.log.levels.ERROR)
+    return
+  end
+  local t = need_current(":AgentdSteer")
+  if not t then
+    return
+  end
+  call("agentd/steer", { session_id = t.sid, input = text }, function(r)
+    notify("steered into " .. tostring(r.turn_id or "the running turn"))
+  end)
+end
+
+--- :AgentdQueue {text} — a prompt queued behind the running turn of the current
+--- transcript's session (started at once when none runs); it survives restarts.
+function M.queue(text)
+  if not text or vim.trim(text) == "" then
+    notify("usage: :AgentdQueue {text}", vim.log.levels.ERROR)
+    return
+  end
+  local t = need_current(":AgentdQueue")
+  if not t then
+    return
+  end
+  local cfg = M.config
+  call("agentd/turn", {
+    session_id = t.sid,
+    input = text,
+    wait = false,
+    queue = true,
+    model = cfg.model,
+    provider = cfg.provider,
+    permission_mode = cfg.permission_mode,
+  }, function(r)
+    if r.status == "queued" then
+      notify("queued as " .. tostring(r.turn_id) .. "; it runs when the current turn ends")
+    end
+  end)
+end
+
 --- :AgentdInterrupt
 function M.interrupt()
   local t = need_current(":AgentdInterrupt")
