@@ -80,6 +80,9 @@ pub enum Command {
     Steer(SteerArgs),
     /// Withdraw a queued turn that has not started.
     Dequeue(DequeueArgs),
+    /// Set a goal: the daemon keeps running turns toward the objective until the model
+    /// declares it done or a budget is spent; --show and --clear read and end it.
+    Goal(GoalArgs),
     /// Interrupt the running turn; orphan tool calls get a recorded closure.
     Interrupt(InterruptArgs),
     /// Close tool calls that have no result (orphans) with a recorded error result.
@@ -539,6 +542,9 @@ pub struct TurnOptions {
     /// Reasoning effort of this turn [default: the provider config's].
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub effort: Option<Effort>,
+    /// An image sent with the prompt (PNG, JPEG, GIF or WebP, up to 20 MiB); repeatable.
+    #[arg(long = "image", value_name = "PATH")]
+    pub images: Vec<PathBuf>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
@@ -598,6 +604,30 @@ pub struct SteerArgs {
     pub session_id: String,
     /// The input for the running turn.
     pub input: String,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("goal_action").args(["objective", "show", "clear"]).required(true)))]
+pub struct GoalArgs {
+    /// Session id.
+    pub session_id: String,
+    /// The objective the session's turns work toward.
+    pub objective: Option<String>,
+    /// Turns the goal may run (default 20).
+    #[arg(long, value_name = "N", conflicts_with_all = ["show", "clear"])]
+    pub max_turns: Option<u32>,
+    /// Provider tokens (input + output) the goal may spend.
+    #[arg(long, value_name = "TOKENS", conflicts_with_all = ["show", "clear"])]
+    pub budget: Option<u64>,
+    /// Model of the goal's turns (default: the session's).
+    #[arg(long, value_name = "MODEL", conflicts_with_all = ["show", "clear"])]
+    pub model: Option<String>,
+    /// Show the session's goal and how much of its budget is spent.
+    #[arg(long)]
+    pub show: bool,
+    /// End the open goal (a running turn finishes; no further turn starts).
+    #[arg(long)]
+    pub clear: bool,
 }
 
 #[derive(Debug, Args)]

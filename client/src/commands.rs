@@ -304,6 +304,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         | Command::Search(_)
         | Command::Usage(_)
         | Command::Dequeue(_)
+        | Command::Goal(_)
         | Command::AppServer(_)
         | Command::Instructions(_)
         | Command::Models(_)
@@ -427,6 +428,7 @@ pub fn render_result(cmd: &Command, v: &Value, cwd: &Path) -> String {
             }
         }
         Command::Dequeue(a) => format!("withdrew queued turn {}\n", a.turn_id),
+        Command::Goal(_) => render::goal(v),
         Command::Interrupt(_) => {
             let closed = v
                 .get("reconciled")

@@ -89,8 +89,23 @@ pub fn turn_params(sid: &str, prompt: &str, t: &TurnOptions) -> Result<Value, Ag
             opt(t.permission_mode.map(|m| m.as_str())),
         ),
         ("reasoning_effort", opt(t.effort.map(|e| e.as_str()))),
+        ("images", images_param(&t.images)?),
         ("sandbox", t.sandbox.to_param()),
     ]))
+}
+
+/// `--image PATH`s as `images: [{path}]`, each made absolute (the daemon reads it).
+fn images_param(paths: &[std::path::PathBuf]) -> Result<Option<Value>, AgentError> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let abs = std::path::absolute(p)
+            .map_err(|e| AgentError::invalid_args(format!("--image {}: {e}", p.display())))?;
+        out.push(json!({"path": abs}));
+    }
+    Ok(Some(Value::Array(out)))
 }
 
 pub fn events_params(
@@ -179,6 +194,24 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
                 ]),
             )
         }
+        Command::Goal(a) if a.show => (
+            method::GOAL_GET,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Goal(a) if a.clear => (
+            method::GOAL_CLEAR,
+            object(vec![("session_id", sid(&a.session_id)?)]),
+        ),
+        Command::Goal(a) => (
+            method::GOAL_SET,
+            object(vec![
+                ("session_id", sid(&a.session_id)?),
+                ("objective", opt(a.objective.clone())),
+                ("max_turns", opt(a.max_turns)),
+                ("token_budget", opt(a.budget)),
+                ("model", opt(a.model.clone())),
+            ]),
+        ),
         Command::Dequeue(a) => (
             method::DEQUEUE,
             object(vec![

@@ -49,6 +49,47 @@ fn num_of(v: &Value, key: &str) -> String {
     v.get(key).map(|n| n.to_string()).unwrap_or_default()
 }
 
+/// The human output of `agentctl goal` (set, `--show`, `--clear`).
+pub fn goal(v: &Value) -> String {
+    if let Some(c) = v.get("cleared").and_then(Value::as_bool) {
+        return match (c, v.get("goal_id").and_then(Value::as_str)) {
+            (true, Some(id)) => format!("cleared goal {id}\n"),
+            _ => "no open goal\n".into(),
+        };
+    }
+    if let Some(g) = v.get("goal") {
+        if g.is_null() {
+            return "no goal\n".into();
+        }
+        let mut out = format!(
+            "goal {} ({})\nobjective: {}\nturns: {} of {}\ntokens: {}",
+            str_of(g, "goal_id"),
+            str_of(g, "status"),
+            str_of(g, "objective"),
+            num_of(g, "turns_used"),
+            num_of(g, "max_turns"),
+            num_of(g, "tokens_used"),
+        );
+        if let Some(b) = g.get("token_budget").and_then(Value::as_u64) {
+            let _ = write!(out, " of {b}");
+        }
+        out.push('\n');
+        if let Some(r) = g.get("reason").and_then(Value::as_str) {
+            let _ = writeln!(out, "ended: {r}");
+        }
+        if let Some(s) = g.get("summary").and_then(Value::as_str) {
+            let _ = writeln!(out, "summary: {s}");
+        }
+        return out;
+    }
+    let mut out = format!("goal {} set", str_of(v, "goal_id"));
+    if let Some(t) = v.get("turn_id").and_then(Value::as_str) {
+        let _ = write!(out, "; started turn {t}");
+    }
+    out.push('\n');
+    out
+}
+
 /// The session table of `agentctl ls`: id, title, events, status, updated.
 pub fn session_table(sessions: &[Value], now: OffsetDateTime) -> String {
     let headers = ["ID", "TITLE", "EVENTS", "STATUS", "UPDATED"];
@@ -56,9 +97,14 @@ pub fn session_table(sessions: &[Value], now: OffsetDateTime) -> String {
         .iter()
         .map(|s| {
             let title = s.get("title").and_then(Value::as_str).unwrap_or("-");
+            // Subagents (docs/subagents.md) are marked, so they read as the parent's.
+            let title = match s.get("relation").and_then(Value::as_str) {
+                Some("subagent") => format!("[subagent] {}", one_line(title, 29)),
+                _ => one_line(title, 40),
+            };
             [
                 str_of(s, "session_id").to_string(),
-                one_line(title, 40),
+                title,
                 num_of(s, "event_count"),
                 str_of(s, "status").to_string(),
                 relative_time(str_of(s, "updated_at"), now),
@@ -252,6 +298,9 @@ fn node_label(node: &Value) -> String {
         .unwrap_or(false)
     {
         out.push_str(", branch summary");
+    }
+    if node.get("relation").and_then(Value::as_str) == Some("subagent") {
+        out.push_str(", subagent");
     }
     out.push(')');
     out

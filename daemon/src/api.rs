@@ -389,6 +389,21 @@ pub fn methods(api: Api) -> Methods {
     );
     method(
         &mut m,
+        method::GOAL_SET,
+        |api, p: agentd_proto::rpc::GoalSetParams, _| async move { api.turns.goal_set(p).await },
+    );
+    method(
+        &mut m,
+        method::GOAL_GET,
+        |api, p: SessionParams, _| async move { api.turns.goal_get(&p.session_id).await },
+    );
+    method(
+        &mut m,
+        method::GOAL_CLEAR,
+        |api, p: SessionParams, _| async move { api.turns.goal_clear(&p.session_id).await },
+    );
+    method(
+        &mut m,
         method::DEQUEUE,
         |api, p: agentd_proto::rpc::DequeueParams, _| async move {
             api.turns.dequeue(&p.session_id, &p.turn_id).await
@@ -446,6 +461,8 @@ fn capabilities() -> Vec<String> {
         "resume_after_crash",
         "steer",
         "queue",
+        "subagents",
+        "goals",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -646,6 +663,8 @@ pub fn summary(meta: &SessionMeta) -> SessionSummary {
         status: if meta.running { "running" } else { "idle" }.into(),
         parent_session_id: meta.parent_session_id.clone(),
         fork_root_session_id: meta.fork_root_session_id.clone(),
+        relation: meta.relation.clone(),
+        parent_call_id: meta.parent_call_id.clone(),
         archived: meta.archived,
     }
 }

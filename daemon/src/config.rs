@@ -89,6 +89,30 @@ impl Default for TurnsConfig {
     }
 }
 
+/// `[subagents]`: the `task` tool's child sessions (docs/subagents.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentsConfig {
+    /// `task` calls of one model step that run at the same time (1..=64; default 4);
+    /// the others wait for a free slot.
+    pub max_parallel: usize,
+    /// How deep subagents may nest: 1 (the default) lets a session's model call `task`
+    /// and its children not; 0 offers no `task` tool at all (at most 8).
+    pub max_depth: u32,
+}
+
+impl Default for SubagentsConfig {
+    fn default() -> Self {
+        SubagentsConfig {
+            max_parallel: 4,
+            max_depth: 1,
+        }
+    }
+}
+
+/// Upper bound of `[subagents] max_depth`.
+pub const MAX_SUBAGENT_DEPTH: u32 = 8;
+
 /// Upper bound of `max_iterations`, in the config and in a request.
 pub const MAX_MAX_ITERATIONS: u32 = 1000;
 
@@ -125,6 +149,8 @@ pub struct Config {
     pub snapshots: SnapshotConfig,
     /// `[turns]`: defaults of turns whose request gives none, crash resumption.
     pub turns: TurnsConfig,
+    /// `[subagents]`: parallelism and depth of the `task` tool's child sessions.
+    pub subagents: SubagentsConfig,
     /// Where Logs live: absent for the home's files, or a `postgres://` URL
     /// (`AGENTD_STORE` overrides). Never logged as written: see `pgstore::redact`.
     pub store: Option<String>,
@@ -171,6 +197,7 @@ impl Default for Config {
             compaction: CompactionConfig::default(),
             snapshots: SnapshotConfig::default(),
             turns: TurnsConfig::default(),
+            subagents: SubagentsConfig::default(),
             store: None,
             store_password_file: None,
             lease_s: 30.0,
@@ -241,6 +268,20 @@ impl Config {
                 "{}[turns] `max_iterations` must be 1..={MAX_MAX_ITERATIONS}, got {}",
                 at("max_iterations"),
                 cfg.turns.max_iterations
+            ));
+        }
+        if !(1..=64).contains(&cfg.subagents.max_parallel) {
+            return Err(format!(
+                "{}[subagents] `max_parallel` must be 1..=64, got {}",
+                at("max_parallel"),
+                cfg.subagents.max_parallel
+            ));
+        }
+        if cfg.subagents.max_depth > MAX_SUBAGENT_DEPTH {
+            return Err(format!(
+                "{}[subagents] `max_depth` must be 0..={MAX_SUBAGENT_DEPTH}, got {}",
+                at("max_depth"),
+                cfg.subagents.max_depth
             ));
         }
         for (name, server) in &cfg.mcp_servers {

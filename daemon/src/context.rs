@@ -74,32 +74,44 @@ impl RenderedItems {
     }
 }
 
-/// Loads the bytes of the images `items`' tool results refer to from the session's
-/// resources directory `dir` (base64, into [`ImageRef::data`]), for a provider request
-/// of a dialect that takes images in tool results; the Log keeps only the references.
-/// An image whose resource is missing, unreadable or not of the recorded size stays
-/// unloaded: its placeholder line is all the model sees. The rendered context the
-/// cache keeps never holds image bytes, so a request with images renders its items in
-/// full.
+/// Loads the bytes of the images `items` refer to from the session's resources
+/// directory `dir` (base64, into [`ImageRef::data`]), for a provider request; the Log
+/// keeps only the references. A prompt's images are always loaded; a tool result's
+/// only with `tool_results` (the dialects that take images in tool results). A tool
+/// result's image whose resource is missing, unreadable or not of the recorded size
+/// stays unloaded: its placeholder line is all the model sees. A prompt's image that
+/// cannot be loaded is returned (its digest), so the turn fails `not_found` naming it
+/// instead of dropping the image silently. The rendered context the cache keeps never
+/// holds image bytes, so a request with images renders its items in full.
 ///
 /// [`ImageRef::data`]: agentd_proto::replay::ImageRef::data
-pub fn load_images(items: &mut [ReplayItem], dir: &std::path::Path) {
+pub fn load_images(
+    items: &mut [ReplayItem],
+    dir: &std::path::Path,
+    tool_results: bool,
+) -> Vec<String> {
     use base64::Engine;
+    let mut missing = Vec::new();
     for item in items {
-        let ReplayItem::FunctionCallOutput { images, .. } = item else {
-            continue;
+        let (images, prompt) = match item {
+            ReplayItem::FunctionCallOutput { images, .. } if tool_results => (images, false),
+            ReplayItem::User { images, .. } => (images, true),
+            _ => continue,
         };
         for img in images {
             if img.data.is_some() {
                 continue;
             }
-            if let Ok(bytes) = std::fs::read(dir.join(&img.sha256)) {
-                if bytes.len() as u64 == img.bytes {
+            match std::fs::read(dir.join(&img.sha256)) {
+                Ok(bytes) if bytes.len() as u64 == img.bytes => {
                     img.data = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
                 }
+                _ if prompt => missing.push(img.sha256.clone()),
+                _ => {}
             }
         }
     }
+    missing
 }
 
 /// Whether `dialect`'s renderer is at an element boundary after `item` (`None`: the
@@ -741,7 +753,7 @@ mod tests {
         assert!(fold.has_images());
         let mut items = fold.replay(&ctx()).items;
         let before = dialect::render(&items, Dialect::Anthropic);
-        load_images(&mut items, dir.path());
+        load_images(&mut items, dir.path(), true);
         let ReplayItem::FunctionCallOutput { images, .. } = &items[2] else {
             panic!("{items:?}");
         };

@@ -86,6 +86,8 @@ pub async fn run(opts: Options) -> Result<(), String> {
     );
     // Turns a crash cut finish now (docs/durability.md).
     turns.resume_marked();
+    // Open goals go on (docs/goals.md).
+    turns.resume_goals();
     if managed_by.is_some() && registry.config.idle_exit_s > 0 {
         let (r, t) = (registry.clone(), turns.clone());
         tokio::spawn(activation::idle_exit(

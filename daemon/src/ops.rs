@@ -364,7 +364,9 @@ pub fn plan_compaction(st: &SessionState, opts: &CompactOptions) -> compaction::
     let events = stored::parse_all(&st.events);
     let mut plan = compaction::plan(&events, st.fold.latest_compaction(), opts, Value::Null);
     if let (true, Some(range)) = (plan.compactable, plan.range) {
-        let cp = checkpoint_as_of(st, range.to_seq);
+        let mut cp = checkpoint_as_of(st, range.to_seq);
+        // The goal open now, wherever its `goal_set` is (docs/goals.md).
+        cp.goal = st.checkpoint.goal().cloned();
         let view = view_v1(&cp, &Caps::default());
         if let Some(obj) = plan.data.as_object_mut() {
             obj.insert(
@@ -622,6 +624,7 @@ fn lineage(meta: &SessionMeta) -> LineageEntry {
         fork_root_session_id: meta.fork_root_session_id.clone(),
         forked_to_seq: meta.forked_to_seq,
         branch_summary: meta.branch_summary,
+        relation: meta.relation.clone(),
         archived: meta.archived,
         deleted: meta.deleted,
     }

@@ -34,6 +34,10 @@ pub struct SessionMeta {
     pub parent_session_id: Option<String>,
     pub fork_root_session_id: Option<String>,
     pub forked_to_seq: Option<u64>,
+    /// `subagent` for a child session the `task` tool created (docs/subagents.md).
+    pub relation: Option<String>,
+    /// The parent's `task` call that created this subagent.
+    pub parent_call_id: Option<String>,
     pub branch_summary: bool,
     pub running: bool,
     /// The latest `session_info` labels include `archived`: hidden from `list` and
@@ -57,6 +61,8 @@ impl SessionMeta {
             parent_session_id: None,
             fork_root_session_id: None,
             forked_to_seq: None,
+            relation: None,
+            parent_call_id: None,
             branch_summary: false,
             running: false,
             archived: false,
@@ -70,6 +76,13 @@ impl SessionMeta {
                 meta.fork_root_session_id =
                     ev.str_field("fork_root_session_id").map(str::to_string);
                 meta.forked_to_seq = ev.data.get("forked_to_seq").and_then(|v| v.as_u64());
+            }
+            if ev.event_type() == EventType::SessionStarted
+                && ev.str_field("relation") == Some("subagent")
+            {
+                meta.relation = Some("subagent".into());
+                meta.parent_session_id = ev.str_field("parent_session_id").map(str::to_string);
+                meta.parent_call_id = ev.str_field("parent_call_id").map(str::to_string);
             }
         }
         meta

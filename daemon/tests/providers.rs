@@ -274,6 +274,7 @@ fn items() -> Vec<ReplayItem> {
         },
         ReplayItem::User {
             text: "say hi, ünïcode".into(),
+            images: Vec::new(),
         },
     ]
 }
@@ -1142,6 +1143,7 @@ async fn script_hello_plays_a_tool_call_then_an_answer_then_exhausts() {
         },
         ReplayItem::User {
             text: "What files are in this workspace?".into(),
+            images: Vec::new(),
         },
     ];
     let first = run(script_provider(), script_request(&path, history.clone())).await;
@@ -1213,6 +1215,7 @@ async fn script_slow_stream_is_interrupted_promptly() {
         &path,
         vec![ReplayItem::User {
             text: "tell me a story".into(),
+            images: Vec::new(),
         }],
     );
     let call = tokio::spawn({
@@ -1254,6 +1257,7 @@ async fn script_error_steps_and_missing_script() {
             &path,
             vec![ReplayItem::User {
                 text: "overflow please".into(),
+                images: Vec::new(),
             }],
         ),
     )
@@ -1263,7 +1267,13 @@ async fn script_error_steps_and_missing_script() {
 
     let out = run(
         script_provider(),
-        script_request(&path, vec![ReplayItem::User { text: "hi".into() }]),
+        script_request(
+            &path,
+            vec![ReplayItem::User {
+                text: "hi".into(),
+                images: Vec::new(),
+            }],
+        ),
     )
     .await;
     assert_eq!(
@@ -1280,7 +1290,10 @@ async fn script_error_steps_and_missing_script() {
     );
 
     let items = vec![
-        ReplayItem::User { text: "hi".into() },
+        ReplayItem::User {
+            text: "hi".into(),
+            images: Vec::new(),
+        },
         ReplayItem::Assistant {
             text: "abcdefghij".into(),
         },

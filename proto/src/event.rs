@@ -106,6 +106,9 @@ event_types! {
     TurnResumed => "turn_resumed", ephemeral: false, required: ["turn_id", "resumed"];
     TurnQueued => "turn_queued", ephemeral: false, required: ["turn_id", "input"];
     TurnDequeued => "turn_dequeued", ephemeral: false, required: ["turn_id"];
+    GoalSet => "goal_set", ephemeral: false, required: ["goal_id", "objective"];
+    GoalProgress => "goal_progress", ephemeral: false, required: ["goal_id", "turn_id"];
+    GoalEnded => "goal_ended", ephemeral: false, required: ["goal_id", "reason"];
     HookRun => "hook_run", ephemeral: false, required: ["event", "command", "verdict"];
     TextDelta => "text_delta", ephemeral: true, required: [];
     ReasoningDelta => "reasoning_delta", ephemeral: true, required: [];

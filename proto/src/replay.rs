@@ -13,7 +13,13 @@ pub enum ReplayItem {
     /// Developer/system context: workspace path, permission mode.
     Developer { text: String },
     /// A user turn, or rendered text (checkpoint, branch summary) injected as user text.
-    User { text: String },
+    User {
+        text: String,
+        /// Images sent with the prompt (session resources, like a tool result's);
+        /// their bytes are loaded at request-build time ([`ImageRef::data`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageRef>,
+    },
     /// Final assistant text of a step.
     Assistant { text: String },
     /// Opaque provider reasoning item, replayed only to the model that produced it.

@@ -49,6 +49,9 @@ pub mod method {
     pub const INSTRUCTIONS: &str = "agentd/instructions";
     pub const STEER: &str = "agentd/steer";
     pub const DEQUEUE: &str = "agentd/dequeue";
+    pub const GOAL_SET: &str = "agentd/goal_set";
+    pub const GOAL_GET: &str = "agentd/goal_get";
+    pub const GOAL_CLEAR: &str = "agentd/goal_clear";
     pub const HOOKS: &str = "agentd/hooks";
     pub const HOOKS_TRUST: &str = "agentd/hooks_trust";
 }
@@ -137,6 +140,12 @@ pub struct SessionSummary {
     pub parent_session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork_root_session_id: Option<String>,
+    /// `subagent` for a child session a `task` call created (docs/subagents.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relation: Option<String>,
+    /// The parent's `task` call that created this subagent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub archived: bool,
 }
@@ -267,7 +276,30 @@ pub struct TurnParams {
     /// provider config's `reasoning_effort`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// Images sent with the prompt, each `{path}` (absolute, or relative to the
+    /// session's workspace) or `{data, mime_type}` (base64): PNG, JPEG, GIF or WebP, at
+    /// most [`MAX_TURN_IMAGE_BYTES`] each (docs/turns-and-providers.md#images).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<TurnImage>,
 }
+
+/// One image of `agentd/turn`'s `images`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnImage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The bytes, base64 (standard alphabet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// Largest image a turn may carry.
+pub const MAX_TURN_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
+/// Most images one turn may carry.
+pub const MAX_TURN_IMAGES: usize = 16;
 
 /// The reasoning effort levels a turn or a provider config may name.
 pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
@@ -312,6 +344,24 @@ pub struct SteerParams {
     pub input: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
+}
+
+/// `agentd/goal_set`: an objective the daemon keeps starting turns for until the model
+/// calls `goal_complete` or a budget is spent (docs/goals.md).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoalSetParams {
+    pub session_id: String,
+    pub objective: String,
+    /// Turns the goal may start (default 20, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Provider tokens (input + output) the goal's turns may spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
+    /// The model of the goal's turns (else the session's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// `agentd/dequeue`: withdraws a queued turn that has not started.
@@ -723,6 +773,10 @@ pub struct UsageResult {
     pub total: UsageTotals,
     /// Models seen without a price in the config.
     pub unpriced_models: Vec<String>,
+    /// With `session_id`: the subagent sessions under it whose usage is rolled up into
+    /// these totals (docs/subagents.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -589,6 +589,11 @@ fn without_user_namespaces_the_fallback_still_confines_and_says_degraded() {
             .is_some_and(|f| f.contains("every socket reachable") || f.contains("Landlock")),
         "{r:#}"
     );
+    let unavailable = r["sandbox"]["unavailable"].to_string();
+    assert!(
+        unavailable.contains("loopback") && unavailable.contains("private /tmp"),
+        "{r:#}"
+    );
     assert!(text.contains("ctl-exit=3"), "{text}");
     assert!(text.contains("permission_denied"), "{text}");
     let log = std::fs::read_to_string(d.root().join("agentd.out")).unwrap();

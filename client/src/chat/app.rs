@@ -55,6 +55,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     ("/mcp", "MCP servers and their tools"),
     ("/usage", "token usage of this session"),
+    (
+        "/goal",
+        "[--max-turns N] [--budget TOKENS] OBJECTIVE: keep working until done; no argument: show; clear: end it",
+    ),
     ("/quit", "leave (the session stays; a running turn goes on)"),
 ];
 
@@ -759,6 +763,17 @@ impl App {
                 ),
             ],
             "/usage" => show("usage", method::USAGE, json!({"session_id": sid})),
+            "/goal" if arg.is_empty() => show("goal", method::GOAL_GET, json!({"session_id": sid})),
+            "/goal" if arg == "clear" => {
+                show("goal", method::GOAL_CLEAR, json!({"session_id": sid}))
+            }
+            "/goal" => match goal_params(&sid, arg, self.settings.model.as_deref()) {
+                Ok(p) => show("goal", method::GOAL_SET, p),
+                Err(e) => {
+                    self.error(e);
+                    Vec::new()
+                }
+            },
             _ => {
                 self.error(format!("unknown command {name}; /help lists them"));
                 Vec::new()
@@ -1193,6 +1208,7 @@ impl App {
                         .into(),
                 }
             }
+            "goal" => render::goal(v).trim_end().to_string(),
             "usage" => {
                 let t = v.get("total").cloned().unwrap_or(Value::Null);
                 let n = |k: &str| t.get(k).map(Value::to_string).unwrap_or("0".into());
@@ -1211,6 +1227,37 @@ impl App {
             _ => one_line(&v.to_string(), 400),
         }
     }
+}
+
+/// `agentd/goal_set` params of `/goal [--max-turns N] [--budget TOKENS] OBJECTIVE`; the
+/// goal's turns use the model the chat picked (`/model`), if any.
+fn goal_params(sid: &str, arg: &str, model: Option<&str>) -> Result<Value, String> {
+    const USAGE: &str =
+        "usage: /goal [--max-turns N] [--budget TOKENS] OBJECTIVE | /goal | /goal clear";
+    let mut p = json!({"session_id": sid});
+    let mut rest = arg.trim();
+    loop {
+        let (key, field) = if let Some(r) = rest.strip_prefix("--max-turns") {
+            (r, "max_turns")
+        } else if let Some(r) = rest.strip_prefix("--budget") {
+            (r, "token_budget")
+        } else {
+            break;
+        };
+        let key = key.trim_start();
+        let (num, after) = key.split_once(' ').unwrap_or((key, ""));
+        let n: u64 = num.parse().map_err(|_| USAGE.to_string())?;
+        p[field] = json!(n);
+        rest = after.trim_start();
+    }
+    if rest.is_empty() {
+        return Err(USAGE.into());
+    }
+    p["objective"] = json!(rest);
+    if let Some(m) = model {
+        p["model"] = json!(m);
+    }
+    Ok(p)
 }
 
 fn earlier_notice(after: u64) -> String {

@@ -87,6 +87,17 @@ pub struct Checkpoint {
     pub files_read: Vec<String>,
     /// Sorted.
     pub files_modified: Vec<String>,
+    /// The session's open goal (docs/goals.md): kept whole in every checkpoint, so no
+    /// compaction drops the objective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<GoalRecord>,
+}
+
+/// An open goal as a checkpoint carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalRecord {
+    pub goal_id: String,
+    pub objective: String,
 }
 
 impl Default for Checkpoint {
@@ -102,6 +113,7 @@ impl Default for Checkpoint {
             recent_artifacts: Vec::new(),
             files_read: Vec::new(),
             files_modified: Vec::new(),
+            goal: None,
         }
     }
 }
@@ -305,6 +317,8 @@ pub struct CheckpointState {
     /// path → seq of the result that last touched it.
     files_read: BTreeMap<String, u64>,
     files_modified: BTreeMap<String, u64>,
+    /// The open goal (`goal_set` not yet followed by its `goal_ended`).
+    goal: Option<GoalRecord>,
 }
 
 /// Folds `events` from an empty state.
@@ -328,6 +342,7 @@ impl CheckpointState {
             task: cp.task.clone(),
             plan: cp.plan.clone(),
             artifacts: cp.artifacts.clone(),
+            goal: cp.goal.clone(),
             ..Self::default()
         };
         // The checkpoint keeps decisions oldest first; their index is an order key older
@@ -400,8 +415,26 @@ impl CheckpointState {
             EventType::ToolCall => self.on_tool_call(ev),
             EventType::ToolResult => self.on_tool_result(ev),
             EventType::MemoryUpdate => self.on_memory_update(ev),
+            EventType::GoalSet => {
+                if let (Some(id), Some(o)) = (ev.str_field("goal_id"), ev.str_field("objective")) {
+                    self.goal = Some(GoalRecord {
+                        goal_id: id.to_string(),
+                        objective: o.to_string(),
+                    });
+                }
+            }
+            EventType::GoalEnded
+                if self.goal.as_ref().map(|g| g.goal_id.as_str()) == ev.str_field("goal_id") =>
+            {
+                self.goal = None;
+            }
             _ => {}
         }
+    }
+
+    /// The open goal as of the last applied event.
+    pub fn goal(&self) -> Option<&GoalRecord> {
+        self.goal.as_ref()
     }
 
     fn on_tool_call(&mut self, ev: &Event) {
@@ -675,6 +708,7 @@ impl CheckpointState {
             recent_artifacts,
             files_read: self.files_read.keys().cloned().collect(),
             files_modified: self.files_modified.keys().cloned().collect(),
+            goal: self.goal.clone(),
         }
     }
 }

@@ -486,7 +486,8 @@ mod tests {
         assert_eq!(
             r.items[1],
             ReplayItem::User {
-                text: render::compaction_text(&data)
+                text: render::compaction_text(&data),
+                images: Vec::new(),
             }
         );
         let raw_tail: Vec<_> = log.events[..log.events.len() - 1]

@@ -179,9 +179,12 @@ pub fn resource_names(ev: &Event, out: &mut BTreeSet<String>) {
     if let Some(s) = ev.data.get("resource").and_then(descriptor_sha) {
         out.insert(s.to_string());
     }
-    if let Some(list) = ev.data.get("resources").and_then(Value::as_array) {
-        for s in list.iter().filter_map(descriptor_sha) {
-            out.insert(s.to_string());
+    // `images`: a prompt's images (`user_message`), stored as resources too.
+    for key in ["resources", "images"] {
+        if let Some(list) = ev.data.get(key).and_then(Value::as_array) {
+            for s in list.iter().filter_map(descriptor_sha) {
+                out.insert(s.to_string());
+            }
         }
     }
 }

@@ -137,7 +137,7 @@ impl Fold {
             return;
         }
         if let Some(item) = replay_item(ev) {
-            if matches!(&item, ReplayItem::FunctionCallOutput { images, .. } if !images.is_empty())
+            if matches!(&item, ReplayItem::FunctionCallOutput { images, .. } | ReplayItem::User { images, .. } if !images.is_empty())
             {
                 self.images = true;
             }
@@ -168,6 +168,7 @@ impl Fold {
             ev.seq,
             ReplayItem::User {
                 text: render::compaction_text(&ev.data),
+                images: Vec::new(),
             },
         ));
         self.checkpoint_to_seq = Some(to);

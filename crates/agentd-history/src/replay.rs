@@ -123,7 +123,7 @@ pub const SPLICE_MARK: &str = "\u{1}agentd:splice\u{1}";
 /// `data` field it comes from.
 fn spliceable(item: &mut ReplayItem) -> Option<(&'static str, &'static str, &mut String)> {
     match item {
-        ReplayItem::User { text } => Some(("user_message", "text", text)),
+        ReplayItem::User { text, .. } => Some(("user_message", "text", text)),
         ReplayItem::Assistant { text } => Some(("assistant_message", "text", text)),
         ReplayItem::FunctionCallOutput { output, .. } => Some(("tool_result", "output", output)),
         _ => None,
@@ -169,7 +169,7 @@ impl Splice {
 fn item_chars(item: &ReplayItem) -> u64 {
     let n = match item {
         ReplayItem::Developer { text }
-        | ReplayItem::User { text }
+        | ReplayItem::User { text, .. }
         | ReplayItem::Assistant { text } => text.chars().count(),
         ReplayItem::Reasoning { item, .. } => item.to_string().chars().count(),
         ReplayItem::FunctionCall {
@@ -194,7 +194,7 @@ pub(super) fn entry(seq: u64, item: ReplayItem) -> Entry {
 pub(super) fn lazy_entry(seq: u64, mut item: ReplayItem, line: &Line) -> Entry {
     let chars = item_chars(&item);
     let big = match &mut item {
-        ReplayItem::User { text } | ReplayItem::Assistant { text } => text,
+        ReplayItem::User { text, .. } | ReplayItem::Assistant { text } => text,
         ReplayItem::FunctionCall { arguments, .. } => arguments,
         ReplayItem::FunctionCallOutput { output, .. } => output,
         ReplayItem::Developer { .. } | ReplayItem::Reasoning { .. } => {
@@ -260,7 +260,10 @@ fn synthetic_output(call_id: &str, tool: &str) -> String {
 pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
     let text = || ev.str_field("text").map(str::to_string);
     match ev.event_type() {
-        EventType::UserMessage => text().map(|text| ReplayItem::User { text }),
+        EventType::UserMessage => text().map(|text| ReplayItem::User {
+            text,
+            images: user_image_refs(&ev.data),
+        }),
         // What a `session_start` or `user_prompt_submit` hook printed for the model
         // (docs/hooks.md#context), shown where it was recorded: before the prompt.
         EventType::HookRun => {
@@ -271,6 +274,7 @@ pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
                         "<hook_context event=\"{}\">\n{c}\n</hook_context>",
                         ev.str_field("event").unwrap_or("")
                     ),
+                    images: Vec::new(),
                 })
         }
         EventType::AssistantMessage if !super::digest::is_partial(ev) => {
@@ -313,9 +317,32 @@ pub(super) fn replay_item(ev: &Event) -> Option<ReplayItem> {
         }
         EventType::BranchSummary => Some(ReplayItem::User {
             text: render::branch_summary_text(&ev.data),
+            images: Vec::new(),
         }),
         _ => None,
     }
+}
+
+/// The images a `user_message` carries (`data.images[{sha256, mime, bytes}]`, stored
+/// as session resources): `image/*` types named by a sha256, in order.
+pub fn user_image_refs(data: &Value) -> Vec<ImageRef> {
+    let Some(list) = data.get("images").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|m| {
+            let sha = m.get("sha256")?.as_str()?;
+            let mime = m.get("mime")?.as_str()?;
+            let is_sha =
+                sha.len() == 64 && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            (is_sha && mime.starts_with("image/")).then(|| ImageRef {
+                sha256: sha.to_string(),
+                mime: mime.to_string(),
+                bytes: m.get("bytes").and_then(Value::as_u64).unwrap_or(0),
+                data: None,
+            })
+        })
+        .collect()
 }
 
 /// The images a `tool_result` refers to (`data.mcp.media` entries of type `image`
@@ -905,7 +932,10 @@ mod tests {
             synthetic: false,
             images: Vec::new(),
         };
-        let u = ReplayItem::User { text: "x".into() };
+        let u = ReplayItem::User {
+            text: "x".into(),
+            images: Vec::new(),
+        };
         assert!(pairing_violation(&[c("a"), o("a"), u.clone()]).is_none());
         assert!(pairing_violation(&[c("a"), u.clone(), o("a")]).is_some());
         assert!(pairing_violation(&[o("a")]).is_some());

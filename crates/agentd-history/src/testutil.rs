@@ -54,7 +54,7 @@ pub fn kinds(r: &super::replay::Replay) -> Vec<String> {
         .iter()
         .map(|i| match i {
             ReplayItem::Developer { .. } => "dev".to_string(),
-            ReplayItem::User { text } => format!("user:{}", text.lines().next().unwrap_or("")),
+            ReplayItem::User { text, .. } => format!("user:{}", text.lines().next().unwrap_or("")),
             ReplayItem::Assistant { text } => format!("asst:{text}"),
             ReplayItem::Reasoning { model, .. } => format!("reason:{model}"),
             ReplayItem::FunctionCall { call_id, .. } => format!("call:{call_id}"),

@@ -25,6 +25,9 @@ pub struct LineageEntry {
     pub forked_to_seq: Option<u64>,
     /// The Log records a `branch_summary`.
     pub branch_summary: bool,
+    /// `subagent` for a child session a `task` call created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relation: Option<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub archived: bool,
     /// The session is in the trash; it stays in the lineage so its forks can name it.
@@ -47,6 +50,8 @@ pub struct TreeNode {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_to_seq: Option<u64>,
     pub branch_summary: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relation: Option<String>,
     pub forks: Vec<TreeNode>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub truncated: bool,
@@ -81,6 +86,7 @@ fn leaf(e: &LineageEntry) -> TreeNode {
         last_event_ts: e.last_event_ts.clone(),
         forked_to_seq: e.forked_to_seq,
         branch_summary: e.branch_summary,
+        relation: e.relation.clone(),
         forks: Vec::new(),
         truncated: false,
         archived: e.archived,
@@ -176,6 +182,9 @@ fn label(n: &TreeNode) -> String {
     if n.branch_summary {
         s.push_str(" [branch summary]");
     }
+    if n.relation.as_deref() == Some("subagent") {
+        s.push_str(" [subagent]");
+    }
     if n.archived {
         s.push_str(" [archived]");
     }
@@ -203,7 +212,7 @@ fn draw_forks(n: &TreeNode, prefix: &str, out: &mut String) {
 }
 
 /// An ASCII drawing: one line per session with id, `@seq` fork point, title, event count,
-/// and `[branch summary]` / `[archived]` / `[deleted]` / `[truncated]` markers.
+/// and `[branch summary]` / `[subagent]` / `[archived]` / `[deleted]` / `[truncated]` markers.
 pub fn draw(node: &TreeNode) -> String {
     let mut out = label(node);
     out.push('\n');
@@ -228,6 +237,7 @@ mod tests {
             fork_root_session_id: parent.map(|_| "root".into()),
             forked_to_seq: seq,
             branch_summary: false,
+            relation: None,
             archived: false,
             deleted: false,
         }

@@ -92,8 +92,8 @@ pub fn parse_args(arguments: &str) -> Value {
     }
 }
 
-/// The images of a tool result whose bytes were loaded for this request (the others
-/// are represented by their placeholder lines in the output text only).
+/// The images of a tool result or a prompt whose bytes were loaded for this request
+/// (the others are represented by placeholder lines in the text only).
 fn loaded(images: &[ImageRef]) -> impl Iterator<Item = (&str, &str)> {
     images
         .iter()
@@ -130,12 +130,39 @@ fn anthropic_content(output: &str, images: &[ImageRef]) -> Value {
     Value::Array(parts)
 }
 
+/// A user item's text with a line per image whose bytes were not loaded (what
+/// `agentd/context` shows; a provider request always has them loaded).
+fn user_text(text: &str, images: &[ImageRef]) -> String {
+    let mut out = text.to_string();
+    for i in images.iter().filter(|i| i.data.is_none()) {
+        out.push_str(&format!(
+            "\n[image: {}, {} bytes, sha256 {}]",
+            i.mime, i.bytes, i.sha256
+        ));
+    }
+    out
+}
+
+fn data_url(mime: &str, data: &str) -> String {
+    format!("data:{mime};base64,{data}")
+}
+
 fn render_responses(items: &[ReplayItem]) -> Value {
     let out: Vec<Value> = items
         .iter()
         .map(|item| match item {
             ReplayItem::Developer { text } => json!({"role": "developer", "content": text}),
-            ReplayItem::User { text } => json!({"role": "user", "content": text}),
+            ReplayItem::User { text, images } if loaded(images).next().is_some() => {
+                let mut parts =
+                    vec![json!({"type": "input_text", "text": user_text(text, images)})];
+                parts.extend(loaded(images).map(|(mime, data)| {
+                    json!({"type": "input_image", "image_url": data_url(mime, data)})
+                }));
+                json!({"role": "user", "content": parts})
+            }
+            ReplayItem::User { text, images } => {
+                json!({"role": "user", "content": user_text(text, images)})
+            }
             ReplayItem::Assistant { text } => json!({"role": "assistant", "content": text}),
             ReplayItem::Reasoning { item, .. } => item.clone(),
             ReplayItem::FunctionCall {
@@ -173,9 +200,18 @@ fn render_chat(items: &[ReplayItem]) -> Value {
                 open_assistant = None;
                 out.push(json!({"role": "system", "content": text}));
             }
-            ReplayItem::User { text } => {
+            ReplayItem::User { text, images } => {
                 open_assistant = None;
-                out.push(json!({"role": "user", "content": text}));
+                let text = user_text(text, images);
+                if loaded(images).next().is_none() {
+                    out.push(json!({"role": "user", "content": text}));
+                    continue;
+                }
+                let mut parts = vec![json!({"type": "text", "text": text})];
+                parts.extend(loaded(images).map(|(mime, data)| {
+                    json!({"type": "image_url", "image_url": {"url": data_url(mime, data)}})
+                }));
+                out.push(json!({"role": "user", "content": parts}));
             }
             ReplayItem::Assistant { text } => {
                 out.push(json!({"role": "assistant", "content": text}));
@@ -228,9 +264,10 @@ pub fn anthropic_block(item: &ReplayItem) -> Option<(&'static str, Value)> {
     match item {
         ReplayItem::Developer { .. } => None,
         // The API refuses empty text blocks.
-        ReplayItem::User { text } if !text.is_empty() => {
-            Some(("user", json!({"type": "text", "text": text})))
-        }
+        ReplayItem::User { text, images } if !text.is_empty() || !images.is_empty() => Some((
+            "user",
+            json!({"type": "text", "text": user_text(text, images)}),
+        )),
         ReplayItem::Assistant { text } if !text.is_empty() => {
             Some(("assistant", json!({"type": "text", "text": text})))
         }
@@ -279,9 +316,19 @@ fn render_anthropic(items: &[ReplayItem]) -> Value {
         let Some((role, block)) = anthropic_block(item) else {
             continue;
         };
+        let mut blocks = vec![block];
+        if let ReplayItem::User { text, images } = item {
+            // Loaded images follow the prompt's text as base64 `image` blocks.
+            blocks.extend(loaded(images).map(|(mime, data)| {
+                json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}})
+            }));
+            if text.is_empty() && loaded(images).next().is_some() {
+                blocks.remove(0);
+            }
+        }
         match messages.last_mut() {
-            Some((r, blocks)) if *r == role => blocks.push(block),
-            _ => messages.push((role, vec![block])),
+            Some((r, b)) if *r == role => b.extend(blocks),
+            _ => messages.push((role, blocks)),
         }
     }
     let messages: Vec<Value> = messages
@@ -307,6 +354,7 @@ mod tests {
             },
             ReplayItem::User {
                 text: "list files".into(),
+                images: Vec::new(),
             },
             ReplayItem::Reasoning {
                 item: json!({"type": "reasoning", "id": "rs_1", "summary": []}),
@@ -344,6 +392,7 @@ mod tests {
             },
             ReplayItem::User {
                 text: "thanks".into(),
+                images: Vec::new(),
             },
         ]
     }
@@ -551,7 +600,10 @@ mod tests {
     #[test]
     fn calls_without_assistant_text_get_their_own_message() {
         let items = vec![
-            ReplayItem::User { text: "go".into() },
+            ReplayItem::User {
+                text: "go".into(),
+                images: Vec::new(),
+            },
             ReplayItem::FunctionCall {
                 call_id: "c".into(),
                 name: "shell".into(),

@@ -568,7 +568,10 @@ mod tests {
             model: model.into(),
         };
         let items = vec![
-            ReplayItem::User { text: "u".into() },
+            ReplayItem::User {
+                text: "u".into(),
+                images: Vec::new(),
+            },
             r(
                 "m1",
                 json!({"type": "reasoning", "id": "a", "encrypted_content": "x"}),

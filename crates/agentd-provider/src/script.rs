@@ -106,7 +106,7 @@ pub fn position(items: &[ReplayItem]) -> (&str, usize) {
         .rposition(|i| matches!(i, ReplayItem::User { .. }));
     let (text, rest) = match last_user {
         Some(p) => match &items[p] {
-            ReplayItem::User { text } => (text.as_str(), &items[p + 1..]),
+            ReplayItem::User { text, .. } => (text.as_str(), &items[p + 1..]),
             _ => ("", items),
         },
         None => ("", items),
@@ -383,7 +383,10 @@ mod tests {
     use super::*;
 
     fn user(t: &str) -> ReplayItem {
-        ReplayItem::User { text: t.into() }
+        ReplayItem::User {
+            text: t.into(),
+            images: Vec::new(),
+        }
     }
     fn call(id: &str) -> ReplayItem {
         ReplayItem::FunctionCall {

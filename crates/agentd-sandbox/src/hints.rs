@@ -115,14 +115,24 @@ fn classify(p: &Path, policy: &EffectivePolicy, protected: &[PathBuf]) -> Option
             .iter()
             .any(|r| is_within(p, r))
         {
+            let hint = if policy.caches.contains(&c) {
+                // Granted, yet read-only: the degraded level (or a refused overlay).
+                format!(
+                    "write to {} denied: `{}` is granted but read-only at this sandbox level                      (a command could otherwise change code the user's own builds run);                      download or extract it outside the sandbox first (for cargo:                      `cargo fetch` then one `cargo build` there)",
+                    p.display(),
+                    c.name()
+                )
+            } else {
+                format!(
+                    "write to {} denied by the sandbox; grant `{}` (writes go to a layer of                      this workspace's own, never to the cache your own builds read)",
+                    p.display(),
+                    c.name()
+                )
+            };
             return Some(Denial {
                 kind: "write".into(),
                 path,
-                hint: format!(
-                    "write to {} denied by the sandbox; grant `{}`",
-                    p.display(),
-                    c.name()
-                ),
+                hint,
             });
         }
     }

@@ -76,6 +76,20 @@ pub struct Plan {
     /// `socket(AF_UNIX)` (`socketpair` stays allowed).
     #[serde(default)]
     pub refuse_unix: bool,
+    /// Granted caches at the full level: each mounted as an overlay, the host's cache
+    /// the read-only lower layer, a directory of the workspace's own (kept by the
+    /// daemon, hidden) the upper one: what a command writes there never reaches the
+    /// caches the user's own builds read.
+    #[serde(default)]
+    pub cache_layers: Vec<CacheLayer>,
+}
+
+/// One cache overlay of [`Plan::cache_layers`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheLayer {
+    pub lower: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
 }
 
 /// What the helper put in force, written just before exec.
@@ -99,6 +113,12 @@ pub struct Report {
     #[serde(default)]
     pub pinned: Vec<PathBuf>,
     pub hidden_mounted: usize,
+    /// Caches mounted as overlays; `cache_layers_failed`: those that could not be (made
+    /// read-only instead), with the error.
+    #[serde(default)]
+    pub cache_layers: Vec<PathBuf>,
+    #[serde(default)]
+    pub cache_layers_failed: Vec<String>,
     /// Host sockets covered (`/dev/null` bound over them).
     #[serde(default)]
     pub sockets_covered: usize,

@@ -32,8 +32,10 @@ pub fn install(helper: PathBuf, socket: PathBuf, home: PathBuf, config: PathBuf,
         Some(d) if d.file_name().is_some_and(|n| n == "agentd") => dirs.push(d.to_path_buf()),
         _ => dirs.push(config),
     }
+    let sandbox = agentd_sandbox::Sandbox::new(helper, agentd_sandbox::Knobs::parse(knobs))
+        .with_cache_layers(dirs[0].join("sandbox-caches"));
     let _ = RUNTIME.set(Arc::new(Runtime {
-        sandbox: agentd_sandbox::Sandbox::new(helper, agentd_sandbox::Knobs::parse(knobs)),
+        sandbox,
         socket,
         agentd_dirs: dirs,
     }));

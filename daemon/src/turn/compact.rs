@@ -157,7 +157,10 @@ async fn model_summary(
             ReplayItem::Developer {
                 text: INSTRUCTIONS.to_string(),
             },
-            ReplayItem::User { text: request },
+            ReplayItem::User {
+                text: request,
+                images: Vec::new(),
+            },
         ],
         rendered: None,
         tools: Vec::new(),

@@ -212,10 +212,14 @@ pub(super) async fn run(
                 }
                 drafts.push(EventDraft::new(EventType::TurnStarted, data));
                 drafts.extend(instructions);
-                drafts.push(EventDraft::new(
-                    EventType::UserMessage,
-                    json!({"text": input}),
-                ));
+                let mut user = json!({"text": input});
+                if !spec.images.is_empty() {
+                    let (dir, images) = (tools.resources_dir.clone(), spec.images.clone());
+                    user["images"] =
+                        crate::filesystem::blocking(move || super::images::store(&dir, &images))
+                            .await??;
+                }
+                drafts.push(EventDraft::new(EventType::UserMessage, user));
                 h.append(drafts, None).await?
             }
             Start::Resume => {
@@ -704,7 +708,8 @@ impl Runner<'_> {
     /// A call that may run again after a crash: a read-only built-in, or an MCP tool
     /// the user trusts read-only whose server declares `readOnlyHint`.
     fn replay_safe(&self, name: &str) -> bool {
-        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) {
+        // A `task` call finds its child again and waits for its answer (docs/subagents.md).
+        if reconcile::REPLAY_SAFE_TOOLS.contains(&name) || name == super::subagent::TOOL_NAME {
             return true;
         }
         self.mcp_tool(name)
@@ -757,39 +762,43 @@ impl Runner<'_> {
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
-                // Tool results with images: the Anthropic and Responses dialects send
-                // the image bytes, read now from the session's resources (the kept
-                // rendering holds only text).
-                let images = st.fold.has_images()
-                    && render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
-                if images {
+                // Prompts and tool results with images: the bytes are read now from the
+                // session's resources (the kept rendering holds only text); Chat
+                // Completions takes images in prompts only.
+                if st.fold.has_images() {
+                    let tool_results =
+                        render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
                     let mut replay = st.fold.replay(&ctx);
-                    crate::context::load_images(&mut replay.items, &resources);
-                    return StepInput {
+                    let missing =
+                        crate::context::load_images(&mut replay.items, &resources, tool_results);
+                    if let Some(sha) = missing.first() {
+                        return Err(super::images::missing(sha));
+                    }
+                    return Ok(StepInput {
                         items: replay.items,
                         rendered: None,
                         stats: replay.stats,
-                    };
+                    });
                 }
                 if let Some(r) = render {
                     let mut cache = st.context.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(out) = cache.items(&st.fold, &ctx, r, None) {
                         let stats = out.stats.clone();
-                        return StepInput {
+                        return Ok(StepInput {
                             items: Vec::new(),
                             rendered: Some(out.input(r.dialect)),
                             stats,
-                        };
+                        });
                     }
                 }
                 let replay = st.fold.replay(&ctx);
-                StepInput {
+                Ok(StepInput {
                     items: replay.items,
                     rendered: None,
                     stats: replay.stats,
-                }
+                })
             })
-            .await
+            .await?
     }
 
     fn corrected(&self, replay: &StepInput) -> u64 {
@@ -877,6 +886,7 @@ impl Runner<'_> {
             specs.retain(|s| s.name != "apply_patch");
         }
         specs.push(memory::tool_spec());
+        specs.extend(super::subagent::extra_specs(self.turns, self.h).await);
         // After the built-ins, in (server, tool) order: a stable prompt prefix.
         specs.extend(self.mcp_offered.iter().map(mcp_spec));
         let req = ProviderRequest {
@@ -1004,6 +1014,15 @@ impl Runner<'_> {
     /// Runs the calls in order. `false` when the turn was interrupted (calls not yet run
     /// stay pending for the interrupt's reconciliation).
     async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<bool, AgentError> {
+        // The step's `task` calls start together; each result is recorded in call order.
+        let mut tasks =
+            super::subagent::Tasks::start(self.turns, &calls, || super::subagent::Parent {
+                h: self.h.clone(),
+                turn_id: self.turn_id.clone(),
+                cancel: self.cancel.clone(),
+                permission_mode: self.spec.permission_mode,
+                tools: self.tools.clone(),
+            });
         for (call_id, name, args) in calls {
             if self.cancel.is_cancelled() {
                 return Ok(false);
@@ -1072,6 +1091,20 @@ impl Runner<'_> {
             }
             if name == memory::TOOL_NAME {
                 self.memory_apply(call_id, args).await?;
+                continue;
+            }
+            if name == super::subagent::TOOL_NAME {
+                let data = tasks.result(&call_id).await;
+                self.append(vec![EventDraft::new(EventType::ToolResult, data)])
+                    .await?;
+                continue;
+            }
+            if name == super::goal::TOOL_NAME {
+                let res = super::goal::complete(self.turns, self.h, &self.turn_id, &call_id, &args)
+                    .await?;
+                if let Some(r) = res {
+                    self.last_seq = self.last_seq.max(r.last_seq);
+                }
                 continue;
             }
             if let Some(o) = mcp {

@@ -38,10 +38,13 @@
 
 mod compact;
 mod engine;
+pub mod goal;
+pub mod images;
 pub mod instructions;
 pub mod mcp;
 mod permission;
 mod setup;
+pub mod subagent;
 pub use setup::is_home;
 
 pub use permission::PermissionMode;
@@ -388,11 +391,24 @@ impl TurnManager {
         e.push(peer);
     }
 
-    /// A live peer that opted in to permission requests for `sid`, newest first.
+    /// A live peer that opted in to permission requests for `sid`, newest first; a
+    /// subagent without one asks through its parent's (docs/subagents.md).
     pub fn permission_peer(&self, sid: &str) -> Option<PeerHandle> {
-        let mut e = self.permission_peers.get_mut(sid)?;
-        e.retain(|c| !c.is_closed());
-        e.last().cloned()
+        let mut sid = sid.to_string();
+        for _ in 0..=crate::config::MAX_SUBAGENT_DEPTH {
+            if let Some(mut e) = self.permission_peers.get_mut(&sid) {
+                e.retain(|c| !c.is_closed());
+                if let Some(p) = e.last() {
+                    return Some(p.clone());
+                }
+            }
+            sid = self.registry.with_index(|i| {
+                i.get(&sid)
+                    .filter(|m| m.relation.as_deref() == Some(subagent::RELATION))
+                    .and_then(|m| m.parent_session_id.clone())
+            })?;
+        }
+        None
     }
 
     /// `agentd/turn`.
@@ -879,6 +895,8 @@ async fn run_task(
     if !turns.unmark_if_idle(&h).await {
         turns.start_next_queued(&h);
     }
+    // An open goal starts its next turn (docs/goals.md).
+    turns.goal_after_turn(&h);
     let finished = match outcome {
         Ok((result, reconciled)) => Finished { result, reconciled },
         Err(e) => {
@@ -997,6 +1015,8 @@ fn request_hash(p: &TurnParams) -> String {
             .as_ref()
             .map(|v| v.iter().map(canonical_json).collect::<Vec<_>>()),
         p.queue.unwrap_or(false),
+        p.reasoning_effort,
+        p.images,
     ]);
     crate::text::sha256_hex(canonical.to_string().as_bytes())
 }
@@ -1041,6 +1061,9 @@ fn params_from_record(sid: &str, params: &serde_json::Value) -> TurnParams {
         client_request_id: None,
         queue: None,
         reasoning_effort: text("reasoning_effort"),
+        // Never kept in the params a resume reads (no bytes in the Log); a queued turn
+        // with images is refused at admission.
+        images: Vec::new(),
     }
 }
 

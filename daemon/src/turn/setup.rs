@@ -44,6 +44,8 @@ pub struct TurnSpec {
     pub sandbox_turn: agentd_sandbox::SandboxRequest,
     /// The turn's `reasoning_effort`, else the provider config's (checked).
     pub reasoning_effort: Option<String>,
+    /// The prompt's images, checked and read (`super::images`).
+    pub images: Vec<super::images::Prepared>,
 }
 
 impl TurnSpec {
@@ -166,6 +168,22 @@ pub async fn resolve(
     if p.input.trim().is_empty() {
         return Err(AgentError::invalid_args("input must not be empty"));
     }
+    let images = if p.images.is_empty() {
+        Vec::new()
+    } else {
+        if p.queue == Some(true) {
+            return Err(AgentError::invalid_args(
+                "images cannot be queued: send the turn once the session is idle",
+            )
+            .with_details(json!({"field": "images"})));
+        }
+        let ws = h.query(|st| st.workspace().to_string()).await?;
+        let list = p.images.clone();
+        crate::filesystem::blocking(move || {
+            super::images::prepare(&list, std::path::Path::new(&ws))
+        })
+        .await??
+    };
     let providers = providers_config(&registry.config);
     let (s_provider, s_model) = session_choice(h).await?;
     let (s_provider, s_model) = providers.split_model(s_provider.as_deref(), s_model.as_deref());
@@ -219,5 +237,6 @@ pub async fn resolve(
         sandbox_session,
         sandbox_turn,
         reasoning_effort,
+        images,
     })
 }

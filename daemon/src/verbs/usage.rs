@@ -171,6 +171,7 @@ pub fn aggregate(
             .collect(),
         total,
         unpriced_models: unpriced.into_iter().collect(),
+        subagents: Vec::new(),
     }
 }
 
@@ -199,7 +200,14 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
                     .with_details(json!({"session_id": sid}))
                     .with_next_actions(&["agentctl ls"]));
             }
-            vec![(sid.clone(), path)]
+            // A session's usage includes its subagents' (docs/subagents.md).
+            let mut logs = vec![(sid.clone(), path)];
+            for child in subagents_of(registry, sid) {
+                if let Ok(p) = registry.home.log_path(&child) {
+                    logs.push((child, p));
+                }
+            }
+            logs
         }
         None => registry.with_index(|i| {
             i.values()
@@ -240,9 +248,37 @@ pub async fn usage(registry: &Arc<Registry>, p: UsageParams) -> Result<UsageResu
                 .flat_map(|w| w.join().unwrap_or_default())
                 .collect()
         });
-        Ok(aggregate(&all, &by, since.as_deref(), &prices))
+        let mut out = aggregate(&all, &by, since.as_deref(), &prices);
+        out.subagents = logs.iter().skip(1).map(|(s, _)| s.clone()).collect();
+        if p.session_id.is_none() {
+            out.subagents.clear();
+        }
+        Ok(out)
     })
     .await
+}
+
+/// The subagent sessions under `sid`, at every depth, parents before children.
+fn subagents_of(registry: &Registry, sid: &str) -> Vec<String> {
+    registry.with_index(|i| {
+        let mut out: Vec<String> = Vec::new();
+        let mut next = vec![sid.to_string()];
+        while let Some(parent) = next.pop() {
+            let mut kids: Vec<&String> = i
+                .values()
+                .filter(|m| !m.deleted && m.relation.as_deref() == Some("subagent"))
+                .filter(|m| m.parent_session_id.as_deref() == Some(parent.as_str()))
+                .map(|m| &m.session_id)
+                .filter(|k| k.as_str() != sid && !out.contains(k))
+                .collect();
+            kids.sort();
+            for k in kids {
+                out.push(k.clone());
+                next.push(k.clone());
+            }
+        }
+        out
+    })
 }
 
 #[cfg(test)]

@@ -388,3 +388,79 @@ fn host_ipc_terminals_shm_sockets_and_other_commands_tmp_are_out_of_reach() {
         }
     }
 }
+
+/// With `cache:cargo` granted, a command edits `build.rs` of a crate already extracted
+/// in `$CARGO_HOME/registry/src` and extracts a new one: the user's next `cargo build`
+/// outside would run both. At the full level the cache is an overlay whose writes stay
+/// in a layer of the workspace's own (the next command there sees them, the host never
+/// does); at the degraded level the cache is read-only.
+#[test]
+fn a_granted_cache_never_changes_what_the_users_own_builds_run() {
+    for (level, force) in LEVELS {
+        let o = outside();
+        let cargo_home = o.home.join(".cargo");
+        let src = cargo_home.join("registry/src/index.crates.io-1949cf8c6b5b557f");
+        let build_rs = src.join("serde-1.0.0/build.rs");
+        std::fs::create_dir_all(build_rs.parent().unwrap()).unwrap();
+        std::fs::write(&build_rs, "fn main() {} // ORIGINAL\n").unwrap();
+        let d = at_level(&o, force)
+            .env("CARGO_HOME", &cargo_home)
+            .config("[sandbox]\ncaches = [\"cache:cargo\"]\n")
+            .start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let cmd = format!(
+            "echo 'fn main() {{ /* PLANTED */ }}' > {b} 2>/dev/null
+             mkdir -p {s}/evil-0.1.0 2>/dev/null && echo 'fn main() {{}}' > {s}/evil-0.1.0/build.rs
+             cat {b}; ls {s}",
+            b = q(&build_rs),
+            s = q(&src),
+        );
+        let r = super::shell(&d, &mut c, &sid, &cmd, json!({}));
+        let text = super::output(&r);
+        assert_eq!(r["sandbox"]["level"], level, "{r:#}");
+        // On the host, after the command: what the user's builds would run is intact.
+        assert_eq!(
+            std::fs::read_to_string(&build_rs).unwrap(),
+            "fn main() {} // ORIGINAL\n",
+            "{level}: {r:#}"
+        );
+        assert!(!src.join("evil-0.1.0").exists(), "{level}: {r:#}");
+        let caches = &r["sandbox"]["caches"];
+        let cache_root = cargo_home.join("registry").display().to_string();
+        if level == "full" && r["sandbox"]["cache_layers_failed"].is_null() {
+            // The workspace's own layer: the command saw its own writes, and so does the
+            // next command in this workspace.
+            assert!(
+                text.contains("PLANTED") && text.contains("evil-0.1.0"),
+                "{r:#}"
+            );
+            assert!(caches["layered"].to_string().contains(&cache_root), "{r:#}");
+            let r2 = super::shell(
+                &d,
+                &mut c,
+                &sid,
+                &format!("cat {}", q(&build_rs)),
+                json!({}),
+            );
+            assert!(super::output(&r2).contains("PLANTED"), "{r2:#}");
+        } else if level == "full" {
+            // The kernel refused the overlay (an upper layer on a filesystem overlayfs
+            // cannot use): read-only instead, and said so.
+            assert!(!text.contains("PLANTED"), "{level}: {r:#}");
+            assert!(
+                r["sandbox"]["cache_layers_failed"]
+                    .to_string()
+                    .contains(&cache_root),
+                "{r:#}"
+            );
+        } else {
+            // Read-only: refused, said so.
+            assert!(!text.contains("PLANTED"), "{level}: {r:#}");
+            assert!(
+                caches["read_only"].to_string().contains(&cache_root),
+                "{r:#}"
+            );
+        }
+    }
+}

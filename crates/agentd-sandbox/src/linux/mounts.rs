@@ -401,6 +401,39 @@ fn bind_back(keep: &[(PathBuf, OwnedFd, bool)]) -> io::Result<()> {
     Ok(())
 }
 
+/// Mounts an overlay over a granted cache: the host's cache read-only below, the
+/// workspace's own layer above (see [`Plan::cache_layers`]).
+/// The layer's three directories, opened before the private `/tmp` can cover them (the
+/// daemon's home may lie below `/tmp`).
+fn open_layer(l: &crate::plan::CacheLayer) -> io::Result<Vec<OwnedFd>> {
+    [&l.lower, &l.upper, &l.work]
+        .into_iter()
+        .map(|p| {
+            let fd = open_nofollow(p)?;
+            if !is_dir(&fd) {
+                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            }
+            Ok(fd)
+        })
+        .collect()
+}
+
+fn overlay(l: &crate::plan::CacheLayer, fds: io::Result<Vec<OwnedFd>>) -> io::Result<()> {
+    let fds = fds?;
+    let mut opts = Vec::new();
+    for (k, fd) in ["lowerdir", "upperdir", "workdir"].into_iter().zip(&fds) {
+        opts.push(format!("{k}={}", fd_path(fd).display()));
+    }
+    opts.push("userxattr".into());
+    mount(
+        Some(Path::new("overlay")),
+        &l.lower,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts.join(",")),
+    )
+}
+
 /// Covers the host sockets the daemon listed (`/dev/null` over each), so a connect
 /// finds no socket there. Those gone since, or now below an empty `/run`, the private
 /// `/tmp` or a hidden directory, need nothing.
@@ -428,6 +461,7 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
         return Err("the mount plan failed on purpose (test knob fail_setup)".into());
     }
     let tmp = Path::new("/tmp");
+    let layers: Vec<io::Result<Vec<OwnedFd>>> = plan.cache_layers.iter().map(open_layer).collect();
     // Paths under /tmp that must stay visible: writable roots and the working
     // directory. Pin them before the private /tmp covers them.
     let mut keep: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
@@ -485,6 +519,19 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
     private_devices().map_err(|e| format!("private devices: {e}"))?;
     if plan.network == crate::policy::Network::None {
         private_run(plan).map_err(|e| format!("private /run: {e}"))?;
+    }
+    // Before the hidden set covers agentd's home, where the upper layers live.
+    for (layer, fds) in plan.cache_layers.iter().zip(layers) {
+        match overlay(layer, fds) {
+            Ok(()) => report.cache_layers.push(layer.lower.clone()),
+            Err(e) => {
+                report
+                    .cache_layers_failed
+                    .push(format!("{}: {e}", layer.lower.display()));
+                bind_readonly(&layer.lower)
+                    .map_err(|e| format!("read-only cache {}: {e}", layer.lower.display()))?;
+            }
+        }
     }
     for h in &plan.hidden {
         match hide(h) {

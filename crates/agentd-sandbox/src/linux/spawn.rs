@@ -134,6 +134,9 @@ pub struct Sandbox {
     /// command's private `TMPDIR`; Landlock hides it from commands, so one command never
     /// sees another's.
     tmp_parent: OnceLock<Option<PathBuf>>,
+    /// Where the per-workspace upper layers of granted caches live (agentd's home, which
+    /// commands never see); `None`: granted caches are read-only.
+    cache_layers: Option<PathBuf>,
 }
 
 /// A command ready to spawn, and what to collect once it ended.
@@ -260,7 +263,45 @@ impl Sandbox {
             cgroups: OnceLock::new(),
             netns: Mutex::new(Vec::new()),
             tmp_parent: OnceLock::new(),
+            cache_layers: None,
         }
+    }
+
+    /// Keeps the upper layers of granted caches in `dir` (one per workspace and cache).
+    pub fn with_cache_layers(mut self, dir: PathBuf) -> Sandbox {
+        self.cache_layers = Some(dir);
+        self
+    }
+
+    /// The overlays for the granted caches of a command working in `cwd`, their layer
+    /// directories made; a cache whose layer cannot be made is left out (and so stays
+    /// read-only).
+    fn layers_for(&self, caches: &[PathBuf], cwd: &Path) -> Vec<crate::plan::CacheLayer> {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some(base) = &self.cache_layers else {
+            return Vec::new();
+        };
+        let ws = base.join(fnv_hex(cwd.as_os_str().as_encoded_bytes()));
+        caches
+            .iter()
+            .filter_map(|c| {
+                let d = ws.join(fnv_hex(c.as_os_str().as_encoded_bytes()));
+                let (upper, work) = (d.join("upper"), d.join("work"));
+                for x in [&upper, &work] {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(x)
+                        .ok()?;
+                }
+                let _ = std::fs::write(d.join("lower"), c.as_os_str().as_encoded_bytes());
+                Some(crate::plan::CacheLayer {
+                    lower: c.clone(),
+                    upper: upper.canonicalize().ok()?,
+                    work: work.canonicalize().ok()?,
+                })
+            })
+            .collect()
     }
 
     fn tmp_parent(&self) -> Option<&PathBuf> {
@@ -594,6 +635,42 @@ impl Sandbox {
         }
         let namespaces = probe.userns;
         let sockets = canonical_existing(&p.sockets);
+        // Granted caches: at the full level each is an overlay whose writes stay in a
+        // layer of the workspace's own; at the degraded level there are no overlays, so
+        // they are read-only (a command could otherwise plant code in what the user's
+        // own builds extract and run).
+        let cache_roots: Vec<PathBuf> = {
+            let home = p.env.get("HOME").map(PathBuf::from);
+            let roots: Vec<PathBuf> = p
+                .caches
+                .iter()
+                .flat_map(|c| c.roots(home.as_deref(), &p.env))
+                .collect();
+            canonical_existing(&roots)
+                .into_iter()
+                .filter(|r| writable.contains(r))
+                .collect()
+        };
+        let cache_layers = if namespaces {
+            self.layers_for(&cache_roots, &cwd)
+        } else {
+            Vec::new()
+        };
+        let read_only_caches: Vec<PathBuf> = cache_roots
+            .iter()
+            .filter(|r| !cache_layers.iter().any(|l| &l.lower == *r))
+            .cloned()
+            .collect();
+        writable.retain(|w| !read_only_caches.contains(w));
+        if !cache_roots.is_empty() {
+            facts.insert(
+                "caches".into(),
+                json!({
+                    "layered": cache_layers.iter().map(|l| &l.lower).collect::<Vec<_>>(),
+                    "read_only": read_only_caches,
+                }),
+            );
+        }
         let tmp_dir = if namespaces {
             None
         } else {
@@ -648,6 +725,7 @@ impl Sandbox {
             },
             loopback: namespaces && p.network == crate::policy::Network::None,
             refuse_unix: !namespaces && sockets.is_empty(),
+            cache_layers,
         };
         let ns = if namespaces && p.network == crate::policy::Network::None {
             self.workspace_netns(&cwd)
@@ -662,6 +740,21 @@ impl Sandbox {
             "unix_sockets".into(),
             json!(unix_sockets_fact(&plan, probe.landlock_abi)),
         );
+        if !namespaces {
+            // What the degraded level gets by other means, and which of those this
+            // kernel cannot give (recorded on every command).
+            let mut unavailable: Vec<&str> = vec!["loopback", "private /tmp", "pid isolation"];
+            if plan.tmp_dir.is_none() {
+                unavailable.push("private TMPDIR");
+            }
+            if probe.landlock_abi < 6 {
+                unavailable.extend(["signal scoping", "abstract socket scoping"]);
+            }
+            if !plan.sockets.is_empty() && probe.landlock_abi < 9 {
+                unavailable.push("Unix sockets limited to the granted paths");
+            }
+            facts.insert("unavailable".into(), json!(unavailable));
+        }
         let (command, report) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
             missing: vec![],
             message: format!("could not start the sandbox helper: {e}"),
@@ -781,6 +874,16 @@ pub fn host_sockets(
     out
 }
 
+/// FNV-1a 64 of `b` in hex: a stable directory name.
+fn fnv_hex(b: &[u8]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for x in b {
+        h ^= *x as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")
+}
+
 /// What `data.sandbox.unix_sockets` says about pathname Unix sockets.
 fn unix_sockets_fact(plan: &Plan, landlock_abi: i32) -> String {
     let granted = if plan.sockets.is_empty() {
@@ -892,6 +995,9 @@ impl Prepared {
                     facts.insert("protected_parent".into(), json!(r.protected_parent));
                 }
                 facts.insert("hidden_mounted".into(), json!(r.hidden_mounted));
+                if !r.cache_layers_failed.is_empty() {
+                    facts.insert("cache_layers_failed".into(), json!(r.cache_layers_failed));
+                }
                 if r.sockets_covered > 0 {
                     facts.insert("sockets_covered".into(), json!(r.sockets_covered));
                 }

@@ -1,0 +1,153 @@
+//! A prompt's images (docs/turns-and-providers.md#images): `agentd/turn`'s `images`
+//! checked and read before anything is recorded, then stored once each as a session
+//! resource named by its sha256; the `user_message` records only the references
+//! (`images[{sha256, mime, bytes}]`), and each provider request loads the bytes again
+//! (`crate::context::load_images`).
+
+use agentd_proto::rpc::{TurnImage, MAX_TURN_IMAGES, MAX_TURN_IMAGE_BYTES};
+use agentd_proto::AgentError;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// An image checked and read, not stored yet.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub bytes: Vec<u8>,
+    pub mime: &'static str,
+}
+
+/// The media type of an image's bytes from their signature: PNG, JPEG, GIF or WebP.
+pub fn sniff(b: &[u8]) -> Option<&'static str> {
+    if b.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if b.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+const KNOWN: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+fn refused(name: &str, why: impl std::fmt::Display) -> AgentError {
+    AgentError::invalid_args(format!("image {name}: {why}"))
+        .with_details(json!({"field": "images", "image": name}))
+}
+
+/// Checks and reads `images` (paths relative to `workspace`); the error names the
+/// image (its path, or `images[i]` for inline data).
+pub fn prepare(images: &[TurnImage], workspace: &Path) -> Result<Vec<Prepared>, AgentError> {
+    use base64::Engine;
+    if images.len() > MAX_TURN_IMAGES {
+        return Err(AgentError::invalid_args(format!(
+            "a turn carries at most {MAX_TURN_IMAGES} images (got {})",
+            images.len()
+        )));
+    }
+    let max = MAX_TURN_IMAGE_BYTES;
+    let mut out = Vec::with_capacity(images.len());
+    for (i, img) in images.iter().enumerate() {
+        let (name, bytes) = match (&img.path, &img.data) {
+            (Some(p), None) => {
+                let name = agentd_base::text::clip_chars(p, 200);
+                let path = workspace.join(p);
+                let meta = std::fs::metadata(&path).map_err(|e| refused(&name, e))?;
+                if !meta.is_file() {
+                    return Err(refused(&name, "not a regular file"));
+                }
+                if meta.len() > max {
+                    return Err(refused(
+                        &name,
+                        format!("{} bytes, over the {max}-byte (20 MiB) limit", meta.len()),
+                    ));
+                }
+                let bytes = std::fs::read(&path).map_err(|e| refused(&name, e))?;
+                (name, bytes)
+            }
+            (None, Some(d)) => {
+                let name = format!("images[{i}]");
+                // base64 is 4 characters per 3 bytes: refuse before decoding.
+                if (d.len() as u64) / 4 * 3 > max + 3 {
+                    return Err(refused(
+                        &name,
+                        format!("over the {max}-byte (20 MiB) limit"),
+                    ));
+                }
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(d.trim())
+                    .map_err(|e| refused(&name, format!("`data` is not base64: {e}")))?;
+                if bytes.len() as u64 > max {
+                    return Err(refused(
+                        &name,
+                        format!("over the {max}-byte (20 MiB) limit"),
+                    ));
+                }
+                (name, bytes)
+            }
+            _ => {
+                return Err(refused(
+                    &format!("images[{i}]"),
+                    "give either `path` or `data` (with `mime_type`)",
+                ))
+            }
+        };
+        let Some(mime) = sniff(&bytes) else {
+            return Err(refused(&name, "not a PNG, JPEG, GIF or WebP image"));
+        };
+        if let Some(given) = &img.mime_type {
+            if !KNOWN.contains(&given.as_str()) {
+                return Err(refused(
+                    &name,
+                    format!(
+                        "mime_type `{}` is not image/png, image/jpeg, image/gif or image/webp",
+                        agentd_base::text::clip_chars(given, 64)
+                    ),
+                ));
+            }
+            if given != mime {
+                return Err(refused(&name, format!("the bytes are {mime}, not {given}")));
+            }
+        }
+        out.push(Prepared { bytes, mime });
+    }
+    Ok(out)
+}
+
+/// Stores each image once in the session's resources `dir`; the references the
+/// `user_message` records.
+pub fn store(dir: &Path, images: &[Prepared]) -> Result<Value, AgentError> {
+    let mut refs = Vec::with_capacity(images.len());
+    for img in images {
+        let desc = crate::tools::store_resource(dir, &img.bytes)?;
+        refs.push(json!({"sha256": desc["sha256"], "mime": img.mime, "bytes": img.bytes.len()}));
+    }
+    Ok(Value::Array(refs))
+}
+
+/// The error of a prompt image whose resource is gone.
+pub fn missing(sha256: &str) -> AgentError {
+    AgentError::not_found(format!(
+        "image resource sha256 {sha256} is missing from the session's resources"
+    ))
+    .with_details(json!({"sha256": sha256, "resource": format!("resources/{sha256}")}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_decide_the_type() {
+        assert_eq!(sniff(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
+        assert_eq!(sniff(&[0xff, 0xd8, 0xff, 0xe0]), Some("image/jpeg"));
+        assert_eq!(sniff(b"GIF89a.."), Some("image/gif"));
+        assert_eq!(sniff(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(sniff(b"RIFF\0\0\0\0WAVE"), None);
+        assert_eq!(sniff(b"fn main() {}"), None);
+        assert_eq!(sniff(b""), None);
+    }
+}

@@ -1,0 +1,348 @@
+//! Black-box tests of a prompt's images (docs/turns-and-providers.md#images): the real
+//! daemon against local servers speaking each provider's wire, which record the request
+//! bodies; an image reaches each wire in its own form, is stored once as a session
+//! resource, and the Log holds only its reference.
+
+use agentd_tests::sse::{chat_text, sse_server, typed_sse};
+use agentd_tests::{is_type, Daemon, RpcConn};
+use base64::Engine;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// A real 1×1 PNG.
+const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+fn png() -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(PNG_B64)
+        .unwrap()
+}
+
+/// A second, different image: a GIF header and body.
+fn gif() -> Vec<u8> {
+    let mut b = b"GIF89a".to_vec();
+    b.extend_from_slice(&[
+        1, 0, 1, 0, 0, 0, 0, b',', 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 0, b';',
+    ]);
+    b
+}
+
+fn sha(b: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(b))
+}
+
+fn responses_reply() -> String {
+    let item = json!({"type": "message", "role": "assistant",
+        "content": [{"type": "output_text", "text": "I see it."}]});
+    typed_sse(&[
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": {"id": "r1", "model": "m1",
+            "status": "completed", "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}}}),
+    ])
+}
+
+fn anthropic_reply() -> String {
+    typed_sse(&[
+        json!({"type": "message_start", "message": {"model": "m1", "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "I see it."}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+fn reply(kind: &str) -> String {
+    match kind {
+        "openai-responses" => responses_reply(),
+        "anthropic" => anthropic_reply(),
+        _ => chat_text("I see it."),
+    }
+}
+
+fn daemon(kind: &str, base: &str) -> Daemon {
+    let base = if kind == "anthropic" {
+        base.trim_end_matches("/v1")
+    } else {
+        base
+    };
+    let config = format!(
+        "default_provider = \"p\"\n[providers.p]\nkind = \"{kind}\"\nbase_url = \"{base}\"\nmodel = \"m1\"\ncontext_window = 100000\n"
+    );
+    Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start()
+}
+
+fn create(c: &mut RpcConn, d: &Daemon) -> String {
+    c.call_ok("agentd/create", json!({"workspace": d.workspace()}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn resources(d: &Daemon, sid: &str) -> std::path::PathBuf {
+    d.log_path(sid).with_extension("").join("resources")
+}
+
+/// The images of the user messages of a request body, in `kind`'s wire form, as
+/// `(media type, base64 bytes)`.
+fn sent_images(kind: &str, body: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let list = match kind {
+        "anthropic" => &body["messages"],
+        "openai-responses" => &body["input"],
+        _ => &body["messages"],
+    };
+    for m in list.as_array().unwrap() {
+        if m["role"] != "user" {
+            continue;
+        }
+        let Some(parts) = m["content"].as_array() else {
+            continue;
+        };
+        for p in parts {
+            let url = match (kind, p["type"].as_str()) {
+                ("openai-responses", Some("input_image")) => p["image_url"].as_str(),
+                ("openai-chat", Some("image_url")) => p["image_url"]["url"].as_str(),
+                ("anthropic", Some("image")) => {
+                    assert_eq!(p["source"]["type"], "base64", "{p}");
+                    out.push((
+                        p["source"]["media_type"].as_str().unwrap().to_string(),
+                        p["source"]["data"].as_str().unwrap().to_string(),
+                    ));
+                    None
+                }
+                _ => None,
+            };
+            if let Some(url) = url {
+                let rest = url.strip_prefix("data:").expect("a data URL");
+                let (mime, data) = rest.split_once(";base64,").expect("base64 data URL");
+                out.push((mime.to_string(), data.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// For each wire: an image given by path (relative to the workspace) reaches the
+/// provider with the prompt's text in the wire's own form; the same image again, now
+/// inline, is stored once; the next request still carries the first prompt's image
+/// (replayed from the resource); the Log holds references, never the bytes.
+#[test]
+fn an_image_reaches_each_wire_and_is_stored_once() {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    for kind in ["openai-responses", "openai-chat", "anthropic"] {
+        let (base, server) = sse_server(vec![reply(kind), reply(kind)]);
+        let d = daemon(kind, &base);
+        std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d);
+        let r = c.call_ok(
+            "agentd/turn",
+            json!({"session_id": sid, "input": "what is on the screenshot?",
+                   "images": [{"path": "shot.png"}]}),
+        );
+        assert_eq!(r["status"], "completed", "{kind}: {r}");
+        let r = c.call_ok(
+            "agentd/turn",
+            json!({"session_id": sid, "input": "and these?",
+                   "images": [{"data": PNG_B64, "mime_type": "image/png"},
+                              {"data": b64(&gif())}]}),
+        );
+        assert_eq!(r["status"], "completed", "{kind}: {r}");
+        let bodies = server.join().unwrap();
+        let png_b64 = b64(&png());
+        assert_eq!(
+            sent_images(kind, &bodies[0]),
+            vec![("image/png".to_string(), png_b64.clone())],
+            "{kind}: {}",
+            bodies[0]
+        );
+        assert_eq!(
+            sent_images(kind, &bodies[1]),
+            vec![
+                ("image/png".to_string(), png_b64.clone()),
+                ("image/png".to_string(), png_b64.clone()),
+                ("image/gif".to_string(), b64(&gif())),
+            ],
+            "{kind}: {}",
+            bodies[1]
+        );
+        assert!(
+            bodies[0].to_string().contains("what is on the screenshot?"),
+            "{kind}"
+        );
+
+        let mut stored: Vec<String> = std::fs::read_dir(resources(&d, &sid))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        stored.sort();
+        let mut want = vec![sha(&png()), sha(&gif())];
+        want.sort();
+        assert_eq!(stored, want, "{kind}: each image stored once");
+        assert_eq!(
+            std::fs::read(resources(&d, &sid).join(sha(&png()))).unwrap(),
+            png()
+        );
+
+        let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+        assert!(
+            !log.contains(PNG_B64.trim_end_matches('=')),
+            "{kind}: bytes in the Log"
+        );
+        let users: Vec<Value> = d
+            .log_lines(&sid)
+            .into_iter()
+            .filter(|e| is_type(e, "user_message"))
+            .collect();
+        assert_eq!(
+            users[0]["data"]["images"],
+            json!([{"sha256": sha(&png()), "mime": "image/png", "bytes": png().len()}]),
+            "{kind}"
+        );
+        assert_eq!(users[1]["data"]["images"][1]["mime"], "image/gif");
+    }
+}
+
+/// Bad images are `invalid_args` naming the image, before anything is recorded or
+/// sent: a text file named `.png`, a `mime_type` the bytes contradict, a file over
+/// 20 MiB, a missing file, an entry with neither `path` nor `data`, bad base64, and a
+/// queued turn with images. The daemon then serves the same session.
+#[test]
+fn bad_images_are_refused_naming_the_image() {
+    let (base, server) = sse_server(vec![chat_text("ok")]);
+    let d = daemon("openai-chat", &base);
+    let ws = d.workspace();
+    std::fs::write(ws.join("notes.png"), "# not an image\n").unwrap();
+    let big = std::fs::File::create(ws.join("big.png")).unwrap();
+    big.set_len(20 * 1024 * 1024 + 1).unwrap();
+    drop(big);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ws.join("big.png"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, &png()).unwrap();
+    drop(f);
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let before = d.log_lines(&sid).len();
+    let cases = [
+        (
+            json!([{"path": "notes.png"}]),
+            "notes.png",
+            "not a PNG, JPEG, GIF or WebP",
+        ),
+        (
+            json!([{"data": PNG_B64, "mime_type": "image/jpeg"}]),
+            "images[0]",
+            "the bytes are image/png, not image/jpeg",
+        ),
+        (
+            json!([{"data": PNG_B64, "mime_type": "text/plain"}]),
+            "images[0]",
+            "mime_type `text/plain`",
+        ),
+        (
+            json!([{"path": "big.png"}]),
+            "big.png",
+            "over the 20971520-byte",
+        ),
+        (json!([{"path": "gone.png"}]), "gone.png", "No such file"),
+        (
+            json!([{"mime_type": "image/png"}]),
+            "images[0]",
+            "either `path` or `data`",
+        ),
+        (json!([{"data": "%%%"}]), "images[0]", "not base64"),
+    ];
+    for (images, name, why) in cases {
+        let r = c.call(
+            "agentd/turn",
+            json!({"session_id": sid, "input": "look", "images": images}),
+        );
+        assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{images}: {r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("image {name}")) && msg.contains(why),
+            "{images}: {msg}"
+        );
+    }
+    let r = c.call(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "look", "queue": true,
+               "images": [{"data": PNG_B64}]}),
+    );
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+    assert_eq!(d.log_lines(&sid).len(), before, "nothing recorded");
+    assert!(!resources(&d, &sid).exists(), "nothing stored");
+    let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "hello"}));
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(server.join().unwrap().len(), 1);
+}
+
+/// A fork keeps a prompt's image; a prompt image whose resource is gone fails the next
+/// turn with `not_found` naming its digest, instead of a request without the image.
+#[test]
+fn a_missing_image_resource_is_not_found_naming_its_digest() {
+    let (base, server) = sse_server(vec![responses_reply()]);
+    let d = daemon("openai-responses", &base);
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "look", "images": [{"data": PNG_B64}]}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(server.join().unwrap().len(), 1);
+    // A fork shares the image (its resource is copied with the events that refer to it).
+    let child = c.call_ok("agentd/fork", json!({"session_id": sid}))["child_session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        std::fs::read(resources(&d, &child).join(sha(&png()))).unwrap(),
+        png()
+    );
+    std::fs::remove_file(resources(&d, &sid).join(sha(&png()))).unwrap();
+    let r = c.call("agentd/turn", json!({"session_id": sid, "input": "again"}));
+    let err = if r.get("error").is_some() {
+        r["error"]["data"].clone()
+    } else {
+        r["result"]["error"].clone()
+    };
+    assert_eq!(err["kind"], "not_found", "{r}");
+    assert!(
+        err["message"].as_str().unwrap().contains(&sha(&png())),
+        "{r}"
+    );
+}
+
+/// `agentctl turn --image PATH` (relative to the current directory) sends the file.
+#[test]
+fn agentctl_image_flag_sends_the_file() {
+    let (base, server) = sse_server(vec![responses_reply()]);
+    let d = daemon("openai-responses", &base);
+    std::fs::create_dir_all(d.workspace().join("shots")).unwrap();
+    std::fs::write(d.workspace().join("shots/ui.png"), png()).unwrap();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let out = d.agentctl([
+        "turn",
+        &sid,
+        "what is wrong here?",
+        "--image",
+        "shots/ui.png",
+    ]);
+    out.assert_code(0);
+    let bodies = server.join().unwrap();
+    assert_eq!(
+        sent_images("openai-responses", &bodies[0]),
+        vec![(
+            "image/png".to_string(),
+            base64::engine::general_purpose::STANDARD.encode(png())
+        )]
+    );
+}
