@@ -1399,15 +1399,16 @@ mod tests {
         let req = json!({"session_id": "s1", "tool": "write_file", "args": {"path": "x"}});
         a.on_request(json!(7), method::PERMISSION, &req);
         let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
+        // `a` asks the daemon to remember the tool for the session: it asks no more.
         assert_eq!(
             fx,
-            vec![Effect::Respond(json!(7), json!({"decision": "allow"}))]
+            vec![Effect::Respond(
+                json!(7),
+                json!({"decision": "allow_always"})
+            )]
         );
-        // The same tool is allowed without asking again; another session's is denied.
-        assert_eq!(
-            a.on_request(json!(8), method::PERMISSION, &req),
-            vec![Effect::Respond(json!(8), json!({"decision": "allow"}))]
-        );
+        assert!(a.permissions.is_empty());
+        // Another session's request is denied.
         let other = json!({"session_id": "s2", "tool": "shell", "args": {}});
         assert_eq!(
             a.on_request(json!(9), method::PERMISSION, &other),
