@@ -11,9 +11,9 @@
 //! app-server bridge: ≤ 0.2 ms p50 added.
 //!
 //! ```sh
-//! CARGO_TARGET_DIR=/work/bench-target cargo build --release -p agentd -p agentctl
-//! AGENTD_TEST_BIN_DIR=/work/bench-target/release \
-//!   CARGO_TARGET_DIR=/work/bench-target cargo run --release -p agentd-tests --example app_server_measure
+//! cargo build --release -p agentd -p agentctl
+//! AGENTD_TEST_BIN_DIR=$PWD/target/release \
+//!   cargo run --release -p agentd-tests --example app_server_measure
 //! ```
 //!
 //! Env: `MEASURE_TURNS` (default 10).
