@@ -975,6 +975,20 @@ pub fn assert_replay_paired(ctx: &Value) {
     assert!(open.is_empty(), "calls {open:?} never answered");
 }
 
+/// A session's whole Log, through `agentd/events`.
+#[track_caller]
+pub fn events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
+    c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The events of `kind`, in Log order.
+pub fn of_type<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    evs.iter().filter(|e| is_type(e, kind)).collect()
+}
+
 /// True when the event is of `kind` (a helper for `wait_event` predicates).
 pub fn is_type(event: &Value, kind: &str) -> bool {
     event.get("type").and_then(Value::as_str) == Some(kind)

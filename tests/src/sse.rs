@@ -324,3 +324,42 @@ impl JsonServer {
         self.seen.lock().unwrap().clone()
     }
 }
+
+/// The text of a Chat Completions message (a string, or text parts).
+pub fn message_text(m: &Value) -> String {
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The last user message of a Chat Completions request, and the tool results after it
+/// (in order).
+pub fn last_user_and_tool_results(body: &Value) -> (String, Vec<String>) {
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    let at = msgs.iter().rposition(|m| m["role"] == "user");
+    let user = at.map(|i| message_text(&msgs[i])).unwrap_or_default();
+    let tools = msgs
+        .iter()
+        .skip(at.map_or(0, |i| i + 1))
+        .filter(|m| m["role"] == "tool")
+        .map(message_text)
+        .collect();
+    (user, tools)
+}
+
+/// The tool names a Chat Completions request offers.
+pub fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
+}

@@ -4,8 +4,11 @@
 //! one ended by an interrupt, goals going on after SIGKILL and after a clean shutdown,
 //! and compaction that keeps the objective.
 
-use agentd_tests::sse::{chat_partial, chat_text, chat_tools, MockProvider, Reply};
-use agentd_tests::{is_type, Daemon, RpcConn};
+use agentd_tests::sse::{
+    chat_partial, chat_text, chat_tools, last_user_and_tool_results, message_text, offered_tools,
+    MockProvider, Reply,
+};
+use agentd_tests::{events, is_type, of_type, Daemon};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,51 +16,6 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 const OBJECTIVE: &str = "Make every test in the parser crate pass";
-
-fn text_of(m: &Value) -> String {
-    match &m["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
-}
-
-/// The last user message of a request, and the tool results after it.
-fn position(body: &Value) -> (String, Vec<String>) {
-    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-    let at = msgs.iter().rposition(|m| m["role"] == "user");
-    let user = at.map(|i| text_of(&msgs[i])).unwrap_or_default();
-    let tools = msgs
-        .iter()
-        .skip(at.map_or(0, |i| i + 1))
-        .filter(|m| m["role"] == "tool")
-        .map(text_of)
-        .collect();
-    (user, tools)
-}
-
-fn offers(body: &Value, tool: &str) -> bool {
-    body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|t| t.pointer("/function/name") == Some(&json!(tool)))
-}
-
-fn events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
-    c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-fn of_type<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    evs.iter().filter(|e| is_type(e, kind)).collect()
-}
 
 fn daemon(mock: &MockProvider, extra: &str) -> Daemon {
     Daemon::builder()
@@ -105,14 +63,16 @@ fn prompts(evs: &[Value]) -> Vec<String> {
 #[test]
 fn a_goal_completed_by_the_model() {
     let mock = MockProvider::start(|_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         if !tools.is_empty() {
             return Reply::Complete(chat_text("All done."));
         }
         if user.starts_with("Goal: ") {
             return Reply::Complete(chat_text("Fixed the lexer; two tests still fail."));
         }
-        if user.starts_with("Continue working toward the goal") && offers(body, "goal_complete") {
+        if user.starts_with("Continue working toward the goal")
+            && offered_tools(body).iter().any(|t| t == "goal_complete")
+        {
             return Reply::Complete(chat_tools(&[(
                 "call_done",
                 "goal_complete",
@@ -169,7 +129,7 @@ fn a_goal_completed_by_the_model() {
     assert_eq!(progress[0]["data"]["turns_used"], 1);
     // Turns after the goal are not offered goal_complete.
     let last = mock.requests().last().cloned().unwrap();
-    assert!(!offers(&last, "goal_complete"));
+    assert!(!offered_tools(&last).iter().any(|t| t == "goal_complete"));
 }
 
 /// A model that never completes: the goal stops after `--max-turns 2` with reason
@@ -270,7 +230,7 @@ fn a_goal_continues_after_a_crash_and_after_a_restart() {
     let calls = Arc::new(AtomicUsize::new(0));
     let n = calls.clone();
     let mock = MockProvider::start(move |_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         if !tools.is_empty() {
             return Reply::Complete(chat_text("Finished."));
         }
@@ -347,7 +307,7 @@ fn compaction_keeps_the_objective() {
         .as_array()
         .unwrap()
         .iter()
-        .map(text_of)
+        .map(message_text)
         .find(|t| t.contains("[HISTORY_COMPACTION v1]"))
         .unwrap_or_else(|| panic!("no compaction in the last request: {last}"));
     assert!(

@@ -4,7 +4,7 @@
 //! behind is written into the workspace; the escape attempts are in the sandbox suite
 //! (`tests/tests/sandbox/hooks.rs`).
 
-use agentd_tests::{is_type, Daemon, RpcConn};
+use agentd_tests::{events, is_type, Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -39,13 +39,6 @@ fn turn(c: &mut RpcConn, sid: &str, input: &str, model: &str) -> Value {
         "agentd/turn",
         json!({"session_id": sid, "input": input, "model": model}),
     )
-}
-
-fn events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
-    c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
-        .as_array()
-        .unwrap()
-        .clone()
 }
 
 fn of_type(evs: &[Value], kind: &str) -> Vec<Value> {

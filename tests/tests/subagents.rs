@@ -4,8 +4,11 @@
 //! tree, their usage rolled up, parallel children under the cap, the depth limit, the
 //! parent's interrupt, and a SIGKILL during a child's turn.
 
-use agentd_tests::sse::{chat_partial, chat_text, chat_tools, MockProvider, Reply};
-use agentd_tests::{is_type, Daemon, RpcConn};
+use agentd_tests::sse::{
+    chat_partial, chat_text, chat_tools, last_user_and_tool_results, offered_tools, MockProvider,
+    Reply,
+};
+use agentd_tests::{events, is_type, of_type, Daemon};
 use serde_json::{json, Value};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,55 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// The text of a chat message (a string, or text parts).
-fn text_of(m: &Value) -> String {
-    match &m["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
-}
-
-/// The last user message of a request, and the tool results after it (in order).
-fn position(body: &Value) -> (String, Vec<String>) {
-    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-    let at = msgs.iter().rposition(|m| m["role"] == "user");
-    let user = at.map(|i| text_of(&msgs[i])).unwrap_or_default();
-    let tools = msgs
-        .iter()
-        .skip(at.map_or(0, |i| i + 1))
-        .filter(|m| m["role"] == "tool")
-        .map(text_of)
-        .collect();
-    (user, tools)
-}
-
-/// The tool names a request offers.
-fn offered(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect()
-}
-
-fn events(c: &mut RpcConn, sid: &str) -> Vec<Value> {
-    c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-fn of_type<'a>(evs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    evs.iter().filter(|e| is_type(e, kind)).collect()
-}
 
 /// The subagent sessions whose parent is `parent`, from `agentd/list`.
 fn children(d: &Daemon, parent: &str) -> Vec<Value> {
@@ -96,7 +50,7 @@ fn wait_turn_ended(d: &Daemon, sid: &str) -> Value {
 #[test]
 fn a_task_call_returns_the_childs_answer() {
     let mock = MockProvider::start(|_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         if user.contains("Find the magic number") {
             return Reply::Complete(chat_text("The magic number is 42."));
         }
@@ -152,7 +106,11 @@ fn a_task_call_returns_the_childs_answer() {
     let reqs = mock.requests();
     let child_req = reqs
         .iter()
-        .find(|b| position(b).0.contains("Find the magic number"))
+        .find(|b| {
+            last_user_and_tool_results(b)
+                .0
+                .contains("Find the magic number")
+        })
         .unwrap();
     assert!(
         !child_req["messages"]
@@ -161,10 +119,10 @@ fn a_task_call_returns_the_childs_answer() {
         "{child_req}"
     );
     assert!(
-        !offered(child_req).contains(&"task".to_string()),
+        !offered_tools(child_req).contains(&"task".to_string()),
         "depth 1: the child is not offered task"
     );
-    assert!(offered(&reqs[0]).contains(&"task".to_string()));
+    assert!(offered_tools(&reqs[0]).contains(&"task".to_string()));
 
     // The tree and ls mark it.
     let tree = d.agentctl(["tree", &sid]);
@@ -208,7 +166,7 @@ fn parallel_tasks_run_together_up_to_the_cap() {
     let peak = Arc::new(AtomicUsize::new(0));
     let (f, p) = (in_flight.clone(), peak.clone());
     let mock = MockProvider::start(move |_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         if let Some(n) = user.strip_prefix("Count file ") {
             let now = f.fetch_add(1, Ordering::SeqCst) + 1;
             p.fetch_max(now, Ordering::SeqCst);
@@ -261,7 +219,7 @@ fn parallel_tasks_run_together_up_to_the_cap() {
 #[test]
 fn a_child_may_not_start_subagents_beyond_the_depth_limit() {
     let mock = MockProvider::start(|_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         let call = |id: &str, prompt: &str| {
             Reply::Complete(chat_tools(&[(id, "task", json!({"prompt": prompt}))]))
         };
@@ -297,7 +255,7 @@ fn a_child_may_not_start_subagents_beyond_the_depth_limit() {
 #[test]
 fn the_parents_interrupt_reaches_its_children() {
     let mock = MockProvider::start(|_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         if user.contains("Think slowly") {
             return Reply::Hang(chat_partial("Hmm"));
         }
@@ -342,7 +300,7 @@ fn a_crash_during_a_childs_turn_ends_with_exactly_one_answer() {
     let child_calls = Arc::new(AtomicUsize::new(0));
     let cc = child_calls.clone();
     let mock = MockProvider::start(move |_, body| {
-        let (user, tools) = position(body);
+        let (user, tools) = last_user_and_tool_results(body);
         if user.contains("Recover the count") {
             return match cc.fetch_add(1, Ordering::SeqCst) {
                 0 => Reply::Hang(chat_partial("Count is")),
@@ -405,7 +363,7 @@ fn a_crash_during_a_childs_turn_ends_with_exactly_one_answer() {
 #[test]
 fn bad_task_arguments_are_an_error_result() {
     let mock = MockProvider::start(|_, body| {
-        let (_, tools) = position(body);
+        let (_, tools) = last_user_and_tool_results(body);
         match tools.len() {
             0 => Reply::Complete(chat_tools(&[
                 ("call_empty", "task", json!({"prompt": "   "})),
