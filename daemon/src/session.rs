@@ -443,6 +443,10 @@ pub struct SessionState {
     /// Turns admitted with `queue: true` that have not started nor been withdrawn:
     /// `(turn_id, seq of its turn_queued)`, in admission order. Rebuilt by the load.
     pub queued: Vec<(String, u64)>,
+    /// The index in `events` of the latest `goal_set`, so a model step's question "is a
+    /// goal open?" starts there instead of scanning the Log (docs/goals.md). Extended per
+    /// append, rebuilt by the load.
+    pub last_goal_set: Option<usize>,
 }
 
 /// What one `client_request_id` admitted: the event that records it carries
@@ -500,6 +504,7 @@ impl SessionState {
             context: Default::default(),
             client_requests: Default::default(),
             queued: Vec::new(),
+            last_goal_set: None,
         }
     }
 
@@ -530,6 +535,9 @@ impl SessionState {
             if let Some(ws) = ev.str_field("workspace") {
                 self.checkpoint.set_workspace(ws);
             }
+        }
+        if ev.event_type() == EventType::GoalSet {
+            self.last_goal_set = Some(self.events.len());
         }
         self.next_seq = self.next_seq.max(ev.seq.saturating_add(1));
         self.events.push(stored);
@@ -769,6 +777,7 @@ fn load_blocking(
         context: Default::default(),
         client_requests: Default::default(),
         queued: Vec::new(),
+        last_goal_set: None,
     };
     // Each event is folded as it is parsed and then kept only as its line.
     let report = env.store.load_into(sid, &mut |ev, stored| {

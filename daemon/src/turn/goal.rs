@@ -107,10 +107,7 @@ impl Goal {
 
 /// The session's latest goal (open or ended), folded from its `goal_set` on.
 pub fn latest(st: &SessionState) -> Option<Goal> {
-    let at = st
-        .events
-        .iter()
-        .rposition(|e| e.event_type() == EventType::GoalSet)?;
+    let at = st.last_goal_set?;
     let set = st.events[at].event();
     let d = &set.data;
     let mut g = Goal {
