@@ -558,7 +558,11 @@ command = '''cat >/dev/null; echo manual >> manual-only.txt'''
     assert_eq!(seen[0]["hook_event_name"], "PreCompact");
     assert_eq!(seen[0]["trigger"], "manual");
     assert_eq!(seen[0]["session_id"], sid.as_str());
-    assert_eq!(seen[0]["turn_id"], Value::Null, "no turn runs a manual compaction");
+    assert_eq!(
+        seen[0]["turn_id"],
+        Value::Null,
+        "no turn runs a manual compaction"
+    );
     assert_eq!(
         Path::new(seen[0]["cwd"].as_str().unwrap()),
         d.workspace().canonicalize().unwrap()
@@ -631,7 +635,12 @@ command = '''cat >/dev/null; echo manual >> manual-only.txt'''
         .collect();
     assert_eq!(compactions.len(), auto.len(), "{evs2:?}");
     for i in compactions {
-        assert_eq!(evs2[i - 1]["data"]["event"], "pre_compact", "{}", evs2[i - 1]);
+        assert_eq!(
+            evs2[i - 1]["data"]["event"],
+            "pre_compact",
+            "{}",
+            evs2[i - 1]
+        );
         assert_eq!(evs2[i]["data"]["trigger"], "overflow_recovery");
     }
     assert_eq!(

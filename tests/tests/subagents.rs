@@ -425,7 +425,11 @@ fn a_task_with_a_model_sends_the_childs_request_to_that_model() {
                     "task",
                     json!({"prompt": "Answer as qualified", "model": "mock:m-large"}),
                 ),
-                ("call_default", "task", json!({"prompt": "Answer as default"})),
+                (
+                    "call_default",
+                    "task",
+                    json!({"prompt": "Answer as default"}),
+                ),
             ]));
         }
         Reply::Complete(chat_text(&tools.join(" | ")))
@@ -561,13 +565,19 @@ fn a_childs_permission_request_goes_to_the_parents_client_and_its_answer_decides
     let text = r["result"]["output_text"].as_str().unwrap();
     assert!(text.starts_with("allowed.txt: "), "{text}");
     assert!(text.contains("denied.txt: "), "{text}");
-    assert!(text.contains("not that file"), "the child read the reason: {text}");
+    assert!(
+        text.contains("not that file"),
+        "the child read the reason: {text}"
+    );
 
     assert_eq!(
         std::fs::read_to_string(d.workspace().join("allowed.txt")).unwrap(),
         "from the child\n"
     );
-    assert!(!d.workspace().join("denied.txt").exists(), "the denied write ran");
+    assert!(
+        !d.workspace().join("denied.txt").exists(),
+        "the denied write ran"
+    );
 
     // Each request named the child that asked, and each child recorded the answer.
     let kids = children(&d, &sid);

@@ -10,7 +10,7 @@
 //! environment, as a hook in a turn does; `permission_mode` is the daemon's default
 //! (`[turns] permission_mode`).
 
-use super::engine::{command_context, session_grants, Commands};
+use super::commands::{command_context, session_grants, Commands};
 use super::TurnManager;
 use crate::history::compaction::CompactOptions;
 use crate::session::SessionHandle;

@@ -14,6 +14,7 @@
 //! steps and tools → `turn_ended`), `permission` (the `auto | ask | read_only` modes),
 //! `compact` (pressure / overflow-recovery compaction and the `model` strategy),
 //! `compact_hooks` (`pre_compact` hooks before a compaction the user asked for),
+//! `commands` (the tool context, sandbox included, of a session's tools and hooks),
 //! `setup` (choosing provider, model and context window for a session).
 //!
 //! Interrupt protocol: `agentd/interrupt` records the reason on the running turn, fires
@@ -37,6 +38,7 @@
 //! before the `agentd/turn` call answers; a client that starts the next turn on seeing
 //! the `turn_ended` event (rather than the response) may, for that instant, get `busy`.
 
+mod commands;
 mod compact;
 mod compact_hooks;
 mod engine;

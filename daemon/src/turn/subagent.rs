@@ -344,7 +344,12 @@ pub fn parent_fields(started: &Event) -> Option<Value> {
     if started.data.get("relation").and_then(Value::as_str) != Some(RELATION) {
         return None;
     }
-    let keep = ["parent_session_id", "parent_call_id", "parent_turn_id", "subagent_depth"];
+    let keep = [
+        "parent_session_id",
+        "parent_call_id",
+        "parent_turn_id",
+        "subagent_depth",
+    ];
     let fields: serde_json::Map<String, Value> = keep
         .iter()
         .filter_map(|k| Some((k.to_string(), started.data.get(*k)?.clone())))
