@@ -6,6 +6,7 @@ import { ArtifactTracker, touchedFiles } from "./core/artifacts";
 import { agentctlSocketPath, AgentdClient, ClientState, Follow } from "./core/client";
 import { decide } from "./core/permission";
 import { SessionNode, SessionTree } from "./core/sessions";
+import { SendHow, sendInput } from "./core/prompts";
 import { escapeHtml, loadHistory, Transcript } from "./core/transcript";
 import { sessionDiff, undoTurn } from "./core/undo";
 
@@ -214,18 +215,39 @@ async function pickSession(tree: SessionTree, n?: SessionNode): Promise<string |
   return p?.id;
 }
 
-async function sendPrompt(sessionId: string): Promise<void> {
-  const input = await vscode.window.showInputBox({ prompt: `Prompt for ${sessionId}`, ignoreFocusOut: true });
+const ASK: Record<SendHow, (sid: string) => string> = {
+  turn: (sid) => `Prompt for ${sid}`,
+  steer: (sid) => `Steer the running turn of ${sid} (goes with its next model call)`,
+  queue: (sid) => `Queue a prompt behind the running turn of ${sid}`,
+};
+
+/**
+ * Asks for input and sends it as a new turn, a steer or a queued prompt. A new turn
+ * refused because one runs offers to steer it or queue behind it, with the same text.
+ */
+async function sendPrompt(sessionId: string, how: SendHow = "turn"): Promise<void> {
+  const input = await vscode.window.showInputBox({ prompt: ASK[how](sessionId), ignoreFocusOut: true });
   if (!input) return;
   const ws = workspaceDir() ?? "";
   await TranscriptPanel.show(need(), sessionId, ws);
-  const params: Record<string, unknown> = {
-    session_id: sessionId,
-    input,
-    permission_mode: cfg("permissionMode", "ask"),
-    wait: false,
-  };
-  await need().request("agentd/turn", params);
+  const opts = { permissionMode: cfg("permissionMode", "ask") };
+  try {
+    const sent = await sendInput(need(), sessionId, input, how, opts);
+    if (how !== "turn" || sent.outcome !== "started") {
+      vscode.window.showInformationMessage(`agentd: ${sent.message}`);
+    }
+  } catch (e) {
+    if (how !== "turn" || (e as { kind?: string }).kind !== "busy") throw e;
+    const pick = await vscode.window.showWarningMessage(
+      `agentd: a turn is running in ${sessionId}`,
+      { detail: "Steer adds your text to the running turn; Queue runs it after the turns ahead." },
+      "Steer",
+      "Queue",
+    );
+    if (!pick) return;
+    const sent = await sendInput(need(), sessionId, input, pick === "Steer" ? "steer" : "queue", opts);
+    vscode.window.showInformationMessage(`agentd: ${sent.message}`);
+  }
 }
 
 export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
@@ -314,6 +336,14 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   reg("agentd.prompt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);
     if (sid) await sendPrompt(sid);
+  });
+  reg("agentd.steer", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (sid) await sendPrompt(sid, "steer");
+  });
+  reg("agentd.queue", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (sid) await sendPrompt(sid, "queue");
   });
   reg("agentd.interrupt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);

@@ -5,7 +5,7 @@
 import type { AgentdClient, AgentEvent } from "./client";
 
 export type Item =
-  | { key: string; kind: "user"; seq?: number; text: string }
+  | { key: string; kind: "user"; seq?: number; text: string; steer?: boolean }
   | { key: string; kind: "assistant"; seq?: number; text: string; streaming: boolean }
   | {
       key: string;
@@ -46,7 +46,9 @@ export function renderItem(it: Item): string {
   const seq = it.seq !== undefined ? ` data-seq="${it.seq}"` : "";
   switch (it.kind) {
     case "user":
-      return `<div class="msg user"${seq}><div class="who">You</div><pre>${escapeHtml(it.text)}</pre></div>`;
+      return `<div class="msg user"${seq}><div class="who">You${it.steer ? " (steered into the running turn)" : ""}</div><pre>${escapeHtml(
+        it.text,
+      )}</pre></div>`;
     case "assistant":
       return `<div class="msg assistant${it.streaming ? " streaming" : ""}"${seq}><div class="who">Assistant${
         it.streaming ? " …" : ""
@@ -105,8 +107,19 @@ export class Transcript {
     const d = ev.data ?? {};
     switch (ev.type) {
       case "user_message":
-        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text: str(d.text) });
+        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text: str(d.text), steer: d.steer === true });
         break;
+      case "turn_queued":
+        this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text: `queued: ${str(d.input)}` });
+        break;
+      case "turn_dequeued": {
+        const err = d.error as { kind?: unknown; message?: unknown } | undefined;
+        const text = d.reason === "failed"
+          ? `queued prompt not started: ${str(err?.kind)}: ${str(err?.message)}`
+          : "queued prompt withdrawn";
+        this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text });
+        break;
+      }
       case "text_delta": {
         const cur = this.streamingKey ? this.byKey.get(this.streamingKey) : undefined;
         if (cur && cur.kind === "assistant") {
