@@ -531,6 +531,13 @@ impl Live {
                 }
                 vec![]
             }
+            // The step cut by the crash runs again from its start: what it streamed
+            // before is no part of the text its `assistant_message` will record.
+            "turn_resumed" => {
+                self.text.clear();
+                self.thought.clear();
+                vec![]
+            }
             "user_message" => vec![],
             _ => replay(event, workspace),
         }
@@ -660,6 +667,27 @@ mod tests {
         let want: Vec<Value> = events.iter().flat_map(|e| replay(e, ws)).collect();
         assert_eq!(got, want);
         assert_eq!(got.len(), 8);
+    }
+
+    /// A daemon killed mid-answer: "Half" streamed, then the resumed step's answer
+    /// is recorded whole without its deltas reaching the bridge. The answer is sent,
+    /// not dropped as if "Half" had been its start.
+    #[test]
+    fn a_resumed_step_sends_its_whole_answer_after_a_cut_partial() {
+        let ws = Path::new("/w");
+        let mut l = Live::default();
+        l.on_event(&json!({"type":"text_delta","data":{"text":"Half"}}), ws);
+        assert!(l
+            .on_event(
+                &ev(5, "turn_resumed", json!({"turn_id":"t1","resumed":1})),
+                ws
+            )
+            .is_empty());
+        let rest = l.on_event(
+            &ev(6, "assistant_message", json!({"text":"The whole answer."})),
+            ws,
+        );
+        assert_eq!(rest[0]["content"]["text"], "The whole answer.");
     }
 
     #[test]
