@@ -21,7 +21,7 @@ fn main() {
     let seed: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(42);
     let takeover = args.next().as_deref() == Some("takeover");
     let progress = |i: usize, r: &agentd_tests::chaos::Report| {
-        if (i + 1) % 25 == 0 {
+        if (i + 1).is_multiple_of(25) {
             eprintln!(
                 "{} prompts, {} kills so far",
                 i + 1,

@@ -394,7 +394,8 @@ pub fn takeover_run(
             })
             .unwrap_or_else(|| panic!("prompt {i}: no daemon holds {sid}"));
         let resumed = check(&ws, &mut c, &sid, i, &answer, &mut r);
-        r.detail.push(format!("prompt {i}: {how}; resumed {resumed}"));
+        r.detail
+            .push(format!("prompt {i}: {how}; resumed {resumed}"));
         r.prompts += 1;
         progress(i, &r);
     }

@@ -1273,6 +1273,12 @@ fn chaos_another_daemon_takes_a_killed_owners_lease_over_and_answers_once() {
     assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
     assert_eq!((r.duplicates, r.lost, r.double_runs), (0, 0, 0), "{r:#?}");
     assert_eq!(r.prompts, 4);
-    assert!(r.signal_kills >= 2, "the owner was killed in every odd round: {r:#?}");
-    assert!(r.resumes >= 1, "no turn was resumed by a daemon taking over: {r:#?}");
+    assert!(
+        r.signal_kills >= 2,
+        "the owner was killed in every odd round: {r:#?}"
+    );
+    assert!(
+        r.resumes >= 1,
+        "no turn was resumed by a daemon taking over: {r:#?}"
+    );
 }
