@@ -31,11 +31,17 @@ export function newRequestId(): string {
   return `vscode-${randomBytes(16).toString("hex")}`;
 }
 
-type Err = Error & { kind?: string };
+type Err = Error & { kind?: string; code?: number };
 
-/** A failure of the connection rather than an answer of the daemon: worth sending again. */
+/**
+ * A failure of the connection rather than an answer of the daemon, worth sending again:
+ * no connection (no code), vscode-jsonrpc's codes for a connection that broke with the
+ * request out (-32099 write, -32098 read, -32097 disposed, -32096 inactive), or a daemon
+ * that is shutting down.
+ */
 function lostConnection(e: Err): boolean {
-  return e.kind === undefined || e.kind === "daemon_unavailable";
+  if (e.kind === "daemon_unavailable") return true;
+  return e.kind === undefined && (e.code === undefined || (e.code <= -32096 && e.code >= -32099));
 }
 
 /** `method` with `params`, sent again with the same params after a lost connection. */

@@ -107,6 +107,39 @@ describe("steer and queue against a real daemon", () => {
     c.close();
   });
 
+  test("a steer whose connection drops while it waits is sent again with its id and recorded once", async () => {
+    const c = d.client();
+    const { session_id: sid } = await c.request<{ session_id: string }>("agentd/create", {
+      workspace: d.workspace,
+      model: `script:${script(d)}`,
+    });
+    const firstDelta = waiter<AgentEvent>((e) => e.type === "text_delta", T, "the first answer streaming");
+    const pending = waiter<AgentEvent>((e) => e.type === "status" && e.data?.steer_pending === true, T, "the steer waiting");
+    const ended = waiter<AgentEvent>((e) => e.type === "turn_ended", T, "turn_ended");
+    await c.follow(sid, 0, (ev) => {
+      firstDelta.feed(ev);
+      pending.feed(ev);
+      ended.feed(ev);
+    });
+    const first = await sendInput(c, sid, "tell me something", "turn", { permissionMode: "auto" });
+    await firstDelta.done;
+    const steer = sendInput(c, sid, "also mention the tests", "steer");
+    await pending.done;
+    c.dropConnection();
+    const s = await steer;
+    assert.equal(s.outcome, "steered", s.message);
+    assert.equal(s.turnId, first.turnId);
+    const end = await ended.done;
+    assert.equal(end.data?.status, "completed");
+    const { events } = await c.request<{ events: AgentEvent[] }>("agentd/events", { session_id: sid });
+    const steers = events.filter((e) => e.type === "user_message" && e.data?.steer === true);
+    assert.deepEqual(
+      steers.map((e) => [e.data?.text, e.seq]),
+      [["also mention the tests", s.seq]],
+    );
+    c.close();
+  });
+
   test("a steer with no turn running starts the input as a turn; a resent id is admitted once", async () => {
     const c = d.client();
     const { session_id: sid } = await c.request<{ session_id: string }>("agentd/create", {
