@@ -1099,6 +1099,7 @@ fn cancel_withdraws_a_queued_prompt_and_leaves_the_running_turn_alone() {
     let next = prompt(&mut a, &sid, "queued prompt again");
     let (r, _) = a.response(next, WAIT);
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
 
 /// Subagents through ACP (docs/acp.md#subagents): the parent's `task` call is titled
 /// after its subagent and its result names the child (`rawOutput.subagent`), live and on
