@@ -18,7 +18,6 @@ use crate::rpc::{Conn, Incoming};
 use agentctl::acp::params::RpcErr;
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::session_uuid::{self, Resolved};
-use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
