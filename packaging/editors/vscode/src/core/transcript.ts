@@ -109,9 +109,14 @@ export class Transcript {
     }
     const d = ev.data ?? {};
     switch (ev.type) {
-      case "user_message":
-        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text: str(d.text), steer: d.steer === true });
+      case "user_message": {
+        // A prompt's images: one line each (the bytes stay with the daemon).
+        const imgs = Array.isArray(d.images) ? (d.images as Record<string, unknown>[]).slice(0, 16) : [];
+        const lines = imgs.map((i) => `\n[image: ${str(i.mime).slice(0, 40)}, ${Number(i.bytes) || 0} bytes]`);
+        const text = str(d.text) + lines.join("");
+        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text, steer: d.steer === true });
         break;
+      }
       case "turn_queued":
         this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text: `queued: ${str(d.input)}` });
         break;
