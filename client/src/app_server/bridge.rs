@@ -873,7 +873,7 @@ impl Client {
         let p: wire::TurnStartParams = parse(params, "turn/start params")?;
         let sid = self.sid_of(&p.thread_id).await?;
         let (_, mut mode, mut model) = self.loaded(&sid)?;
-        let text = input_text(&p.input, "turn/start")?;
+        let (text, images) = turn_input(&p.input, "turn/start")?;
         if p.approval_policy.is_some() {
             mode = mode_of(p.approval_policy.as_ref(), &mode);
         }
@@ -889,6 +889,9 @@ impl Client {
         }
         let mut q =
             json!({"session_id": sid, "input": text, "permission_mode": mode, "wait": false});
+        if !images.is_empty() {
+            q["images"] = json!(images);
+        }
         // The client's id for its message is agentd's idempotency key: a retried
         // turn/start answers the turn already admitted instead of running it twice.
         if let Some(id) = &p.client_user_message_id {
@@ -940,7 +943,12 @@ impl Client {
         let p: wire::TurnSteerParams = parse(params, "turn/steer params")?;
         let sid = self.sid_of(&p.thread_id).await?;
         self.loaded(&sid)?;
-        let text = input_text(&p.input, "turn/steer")?;
+        let (text, images) = turn_input(&p.input, "turn/steer")?;
+        if !images.is_empty() {
+            return Err(RpcErr::params(
+                "turn/steer: images cannot join a running turn; send them with turn/start",
+            ));
+        }
         let running = self.threads.lock().ok().and_then(|t| {
             t.get(&sid)
                 .and_then(|l| l.turn.lock().ok()?.running.clone())
@@ -1012,7 +1020,7 @@ impl Client {
                     "id": id, "model": id, "displayName": name, "description": desc,
                     "hidden": false, "isDefault": i == 0,
                     "defaultReasoningEffort": "medium", "supportedReasoningEfforts": [],
-                    "inputModalities": ["text"], "supportsPersonality": false,
+                    "inputModalities": ["text", "image"], "supportsPersonality": false,
                     "upgrade": null, "additionalSpeedTiers": [], "serviceTiers": [],
                 })
             })
@@ -1060,18 +1068,34 @@ impl Client {
     }
 }
 
-/// The text agentd receives for a client's input pieces: text as it is, a mention as
-/// `@name (path)`, a skill as `$name`, one piece per line.
-fn input_text(input: &[wire::UserInput], what: &str) -> Result<String, RpcErr> {
+/// What agentd receives for a client's input pieces: the text (text as it is, a
+/// mention as `@name (path)`, a skill as `$name`, one piece per line) and the images
+/// (`agentd/turn`'s `images`: a `data:` URL as `{data, mime_type}`, a local image as
+/// `{path}`; the daemon checks their bytes and limits).
+fn turn_input(input: &[wire::UserInput], what: &str) -> Result<(String, Vec<Value>), RpcErr> {
     let mut text = String::new();
+    let mut images = Vec::new();
     for i in input {
         let piece = match i {
             wire::UserInput::Text { text } => text.clone(),
+            wire::UserInput::Image { url, file_id } => {
+                images.push(image_of_url(url.as_deref(), file_id.is_some(), what)?);
+                continue;
+            }
+            wire::UserInput::LocalImage { path } => {
+                if path.is_empty() {
+                    return Err(RpcErr::params(format!(
+                        "{what}: a localImage without a path"
+                    )));
+                }
+                images.push(json!({"path": path}));
+                continue;
+            }
             wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
             wire::UserInput::Skill { name } => format!("${name}"),
             wire::UserInput::Other => {
                 return Err(RpcErr::params(format!(
-                    "{what}: only text input reaches agentd (images and audio are not supported)"
+                    "{what}: only text, mentions, skills and images reach agentd"
                 )))
             }
         };
@@ -1083,7 +1107,33 @@ fn input_text(input: &[wire::UserInput], what: &str) -> Result<String, RpcErr> {
     if text.trim().is_empty() {
         return Err(RpcErr::params(format!("{what}: the input has no text")));
     }
-    Ok(text)
+    Ok((text, images))
+}
+
+/// An `image` input's `url` as agentd's inline image: only `data:MIME;base64,…` URLs
+/// (the bytes travel with the request; agentd fetches nothing).
+fn image_of_url(url: Option<&str>, file_id: bool, what: &str) -> Result<Value, RpcErr> {
+    let refuse = |why: &str| RpcErr::params(format!("{what}: an image input {why}"));
+    let Some(url) = url else {
+        return Err(refuse(if file_id {
+            "by fileId is not supported (agentd has no file uploads): send a data: URL or a localImage"
+        } else {
+            "needs a `url`"
+        }));
+    };
+    let Some((head, data)) = url.strip_prefix("data:").and_then(|r| r.split_once(',')) else {
+        return Err(refuse(
+            "must be a data: URL (agentd fetches no remote images): send a data: URL or a localImage",
+        ));
+    };
+    let Some(mime) = head.strip_suffix(";base64") else {
+        return Err(refuse("must be a base64 data: URL"));
+    };
+    let mut img = json!({"data": data});
+    if !mime.is_empty() {
+        img["mime_type"] = json!(mime);
+    }
+    Ok(img)
 }
 
 /// The error of a method agentd has no meaning for.
