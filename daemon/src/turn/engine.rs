@@ -697,6 +697,7 @@ impl Runner<'_> {
         let ctx_mode = self.spec.permission_mode.as_str();
         let model = self.spec.model.clone();
         let render = self.spec.provider.render();
+        let images = self.spec.provider.config().takes_images();
         let resources = self.tools.resources_dir.clone();
         let store = self.turns.registry.store.clone();
         self.h
@@ -704,7 +705,7 @@ impl Runner<'_> {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
                 // Prompts and tool results with images: the bytes are read now (the
                 // kept rendering holds only text).
-                if st.fold.has_images() {
+                if images && st.fold.has_images() {
                     let replay =
                         super::images::loaded_replay(st, &ctx, &resources, render, &*store)?;
                     return Ok(StepInput {
