@@ -550,6 +550,10 @@ fn read_file_of_an_image_gives_the_model_the_image() {
             std::fs::read(resources(&d, &sid).join(sha(&png()))).unwrap(),
             png()
         );
+        // On the PostgreSQL store, in its images table too (any daemon can send it).
+        if let Some(rows) = d.store_images() {
+            assert_eq!(rows, vec![(sha(&png()), png())], "{kind}");
+        }
         let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
         assert!(
             !log.contains(PNG_B64.trim_end_matches('=')),

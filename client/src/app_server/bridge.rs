@@ -164,7 +164,7 @@ impl Client {
             "linux"
         };
         Ok(json!({
-            "userAgent": format!("agentd/{} (agentctl app-server)", env!("CARGO_PKG_VERSION")),
+            "userAgent": format!("agentd {} (agentctl app-server)", env!("CARGO_PKG_VERSION")),
             "codexHome": self.shared.target.effective_home(),
             "platformFamily": "unix",
             "platformOs": os,
@@ -217,7 +217,7 @@ impl Client {
             "thread/archive" => self.archive(params, true).await,
             "thread/unarchive" => self.archive(params, false).await,
             "thread/delete" => self.delete(params).await,
-            "thread/compact/start" => self.compact(params).await.map(plain),
+            "thread/compact/start" => self.compact(params).await,
             "thread/revert" => self.revert(params).await.map(plain),
             "thread/unsubscribe" => self.unsubscribe(params).map(plain),
             "turn/start" => self.turn_start(params).await.map(plain),
@@ -439,6 +439,15 @@ impl Client {
 
     async fn thread_start(self: &Arc<Self>, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadStartParams = parse(params, "thread/start params")?;
+        if p.ephemeral == Some(true) {
+            return Err(RpcErr {
+                code: -32600,
+                message: "ephemeral threads are not supported: every agentd thread is a \
+                          durable session"
+                    .into(),
+                data: Some(json!({"kind": "unsupported", "field": "ephemeral"})),
+            });
+        }
         let cwd = match &p.cwd {
             Some(c) => PathBuf::from(c),
             None => std::env::current_dir().map_err(internal)?,
@@ -743,28 +752,59 @@ impl Client {
         ))
     }
 
-    async fn compact(&self, params: Value) -> Result<Value, RpcErr> {
+    /// `thread/compact/start`: Codex's `/compact` compacts now, as a turn of its own
+    /// (`turn/started`, a `contextCompaction` item, `turn/completed`), which Codex's TUI
+    /// waits for. agentd keeps the last few events verbatim (a call is never separated
+    /// from its result); a thread too short for that is compacted whole, and one with
+    /// nothing new since its last compaction gets a turn with nothing in it.
+    async fn compact(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadRef = parse(params, "thread/compact/start params")?;
-        let sid = self.sid_of(&p.thread_id).await?;
-        // Codex's `/compact` compacts now: everything but the last few events, which
-        // agentd keeps verbatim (a call is never separated from its result).
-        let r = self
-            .shared
-            .call(
-                method::COMPACT,
-                json!({"session_id": sid, "tail_events": COMPACT_TAIL}),
-            )
-            .await?;
-        if r["compactable"] == json!(false) {
-            return Err(RpcErr::new(
-                -32600,
-                format!(
-                    "nothing to compact yet: {}",
-                    r["reason"].as_str().unwrap_or("the thread is short")
-                ),
+        let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
+        let started = map::now_ms();
+        let mut r = json!({"compactable": false});
+        for tail in [COMPACT_TAIL, 0] {
+            r = self
+                .shared
+                .call(
+                    method::COMPACT,
+                    json!({"session_id": sid, "tail_events": tail}),
+                )
+                .await?;
+            if r["compactable"] != json!(false) {
+                break;
+            }
+        }
+        let seq = r["compaction_seq"].as_u64();
+        let turn_id = seq.map_or_else(|| format!("compact-{started}"), |s| format!("seq-{s}"));
+        let ended = map::now_ms();
+        let turn = |status, done: Option<i64>| Turn {
+            id: turn_id.clone(),
+            items: vec![],
+            status,
+            error: None,
+            started_at: Some(started / 1000),
+            completed_at: done.map(|d| d / 1000),
+        };
+        let mut notes = vec![(
+            "turn/started",
+            json!({"threadId": uuid, "turn": turn("inProgress", None)}),
+        )];
+        if let Some(s) = seq {
+            let item = json!({"type": "contextCompaction", "id": format!("compact-{s}")});
+            notes.push((
+                "item/started",
+                json!({"threadId": uuid, "turnId": turn_id, "item": item, "startedAtMs": started}),
+            ));
+            notes.push((
+                "item/completed",
+                json!({"threadId": uuid, "turnId": turn_id, "item": item, "completedAtMs": ended}),
             ));
         }
-        Ok(json!({}))
+        notes.push((
+            "turn/completed",
+            json!({"threadId": uuid, "turn": turn("completed", Some(ended))}),
+        ));
+        Ok((json!({}), notes))
     }
 
     async fn revert(&self, params: Value) -> Result<Value, RpcErr> {

@@ -1086,6 +1086,11 @@ impl Runner<'_> {
             let outcome =
                 tools::run(&name, &args, call_tools.as_ref().unwrap_or(&self.tools)).await;
             let mut data = outcome.into_result_data(&call_id);
+            let (store, dir) = (
+                self.turns.registry.store.clone(),
+                self.tools.resources_dir.clone(),
+            );
+            super::images::keep_result_images(store, dir, &data).await;
             self.watch_artifacts(&data);
             // The snapshot goes first, so the files "at" the result's seq include the call.
             // An interrupted call is left to the next turn's `before` snapshot.
