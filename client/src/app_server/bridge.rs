@@ -18,7 +18,6 @@ use crate::rpc::{Conn, Incoming};
 use agentctl::acp::params::RpcErr;
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::session_uuid::{self, Resolved};
-use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -940,19 +939,9 @@ impl Client {
         if let Some(m) = model.as_deref().and_then(picked_model) {
             q["model"] = json!(m);
         }
-        // The daemon frees the session just after `turn_ended` is durable, and Codex's
-        // clients start the next turn on `turn/completed`: a `busy` naming the turn this
-        // thread saw end is that instant, and the request is sent again (up to 2 s).
-        let mut tries = 0;
-        let r = loop {
-            match self.shared.call(method::TURN, q.clone()).await {
-                Err(e) if e.kind == ErrorKind::Busy && tries < 80 && self.just_ended(&sid, &e) => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-                }
-                r => break r?,
-            }
-        };
+        // Codex's clients start the next turn on `turn/completed`; the daemon admits a
+        // turn sent on seeing `turn_ended` (docs/protocol.md#turn-order).
+        let r = self.shared.call(method::TURN, q).await?;
         let turn = Turn {
             id: r["turn_id"].as_str().unwrap_or_default().to_string(),
             items: vec![],
@@ -962,18 +951,6 @@ impl Client {
             completed_at: None,
         };
         Ok(json!({ "turn": turn }))
-    }
-
-    /// Whether a `busy` error names the turn this thread's follower saw end last.
-    fn just_ended(&self, sid: &str, e: &AgentError) -> bool {
-        let busy = e.details.get("turn_id").and_then(Value::as_str);
-        self.threads.lock().ok().is_some_and(|t| {
-            t.get(sid).is_some_and(|l| {
-                l.turn
-                    .lock()
-                    .is_ok_and(|s| busy.is_some() && s.ended.as_deref() == busy)
-            })
-        })
     }
 
     /// `turn/steer`: `agentd/steer`, the input joining the running turn at its next
@@ -1227,11 +1204,10 @@ impl Asker {
     }
 }
 
-/// The turns a follower saw: the one running, the last one ended.
+/// The turn a follower saw running.
 #[derive(Default)]
 struct Seen {
     running: Option<String>,
-    ended: Option<String>,
 }
 
 /// What a follower follows.
@@ -1302,9 +1278,6 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
                 let notes = live.on_event(ev, &workspace);
                 // Updated before the client hears of it (it may answer at once).
                 if let Ok(mut t) = turn.lock() {
-                    if ev["type"] == "turn_ended" {
-                        t.ended = ev["data"]["turn_id"].as_str().map(str::to_string);
-                    }
                     t.running.clone_from(&live.turn_id);
                 }
                 for (m, p) in notes {

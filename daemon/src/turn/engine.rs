@@ -627,7 +627,7 @@ impl Runner<'_> {
             Ok(res) => {
                 for (i, s) in steers.into_iter().enumerate() {
                     let seq = res.first_seq + i as u64;
-                    let _ = s.reply.send(Ok(AppendResult {
+                    s.reply.send(Ok(AppendResult {
                         first_seq: seq,
                         last_seq: seq,
                         ids: res.ids.get(i).cloned().into_iter().collect(),
@@ -637,7 +637,7 @@ impl Runner<'_> {
             }
             Err(e) => {
                 for s in steers {
-                    let _ = s.reply.send(Err(e.clone()));
+                    s.reply.send(Err(e.clone()));
                 }
                 Err(e)
             }
