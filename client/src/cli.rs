@@ -709,7 +709,7 @@ impl StrategyArg {
 pub struct CompactArgs {
     /// Session id.
     pub session_id: String,
-    /// Keep this many recent events raw [daemon default: 40].
+    /// Keep this many recent events raw [default: the config's `[compaction] tail_events`, 40].
     #[arg(long, value_name = "N")]
     pub tail_events: Option<usize>,
     /// Show the plan without recording anything.

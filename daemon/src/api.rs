@@ -336,8 +336,12 @@ pub fn methods(api: Api) -> Methods {
         method::COMPACT,
         |api, p: CompactParams, _| async move {
             let h = api.registry.get(&p.session_id).await?;
-            let opts =
-                crate::ops::compact_options(p.tail_events, p.strategy.as_deref(), Trigger::Manual)?;
+            let opts = crate::ops::compact_options(
+                p.tail_events,
+                api.registry.config.compaction.tail_events,
+                p.strategy.as_deref(),
+                Trigger::Manual,
+            )?;
             to_value(api.turns.compact(&h, opts, p.dry_run).await?)
         },
     );

@@ -450,8 +450,11 @@ fn compact_result(
     }
 }
 
+/// The options of a compaction; without `tail_events` the tail is `default_tail` (the
+/// config's `[compaction] tail_events`, docs/history-rules.md#compaction).
 pub fn compact_options(
     tail_events: Option<usize>,
+    default_tail: usize,
     strategy: Option<&str>,
     trigger: Trigger,
 ) -> Result<CompactOptions, AgentError> {
@@ -464,7 +467,7 @@ pub fn compact_options(
             ))
         }
     };
-    let tail_events = tail_events.unwrap_or(compaction::DEFAULT_TAIL_EVENTS);
+    let tail_events = tail_events.unwrap_or(default_tail);
     Ok(CompactOptions {
         tail_events,
         trigger,

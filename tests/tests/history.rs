@@ -409,6 +409,51 @@ fn compact_dry_run_writes_nothing_and_plans_what_the_real_run_records() {
     assert_eq!(evs[1]["type"], "turn_started");
 }
 
+/// Manual compaction without `--tail-events` keeps the configured `[compaction]
+/// tail_events`, through `agentctl compact` and a bare `agentd/compact` alike; a given
+/// tail still wins.
+#[test]
+fn manual_compaction_keeps_the_configured_tail_unless_one_is_given() {
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config("[compaction]\ntail_events = 5\n")
+        .start();
+    long_history(&d, "cfg");
+    // About 30 events: the built-in tail of 40 would leave nothing to compact.
+    let plan = ctl(&d, &["compact", "cfg", "--dry-run"]);
+    assert_eq!(plan["compactable"], true, "{plan}");
+    // The cut moves back to a turn boundary, so the tail kept is at least the 5 asked.
+    assert!(plan["tail_events"].as_u64().unwrap() >= 5, "{plan}");
+    let given = ctl(&d, &["compact", "cfg", "--tail-events", "5", "--dry-run"]);
+    for key in ["tail_events", "range", "would_compact_events"] {
+        assert_eq!(plan[key], given[key], "{key}: {plan} vs {given}");
+    }
+    let wide = ctl(&d, &["compact", "cfg", "--tail-events", "40", "--dry-run"]);
+    assert_eq!(wide["compactable"], false, "{wide}");
+    assert_eq!(
+        wide["reason"], "33 events since the last compaction; the tail keeps 40",
+        "{wide}"
+    );
+
+    let real = d
+        .connect()
+        .call_ok("agentd/compact", json!({"session_id": "cfg"}));
+    assert_eq!(real["recorded"], true, "{real}");
+    assert_eq!(real["tail_events"], plan["tail_events"], "{real}");
+    assert_eq!(real["range"], plan["range"], "{real}");
+    let seq = real["compaction_seq"].as_u64().unwrap();
+    let evs = events(&d, "cfg");
+    let recorded = evs.iter().find(|e| e["seq"] == seq).unwrap();
+    assert_eq!(recorded["data"], real["event"]["data"]);
+    let to_seq = recorded["data"]["range"]["to_seq"].as_u64().unwrap();
+    // The events between the compacted range and the compaction stay raw.
+    assert_eq!(
+        recorded["data"]["tail_event_count"],
+        seq - to_seq - 1,
+        "{recorded}"
+    );
+}
+
 #[test]
 fn compaction_never_separates_a_tool_call_from_its_result() {
     let d = daemon();
