@@ -144,6 +144,7 @@ pub fn freeze(root: i32, limit: Duration) -> Result<Frozen, Frozen> {
         // A signal is delivered asynchronously: wait until each is stopped, so that the
         // next pass also sees what it forked on its last instant.
         let mut pending: Vec<i32> = frozen.procs.keys().copied().collect();
+        let waited = Instant::now();
         while !pending.is_empty() {
             pending.retain(|p| !settled(*p));
             if pending.is_empty() {
@@ -151,6 +152,23 @@ pub fn freeze(root: i32, limit: Duration) -> Result<Frozen, Frozen> {
             }
             if Instant::now() > end {
                 return Err(frozen);
+            }
+            // A parent in `vfork` waits, uninterruptibly, for its child to exec or exit;
+            // a child stopped before it did so keeps the parent from ever stopping. Let
+            // such children go on (they are stopped again by the next pass, once they
+            // have exec'd); the parent stops as soon as its wait ends.
+            if waited.elapsed() > Duration::from_millis(20) {
+                for p in &pending {
+                    if state(*p) != Some('D') {
+                        continue;
+                    }
+                    for c in children(*p) {
+                        if let Some(fd) = frozen.procs.remove(&c) {
+                            let _ = send(&fd, libc::SIGCONT);
+                            new += 1;
+                        }
+                    }
+                }
             }
             std::thread::sleep(Duration::from_millis(1));
         }
