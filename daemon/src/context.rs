@@ -77,7 +77,8 @@ impl RenderedItems {
 /// Loads the bytes of the images `items` refer to from the session's resources
 /// directory `dir` (base64, into [`ImageRef::data`]), for a provider request; the Log
 /// keeps only the references. A prompt's images are always loaded; a tool result's
-/// only with `tool_results` (the dialects that take images in tool results). A tool
+/// only with `tool_results` (the providers with a wire). A store that keeps images
+/// itself (PostgreSQL, `store`) is asked first, then `dir`. A tool
 /// result's image whose resource is missing, unreadable or not of the recorded size
 /// stays unloaded: its placeholder line is all the model sees. A prompt's image that
 /// cannot be loaded is returned (its digest), so the turn fails `not_found` naming it
@@ -89,6 +90,7 @@ pub fn load_images(
     items: &mut [ReplayItem],
     dir: &std::path::Path,
     tool_results: bool,
+    store: Option<&dyn crate::store::LogStore>,
 ) -> Vec<String> {
     use base64::Engine;
     let mut missing = Vec::new();
@@ -102,7 +104,10 @@ pub fn load_images(
             if img.data.is_some() {
                 continue;
             }
-            match std::fs::read(dir.join(&img.sha256)) {
+            let kept = store
+                .and_then(|s| s.get_image(&img.sha256))
+                .and_then(|r| r.ok().flatten());
+            match kept.map_or_else(|| std::fs::read(dir.join(&img.sha256)), Ok) {
                 Ok(bytes) if bytes.len() as u64 == img.bytes => {
                     img.data = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
                 }
@@ -753,7 +758,7 @@ mod tests {
         assert!(fold.has_images());
         let mut items = fold.replay(&ctx()).items;
         let before = dialect::render(&items, Dialect::Anthropic);
-        load_images(&mut items, dir.path(), true);
+        load_images(&mut items, dir.path(), true, None);
         let ReplayItem::FunctionCallOutput { images, .. } = &items[2] else {
             panic!("{items:?}");
         };
@@ -765,10 +770,18 @@ mod tests {
             after["messages"][1]["content"][0]["content"][1]["source"]["data"],
             "AQID"
         );
-        // Chat has no images in tool messages: the same text either way.
+        // Chat has no images in tool messages: the same messages, then the loaded
+        // image in a user message after the tool message.
+        let plain = dialect::render(&fold.replay(&ctx()).items, Dialect::Chat);
+        let chat = dialect::render(&items, Dialect::Chat);
+        let (plain, chat) = (plain.as_array().unwrap(), chat.as_array().unwrap());
+        assert_eq!(chat[..plain.len()], plain[..]);
         assert_eq!(
-            dialect::render(&items, Dialect::Chat),
-            dialect::render(&fold.replay(&ctx()).items, Dialect::Chat)
+            chat[plain.len()..],
+            [json!({"role": "user", "content": [
+                {"type": "text", "text": "[the images returned by tool call c]"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AQID"}},
+            ]})]
         );
     }
 

@@ -54,6 +54,7 @@ pub mod method {
     pub const GOAL_CLEAR: &str = "agentd/goal_clear";
     pub const HOOKS: &str = "agentd/hooks";
     pub const HOOKS_TRUST: &str = "agentd/hooks_trust";
+    pub const RESOLVE: &str = "agentd/resolve";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -130,6 +131,9 @@ pub struct ListParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
     pub session_id: String,
+    /// The session's UUID for clients that name sessions by UUID (docs/protocol.md#session-uuids).
+    #[serde(default)]
+    pub uuid: String,
     pub workspace: String,
     pub title: Option<String>,
     pub created_at: String,
@@ -161,6 +165,20 @@ pub struct ListResult {
     pub next_cursor: Option<String>,
 }
 
+/// `agentd/resolve`: the session an id names, whether a session id or a UUID
+/// (docs/protocol.md#session-uuids).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveParams {
+    pub id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveResult {
+    pub session_id: String,
+    pub uuid: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionParams {
@@ -178,6 +196,9 @@ pub struct CorruptLine {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShowResult {
     pub session_id: String,
+    /// The session's UUID (docs/protocol.md#session-uuids).
+    #[serde(default)]
+    pub uuid: String,
     pub workspace: String,
     pub title: Option<String>,
     pub log_path: String,
@@ -300,6 +321,22 @@ pub struct TurnImage {
 pub const MAX_TURN_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 /// Most images one turn may carry.
 pub const MAX_TURN_IMAGES: usize = 16;
+
+/// The media type of an image's bytes from their signature (the first 12 bytes are
+/// enough): PNG, JPEG, GIF or WebP, the types a turn's images may have.
+pub fn image_mime(b: &[u8]) -> Option<&'static str> {
+    if b.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if b.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
 
 /// The reasoning effort levels a turn or a provider config may name.
 pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];

@@ -8,7 +8,7 @@
 
 use super::map::{self, Live};
 use super::params::{
-    abs_dir, parse, prompt_text, slash_command, ListReq, NewSession, OpenSession, Prompt,
+    abs_dir, parse, prompt_input, slash_command, ListReq, NewSession, OpenSession, Prompt,
     SessionRef, SetConfig, SetMode, COMMANDS, MODES,
 };
 pub use super::params::{check_mode, RpcErr};
@@ -255,7 +255,7 @@ impl Bridge {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": true,
-                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
@@ -754,9 +754,11 @@ impl Bridge {
         let p: Prompt = parse(params, "session/prompt params")?;
         let sid = p.session_id.clone();
         let o = self.session_state(&sid)?;
-        let input = prompt_text(&p.prompt)?;
-        if let Some((name, arg)) = slash_command(&input) {
-            return self.command(&sid, name, arg).await;
+        let input = prompt_input(&p.prompt)?;
+        if input.images.is_empty() {
+            if let Some((name, arg)) = slash_command(&input.text) {
+                return self.command(&sid, name, arg).await;
+            }
         }
         // A prompt sent while another runs is queued behind it by the daemon.
         let cancelled = Arc::new(Cancel::default());
@@ -768,7 +770,9 @@ impl Bridge {
             .push(Running {
                 cancelled: cancelled.clone(),
             });
-        let res = self.run_turn(&sid, &o, &input, &cancelled).await;
+        let res = self
+            .run_turn(&sid, &o, &input.text, &input.images, &cancelled)
+            .await;
         if let Ok(mut r) = self.running.lock() {
             if let Some(v) = r.get_mut(&sid) {
                 v.retain(|x| !Arc::ptr_eq(&x.cancelled, &cancelled));
@@ -810,6 +814,7 @@ impl Bridge {
         sid: &str,
         o: &Open,
         input: &str,
+        images: &[Value],
         cancelled: &Arc<Cancel>,
     ) -> Result<Value, RpcErr> {
         use agentctl::retry;
@@ -817,6 +822,12 @@ impl Bridge {
         let rid = retry::new_request_id();
         let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode,
                                 "client_request_id": rid, "queue": true});
+        // The daemon does not queue a turn with images (the Log never holds their
+        // bytes): such a prompt starts now or is refused `busy`.
+        if !images.is_empty() {
+            params["images"] = json!(images);
+            params["queue"] = json!(false);
+        }
         if let Some(s) = &o.sandbox {
             params["sandbox"] = json!({"mode": s});
         }
@@ -1408,22 +1419,38 @@ mod tests {
 
     #[test]
     fn prompt_blocks_become_turn_input() {
-        let t = prompt_text(&[
+        let t = prompt_input(&[
             json!({"type": "text", "text": "look"}),
             json!({"type": "resource_link", "uri": "file:///a.rs", "name": "a.rs"}),
             json!({"type": "resource", "resource": {"uri": "file:///b.rs", "text": "fn b() {}"}}),
         ])
         .unwrap();
         assert_eq!(
-            t,
+            t.text,
             "look\n[@a.rs](file:///a.rs)\n<context uri=\"file:///b.rs\">\nfn b() {}\n</context>"
         );
+        assert!(t.images.is_empty());
+        let t = prompt_input(&[
+            json!({"type": "image", "data": "iVBO", "mimeType": "image/png"}),
+            json!({"type": "text", "text": "what is this?"}),
+            json!({"type": "image", "data": "R0lG"}),
+        ])
+        .unwrap();
+        assert_eq!(t.text, "what is this?");
         assert_eq!(
-            prompt_text(&[json!({"type": "image", "data": "", "mimeType": "image/png"})])
-                .unwrap_err()
-                .code,
-            -32602
+            t.images,
+            [
+                json!({"data": "iVBO", "mime_type": "image/png"}),
+                json!({"data": "R0lG"})
+            ]
         );
-        assert_eq!(prompt_text(&[]).unwrap_err().code, -32602);
+        for bad in [
+            vec![json!({"type": "image", "data": "", "mimeType": "image/png"})],
+            vec![json!({"type": "image", "data": "iVBO", "mimeType": "image/png"})],
+            vec![json!({"type": "audio", "data": "AAAA", "mimeType": "audio/wav"})],
+            vec![],
+        ] {
+            assert_eq!(prompt_input(&bad).unwrap_err().code, -32602, "{bad:?}");
+        }
     }
 }

@@ -133,13 +133,24 @@ pub struct TurnInterruptParams {
     pub thread_id: String,
 }
 
-/// One piece of a user's input. Only text reaches agentd; the other kinds are refused
-/// with an error naming them.
+/// One piece of a user's input: text, mentions and skills become the turn's text,
+/// images its `images`; the other kinds are refused with an error naming them.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum UserInput {
     Text {
         text: String,
+    },
+    /// An image by URL (agentd takes `data:` URLs) or by an uploaded file's id (refused).
+    Image {
+        #[serde(default)]
+        url: Option<String>,
+        #[serde(default, rename = "fileId")]
+        file_id: Option<String>,
+    },
+    /// An image file on the machine the daemon runs on.
+    LocalImage {
+        path: String,
     },
     Skill {
         name: String,

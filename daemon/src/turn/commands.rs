@@ -10,6 +10,8 @@ use crate::tools::{self, ToolContext};
 use agentd_proto::{AgentError, EventType};
 use tokio_util::sync::CancellationToken;
 
+/// A turn's tool context: its spec's environment, redaction and sandbox requests, with
+/// the grants approved for the session.
 pub(super) async fn tool_context(
     registry: &Registry,
     sid: &str,

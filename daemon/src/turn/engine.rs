@@ -215,9 +215,11 @@ pub(super) async fn run(
                 let mut user = json!({"text": input});
                 if !spec.images.is_empty() {
                     let (dir, images) = (tools.resources_dir.clone(), spec.images.clone());
-                    user["images"] =
-                        crate::filesystem::blocking(move || super::images::store(&dir, &images))
-                            .await??;
+                    let store = turns.registry.store.clone();
+                    user["images"] = crate::filesystem::blocking(move || {
+                        super::images::store(&dir, &*store, &images)
+                    })
+                    .await??;
                 }
                 drafts.push(EventDraft::new(EventType::UserMessage, user));
                 h.append(drafts, None).await?
@@ -696,21 +698,15 @@ impl Runner<'_> {
         let model = self.spec.model.clone();
         let render = self.spec.provider.render();
         let resources = self.tools.resources_dir.clone();
+        let store = self.turns.registry.store.clone();
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
-                // Prompts and tool results with images: the bytes are read now from the
-                // session's resources (the kept rendering holds only text); Chat
-                // Completions takes images in prompts only.
+                // Prompts and tool results with images: the bytes are read now (the
+                // kept rendering holds only text).
                 if st.fold.has_images() {
-                    let tool_results =
-                        render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
-                    let mut replay = st.fold.replay(&ctx);
-                    let missing =
-                        crate::context::load_images(&mut replay.items, &resources, tool_results);
-                    if let Some(sha) = missing.first() {
-                        return Err(super::images::missing(sha));
-                    }
+                    let replay =
+                        super::images::loaded_replay(st, &ctx, &resources, render, &*store)?;
                     return Ok(StepInput {
                         items: replay.items,
                         rendered: None,

@@ -4,6 +4,7 @@
 import * as vscode from "vscode";
 import { ArtifactTracker, touchedFiles } from "./core/artifacts";
 import { agentctlSocketPath, AgentdClient, ClientState, Follow } from "./core/client";
+import { IMAGE_EXTENSIONS, PendingImages } from "./core/images";
 import { decide } from "./core/permission";
 import { nodeView, SessionNode, SessionTree } from "./core/sessions";
 import { escapeHtml, loadHistory, Transcript } from "./core/transcript";
@@ -12,6 +13,8 @@ import { sessionDiff, undoTurn } from "./core/undo";
 let client: AgentdClient | undefined;
 let output: vscode.OutputChannel;
 let status: vscode.StatusBarItem;
+/** Images attached to each session's next prompt. */
+const pending = new PendingImages();
 
 function cfg<T>(key: string, dflt: T): T {
   return vscode.workspace.getConfiguration("agentd").get<T>(key, dflt);
@@ -215,17 +218,54 @@ async function pickSession(tree: SessionTree, n?: SessionNode): Promise<string |
 }
 
 async function sendPrompt(sessionId: string): Promise<void> {
-  const input = await vscode.window.showInputBox({ prompt: `Prompt for ${sessionId}`, ignoreFocusOut: true });
+  const attached = pending.describe(sessionId);
+  const input = await vscode.window.showInputBox({
+    prompt: attached ? `Prompt for ${sessionId}, with ${attached}` : `Prompt for ${sessionId}`,
+    ignoreFocusOut: true,
+  });
   if (!input) return;
   const ws = workspaceDir() ?? "";
   await TranscriptPanel.show(need(), sessionId, ws);
-  const params: Record<string, unknown> = {
+  const params = pending.turnParams(sessionId, {
     session_id: sessionId,
     input,
     permission_mode: cfg("permissionMode", "ask"),
     wait: false,
-  };
+  });
+  // A refused turn keeps its images attached for the next try.
   await need().request("agentd/turn", params);
+  pending.clear(sessionId);
+}
+
+/** Attaches image files to a session's next prompt and says what is attached. */
+function attachImages(sessionId: string, files: string[]): void {
+  const added = pending.attach(sessionId, files, workspaceDir());
+  if (added.length) {
+    void vscode.window.showInformationMessage(
+      `agentd: attached to the next prompt of ${sessionId}: ${pending.describe(sessionId)}`,
+    );
+  }
+}
+
+/** Image files dropped on a session in the Sessions view attach to its next prompt. */
+class SessionDrop implements vscode.TreeDragAndDropController<SessionNode> {
+  readonly dropMimeTypes = ["text/uri-list"];
+  readonly dragMimeTypes: string[] = [];
+  async handleDrop(target: SessionNode | undefined, data: vscode.DataTransfer): Promise<void> {
+    const list = await data.get("text/uri-list")?.asString();
+    if (!target || !list) return;
+    const files = list
+      .split(/\r?\n/)
+      .filter((l) => l && !l.startsWith("#"))
+      .map((l) => vscode.Uri.parse(l.trim()))
+      .filter((u) => u.scheme === "file")
+      .map((u) => u.fsPath);
+    try {
+      attachImages(target.sessionId, files);
+    } catch (e) {
+      await reportError("attach image", e);
+    }
+  }
 }
 
 export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
@@ -273,7 +313,12 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   const tree = new SessionTree(c, ws ?? "");
   const reload = () => (ws ? tree.reload() : Promise.resolve());
   const provider = new SessionsProvider(tree);
-  ctx.subscriptions.push(vscode.window.registerTreeDataProvider("agentd.sessions", provider));
+  ctx.subscriptions.push(
+    vscode.window.createTreeView("agentd.sessions", {
+      treeDataProvider: provider,
+      dragAndDropController: new SessionDrop(),
+    }),
+  );
   ctx.subscriptions.push(
     vscode.workspace.registerTextDocumentContentProvider(BASELINE_SCHEME, {
       provideTextDocumentContent: (uri) => baselines.get(uri.query) ?? "",
@@ -314,6 +359,28 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   reg("agentd.prompt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);
     if (sid) await sendPrompt(sid);
+  });
+  reg("agentd.attachImage", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (!sid) return;
+    const picked = await vscode.window.showOpenDialog({
+      canSelectMany: true,
+      openLabel: "Attach",
+      title: `Images for the next prompt of ${sid}`,
+      filters: { Images: IMAGE_EXTENSIONS },
+      defaultUri: ws ? vscode.Uri.file(ws) : undefined,
+    });
+    if (!picked?.length) return;
+    attachImages(
+      sid,
+      picked.map((u) => u.fsPath),
+    );
+  });
+  reg("agentd.clearImages", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (!sid) return;
+    pending.clear(sid);
+    void vscode.window.showInformationMessage(`agentd: no image attached to ${sid} any more`);
   });
   reg("agentd.interrupt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);

@@ -107,9 +107,13 @@ export class Transcript {
     }
     const d = ev.data ?? {};
     switch (ev.type) {
-      case "user_message":
-        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text: str(d.text) });
+      case "user_message": {
+        // A prompt's images: one line each (the bytes stay with the daemon).
+        const imgs = Array.isArray(d.images) ? (d.images as Record<string, unknown>[]).slice(0, 16) : [];
+        const lines = imgs.map((i) => `\n[image: ${str(i.mime).slice(0, 40)}, ${Number(i.bytes) || 0} bytes]`);
+        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text: str(d.text) + lines.join("") });
         break;
+      }
       case "text_delta": {
         const cur = this.streamingKey ? this.byKey.get(this.streamingKey) : undefined;
         if (cur && cur.kind === "assistant") {
