@@ -187,6 +187,15 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
     let mut c = Checked::new(&b).await;
     let ws_dir = d.workspace().to_string_lossy().into_owned();
 
+    // agentd's userAgent has no `name/version` product, so Codex's clients do not take
+    // agentd's version for an outdated Codex server's.
+    let (_, init) = Ws::initialized(&b.socket).await;
+    let ua = init["result"]["userAgent"].as_str().unwrap();
+    assert!(
+        ua.starts_with("agentd ") && !ua.split(' ').next().unwrap().contains('/'),
+        "{ua}"
+    );
+
     // The TUI's start-up set.
     let acct = c.ok("account/read", json!({"refreshToken": false})).await;
     assert_eq!(acct["requiresOpenaiAuth"], false);
@@ -406,11 +415,40 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
         .await;
     assert!(d.in_trash(&child_sid));
 
-    // Compaction and revert.
+    // Compaction and revert. `/compact` runs as a turn of its own, which the TUI waits
+    // for; a thread too short for agentd's verbatim tail is compacted whole, and one
+    // with nothing to compact gets an empty turn, never an error (Codex's TUI exits on
+    // one).
     c.ok("thread/compact/start", json!({"threadId": thread}))
         .await;
     c.note("thread/compacted", |p| p["threadId"] == thread.as_str())
         .await;
+    let item = c
+        .note("item/completed", |p| {
+            p["threadId"] == thread.as_str() && p["item"]["type"] == "contextCompaction"
+        })
+        .await;
+    let compact_turn = item["turnId"].as_str().unwrap().to_string();
+    c.note("turn/completed", |p| {
+        p["turn"]["id"] == compact_turn.as_str()
+    })
+    .await;
+    let short = c.ok("thread/start", json!({"cwd": ws_dir})).await["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for _ in 0..2 {
+        c.ok("thread/compact/start", json!({"threadId": short}))
+            .await;
+        let done = c
+            .note("turn/completed", |p| p["threadId"] == short.as_str())
+            .await;
+        assert_eq!(done["turn"]["status"], "completed");
+    }
+    let ephemeral = c
+        .err("thread/start", json!({"cwd": ws_dir, "ephemeral": true}))
+        .await;
+    assert_eq!(ephemeral["data"]["kind"], "unsupported", "{ephemeral}");
     assert!(log_events(&d, &sid)
         .iter()
         .any(|e| is_type(e, "history_compaction")));
@@ -1500,6 +1538,32 @@ async fn thread_goals_map_onto_agentd_goals() {
         .map(|e| e["data"]["objective"].clone())
         .collect();
     assert_eq!(sets, [json!(OBJECTIVE), json!(OBJECTIVE)]);
+
+    // The daemon's statement of the objective that starts each goal turn is not shown as
+    // the user's prompt.
+    let prompts: Vec<&Value> = c
+        .ws
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "item/completed" && v["params"]["item"]["type"] == "userMessage")
+        .collect();
+    assert!(prompts.is_empty(), "{prompts:?}");
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await;
+    let turns = read["thread"]["turns"].as_array().unwrap();
+    assert!(!turns.is_empty());
+    assert!(
+        turns.iter().all(|t| t["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["type"] != "userMessage")),
+        "{read}"
+    );
 
     // Clear: agentd ends it (`cleared`); Codex hears `thread/goal/cleared` and has no goal.
     let cleared = c.ok("thread/goal/clear", json!({"threadId": thread})).await;

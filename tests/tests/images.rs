@@ -550,10 +550,77 @@ fn read_file_of_an_image_gives_the_model_the_image() {
             std::fs::read(resources(&d, &sid).join(sha(&png()))).unwrap(),
             png()
         );
+        // On the PostgreSQL store, in its images table too (any daemon can send it).
+        if let Some(rows) = d.store_images() {
+            assert_eq!(rows, vec![(sha(&png()), png())], "{kind}");
+        }
         let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
         assert!(
             !log.contains(PNG_B64.trim_end_matches('=')),
             "{kind}: bytes in the Log"
         );
     }
+}
+
+/// `images = false` on a provider (a text-only model behind a Chat Completions server):
+/// a turn with images is refused naming the provider before anything is recorded, and
+/// an image `read_file` returns reaches it only as the result's description (no
+/// `image_url` anywhere in the request), so the session keeps working.
+#[test]
+fn a_provider_without_images_gets_descriptions_only() {
+    let (base, server) = sse_server(vec![
+        read_steps("openai-chat", &["shot.png"]),
+        chat_text("A description is all I got."),
+    ]);
+    let config = format!(
+        "default_provider = \"p\"\n[providers.p]\nkind = \"openai-chat\"\nbase_url = \"{base}\"\nmodel = \"m1\"\nimages = false\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let before = d.log_lines(&sid).len();
+    let r = c.call(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "look", "images": [{"path": "shot.png"}]}),
+    );
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("provider `p` takes no images"),
+        "{r}"
+    );
+    assert_eq!(d.log_lines(&sid).len(), before, "nothing recorded");
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "read the screenshot"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let bodies = server.join().unwrap();
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        !bodies[1].to_string().contains("image_url"),
+        "{}",
+        bodies[1]
+    );
+    let tool = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message: {}", bodies[1]));
+    let text = tool["content"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "[image: image/png, {} bytes, sha256 {}]",
+            png().len(),
+            sha(&png())
+        )) && text.contains("shot.png: attached as an image"),
+        "{text}"
+    );
 }

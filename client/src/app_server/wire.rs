@@ -20,6 +20,10 @@ pub struct ThreadStartParams {
     pub model_provider: Option<String>,
     pub approval_policy: Option<Value>,
     pub sandbox: Option<String>,
+    /// A thread that is not to be kept (Codex's TUI asks for one to have the model name
+    /// a thread): refused, every agentd thread is a durable session.
+    #[serde(default)]
+    pub ephemeral: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -128,6 +128,38 @@ pub fn store(
     Ok(Value::Array(refs))
 }
 
+/// A built-in tool result's images (`read_file` of an image, stored as the session's
+/// resources) kept in the Log store too when it keeps images itself (PostgreSQL), so
+/// any daemon of it can send them again. A failure leaves them in the resources only
+/// (this daemon still sends them; another sends their description).
+pub async fn keep_result_images(
+    logs: std::sync::Arc<dyn crate::store::LogStore>,
+    dir: std::path::PathBuf,
+    data: &Value,
+) {
+    let list: Vec<(String, String)> = crate::history::replay::user_image_refs(data)
+        .into_iter()
+        .map(|i| (i.sha256, i.mime))
+        .collect();
+    if list.is_empty() {
+        return;
+    }
+    let _ = crate::filesystem::blocking(move || {
+        for (sha, mime) in list {
+            let Ok(bytes) = std::fs::read(dir.join(&sha)) else {
+                continue;
+            };
+            if crate::text::sha256_hex(&bytes) != sha {
+                continue;
+            }
+            if let Some(Err(e)) = logs.put_image(&sha, &mime, &bytes) {
+                tracing::warn!(sha256 = %sha, error = %e.message, "tool result image not kept in the store");
+            }
+        }
+    })
+    .await;
+}
+
 /// The session's provider input with the bytes of its images loaded (a store that
 /// keeps images first, then the session's resources `dir`): a prompt's always, a tool
 /// result's when the provider has a wire (`render`). A prompt image that cannot be
