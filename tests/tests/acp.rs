@@ -1033,6 +1033,74 @@ fn the_reasoning_effort_is_a_session_config_option() {
     assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
 }
 
+/// `session/cancel` while this client's prompt is still queued behind a turn another
+/// client runs withdraws the prompt: it answers `cancelled`, its text reaches neither the
+/// Log nor the provider, and the other client's turn runs on to its own answer.
+#[test]
+fn cancel_withdraws_a_queued_prompt_and_leaves_the_running_turn_alone() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |_, body| {
+        if body["messages"].to_string().contains("queued prompt") {
+            Reply::Complete(chat_text("Queued answer."))
+        } else {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+            Reply::Complete(chat_text("Running answer."))
+        }
+    });
+    let d = Daemon::builder().config(&mock.config()).start();
+    let mut a = Acp::spawn(&d, &[]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let mut c = d.connect();
+    let running = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "running prompt", "wait": false}),
+    );
+    mock.wait_requests(1, WAIT);
+    let mut sub = d.connect();
+    sub.subscribe(&sid, Some(0));
+    let id = prompt(&mut a, &sid, "queued prompt");
+    let queued = sub
+        .wait_event(|e| is_type(e, "turn_queued"), WAIT)
+        .expect("the ACP prompt queued behind the running turn");
+    a.notify("session/cancel", json!({"sessionId": sid}));
+    let (r, _) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    go_tx.send(()).unwrap();
+    let ended = sub
+        .wait_event(
+            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == running["turn_id"],
+            WAIT,
+        )
+        .expect("the running turn ended");
+    assert_eq!(ended["data"]["status"], "completed", "{ended}");
+
+    let evs = log_events(&d, &sid);
+    let users: Vec<_> = of_type(&evs, "user_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(users, [json!("running prompt")], "{evs:#?}");
+    let dequeued = of_type(&evs, "turn_dequeued");
+    assert_eq!(dequeued.len(), 1, "{evs:#?}");
+    assert_eq!(dequeued[0]["data"]["turn_id"], queued["data"]["turn_id"]);
+    assert_eq!(dequeued[0]["data"]["reason"], "dequeued");
+    let answers: Vec<_> = of_type(&evs, "assistant_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(answers, [json!("Running answer.")]);
+    assert_eq!(of_type(&evs, "turn_started").len(), 1, "{evs:#?}");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:#?}");
+    assert!(!reqs[0]["messages"].to_string().contains("queued prompt"));
+    // The bridge takes the next prompt.
+    let next = prompt(&mut a, &sid, "queued prompt again");
+    let (r, _) = a.response(next, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
+
 /// A real 1×1 PNG, base64.
 const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 

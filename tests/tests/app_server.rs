@@ -187,6 +187,15 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
     let mut c = Checked::new(&b).await;
     let ws_dir = d.workspace().to_string_lossy().into_owned();
 
+    // agentd's userAgent has no `name/version` product, so Codex's clients do not take
+    // agentd's version for an outdated Codex server's.
+    let (_, init) = Ws::initialized(&b.socket).await;
+    let ua = init["result"]["userAgent"].as_str().unwrap();
+    assert!(
+        ua.starts_with("agentd ") && !ua.split(' ').next().unwrap().contains('/'),
+        "{ua}"
+    );
+
     // The TUI's start-up set.
     let acct = c.ok("account/read", json!({"refreshToken": false})).await;
     assert_eq!(acct["requiresOpenaiAuth"], false);
@@ -406,11 +415,40 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
         .await;
     assert!(d.in_trash(&child_sid));
 
-    // Compaction and revert.
+    // Compaction and revert. `/compact` runs as a turn of its own, which the TUI waits
+    // for; a thread too short for agentd's verbatim tail is compacted whole, and one
+    // with nothing to compact gets an empty turn, never an error (Codex's TUI exits on
+    // one).
     c.ok("thread/compact/start", json!({"threadId": thread}))
         .await;
     c.note("thread/compacted", |p| p["threadId"] == thread.as_str())
         .await;
+    let item = c
+        .note("item/completed", |p| {
+            p["threadId"] == thread.as_str() && p["item"]["type"] == "contextCompaction"
+        })
+        .await;
+    let compact_turn = item["turnId"].as_str().unwrap().to_string();
+    c.note("turn/completed", |p| {
+        p["turn"]["id"] == compact_turn.as_str()
+    })
+    .await;
+    let short = c.ok("thread/start", json!({"cwd": ws_dir})).await["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for _ in 0..2 {
+        c.ok("thread/compact/start", json!({"threadId": short}))
+            .await;
+        let done = c
+            .note("turn/completed", |p| p["threadId"] == short.as_str())
+            .await;
+        assert_eq!(done["turn"]["status"], "completed");
+    }
+    let ephemeral = c
+        .err("thread/start", json!({"cwd": ws_dir, "ephemeral": true}))
+        .await;
+    assert_eq!(ephemeral["data"]["kind"], "unsupported", "{ephemeral}");
     assert!(log_events(&d, &sid)
         .iter()
         .any(|e| is_type(e, "history_compaction")));
@@ -1501,6 +1539,32 @@ async fn thread_goals_map_onto_agentd_goals() {
         .collect();
     assert_eq!(sets, [json!(OBJECTIVE), json!(OBJECTIVE)]);
 
+    // The daemon's statement of the objective that starts each goal turn is not shown as
+    // the user's prompt.
+    let prompts: Vec<&Value> = c
+        .ws
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "item/completed" && v["params"]["item"]["type"] == "userMessage")
+        .collect();
+    assert!(prompts.is_empty(), "{prompts:?}");
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await;
+    let turns = read["thread"]["turns"].as_array().unwrap();
+    assert!(!turns.is_empty());
+    assert!(
+        turns.iter().all(|t| t["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["type"] != "userMessage")),
+        "{read}"
+    );
+
     // Clear: agentd ends it (`cleared`); Codex hears `thread/goal/cleared` and has no goal.
     let cleared = c.ok("thread/goal/clear", json!({"threadId": thread})).await;
     assert_eq!(cleared["cleared"], true);
@@ -1521,4 +1585,95 @@ async fn thread_goals_map_onto_agentd_goals() {
     c.note("turn/completed", |p| p["turn"]["id"] == second.as_str())
         .await;
     c.check_seen();
+}
+
+/// A subagent (a session the `task` tool made) is not one of the threads Codex's picker
+/// lists by default; asked for with `sourceKinds: ["subAgentThreadSpawn"]` (as the TUI's
+/// agents view asks), it is listed and read as a spawned thread of its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagents_are_listed_as_spawned_threads_of_their_parent() {
+    let mock = MockProvider::start(|_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        if user.contains("Find the magic number") {
+            return Reply::Complete(chat_text("The magic number is 42."));
+        }
+        match tools.first() {
+            None => Reply::Complete(chat_tools(&[(
+                "call_t1",
+                "task",
+                json!({"prompt": "Find the magic number in the notes", "title": "magic"}),
+            )])),
+            Some(t) => Reply::Complete(chat_text(&format!("Child said: {t}"))),
+        }
+    });
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&mock.config())
+        .start();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "approvalPolicy": "never"}),
+        )
+        .await;
+    let parent = started["thread"]["id"].as_str().unwrap().to_string();
+    let notes = run_turn(&mut c, &parent, "Delegate the search").await;
+    let answer = notes
+        .iter()
+        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| p["item"]["text"].clone())
+        .next_back();
+    assert_eq!(answer, Some(json!("Child said: The magic number is 42.")));
+
+    let ids = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let default = c.ok("thread/list", json!({})).await;
+    assert_eq!(ids(&default), [parent.as_str()], "{default}");
+    let interactive = c
+        .ok("thread/list", json!({"sourceKinds": ["cli", "appServer"]}))
+        .await;
+    assert_eq!(ids(&interactive), [parent.as_str()]);
+    let spawned = c
+        .ok(
+            "thread/list",
+            json!({"sourceKinds": ["subAgentThreadSpawn"]}),
+        )
+        .await;
+    let kids = ids(&spawned);
+    assert_eq!(kids.len(), 1, "{spawned}");
+    assert_ne!(kids[0], parent);
+    let row = &spawned["data"][0];
+    assert_eq!(
+        row["source"],
+        json!({"subAgent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}})
+    );
+    assert_eq!(row["forkedFromId"], Value::Null);
+    assert_eq!(row["name"], "magic");
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": kids[0], "includeTurns": true}),
+        )
+        .await;
+    assert_eq!(read["thread"]["source"], row["source"]);
+    assert_eq!(read["thread"]["forkedFromId"], Value::Null);
+    assert_eq!(
+        read["thread"]["turns"][0]["items"][0]["content"][0]["text"],
+        "Find the magic number in the notes"
+    );
+    let both = c
+        .ok(
+            "thread/list",
+            json!({"sourceKinds": ["appServer", "subAgentThreadSpawn"]}),
+        )
+        .await;
+    assert_eq!(ids(&both).len(), 2);
 }

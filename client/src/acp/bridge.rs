@@ -98,11 +98,13 @@ impl Follow {
     }
 }
 
-/// A prompt's cancellation: a flag, and a wake-up for whoever waits on the client.
+/// A prompt's cancellation: a flag, and a wake-up for whoever waits on the client;
+/// and whether the prompt's own turn runs now (what a cancel may interrupt).
 #[derive(Default)]
 pub struct Cancel {
     flag: AtomicBool,
     notify: tokio::sync::Notify,
+    turn_running: AtomicBool,
 }
 
 impl Cancel {
@@ -311,8 +313,9 @@ impl Bridge {
         }
     }
 
-    /// Interrupts the session's running turn; every prompt of the session is cancelled
-    /// (a queued one withdraws its turn, see [`Bridge::run_turn`]).
+    /// Cancels every prompt of this client in the session: a queued one withdraws its
+    /// turn (see [`Bridge::run_turn`]), and the running turn is interrupted when it is
+    /// one of them. A turn another client started is left running (docs/acp.md).
     async fn interrupt(&self, sid: &str, reason: &str) {
         let prompts: Vec<Arc<Cancel>> = self
             .running
@@ -323,8 +326,14 @@ impl Bridge {
                     .map(|v| v.iter().map(|x| x.cancelled.clone()).collect())
             })
             .unwrap_or_default();
+        let mut ours_runs = false;
         for c in prompts {
             c.set();
+            ours_runs |= c.turn_running.load(Ordering::SeqCst);
+        }
+        // A prompt whose turn starts after this is interrupted then (`on_incoming`).
+        if !ours_runs {
+            return;
         }
         if let Err(e) = self
             .call(
@@ -1031,12 +1040,14 @@ impl Bridge {
                     {
                         f.mine = true;
                         f.turn_id = ev["data"]["turn_id"].clone();
+                        cancelled.turn_running.store(true, Ordering::SeqCst);
                     } else {
                         return;
                     }
                 }
                 if ev["type"] == "turn_ended" && ev["data"]["turn_id"] == f.turn_id {
                     f.ended = Some(ev["data"].clone());
+                    cancelled.turn_running.store(false, Ordering::SeqCst);
                 }
             }
         }

@@ -18,7 +18,6 @@ use crate::rpc::{Conn, Incoming};
 use agentctl::acp::params::RpcErr;
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::session_uuid::{self, Resolved};
-use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -87,6 +86,34 @@ fn policy_of(mode: &str) -> &'static str {
     }
 }
 
+/// Which sessions a `thread/list` with these `sourceKinds` wants: (interactive ones,
+/// subagents). None, or an empty list, means the interactive ones, as Codex's server
+/// answers; agentd's subagents (sessions the `task` tool made) are `subAgentThreadSpawn`.
+fn source_kinds(kinds: Option<&[String]>) -> (bool, bool) {
+    match kinds {
+        None | Some([]) => (true, false),
+        Some(k) => (
+            k.iter().any(|x| {
+                matches!(
+                    x.as_str(),
+                    "cli" | "vscode" | "exec" | "appServer" | "unknown"
+                )
+            }),
+            k.iter().any(|x| x.starts_with("subAgent")),
+        ),
+    }
+}
+
+/// A thread's `SessionSource`.
+fn source_of(subagent: bool, parent: Option<&str>) -> Value {
+    match (subagent, parent) {
+        (true, Some(p)) => {
+            json!({"subAgent": {"thread_spawn": {"parent_thread_id": p, "depth": 1}}})
+        }
+        _ => json!("appServer"),
+    }
+}
+
 /// agentd's sandbox `{mode}` for a Codex `SandboxMode`.
 fn sandbox_param(mode: Option<&str>) -> Result<Option<Value>, RpcErr> {
     Ok(match mode {
@@ -122,6 +149,8 @@ struct Read {
     uuid: String,
     parent_uuid: Option<String>,
     root_uuid: Option<String>,
+    /// For a subagent (`relation: "subagent"`): its parent session.
+    subagent_of: Option<String>,
     workspace: PathBuf,
     title: Option<String>,
     created: i64,
@@ -165,7 +194,7 @@ impl Client {
             "linux"
         };
         Ok(json!({
-            "userAgent": format!("agentd/{} (agentctl app-server)", env!("CARGO_PKG_VERSION")),
+            "userAgent": format!("agentd {} (agentctl app-server)", env!("CARGO_PKG_VERSION")),
             "codexHome": self.shared.target.effective_home(),
             "platformFamily": "unix",
             "platformOs": os,
@@ -218,7 +247,7 @@ impl Client {
             "thread/archive" => self.archive(params, true).await,
             "thread/unarchive" => self.archive(params, false).await,
             "thread/delete" => self.delete(params).await,
-            "thread/compact/start" => self.compact(params).await.map(plain),
+            "thread/compact/start" => self.compact(params).await,
             "thread/revert" => self.revert(params).await.map(plain),
             "thread/unsubscribe" => self.unsubscribe(params).map(plain),
             "turn/start" => self.turn_start(params).await.map(plain),
@@ -271,6 +300,7 @@ impl Client {
                 .map_or_else(|| session_uuid::to_uuid(sid), str::to_string),
             parent_uuid: None,
             root_uuid: None,
+            subagent_of: None,
             workspace: workspace.clone(),
             title: show["title"].as_str().map(str::to_string),
             created: 0,
@@ -297,6 +327,9 @@ impl Client {
                     Some("session_started") => {
                         r.model = data["model"].as_str().map(str::to_string);
                         r.provider = data["provider"].as_str().map(str::to_string);
+                        if data["relation"] == "subagent" {
+                            r.subagent_of = data["parent_session_id"].as_str().map(str::to_string);
+                        }
                     }
                     Some("session_fork") => {
                         r.parent = data["parent_session_id"].as_str().map(str::to_string);
@@ -317,7 +350,7 @@ impl Client {
                 _ => break,
             }
         }
-        if let Some(p) = &r.parent {
+        if let Some(p) = r.parent.as_ref().or(r.subagent_of.as_ref()) {
             r.parent_uuid = Some(self.shared.uuid_of(p).await);
         }
         if let Some(root) = &r.root {
@@ -359,7 +392,7 @@ impl Client {
         Thread {
             id: uuid.clone(),
             session_id: r.root_uuid.clone().unwrap_or_else(|| uuid.clone()),
-            forked_from_id: r.parent_uuid.clone(),
+            forked_from_id: r.parent_uuid.clone().filter(|_| r.subagent_of.is_none()),
             preview: r.turns.preview.clone().unwrap_or_default(),
             ephemeral: false,
             model_provider: r.provider.clone().unwrap_or_else(|| "agentd".into()),
@@ -370,7 +403,7 @@ impl Client {
             path: None,
             cwd: r.workspace.to_string_lossy().into_owned(),
             cli_version: env!("CARGO_PKG_VERSION").to_string(),
-            source: "appServer",
+            source: source_of(r.subagent_of.is_some(), r.parent_uuid.as_deref()),
             project_id: None,
             name: r.title.clone().filter(|t| !t.is_empty()),
             turns,
@@ -440,6 +473,15 @@ impl Client {
 
     async fn thread_start(self: &Arc<Self>, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadStartParams = parse(params, "thread/start params")?;
+        if p.ephemeral == Some(true) {
+            return Err(RpcErr {
+                code: -32600,
+                message: "ephemeral threads are not supported: every agentd thread is a \
+                          durable session"
+                    .into(),
+                data: Some(json!({"kind": "unsupported", "field": "ephemeral"})),
+            });
+        }
         let cwd = match &p.cwd {
             Some(c) => PathBuf::from(c),
             None => std::env::current_dir().map_err(internal)?,
@@ -531,6 +573,7 @@ impl Client {
         };
         let archived = p.archived == Some(true);
         let search = p.search_term.as_deref().map(str::to_lowercase);
+        let kinds = source_kinds(p.source_kinds.as_deref());
         let mut cursor = p.cursor.clone();
         let mut data: Vec<Thread> = vec![];
         let next = loop {
@@ -544,6 +587,10 @@ impl Client {
             let r = self.shared.call(method::LIST, q).await?;
             for s in r["sessions"].as_array().into_iter().flatten() {
                 if archived && s["archived"] != json!(true) {
+                    continue;
+                }
+                let subagent = s["relation"] == "subagent";
+                if !(if subagent { kinds.1 } else { kinds.0 }) {
                     continue;
                 }
                 let t = self.listed(s).await;
@@ -596,10 +643,12 @@ impl Client {
             Some(p) => Some(self.shared.uuid_of(p).await),
             None => None,
         };
+        let subagent = s["relation"] == "subagent";
         Thread {
             id: uuid,
             session_id: root,
-            forked_from_id: parent,
+            source: source_of(subagent, parent.as_deref()),
+            forked_from_id: parent.filter(|_| !subagent),
             preview,
             ephemeral: false,
             model_provider: "agentd".into(),
@@ -610,7 +659,6 @@ impl Client {
             path: None,
             cwd: s["workspace"].as_str().unwrap_or("/").to_string(),
             cli_version: env!("CARGO_PKG_VERSION").to_string(),
-            source: "appServer",
             project_id: None,
             name: s["title"]
                 .as_str()
@@ -744,28 +792,59 @@ impl Client {
         ))
     }
 
-    async fn compact(&self, params: Value) -> Result<Value, RpcErr> {
+    /// `thread/compact/start`: Codex's `/compact` compacts now, as a turn of its own
+    /// (`turn/started`, a `contextCompaction` item, `turn/completed`), which Codex's TUI
+    /// waits for. agentd keeps the last few events verbatim (a call is never separated
+    /// from its result); a thread too short for that is compacted whole, and one with
+    /// nothing new since its last compaction gets a turn with nothing in it.
+    async fn compact(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadRef = parse(params, "thread/compact/start params")?;
-        let sid = self.sid_of(&p.thread_id).await?;
-        // Codex's `/compact` compacts now: everything but the last few events, which
-        // agentd keeps verbatim (a call is never separated from its result).
-        let r = self
-            .shared
-            .call(
-                method::COMPACT,
-                json!({"session_id": sid, "tail_events": COMPACT_TAIL}),
-            )
-            .await?;
-        if r["compactable"] == json!(false) {
-            return Err(RpcErr::new(
-                -32600,
-                format!(
-                    "nothing to compact yet: {}",
-                    r["reason"].as_str().unwrap_or("the thread is short")
-                ),
+        let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
+        let started = map::now_ms();
+        let mut r = json!({"compactable": false});
+        for tail in [COMPACT_TAIL, 0] {
+            r = self
+                .shared
+                .call(
+                    method::COMPACT,
+                    json!({"session_id": sid, "tail_events": tail}),
+                )
+                .await?;
+            if r["compactable"] != json!(false) {
+                break;
+            }
+        }
+        let seq = r["compaction_seq"].as_u64();
+        let turn_id = seq.map_or_else(|| format!("compact-{started}"), |s| format!("seq-{s}"));
+        let ended = map::now_ms();
+        let turn = |status, done: Option<i64>| Turn {
+            id: turn_id.clone(),
+            items: vec![],
+            status,
+            error: None,
+            started_at: Some(started / 1000),
+            completed_at: done.map(|d| d / 1000),
+        };
+        let mut notes = vec![(
+            "turn/started",
+            json!({"threadId": uuid, "turn": turn("inProgress", None)}),
+        )];
+        if let Some(s) = seq {
+            let item = json!({"type": "contextCompaction", "id": format!("compact-{s}")});
+            notes.push((
+                "item/started",
+                json!({"threadId": uuid, "turnId": turn_id, "item": item, "startedAtMs": started}),
+            ));
+            notes.push((
+                "item/completed",
+                json!({"threadId": uuid, "turnId": turn_id, "item": item, "completedAtMs": ended}),
             ));
         }
-        Ok(json!({}))
+        notes.push((
+            "turn/completed",
+            json!({"threadId": uuid, "turn": turn("completed", Some(ended))}),
+        ));
+        Ok((json!({}), notes))
     }
 
     async fn revert(&self, params: Value) -> Result<Value, RpcErr> {
@@ -860,19 +939,9 @@ impl Client {
         if let Some(m) = model.as_deref().and_then(picked_model) {
             q["model"] = json!(m);
         }
-        // The daemon frees the session just after `turn_ended` is durable, and Codex's
-        // clients start the next turn on `turn/completed`: a `busy` naming the turn this
-        // thread saw end is that instant, and the request is sent again (up to 2 s).
-        let mut tries = 0;
-        let r = loop {
-            match self.shared.call(method::TURN, q.clone()).await {
-                Err(e) if e.kind == ErrorKind::Busy && tries < 80 && self.just_ended(&sid, &e) => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-                }
-                r => break r?,
-            }
-        };
+        // Codex's clients start the next turn on `turn/completed`; the daemon admits a
+        // turn sent on seeing `turn_ended` (docs/protocol.md#turn-order).
+        let r = self.shared.call(method::TURN, q).await?;
         let turn = Turn {
             id: r["turn_id"].as_str().unwrap_or_default().to_string(),
             items: vec![],
@@ -882,18 +951,6 @@ impl Client {
             completed_at: None,
         };
         Ok(json!({ "turn": turn }))
-    }
-
-    /// Whether a `busy` error names the turn this thread's follower saw end last.
-    fn just_ended(&self, sid: &str, e: &AgentError) -> bool {
-        let busy = e.details.get("turn_id").and_then(Value::as_str);
-        self.threads.lock().ok().is_some_and(|t| {
-            t.get(sid).is_some_and(|l| {
-                l.turn
-                    .lock()
-                    .is_ok_and(|s| busy.is_some() && s.ended.as_deref() == busy)
-            })
-        })
     }
 
     /// `turn/steer`: `agentd/steer`, the input joining the running turn at its next
@@ -1147,11 +1204,10 @@ impl Asker {
     }
 }
 
-/// The turns a follower saw: the one running, the last one ended.
+/// The turn a follower saw running.
 #[derive(Default)]
 struct Seen {
     running: Option<String>,
-    ended: Option<String>,
 }
 
 /// What a follower follows.
@@ -1222,9 +1278,6 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
                 let notes = live.on_event(ev, &workspace);
                 // Updated before the client hears of it (it may answer at once).
                 if let Ok(mut t) = turn.lock() {
-                    if ev["type"] == "turn_ended" {
-                        t.ended = ev["data"]["turn_id"].as_str().map(str::to_string);
-                    }
                     t.running.clone_from(&live.turn_id);
                 }
                 for (m, p) in notes {

@@ -610,7 +610,7 @@ impl Runner<'_> {
     /// true, turn_id}` (one append, before the provider call they go with) and answers
     /// each with its seq.
     async fn record_steers(&mut self) -> Result<(), AgentError> {
-        let steers = self.running.take_steers();
+        let steers = super::admission::unrecorded_steers(self.h, self.running.take_steers()).await;
         if steers.is_empty() {
             return Ok(());
         }
@@ -629,7 +629,7 @@ impl Runner<'_> {
             Ok(res) => {
                 for (i, s) in steers.into_iter().enumerate() {
                     let seq = res.first_seq + i as u64;
-                    let _ = s.reply.send(Ok(AppendResult {
+                    s.reply.send(Ok(AppendResult {
                         first_seq: seq,
                         last_seq: seq,
                         ids: res.ids.get(i).cloned().into_iter().collect(),
@@ -639,7 +639,7 @@ impl Runner<'_> {
             }
             Err(e) => {
                 for s in steers {
-                    let _ = s.reply.send(Err(e.clone()));
+                    s.reply.send(Err(e.clone()));
                 }
                 Err(e)
             }

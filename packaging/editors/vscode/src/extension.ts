@@ -6,6 +6,7 @@ import { ArtifactTracker, touchedFiles } from "./core/artifacts";
 import { agentctlSocketPath, AgentdClient, ClientState, Follow } from "./core/client";
 import { IMAGE_EXTENSIONS, PendingImages } from "./core/images";
 import { decide } from "./core/permission";
+import { SendHow, sendInput } from "./core/prompts";
 import { nodeView, SessionNode, SessionTree } from "./core/sessions";
 import { escapeHtml, loadHistory, Transcript } from "./core/transcript";
 import { sessionDiff, undoTurn } from "./core/undo";
@@ -217,24 +218,57 @@ async function pickSession(tree: SessionTree, n?: SessionNode): Promise<string |
   return p?.id;
 }
 
-async function sendPrompt(sessionId: string): Promise<void> {
-  const attached = pending.describe(sessionId);
+const ASK: Record<SendHow, (sid: string) => string> = {
+  turn: (sid) => `Prompt for ${sid}`,
+  steer: (sid) => `Steer the running turn of ${sid} (goes with its next model call)`,
+  queue: (sid) => `Queue a prompt behind the running turn of ${sid}`,
+};
+
+/**
+ * Asks for input and sends it as a new turn, a steer or a queued prompt. A new turn
+ * refused because one runs offers to steer it or queue behind it, with the same text.
+ * Attached images go with a new turn only: a steer carries text, and the daemon does
+ * not queue a turn with images.
+ */
+async function sendPrompt(sessionId: string, how: SendHow = "turn"): Promise<void> {
+  const attached = how === "turn" ? pending.describe(sessionId) : undefined;
   const input = await vscode.window.showInputBox({
-    prompt: attached ? `Prompt for ${sessionId}, with ${attached}` : `Prompt for ${sessionId}`,
+    prompt: attached ? `${ASK[how](sessionId)}, with ${attached}` : ASK[how](sessionId),
     ignoreFocusOut: true,
   });
   if (!input) return;
   const ws = workspaceDir() ?? "";
   await TranscriptPanel.show(need(), sessionId, ws);
-  const params = pending.turnParams(sessionId, {
-    session_id: sessionId,
-    input,
-    permission_mode: cfg("permissionMode", "ask"),
-    wait: false,
-  });
-  // A refused turn keeps its images attached for the next try.
-  await need().request("agentd/turn", params);
-  pending.clear(sessionId);
+  if (attached) {
+    const params = pending.turnParams(sessionId, {
+      session_id: sessionId,
+      input,
+      permission_mode: cfg("permissionMode", "ask"),
+      wait: false,
+    });
+    // A refused turn keeps its images attached for the next try.
+    await need().request("agentd/turn", params);
+    pending.clear(sessionId);
+    return;
+  }
+  const opts = { permissionMode: cfg("permissionMode", "ask") };
+  try {
+    const sent = await sendInput(need(), sessionId, input, how, opts);
+    if (how !== "turn" || sent.outcome !== "started") {
+      vscode.window.showInformationMessage(`agentd: ${sent.message}`);
+    }
+  } catch (e) {
+    if (how !== "turn" || (e as { kind?: string }).kind !== "busy") throw e;
+    const pick = await vscode.window.showWarningMessage(
+      `agentd: a turn is running in ${sessionId}`,
+      { detail: "Steer adds your text to the running turn; Queue runs it after the turns ahead." },
+      "Steer",
+      "Queue",
+    );
+    if (!pick) return;
+    const sent = await sendInput(need(), sessionId, input, pick === "Steer" ? "steer" : "queue", opts);
+    vscode.window.showInformationMessage(`agentd: ${sent.message}`);
+  }
 }
 
 /** Attaches image files to a session's next prompt and says what is attached. */
@@ -359,6 +393,14 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   reg("agentd.prompt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);
     if (sid) await sendPrompt(sid);
+  });
+  reg("agentd.steer", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (sid) await sendPrompt(sid, "steer");
+  });
+  reg("agentd.queue", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (sid) await sendPrompt(sid, "queue");
   });
   reg("agentd.attachImage", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);
