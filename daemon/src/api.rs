@@ -283,8 +283,17 @@ pub fn methods(api: Api) -> Methods {
             let h = api.registry.get(&p.session_id).await?;
             let log_path =
                 store::shown_log_path(&*api.registry.store, &api.registry.home, &p.session_id)?;
-            let show = h.query(move |st| show(st, log_path)).await?;
+            let mut show = h.query(move |st| show(st, log_path)).await?;
+            show.uuid = crate::uuids::uuid_of_sid(&api.registry, &p.session_id);
             to_value(show)
+        },
+    );
+    method(
+        &mut m,
+        method::RESOLVE,
+        |api, p: ResolveParams, _| async move {
+            api.registry.refresh_index().await;
+            to_value(crate::uuids::resolve_method(&api.registry, &p.id)?)
         },
     );
     // Pages are written as JSON text straight from the Log's events (no copy of the
@@ -636,9 +645,10 @@ async fn create(registry: &Arc<Registry>, p: CreateParams) -> Result<Value, Agen
     Ok(out)
 }
 
-pub fn summary(meta: &SessionMeta) -> SessionSummary {
+pub fn summary(meta: &SessionMeta, uuid: String) -> SessionSummary {
     SessionSummary {
         session_id: meta.session_id.clone(),
+        uuid,
         workspace: meta.workspace.clone(),
         title: meta.title.clone(),
         created_at: meta.created_at.clone(),
@@ -683,8 +693,12 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
         } else {
             None
         };
+        let aliases = crate::uuids::aliases(index);
         Ok(ListResult {
-            sessions: rows.into_iter().map(summary).collect(),
+            sessions: rows
+                .into_iter()
+                .map(|m| summary(m, crate::uuids::uuid_of(m, &aliases)))
+                .collect(),
             next_cursor,
         })
     })
@@ -693,6 +707,7 @@ fn list(registry: &Registry, p: ListParams) -> Result<ListResult, AgentError> {
 fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     ShowResult {
         session_id: st.id.clone(),
+        uuid: String::new(),
         workspace: st.workspace().to_string(),
         title: st.title().map(str::to_string),
         log_path,

@@ -244,7 +244,8 @@ pub struct Hooks {
 /// What a turn is, for a hook's stdin and its record.
 pub struct At<'a> {
     pub session_id: &'a str,
-    pub turn_id: &'a str,
+    /// None for a compaction the user asked for (no turn runs it).
+    pub turn_id: Option<&'a str>,
     pub permission_mode: &'a str,
     pub tools: &'a ToolContext,
 }
@@ -333,8 +334,10 @@ impl Hooks {
                 "event": event.as_str(),
                 "command": e.spec.command,
                 "source": e.source.as_str(),
-                "turn_id": at.turn_id,
             });
+            if let Some(t) = at.turn_id {
+                data["turn_id"] = json!(t);
+            }
             if let Some(m) = &e.spec.matcher {
                 data["matcher"] = json!(m);
             }
@@ -490,21 +493,25 @@ impl Hooks {
         f.drafts
     }
 
-    /// `stop`, or `subagent_stop` for a subagent's session, as a turn ends.
-    pub async fn stop(&self, subagent: bool, status: &str, at: &At<'_>) -> Vec<EventDraft> {
-        let event = if subagent {
-            HookEvent::SubagentStop
-        } else {
-            HookEvent::Stop
+    /// `stop`, or `subagent_stop` for a subagent's session (`subagent`: its parent's
+    /// ids, added to the stdin object), as a turn ends.
+    pub async fn stop(
+        &self,
+        subagent: Option<&Value>,
+        status: &str,
+        at: &At<'_>,
+    ) -> Vec<EventDraft> {
+        let mut fields = json!({"stop_hook_active": false, "status": status});
+        let event = match subagent.and_then(Value::as_object) {
+            Some(parent) => {
+                if let Some(f) = fields.as_object_mut() {
+                    f.extend(parent.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                HookEvent::SubagentStop
+            }
+            None => HookEvent::Stop,
         };
-        self.fire(
-            event,
-            "",
-            json!({"stop_hook_active": false, "status": status}),
-            at,
-        )
-        .await
-        .drafts
+        self.fire(event, "", fields, at).await.drafts
     }
 
     pub async fn pre_compact(&self, trigger: &str, at: &At<'_>) -> Vec<EventDraft> {
@@ -641,7 +648,16 @@ fn judge(event: HookEvent, ran: &Ran) -> Verdict {
                     .and_then(Value::as_str)
                     == Some("deny");
                 let block = a.get("decision").and_then(Value::as_str) == Some("block");
-                if (block || deny) && event.can_block() {
+                if (block || deny) && !event.can_block() {
+                    return Verdict::Failed {
+                        kind: "cannot_block",
+                        message: format!(
+                            "a block answer, but a {} hook cannot block",
+                            event.as_str()
+                        ),
+                    };
+                }
+                if block || deny {
                     let reason = a
                         .get("reason")
                         .or_else(|| specific.and_then(|s| s.get("permissionDecisionReason")))
@@ -1050,6 +1066,13 @@ mod tests {
                 ..
             }
         ));
+        match judge(
+            HookEvent::SubagentStop,
+            &ran(0, r#"{"decision":"block","reason":"keep going"}"#, ""),
+        ) {
+            Verdict::Failed { kind, .. } => assert_eq!(kind, "cannot_block"),
+            _ => panic!("a JSON block from a notification is a failure, not an allow"),
+        }
         match judge(HookEvent::SessionStart, &ran(0, "use tabs\n", "")) {
             Verdict::Allow { context } => assert_eq!(context.as_deref(), Some("use tabs")),
             _ => panic!("stdout is context"),

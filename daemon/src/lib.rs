@@ -24,6 +24,7 @@ pub mod session;
 pub mod storecopy;
 pub mod turn;
 pub mod undo;
+pub mod uuids;
 pub mod verbs;
 pub mod watch;
 

@@ -46,6 +46,12 @@ pub struct SessionMeta {
     /// The Log is in `<home>/trash/`: kept in the index only so that the lineage of
     /// its forks can show it; never listed, never loaded.
     pub deleted: bool,
+    /// The session's own UUID (`agentd_proto::session_uuid::to_uuid` of its id).
+    pub own_uuid: String,
+    /// The UUID its source named it by, when it was imported from an agent that names
+    /// sessions by UUID (`session_started.data.imported_from.session_id`): the recorded
+    /// alias `agentd/resolve` answers to (docs/protocol.md#session-uuids).
+    pub imported_uuid: Option<String>,
 }
 
 impl SessionMeta {
@@ -67,6 +73,8 @@ impl SessionMeta {
             running: false,
             archived: false,
             deleted: false,
+            own_uuid: agentd_proto::session_uuid::to_uuid(sid),
+            imported_uuid: None,
         };
         if let Some(ev) = first {
             meta.workspace = ev.str_field("workspace").unwrap_or_default().to_string();
@@ -83,6 +91,14 @@ impl SessionMeta {
                 meta.relation = Some("subagent".into());
                 meta.parent_session_id = ev.str_field("parent_session_id").map(str::to_string);
                 meta.parent_call_id = ev.str_field("parent_call_id").map(str::to_string);
+            }
+            if ev.event_type() == EventType::SessionStarted {
+                meta.imported_uuid = ev
+                    .data
+                    .get("imported_from")
+                    .and_then(|f| f.get("session_id"))
+                    .and_then(|v| v.as_str())
+                    .and_then(agentd_proto::session_uuid::canonical);
             }
         }
         meta

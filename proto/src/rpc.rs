@@ -54,6 +54,7 @@ pub mod method {
     pub const GOAL_CLEAR: &str = "agentd/goal_clear";
     pub const HOOKS: &str = "agentd/hooks";
     pub const HOOKS_TRUST: &str = "agentd/hooks_trust";
+    pub const RESOLVE: &str = "agentd/resolve";
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -130,6 +131,9 @@ pub struct ListParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
     pub session_id: String,
+    /// The session's UUID for clients that name sessions by UUID (docs/protocol.md#session-uuids).
+    #[serde(default)]
+    pub uuid: String,
     pub workspace: String,
     pub title: Option<String>,
     pub created_at: String,
@@ -161,6 +165,20 @@ pub struct ListResult {
     pub next_cursor: Option<String>,
 }
 
+/// `agentd/resolve`: the session an id names, whether a session id or a UUID
+/// (docs/protocol.md#session-uuids).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveParams {
+    pub id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveResult {
+    pub session_id: String,
+    pub uuid: String,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionParams {
@@ -178,6 +196,9 @@ pub struct CorruptLine {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShowResult {
     pub session_id: String,
+    /// The session's UUID (docs/protocol.md#session-uuids).
+    #[serde(default)]
+    pub uuid: String,
     pub workspace: String,
     pub title: Option<String>,
     pub log_path: String,

@@ -1,19 +1,24 @@
-//! A session id as a UUID, and back (docs/codex-app-server.md, "Session identity").
+//! A session id as a UUID, and back (docs/codex-app-server.md#session-identity).
 //!
 //! Clients that only take UUIDs as thread ids (Codex's app-server protocol) see each
-//! session as one stable UUID, whichever front door opens it. Three rules, tried in order:
+//! session as one stable UUID, whichever front door opens it. A session's own UUID comes
+//! from its id by three rules, tried in order:
 //!
 //! 1. an id that already is a UUID in canonical form (lowercase, hyphenated) is its own
-//!    UUID (an imported Codex session, an id a client chose as a UUID);
+//!    UUID (an id a client chose as a UUID);
 //! 2. an id in agentd's own format, `YYYYMMDDTHHMMSS-xxxxxx` (see
 //!    [`crate::session_id::generate`]), is encoded reversibly as a version-7 UUID: the
 //!    creation second as its Unix milliseconds, a fixed marker, then the 24 bits of the
 //!    suffix. It sorts by creation time, like the UUIDv7 ids Codex itself makes;
-//! 3. any other id gets its alias: the name-based (version 5, SHA-1) UUID of the id in
-//!    agentd's namespace. The alias is a function of the id, so it needs no storage and
-//!    survives restarts, store copies and other machines; going back means finding the
-//!    session whose id gives that UUID ([`matches`]), which the caller does over the
-//!    sessions it can list.
+//! 3. any other id (one a client chose) gets the name-based (version 5, SHA-1) UUID of
+//!    the id in agentd's namespace: a function of the recorded id, the same after a
+//!    restart, a store copy or on another machine.
+//!
+//! A session imported from another agent that named it by a UUID (a Codex thread, a
+//! Claude Code session) answers to that UUID too: the source's id is recorded in the
+//! Log (`session_started.data.imported_from.session_id`) and the daemon's index maps it
+//! back (`agentd/resolve`, docs/protocol.md#session-uuids). That mapping needs the
+//! index, so it is the daemon's, not this module's.
 //!
 //! Pure: no I/O, so the daemon and every client agree on the bytes.
 
@@ -65,6 +70,12 @@ pub fn resolve(uuid: &str) -> Option<Resolved> {
         return Some(Resolved::Session(id));
     }
     Some(Resolved::Lookup(format_uuid(&b)))
+}
+
+/// The canonical form (lowercase, hyphenated, no `urn:uuid:`) of a UUID written in any
+/// form [`resolve`] accepts; `None` when `s` is not a UUID.
+pub fn canonical(s: &str) -> Option<String> {
+    parse_hex(s.strip_prefix("urn:uuid:").unwrap_or(s)).map(|b| format_uuid(&b))
 }
 
 /// Whether session `id` is the one `uuid` (canonical form, from [`Resolved::Lookup`]) names.
@@ -213,6 +224,11 @@ mod tests {
         }
         assert_ne!(to_uuid("a"), to_uuid("b"));
         assert!(!matches("a", &to_uuid("b")));
+        assert_eq!(
+            canonical("urn:uuid:01A2115B-946A-70E3-AD4D-346112905E8A").as_deref(),
+            Some(own)
+        );
+        assert_eq!(canonical("thread-1"), None);
         for bad in [
             "",
             "not-a-uuid",

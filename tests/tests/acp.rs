@@ -1032,3 +1032,139 @@ fn the_reasoning_effort_is_a_session_config_option() {
     );
     assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
 }
+
+/// Subagents through ACP (docs/acp.md#subagents): the parent's `task` call is titled
+/// after its subagent and its result names the child (`rawOutput.subagent`), live and on
+/// `session/load`; the child's ask-mode permission request reaches the editor in the
+/// parent's session as a call of its own, marked with the child, and the editor's answer
+/// decides; `session/list` tags the child and points at its parent in `_meta`.
+#[test]
+fn subagents_are_marked_in_updates_permission_requests_and_the_list() {
+    let d = daemon();
+    let m = script_model(
+        &d,
+        "delegate.json",
+        json!({"rules": [
+            {"match": "Write the notes", "steps": [
+                {"tool_calls": [{"name": "write_file",
+                                 "args": {"path": "notes.txt", "content": "from the child\n"}}]},
+                {"text": "notes written"}]},
+            {"steps": [
+                {"tool_calls": [{"name": "task",
+                                 "args": {"prompt": "Write the notes", "title": "notes writer"}}]},
+                {"text": "delegated"}]}
+        ]}),
+    );
+    let mut a = Acp::spawn(&d, &["--model", &m]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let id = prompt(&mut a, &sid, "delegate the notes");
+    let (_, req) = a
+        .wait_for(WAIT, |v| v["method"] == "session/request_permission")
+        .expect("the child's permission request");
+    let mut c = d.connect();
+    let list = c.call_ok("agentd/list", json!({}));
+    let kids: Vec<String> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["relation"] == "subagent" && s["parent_session_id"] == sid.as_str())
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kids.len(), 1, "{list}");
+    let child = kids[0].clone();
+    // Asked in the parent's session, about the child's call, under an id of its own
+    // (the child's call ids start over and may equal the parent's).
+    assert_eq!(req["params"]["sessionId"], sid.as_str());
+    let tc = &req["params"]["toolCall"];
+    let shown = format!("{child}/call_1_0_0");
+    assert_eq!(tc["toolCallId"], shown.as_str());
+    assert_eq!(
+        tc["title"],
+        format!("Subagent {child}: Write notes.txt").as_str()
+    );
+    assert_eq!(tc["_meta"]["agentd"]["subagentSessionId"], child.as_str());
+    assert_eq!(tc["rawInput"]["path"], "notes.txt");
+    a.respond(
+        &req["id"],
+        json!({"outcome": {"outcome": "selected", "optionId": "allow-once"}}),
+    );
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("notes.txt")).unwrap(),
+        "from the child\n",
+        "the answer allowed the child's write"
+    );
+    let ups: Vec<Value> = notes.iter().filter_map(update).cloned().collect();
+    let find = |kind: &str, call: &str| -> Vec<Value> {
+        ups.iter()
+            .filter(|u| u["sessionUpdate"] == kind && u["toolCallId"] == call)
+            .cloned()
+            .collect()
+    };
+    let task = find("tool_call", "call_1_0_0");
+    assert_eq!(task.len(), 1, "{ups:?}");
+    assert_eq!(task[0]["title"], "Subagent: notes writer");
+    let card = find("tool_call", &shown);
+    assert_eq!(card.len(), 1, "the child's call announced once: {ups:?}");
+    assert_eq!(
+        card[0]["_meta"]["agentd"]["subagentSessionId"],
+        child.as_str()
+    );
+    let decided = find("tool_call_update", &shown);
+    assert_eq!(decided.len(), 1, "{ups:?}");
+    assert_eq!(decided[0]["status"], "completed");
+    let done = find("tool_call_update", "call_1_0_0");
+    assert_eq!(done.len(), 1, "{ups:?}");
+    assert_eq!(done[0]["status"], "completed");
+    assert_eq!(done[0]["content"][0]["content"]["text"], "notes written");
+    assert_eq!(
+        done[0]["rawOutput"]["subagent"]["session_id"],
+        child.as_str()
+    );
+    assert_eq!(done[0]["rawOutput"]["subagent"]["status"], "completed");
+
+    // The list: the child tagged, pointing at its parent; the parent plain.
+    let (r, _) = a.call("session/list", json!({"cwd": d.workspace()}), WAIT);
+    let rows = r["sessions"].as_array().unwrap();
+    let row = |id: &str| {
+        rows.iter()
+            .find(|s| s["sessionId"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed: {r}"))
+            .clone()
+    };
+    let crow = row(&child);
+    assert_eq!(crow["title"], "[subagent] notes writer");
+    assert_eq!(
+        crow["_meta"]["agentd"],
+        json!({"relation": "subagent", "parentSessionId": sid, "parentCallId": "call_1_0_0"})
+    );
+    let prow = row(&sid);
+    assert!(prow.get("_meta").is_none(), "{prow}");
+
+    // Loading the parent in another editor replays the task's result with its child.
+    let mut b = Acp::spawn(&d, &[]);
+    b.initialize();
+    let (_, notes) = b.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": d.workspace(), "mcpServers": []}),
+        WAIT,
+    );
+    let replayed = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == "call_1_0_0")
+        .cloned()
+        .expect("the task's result replayed");
+    assert_eq!(
+        replayed["rawOutput"]["subagent"]["session_id"],
+        child.as_str()
+    );
+    let title = notes
+        .iter()
+        .filter_map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == "call_1_0_0")
+        .map(|u| u["title"].clone());
+    assert_eq!(title, Some(json!("Subagent: notes writer")));
+}

@@ -7,7 +7,9 @@
 
 use agentd_proto::session_uuid;
 use agentd_tests::app_server::{script_model, Bridge, Schemas, Ws, WAIT};
-use agentd_tests::sse::{chat_sse, sse_server};
+use agentd_tests::sse::{
+    chat_sse, chat_text, chat_tools, last_user_and_tool_results, sse_server, MockProvider, Reply,
+};
 use agentd_tests::{is_type, Daemon};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -45,6 +47,9 @@ const MAPPED: &[(&str, Option<&str>)] = &[
     ("turn/start", Some("v2/TurnStartResponse")),
     ("turn/interrupt", Some("v2/TurnInterruptResponse")),
     ("turn/steer", Some("v2/TurnSteerResponse")),
+    ("thread/goal/get", Some("v2/ThreadGoalGetResponse")),
+    ("thread/goal/set", Some("v2/ThreadGoalSetResponse")),
+    ("thread/goal/clear", Some("v2/ThreadGoalClearResponse")),
     ("model/list", Some("v2/ModelListResponse")),
     ("account/read", Some("v2/GetAccountResponse")),
     ("account/login/start", Some("v2/LoginAccountResponse")),
@@ -1054,4 +1059,340 @@ async fn provider_colon_model_reaches_that_provider() {
             (json!("beta"), json!("m-turn"))
         ]
     );
+}
+
+/// The real Codex 0.171.0 rollout the import tests use.
+const CODEX_ROLLOUT: &str = "../daemon/tests/data/import/peers/codex-0.171.0/\
+    rollout-2026-11-27T04-30-53-01a21b45-43d1-7862-b944-095933ffc093.jsonl";
+/// Its thread id, as Codex knew it.
+const CODEX_ID: &str = "01a21b45-43d1-7862-b944-095933ffc093";
+
+/// Imports the rollout into `d`; the new session's id.
+fn import_rollout(d: &Daemon) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CODEX_ROLLOUT);
+    assert!(path.is_file(), "fixture {CODEX_ROLLOUT} is missing");
+    let ws = d.workspace().canonicalize().unwrap();
+    let r = d.agentctl_ok(&[
+        "import",
+        "--format",
+        "codex",
+        path.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+    ]);
+    r["session_id"].as_str().expect("session_id").to_string()
+}
+
+/// A session imported from Codex answers to the thread id Codex knew, everywhere a Codex
+/// client sees it (list, read, resume, its turns' notifications, a fork's parent), from
+/// the record in its Log: after a restart too. agentd's own UUID of the session finds
+/// it as well, and a second import of the same rollout keeps its own UUID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_codex_thread_answers_to_the_id_codex_knew() {
+    let mut d = daemon();
+    let sid = import_rollout(&d);
+    assert_ne!(sid, CODEX_ID, "an import gets an agentd id");
+    let own = session_uuid::to_uuid(&sid);
+    let native = d
+        .connect()
+        .call_ok("agentd/resolve", json!({"id": CODEX_ID}));
+    assert_eq!(native, json!({"session_id": sid, "uuid": CODEX_ID}));
+
+    {
+        let b = bridge(&d);
+        let mut c = Checked::new(&b).await;
+        let listed = c.ok("thread/list", json!({"limit": 50})).await;
+        let ids: Vec<&str> = listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [CODEX_ID], "{listed}");
+        assert_eq!(
+            listed["data"][0]["preview"],
+            "Give me a quick tour of this repo: list every file, find all TODO comments, and \
+             check CHANGELOG.md for recent changes."
+        );
+
+        // Resumed by the id Codex knew, with its turns; agentd's own UUID and the URN
+        // form name the same thread.
+        let resumed = c
+            .ok(
+                "thread/resume",
+                json!({"threadId": CODEX_ID, "model": script_model(), "approvalPolicy": "never"}),
+            )
+            .await;
+        assert_eq!(resumed["thread"]["id"], CODEX_ID);
+        let turns = resumed["thread"]["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 3, "{resumed}");
+        assert_eq!(
+            turns[1]["items"][0]["content"][0]["text"],
+            "Ajoute une section « Résumé » au README — avec une phrase en japonais : \
+             日本語の説明も一行ください。"
+        );
+        for other in [own.clone(), format!("urn:uuid:{}", CODEX_ID.to_uppercase())] {
+            let r = c.ok("thread/read", json!({"threadId": other})).await;
+            assert_eq!(r["thread"]["id"], CODEX_ID, "{other}");
+        }
+        let loaded = c.ok("thread/loaded/list", json!({})).await;
+        assert_eq!(loaded["data"], json!([CODEX_ID]));
+
+        // A turn on it: an ordinary agentd turn, its notifications under the Codex id.
+        let notes = run_turn(&mut c, CODEX_ID, "continue from agentd").await;
+        assert!(notes.iter().all(|(_, p)| p["threadId"] == CODEX_ID));
+        let answer = notes
+            .iter()
+            .find(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+            .map(|(_, p)| p["item"]["text"].clone());
+        assert_eq!(answer, Some(json!("Streamed answer number one.")));
+        assert!(log_events(&d, &sid)
+            .iter()
+            .any(|e| is_type(e, "user_message") && e["data"]["text"] == "continue from agentd"));
+
+        // A fork names it as its parent and root by the same id.
+        let forked = c.ok("thread/fork", json!({"threadId": CODEX_ID})).await;
+        assert_eq!(forked["thread"]["forkedFromId"], CODEX_ID);
+        assert_eq!(forked["thread"]["sessionId"], CODEX_ID);
+        let child = forked["thread"]["id"].as_str().unwrap().to_string();
+        assert_ne!(child, CODEX_ID);
+        let listed = c.ok("thread/list", json!({"limit": 50})).await;
+        let row = listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == child.as_str())
+            .cloned()
+            .expect("the fork is listed");
+        assert_eq!(row["forkedFromId"], CODEX_ID);
+        c.check_seen();
+    }
+
+    // The same rollout imported again: a second session under its own UUID; the alias
+    // stays with the first.
+    let again = import_rollout(&d);
+    assert_ne!(again, sid);
+    let r = d.connect().call_ok("agentd/resolve", json!({"id": again}));
+    assert_eq!(r["uuid"], session_uuid::to_uuid(&again));
+
+    // The mapping is read from the Logs again by a restarted daemon.
+    d.restart();
+    let r = d
+        .connect()
+        .call_ok("agentd/resolve", json!({"id": CODEX_ID}));
+    assert_eq!(r["session_id"], sid.as_str());
+    let b = bridge(&d);
+    let mut c = Checked::new(&b).await;
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": CODEX_ID, "includeTurns": true}),
+        )
+        .await;
+    assert_eq!(read["thread"]["id"], CODEX_ID);
+    assert_eq!(read["thread"]["turns"].as_array().unwrap().len(), 4);
+    let listed = c.ok("thread/list", json!({"limit": 50})).await;
+    let mut ids: Vec<String> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    assert!(ids.contains(&CODEX_ID.to_string()), "{ids:?}");
+    assert!(ids.contains(&session_uuid::to_uuid(&again)), "{ids:?}");
+    assert!(!ids.contains(&own), "{ids:?}");
+    let shown = d
+        .connect()
+        .call_ok("agentd/show", json!({"session_id": sid}));
+    assert_eq!(shown["uuid"], CODEX_ID);
+    let e = d.connect().call(
+        "agentd/resolve",
+        json!({"id": "0b7e5f4e-34a6-4a0e-9b4b-2c1f1f0a9c11"}),
+    );
+    assert_eq!(e["error"]["data"]["kind"], "not_found", "{e}");
+}
+
+const OBJECTIVE: &str = "Make every test in the parser crate pass";
+
+/// `thread/goal/*` on agentd's goals: set (the daemon starts the goal's turn), get,
+/// the updates as the goal runs and completes, `/goal resume` of an ended goal, clear,
+/// and refused requests; every message in the pinned schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_goals_map_onto_agentd_goals() {
+    // Each goal turn's first provider call waits for the test's go; then the model calls
+    // `goal_complete`.
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
+    let mock = MockProvider::start(move |_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        if !tools.is_empty() {
+            return Reply::Complete(chat_text("All done."));
+        }
+        if user.starts_with("Goal: ") {
+            let _ = gate
+                .lock()
+                .unwrap()
+                .recv_timeout(std::time::Duration::from_secs(120));
+            return Reply::Complete(chat_tools(&[(
+                "call_done",
+                "goal_complete",
+                json!({"summary": "All 12 parser tests pass."}),
+            )]));
+        }
+        Reply::Complete(chat_text(&format!("plain answer to: {user}")))
+    });
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&mock.config())
+        .start();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "approvalPolicy": "never"}),
+        )
+        .await;
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    let sid = sid_of(&thread);
+    let none = c.ok("thread/goal/get", json!({"threadId": thread})).await;
+    assert_eq!(none["goal"], Value::Null);
+    let e = c
+        .err(
+            "thread/goal/set",
+            json!({"threadId": thread, "status": "active"}),
+        )
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("no goal"), "{e}");
+
+    // Set: an agentd goal, its first turn started (and held at the provider).
+    let set = c
+        .ok(
+            "thread/goal/set",
+            json!({"threadId": thread, "objective": OBJECTIVE, "tokenBudget": 50_000}),
+        )
+        .await;
+    let g = &set["goal"];
+    assert_eq!(g["threadId"], thread.as_str());
+    assert_eq!(g["objective"], OBJECTIVE);
+    assert_eq!(g["status"], "active");
+    assert_eq!(g["tokenBudget"], 50_000);
+    let native = d
+        .connect()
+        .call_ok("agentd/goal_get", json!({"session_id": sid}));
+    assert_eq!(native["goal"]["objective"], OBJECTIVE);
+    assert_eq!(native["goal"]["status"], "open");
+    assert_eq!(native["goal"]["token_budget"], 50_000);
+    let up = c
+        .note("thread/goal/updated", |p| p["goal"]["status"] == "active")
+        .await;
+    assert_eq!(up["threadId"], thread.as_str());
+    c.note("turn/started", |p| p["threadId"] == thread.as_str())
+        .await;
+    let got = c.ok("thread/goal/get", json!({"threadId": thread})).await;
+    assert_eq!(got["goal"]["status"], "active");
+    assert_eq!(got["goal"]["objective"], OBJECTIVE);
+
+    // What the run decides is not the client's; agentd's goals have no pause.
+    let paused = c
+        .err(
+            "thread/goal/set",
+            json!({"threadId": thread, "status": "paused"}),
+        )
+        .await;
+    assert_eq!(paused["data"]["kind"], "unsupported", "{paused}");
+    for bad in [
+        json!({"threadId": thread, "status": "complete"}),
+        json!({"threadId": thread, "objective": "  "}),
+        json!({"threadId": thread, "objective": "x", "tokenBudget": 0}),
+        json!({"threadId": thread, "status": "finished"}),
+    ] {
+        let e = c.err("thread/goal/set", bad.clone()).await;
+        assert_eq!(e["code"], -32602, "{bad}: {e}");
+    }
+    let budget = c
+        .err(
+            "thread/goal/set",
+            json!({"threadId": thread, "tokenBudget": 9}),
+        )
+        .await;
+    assert_eq!(budget["data"]["kind"], "unsupported", "{budget}");
+    let nf = c
+        .err(
+            "thread/goal/get",
+            json!({"threadId": "0b7e5f4e-34a6-4a0e-9b4b-2c1f1f0a9c11"}),
+        )
+        .await;
+    assert!(nf["message"].as_str().unwrap().contains("thread not found"));
+    assert_eq!(
+        d.connect()
+            .call_ok("agentd/goal_get", json!({"session_id": sid}))["goal"]["status"],
+        "open",
+        "a refused request changes nothing"
+    );
+
+    // The model completes it: the update says so, with the tokens the daemon counted.
+    go.send(()).unwrap();
+    let done = c
+        .note("thread/goal/updated", |p| p["goal"]["status"] == "complete")
+        .await;
+    assert_eq!(done["goal"]["objective"], OBJECTIVE);
+    let native = d
+        .connect()
+        .call_ok("agentd/goal_get", json!({"session_id": sid}));
+    assert_eq!(native["goal"]["reason"], "completed");
+    let ended = log_events(&d, &sid)
+        .into_iter()
+        .find(|e| is_type(e, "goal_ended"))
+        .expect("goal_ended");
+    assert!(
+        ended["data"]["tokens_used"].as_u64().unwrap() > 0,
+        "{ended}"
+    );
+    assert_eq!(done["goal"]["tokensUsed"], ended["data"]["tokens_used"]);
+    let got = c.ok("thread/goal/get", json!({"threadId": thread})).await;
+    assert_eq!(got["goal"]["status"], "complete");
+
+    // `/goal resume`: the ended goal's objective starts again, with its budget.
+    let again = c
+        .ok(
+            "thread/goal/set",
+            json!({"threadId": thread, "status": "active"}),
+        )
+        .await;
+    assert_eq!(again["goal"]["status"], "active");
+    assert_eq!(again["goal"]["objective"], OBJECTIVE);
+    assert_eq!(again["goal"]["tokenBudget"], 50_000);
+    let second = c
+        .note("turn/started", |p| p["threadId"] == thread.as_str())
+        .await;
+    let second = second["turn"]["id"].as_str().unwrap().to_string();
+    let sets: Vec<Value> = log_events(&d, &sid)
+        .into_iter()
+        .filter(|e| is_type(e, "goal_set"))
+        .map(|e| e["data"]["objective"].clone())
+        .collect();
+    assert_eq!(sets, [json!(OBJECTIVE), json!(OBJECTIVE)]);
+
+    // Clear: agentd ends it (`cleared`); Codex hears `thread/goal/cleared` and has no goal.
+    let cleared = c.ok("thread/goal/clear", json!({"threadId": thread})).await;
+    assert_eq!(cleared["cleared"], true);
+    c.note("thread/goal/cleared", |p| p["threadId"] == thread.as_str())
+        .await;
+    let none = c.ok("thread/goal/get", json!({"threadId": thread})).await;
+    assert_eq!(none["goal"], Value::Null);
+    let ended = log_events(&d, &sid)
+        .into_iter()
+        .filter(|e| is_type(e, "goal_ended"))
+        .map(|e| e["data"]["reason"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(ended, [json!("completed"), json!("cleared")]);
+    let twice = c.ok("thread/goal/clear", json!({"threadId": thread})).await;
+    assert_eq!(twice["cleared"], false);
+    // The held turn finishes; no other starts for the cleared goal.
+    go.send(()).unwrap();
+    c.note("turn/completed", |p| p["turn"]["id"] == second.as_str())
+        .await;
+    c.check_seen();
 }

@@ -174,6 +174,63 @@ fn ask_mode_approves_and_denies_inline() {
     );
 }
 
+/// In `ask` mode a subagent's call is asked about in the chat of its parent, naming the
+/// subagent, and the answer decides: allowed, the child writes its file.
+#[test]
+fn a_subagents_permission_request_is_asked_in_the_parents_chat() {
+    let d = Daemon::start();
+    let model = script(
+        &d,
+        "delegate.json",
+        json!({"rules": [
+            {"match": "Write the notes", "steps": [
+                {"tool_calls": [{"name": "write_file", "args": {"path": "notes.txt", "content": "from the child\n"}}]},
+                {"text": "notes written"}
+            ]},
+            {"steps": [
+                {"tool_calls": [{"name": "task", "args": {"prompt": "Write the notes", "title": "notes writer"}}]},
+                {"text": "The helper is done."}
+            ]}
+        ]}),
+    );
+    let mut p = chat(
+        &d,
+        &["--new", "--model", &model, "--permission-mode", "ask"],
+        30,
+        120,
+    );
+    p.wait_for("idle", WAIT);
+    p.line("delegate the notes");
+    let s = p.wait_for("Allow write_file notes.txt? (subagent ", WAIT);
+    let l = d.connect().call_ok("agentd/list", json!({}));
+    let child = l["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["relation"] == "subagent")
+        .and_then(|s| s["session_id"].as_str())
+        .unwrap_or_else(|| panic!("no subagent: {l}"))
+        .to_string();
+    assert!(
+        s.contains(&format!("Allow write_file notes.txt? (subagent {child})")),
+        "{s}"
+    );
+    p.send("y");
+    p.wait_for("The helper is done.", WAIT);
+    p.wait_for("idle", WAIT);
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("notes.txt")).unwrap(),
+        "from the child\n"
+    );
+    quit(p);
+    let evs = d.connect().call_ok(
+        "agentd/events",
+        json!({"session_id": child, "types": ["permission_decision"]}),
+    )["events"]
+        .clone();
+    assert_eq!(evs[0]["data"]["reason"], "client_allowed", "{evs}");
+}
+
 /// The id of the daemon's only session.
 fn sid_of_only(d: &Daemon) -> String {
     let l = d.connect().call_ok("agentd/list", json!({}));

@@ -521,3 +521,136 @@ fn bad_hook_config_is_refused_with_the_table_named() {
         "the nearest key is named: {err}"
     );
 }
+
+/// `pre_compact` fires for a compaction the user asks for (`agentctl compact`) with
+/// trigger `manual`, recorded before the compaction, and for a turn's own compaction
+/// (overflow recovery) with trigger `auto`; a matcher picks one of the two. A dry run,
+/// which records nothing, runs no hook.
+#[test]
+fn pre_compact_fires_for_manual_and_automatic_compaction() {
+    let d = daemon(
+        r#"
+[[hooks.pre_compact]]
+command = '''cat >> compact-input.ndjson'''
+
+[[hooks.pre_compact]]
+matcher = "manual"
+command = '''cat >/dev/null; echo manual >> manual-only.txt'''
+"#,
+    );
+    let mut c = d.connect();
+    let sid = create(&d, &mut c);
+    let model = script(&d, "list", json!([{"name": "list_dir", "args": {}}]));
+    let r = turn(&mut c, &sid, "look around", &model);
+    assert_eq!(r["result"]["status"], "completed", "{r}");
+
+    let plan = d.agentctl_ok(&["compact", &sid, "--tail-events", "2", "--dry-run"]);
+    assert_eq!(plan["compactable"], true, "{plan}");
+    assert!(
+        inputs(&d, "compact-input.ndjson").is_empty(),
+        "a dry run runs no hook"
+    );
+
+    let out = d.agentctl_ok(&["compact", &sid, "--tail-events", "2"]);
+    assert_eq!(out["recorded"], true, "{out}");
+    let seen = inputs(&d, "compact-input.ndjson");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["hook_event_name"], "PreCompact");
+    assert_eq!(seen[0]["trigger"], "manual");
+    assert_eq!(seen[0]["session_id"], sid.as_str());
+    assert_eq!(
+        seen[0]["turn_id"],
+        Value::Null,
+        "no turn runs a manual compaction"
+    );
+    assert_eq!(
+        Path::new(seen[0]["cwd"].as_str().unwrap()),
+        d.workspace().canonicalize().unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("manual-only.txt")).unwrap(),
+        "manual\n"
+    );
+    // Both runs are in the Log right before the compaction they preceded.
+    let evs = events(&mut c, &sid);
+    let at = evs
+        .iter()
+        .position(|e| is_type(e, "history_compaction"))
+        .expect("a history_compaction");
+    let runs: Vec<(String, String, Option<String>)> = evs[at - 2..at]
+        .iter()
+        .map(|e| {
+            assert!(is_type(e, "hook_run"), "{e}");
+            assert!(e["data"].get("turn_id").is_none(), "{e}");
+            (
+                e["data"]["event"].as_str().unwrap().to_string(),
+                e["data"]["verdict"].as_str().unwrap().to_string(),
+                e["data"]["matcher"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("pre_compact".into(), "allow".into(), None),
+            ("pre_compact".into(), "allow".into(), Some("manual".into())),
+        ]
+    );
+
+    // A turn's own compaction (the provider reports an overflow) is `auto`: the
+    // `manual` hook does not run.
+    let p = d.root().join("overflow.json");
+    let mut steps: Vec<Value> = (0..16)
+        .map(|_| json!({"tool_calls": [{"name": "list_dir", "args": {}}]}))
+        .collect();
+    steps.push(json!({"error": {"kind": "context_overflow", "message": "maximum context length exceeded"}}));
+    let body = json!({"rules": [
+        {"match": "[HISTORY_COMPACTION v1]", "steps": (0..8).map(|_| json!({"text": "recovered"})).collect::<Vec<_>>()},
+        {"match": "overflow", "steps": steps},
+    ]});
+    std::fs::write(&p, serde_json::to_vec(&body).unwrap()).unwrap();
+    let sid2 = create(&d, &mut c);
+    let r = c.call(
+        "agentd/turn",
+        json!({"session_id": sid2, "input": "overflow please", "max_iterations": 40,
+               "model": format!("script:{}", p.display())}),
+    );
+    assert_eq!(r["result"]["status"], "completed", "{r}");
+    // One run per compaction the turn recorded, each right before it: none for the
+    // tails overflow recovery tried and found nothing to compact in.
+    let seen = inputs(&d, "compact-input.ndjson");
+    let auto: Vec<&Value> = seen[1..].iter().collect();
+    assert!(!auto.is_empty(), "{seen:?}");
+    for s in &auto {
+        assert_eq!(s["trigger"], "auto");
+        assert_eq!(s["session_id"], sid2.as_str());
+        assert_eq!(s["turn_id"], r["result"]["turn_id"]);
+    }
+    let evs2 = events(&mut c, &sid2);
+    let compactions: Vec<usize> = evs2
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| is_type(e, "history_compaction"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(compactions.len(), auto.len(), "{evs2:?}");
+    for i in compactions {
+        assert_eq!(
+            evs2[i - 1]["data"]["event"],
+            "pre_compact",
+            "{}",
+            evs2[i - 1]
+        );
+        assert_eq!(evs2[i]["data"]["trigger"], "overflow_recovery");
+    }
+    assert_eq!(
+        of_type(&evs2, "hook_run").len(),
+        auto.len(),
+        "no run without a compaction"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("manual-only.txt")).unwrap(),
+        "manual\n",
+        "the manual-only hook ran again"
+    );
+}

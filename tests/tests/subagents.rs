@@ -402,3 +402,310 @@ fn bad_task_arguments_are_an_error_result() {
     );
     assert!(children(&d, &sid).is_empty());
 }
+
+/// `task` with an explicit `model`: each child's provider request names the model its
+/// call asked for (plain or `provider:model`), recorded on its `turn_started`; a call
+/// without one runs on the parent turn's model.
+#[test]
+fn a_task_with_a_model_sends_the_childs_request_to_that_model() {
+    let mock = MockProvider::start(|_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        if let Some(who) = user.strip_prefix("Answer as ") {
+            return Reply::Complete(chat_text(&format!("{who} here")));
+        }
+        if tools.is_empty() {
+            return Reply::Complete(chat_tools(&[
+                (
+                    "call_plain",
+                    "task",
+                    json!({"prompt": "Answer as plain", "model": "m-small"}),
+                ),
+                (
+                    "call_qualified",
+                    "task",
+                    json!({"prompt": "Answer as qualified", "model": "mock:m-large"}),
+                ),
+                (
+                    "call_default",
+                    "task",
+                    json!({"prompt": "Answer as default"}),
+                ),
+            ]));
+        }
+        Reply::Complete(chat_text(&tools.join(" | ")))
+    });
+    let d = daemon(&mock, "");
+    let sid = d.create_session();
+    let out = d.agentctl_ok(&["turn", &sid, "Ask three helpers"]);
+    assert_eq!(
+        out["output_text"], "plain here | qualified here | default here",
+        "{out}"
+    );
+
+    // On the wire: the model each request named.
+    let mut seen: Vec<(String, String)> = mock
+        .requests()
+        .iter()
+        .map(|b| {
+            (
+                last_user_and_tool_results(b).0,
+                b["model"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want = [
+        ("Answer as default", "m1"),
+        ("Answer as plain", "m-small"),
+        ("Answer as qualified", "m-large"),
+        ("Ask three helpers", "m1"),
+        ("Ask three helpers", "m1"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(u, m)| (u.to_string(), m.to_string()))
+        .collect();
+    assert_eq!(seen, want);
+
+    // Recorded: each child's turn_started names its model and provider.
+    let mut c = d.connect();
+    let mut recorded: Vec<(String, String, String)> = children(&d, &sid)
+        .iter()
+        .map(|k| {
+            let cevs = events(&mut c, k["session_id"].as_str().unwrap());
+            let started = of_type(&cevs, "turn_started")[0]["data"].clone();
+            (
+                k["parent_call_id"].as_str().unwrap().to_string(),
+                started["provider"].as_str().unwrap().to_string(),
+                started["model"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [
+            ("call_default".into(), "mock".into(), "m1".into()),
+            ("call_plain".into(), "mock".into(), "m-small".into()),
+            ("call_qualified".into(), "mock".into(), "m-large".into()),
+        ]
+    );
+}
+
+/// In `ask` mode a child's permission requests reach the client that subscribed to the
+/// parent: it is asked about the child's `write_file` (the request names the child's
+/// session), and its answer decides: the allowed write happens, the denied one does not
+/// and the child reads the user's reason.
+#[test]
+fn a_childs_permission_request_goes_to_the_parents_client_and_its_answer_decides() {
+    let mock = MockProvider::start(|_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        if let Some(file) = user.strip_prefix("Write ") {
+            return match tools.first() {
+                None => Reply::Complete(chat_tools(&[(
+                    "call_w",
+                    "write_file",
+                    json!({"path": file, "content": "from the child\n"}),
+                )])),
+                Some(t) => Reply::Complete(chat_text(&format!("{file}: {t}"))),
+            };
+        }
+        match tools.len() {
+            0 => Reply::Complete(chat_tools(&[(
+                "call_a",
+                "task",
+                json!({"prompt": "Write allowed.txt"}),
+            )])),
+            1 => Reply::Complete(chat_tools(&[(
+                "call_b",
+                "task",
+                json!({"prompt": "Write denied.txt"}),
+            )])),
+            _ => Reply::Complete(chat_text(&tools.join(" | "))),
+        }
+    });
+    let d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut client = d.connect();
+    client.call_ok(
+        "agentd/subscribe",
+        json!({"session_id": sid, "permissions": true}),
+    );
+    let mut tc = d.connect();
+    tc.set_call_timeout(WAIT * 2);
+    let params = json!({"session_id": sid, "input": "Fill in both files",
+                        "permission_mode": "ask"});
+    let running = std::thread::spawn(move || tc.call("agentd/turn", params));
+
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let req = client
+            .wait_for(
+                |m| m["method"] == "agentd/permission" && m.get("id").is_some(),
+                WAIT,
+            )
+            .unwrap_or_else(|| panic!("no permission request; daemon:\n{}", d.daemon_output()));
+        let p = &req["params"];
+        let path = p["args"]["path"].as_str().unwrap().to_string();
+        let result = if path == "allowed.txt" {
+            json!({"decision": "allow"})
+        } else {
+            json!({"decision": "deny", "reason": "not that file"})
+        };
+        let answer = json!({"jsonrpc": "2.0", "id": req["id"], "result": result});
+        client.send_raw(format!("{answer}\n").as_bytes()).unwrap();
+        asked.push((
+            path,
+            p["tool"].as_str().unwrap().to_string(),
+            p["session_id"].as_str().unwrap().to_string(),
+        ));
+    }
+    let r = running.join().unwrap();
+    assert_eq!(r["result"]["status"], "completed", "{r}");
+    let text = r["result"]["output_text"].as_str().unwrap();
+    assert!(text.starts_with("allowed.txt: "), "{text}");
+    assert!(text.contains("denied.txt: "), "{text}");
+    assert!(
+        text.contains("not that file"),
+        "the child read the reason: {text}"
+    );
+
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("allowed.txt")).unwrap(),
+        "from the child\n"
+    );
+    assert!(
+        !d.workspace().join("denied.txt").exists(),
+        "the denied write ran"
+    );
+
+    // Each request named the child that asked, and each child recorded the answer.
+    let kids = children(&d, &sid);
+    let child_of = |call: &str| {
+        kids.iter()
+            .find(|k| k["parent_call_id"] == call)
+            .and_then(|k| k["session_id"].as_str())
+            .unwrap_or_else(|| panic!("no child for {call}: {kids:?}"))
+            .to_string()
+    };
+    let (a, b) = (child_of("call_a"), child_of("call_b"));
+    assert_eq!(
+        asked,
+        [
+            ("allowed.txt".into(), "write_file".into(), a.clone()),
+            ("denied.txt".into(), "write_file".into(), b.clone()),
+        ]
+    );
+    let mut c = d.connect();
+    let decision = |c: &mut agentd_tests::RpcConn, sid: &str| {
+        let evs = events(c, sid);
+        let d = of_type(&evs, "permission_decision")[0]["data"].clone();
+        (
+            d["decision"].as_str().unwrap().to_string(),
+            d["reason"].as_str().unwrap().to_string(),
+            d["mode"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    assert_eq!(
+        decision(&mut c, &a),
+        ("allow".into(), "client_allowed".into(), "ask".into())
+    );
+    assert_eq!(
+        decision(&mut c, &b),
+        ("deny".into(), "client_denied".into(), "ask".into())
+    );
+    // The parent records no decision of its own: `task` needs none.
+    let pevs = events(&mut c, &sid);
+    assert!(of_type(&pevs, "permission_decision").is_empty());
+}
+
+/// A `subagent_stop` hook runs when the child's turn ends (not `stop`, which the
+/// parent's turn fires), with the child's session and turn ids and its parent's on
+/// stdin. Its exit 2 cannot block: it is recorded as `cannot_block` in the child's
+/// `turn_ended` append, and the child's answer still reaches the parent unchanged.
+#[test]
+fn a_subagent_stop_hook_sees_the_child_and_cannot_block_it() {
+    let mock = MockProvider::start(|_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        if user == "Summarize the notes" {
+            return Reply::Complete(chat_text("The notes say ship it."));
+        }
+        match tools.first() {
+            None => Reply::Complete(chat_tools(&[(
+                "call_s",
+                "task",
+                json!({"prompt": "Summarize the notes"}),
+            )])),
+            Some(t) => Reply::Complete(chat_text(&format!("Child said: {t}"))),
+        }
+    });
+    let hooks = r#"
+[[hooks.subagent_stop]]
+command = '''cat >> subagent-stop.ndjson; echo "keep working" >&2; exit 2'''
+
+[[hooks.stop]]
+command = '''cat >> stop.ndjson'''
+"#;
+    let d = daemon(&mock, hooks);
+    let sid = d.create_session();
+    let out = d.agentctl_ok(&["turn", &sid, "Delegate the summary"]);
+    assert_eq!(out["status"], "completed", "{out}");
+    assert_eq!(out["output_text"], "Child said: The notes say ship it.");
+
+    let kids = children(&d, &sid);
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let child = kids[0]["session_id"].as_str().unwrap().to_string();
+    let mut c = d.connect();
+    let cevs = events(&mut c, &child);
+    let pevs = events(&mut c, &sid);
+    let turn_of = |evs: &[Value]| of_type(evs, "turn_started")[0]["data"]["turn_id"].clone();
+    let read = |name: &str| -> Vec<Value> {
+        std::fs::read_to_string(d.workspace().join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect()
+    };
+
+    let sub = read("subagent-stop.ndjson");
+    assert_eq!(sub.len(), 1, "{sub:?}");
+    let s = &sub[0];
+    assert_eq!(s["hook_event_name"], "SubagentStop");
+    assert_eq!(s["session_id"], child.as_str());
+    assert_eq!(s["turn_id"], turn_of(&cevs));
+    assert_eq!(s["status"], "completed");
+    assert_eq!(s["stop_hook_active"], false);
+    assert_eq!(s["parent_session_id"], sid.as_str());
+    assert_eq!(s["parent_call_id"], "call_s");
+    assert_eq!(s["parent_turn_id"], turn_of(&pevs));
+    assert_eq!(
+        std::path::Path::new(s["cwd"].as_str().unwrap()),
+        d.workspace().canonicalize().unwrap()
+    );
+    // `stop` ran once, for the parent's turn only.
+    let stops = read("stop.ndjson");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(stops[0]["hook_event_name"], "Stop");
+    assert_eq!(stops[0]["session_id"], sid.as_str());
+    assert!(stops[0].get("parent_session_id").is_none(), "{}", stops[0]);
+
+    // The child's Log: the run, recorded as a failure to block, just before its
+    // completed turn_ended.
+    let ended = cevs
+        .iter()
+        .position(|e| is_type(e, "turn_ended"))
+        .expect("the child's turn_ended");
+    assert_eq!(cevs[ended]["data"]["status"], "completed");
+    let run = &cevs[ended - 1];
+    assert!(is_type(run, "hook_run"), "{run}");
+    assert_eq!(run["data"]["event"], "subagent_stop");
+    assert_eq!(run["data"]["verdict"], "error");
+    assert_eq!(run["data"]["error"]["kind"], "cannot_block");
+    assert_eq!(run["data"]["stderr"], "keep working");
+    assert_eq!(run["data"]["exit_code"], 2);
+    // Only one turn in the child: the hook did not make it go on.
+    assert_eq!(of_type(&cevs, "turn_started").len(), 1);
+    let results = of_type(&pevs, "tool_result");
+    assert_eq!(results[0]["data"]["output"], "The notes say ship it.");
+    assert_eq!(results[0]["data"]["ok"], true);
+}

@@ -607,11 +607,30 @@ impl Bridge {
                 a.iter()
                     .map(|s| {
                         let mut o = json!({"sessionId": s["session_id"], "cwd": s["workspace"]});
+                        let subagent = s["relation"] == "subagent";
                         if let Some(t) = s["title"].as_str().filter(|t| !t.is_empty()) {
                             o["title"] = json!(t);
                         }
+                        if subagent {
+                            // Tagged as `agentctl ls` does, for clients that ignore `_meta`.
+                            let t = o["title"].as_str().unwrap_or("");
+                            o["title"] = json!(format!("[subagent] {t}").trim_end());
+                        }
                         if let Some(t) = s["updated_at"].as_str() {
                             o["updatedAt"] = json!(t);
+                        }
+                        let mut meta = serde_json::Map::new();
+                        for (from, to) in [
+                            ("relation", "relation"),
+                            ("parent_session_id", "parentSessionId"),
+                            ("parent_call_id", "parentCallId"),
+                        ] {
+                            if let Some(v) = s.get(from).filter(|v| v.is_string()) {
+                                meta.insert(to.into(), v.clone());
+                            }
+                        }
+                        if !meta.is_empty() {
+                            o["_meta"] = json!({"agentd": meta});
                         }
                         o
                     })
@@ -1056,14 +1075,22 @@ impl Bridge {
                 method: m,
                 params,
             } if m == method::PERMISSION => {
+                // A subagent's request comes here too (the daemon routes a child's
+                // requests to its parent's client): shown in this session as a call of
+                // its own, marked with the child (docs/acp.md#subagents).
+                let (params, child) = map::subagent_request(params, sid);
                 // The request can overtake its tool_call event: announce the call first.
                 let args = params.get("args").cloned().unwrap_or_else(|| json!({}));
-                if let Some(u) = live.announce(
+                let call_id = params["call_id"].as_str().unwrap_or("").to_string();
+                if let Some(mut u) = live.announce(
                     &o.workspace,
-                    params["call_id"].as_str().unwrap_or(""),
+                    &call_id,
                     params["tool"].as_str().unwrap_or(""),
                     &args,
                 ) {
+                    if let (Some(c), Some(f)) = (&child, u.as_object_mut()) {
+                        map::mark_subagent(f, c);
+                    }
                     self.out
                         .notify("session/update", json!({"sessionId": sid, "update": u}));
                 }
@@ -1074,6 +1101,13 @@ impl Bridge {
                     answer["scope"] = json!(s);
                 }
                 let _ = conn.respond(id, answer).await;
+                if let Some(c) = &child {
+                    // The call runs in the child; its result is in the child's Log and
+                    // the parent's `task` result. The card here ends with the answer.
+                    let u = map::subagent_decided(&call_id, c, decision == "allow");
+                    self.out
+                        .notify("session/update", json!({"sessionId": sid, "update": u}));
+                }
             }
             Incoming::Request { id, .. } => {
                 let _ = conn
@@ -1114,6 +1148,9 @@ impl Bridge {
         let call_id = p["call_id"].as_str().unwrap_or("");
         let args = p.get("args").cloned().unwrap_or_else(|| json!({}));
         let mut fields = map::tool_call_fields(ws, call_id, &tool, &args, None);
+        if let Some(c) = p["subagent_session_id"].as_str() {
+            map::mark_subagent(&mut fields, c);
+        }
         let spelled: Vec<String> = grant
             .as_object()
             .map(|o| {
@@ -1180,7 +1217,11 @@ impl Bridge {
         let call_id = p["call_id"].as_str().unwrap_or("");
         let args = p.get("args").cloned().unwrap_or_else(|| json!({}));
         let old = map::current_text(ws, &tool, &args);
-        let tool_call = Value::Object(map::tool_call_fields(ws, call_id, &tool, &args, old));
+        let mut tool_call = map::tool_call_fields(ws, call_id, &tool, &args, old);
+        if let Some(c) = p["subagent_session_id"].as_str() {
+            map::mark_subagent(&mut tool_call, c);
+        }
+        let tool_call = Value::Object(tool_call);
         let req = json!({
             "sessionId": sid,
             "toolCall": tool_call,

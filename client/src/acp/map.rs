@@ -73,6 +73,14 @@ pub fn tool_title(name: &str, args: &Value) -> String {
         "apply_patch" => "Apply a patch".to_string(),
         "shell" => format!("Run `{}`", short(s(args, "command").unwrap_or(""), 80)),
         "memory_apply" => "Update memory".to_string(),
+        // A subagent (docs/subagents.md): its title, else its brief's first line.
+        "task" => format!(
+            "Subagent: {}",
+            short(
+                s(args, "title").or(s(args, "prompt")).unwrap_or("").trim(),
+                80
+            )
+        ),
         other => other.to_string(),
     }
 }
@@ -114,6 +122,55 @@ pub fn tool_call_fields(
     m
 }
 
+/// A permission request as the bridge of session `sid` handles it, and the subagent
+/// that asked when it is not `sid` itself: a child's call is shown under the id
+/// `CHILD/CALL_ID` (its own call ids may repeat the parent's), and the request keeps the
+/// child in `subagent_session_id`.
+pub fn subagent_request(mut params: Value, sid: &str) -> (Value, Option<String>) {
+    let child = s(&params, "session_id")
+        .filter(|c| !c.is_empty() && *c != sid)
+        .map(str::to_string);
+    if let (Some(c), Some(o)) = (&child, params.as_object_mut()) {
+        let call = o.get("call_id").and_then(Value::as_str).unwrap_or("");
+        let shown = format!("{c}/{call}");
+        o.insert("call_id".into(), json!(shown));
+        o.insert("subagent_session_id".into(), json!(c));
+    }
+    (params, child)
+}
+
+/// Marks a subagent's tool call: its title names the child, and `_meta.agentd` holds
+/// the child's session id.
+pub fn mark_subagent(fields: &mut Map<String, Value>, child: &str) {
+    let title = fields
+        .get("title")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    fields.insert("title".into(), json!(format!("Subagent {child}: {title}")));
+    fields.insert(
+        "_meta".into(),
+        json!({"agentd": {"subagentSessionId": child}}),
+    );
+}
+
+/// The update that ends a subagent's permission card once answered: `completed` when
+/// allowed (the call then runs in the child), `failed` when denied.
+pub fn subagent_decided(shown_call_id: &str, child: &str, allowed: bool) -> Value {
+    let text = if allowed {
+        format!("allowed; it runs in subagent {child}")
+    } else {
+        format!("denied; subagent {child} is told so")
+    };
+    json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": shown_call_id,
+        "status": if allowed { "completed" } else { "failed" },
+        "content": [{"type": "content", "content": text_block(&text)}],
+        "_meta": {"agentd": {"subagentSessionId": child}},
+    })
+}
+
 /// The current text of the file a live `write_file` is about to replace.
 pub fn current_text(workspace: &Path, name: &str, args: &Value) -> Option<String> {
     if name != "write_file" {
@@ -137,6 +194,10 @@ fn tool_call_update(workspace: &Path, data: &Value, old_text: Option<String>) ->
     Some(Value::Object(m))
 }
 
+/// The `tool_result` fields a `tool_call_update`'s `rawOutput` copies; `subagent` is a
+/// `task` call's child `{session_id, turn_id, status}` (docs/acp.md#subagents).
+const RAW_OUTPUT_KEYS: [&str; 6] = ["ok", "output", "error", "exit_code", "resource", "subagent"];
+
 fn tool_result_update(data: &Value) -> Option<Value> {
     let call_id = s(data, "call_id")?;
     let ok = data.get("ok").and_then(Value::as_bool).unwrap_or(false);
@@ -151,7 +212,7 @@ fn tool_result_update(data: &Value) -> Option<Value> {
         )
     };
     let mut raw = Map::new();
-    for k in ["ok", "output", "error", "exit_code", "resource"] {
+    for k in RAW_OUTPUT_KEYS {
         if let Some(v) = data.get(k) {
             raw.insert(k.into(), v.clone());
         }
@@ -350,7 +411,7 @@ fn tool_result_raw(f: &Fields<'_>, out: &mut String) -> bool {
     };
     let ok = f.get("ok").is_some_and(|v| v.get() == "true");
     let mut raw = String::from("{");
-    for k in ["ok", "output", "error", "exit_code", "resource"] {
+    for k in RAW_OUTPUT_KEYS {
         if let Some(v) = f.get(k) {
             if raw.len() > 1 {
                 raw.push(',');
@@ -643,7 +704,11 @@ mod tests {
                 "tool_result",
                 json!({"call_id":"c4","ok":true,"output":"x","resource":{"uri":"file:///a"}}),
             ),
-            ev(7, "turn_ended", json!({"turn_id":"t"})),
+            ev(
+                7,
+                "tool_result",
+                json!({"call_id":"c5","ok":true,"output":"42","subagent":{"session_id":"s2","turn_id":"t2","status":"completed"}}),
+            ),
             ev(
                 8,
                 "provider_usage",
@@ -666,7 +731,8 @@ mod tests {
             .collect();
         let want: Vec<Value> = events.iter().flat_map(|e| replay(e, ws)).collect();
         assert_eq!(got, want);
-        assert_eq!(got.len(), 8);
+        assert_eq!(got.len(), 9);
+        assert_eq!(got[6]["rawOutput"]["subagent"]["session_id"], "s2");
     }
 
     /// A daemon killed mid-answer: "Half" streamed, then the resumed step's answer

@@ -9,17 +9,16 @@
 //! Everything durable lives in the daemon's Logs, so a thread started here is an ordinary
 //! agentd session that every other client sees.
 
+use super::goal;
 use super::map::{self, Live, Turns};
+use super::shared::{parse, Shared};
 use super::wire::{self, Thread, Turn};
 use super::Out;
-use crate::cli::AppServerArgs;
-use crate::daemon::{self, Target};
 use crate::rpc::{Conn, Incoming};
 use agentctl::acp::params::RpcErr;
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::session_uuid::{self, Resolved};
 use agentd_proto::{AgentError, ErrorKind};
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,47 +32,6 @@ const PAGE: usize = 20_000;
 const COMPACT_TAIL: usize = 8;
 /// Threads per `thread/list` page when the client names no limit.
 const LIST_PAGE: u32 = 25;
-
-/// What the bridge process shares between its client connections: the daemon, the
-/// options, the model catalog.
-pub struct Shared {
-    pub target: Target,
-    pub args: AppServerArgs,
-    daemon: tokio::sync::Mutex<Option<Arc<Conn>>>,
-}
-
-impl Shared {
-    pub fn new(target: Target, args: AppServerArgs) -> Shared {
-        Shared {
-            target,
-            args,
-            daemon: tokio::sync::Mutex::new(None),
-        }
-    }
-
-    /// The shared daemon connection, (re)connecting (and starting agentd) when it is gone.
-    async fn conn(&self) -> Result<Arc<Conn>, AgentError> {
-        let mut g = self.daemon.lock().await;
-        if let Some(c) = g.as_ref() {
-            if !c.is_closed() {
-                return Ok(c.clone());
-            }
-        }
-        *g = None;
-        let c = Arc::new(daemon::connect_or_start(&self.target).await?.conn);
-        *g = Some(c.clone());
-        Ok(c)
-    }
-
-    pub async fn call(&self, m: &str, params: Value) -> Result<Value, AgentError> {
-        let c = self.conn().await?;
-        let r = c.call(m, params).await;
-        if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
-            *self.daemon.lock().await = None;
-        }
-        r
-    }
-}
 
 /// A thread this connection loaded.
 struct Loaded {
@@ -104,11 +62,6 @@ pub struct Client {
     threads: Mutex<HashMap<String, Loaded>>,
     pending: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
     next_id: AtomicI64,
-}
-
-fn parse<T: DeserializeOwned>(params: Value, what: &str) -> Result<T, RpcErr> {
-    let params = if params.is_null() { json!({}) } else { params };
-    serde_json::from_value(params).map_err(|e| RpcErr::params(format!("{what}: {e}")))
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcErr {
@@ -165,6 +118,10 @@ fn ms_of(ts: &str) -> i64 {
 /// A thread's session, read from the daemon.
 struct Read {
     sid: String,
+    /// The UUIDs of the session, its parent and its fork root, as the daemon shows them.
+    uuid: String,
+    parent_uuid: Option<String>,
+    root_uuid: Option<String>,
     workspace: PathBuf,
     title: Option<String>,
     created: i64,
@@ -267,6 +224,9 @@ impl Client {
             "turn/start" => self.turn_start(params).await.map(plain),
             "turn/interrupt" => self.turn_interrupt(params).await.map(plain),
             "turn/steer" => self.turn_steer(params).await.map(plain),
+            "thread/goal/get" => goal::get(&self.shared, params).await.map(plain),
+            "thread/goal/set" => goal::set(&self.shared, params).await.map(plain),
+            "thread/goal/clear" => goal::clear(&self.shared, params).await.map(plain),
             "model/list" => self.model_list().await.map(plain),
             "account/read" => Ok(plain(
                 json!({"account": {"type": "apiKey"}, "requiresOpenaiAuth": false}),
@@ -294,46 +254,7 @@ impl Client {
 
     /// The session a client's thread id names.
     async fn sid_of(&self, thread_id: &str) -> Result<String, RpcErr> {
-        match session_uuid::resolve(thread_id) {
-            None => Err(RpcErr::params(format!(
-                "thread id `{}` is not a UUID",
-                thread_id.chars().take(64).collect::<String>()
-            ))),
-            Some(Resolved::Session(sid)) => Ok(sid),
-            Some(Resolved::Lookup(uuid)) => self.lookup(&uuid).await,
-        }
-    }
-
-    /// A session whose id is `uuid` itself or whose alias it is: the loaded threads
-    /// first, then every session the daemon lists (archived ones too).
-    async fn lookup(&self, uuid: &str) -> Result<String, RpcErr> {
-        if let Some(sid) = self.threads.lock().ok().and_then(|t| {
-            t.iter()
-                .find(|(_, l)| l.uuid == uuid)
-                .map(|(sid, _)| sid.clone())
-        }) {
-            return Ok(sid);
-        }
-        let mut cursor: Option<String> = None;
-        loop {
-            let mut q = json!({"limit": 1000, "include_archived": true});
-            if let Some(c) = &cursor {
-                q["cursor"] = json!(c);
-            }
-            let r = self.shared.call(method::LIST, q).await?;
-            for s in r["sessions"].as_array().into_iter().flatten() {
-                if let Some(sid) = s["session_id"].as_str() {
-                    if session_uuid::matches(sid, uuid) {
-                        return Ok(sid.to_string());
-                    }
-                }
-            }
-            match r["next_cursor"].as_str() {
-                Some(c) => cursor = Some(c.to_string()),
-                None => break,
-            }
-        }
-        Err(RpcErr::new(-32600, format!("thread not found: {uuid}")))
+        Ok(self.shared.resolve(thread_id).await?.0)
     }
 
     /// Reads a session whole: its facts and its events folded into turns.
@@ -345,6 +266,11 @@ impl Client {
         let workspace = PathBuf::from(show["workspace"].as_str().unwrap_or("/"));
         let mut r = Read {
             sid: sid.to_string(),
+            uuid: show["uuid"]
+                .as_str()
+                .map_or_else(|| session_uuid::to_uuid(sid), str::to_string),
+            parent_uuid: None,
+            root_uuid: None,
             workspace: workspace.clone(),
             title: show["title"].as_str().map(str::to_string),
             created: 0,
@@ -391,6 +317,12 @@ impl Client {
                 _ => break,
             }
         }
+        if let Some(p) = &r.parent {
+            r.parent_uuid = Some(self.shared.uuid_of(p).await);
+        }
+        if let Some(root) = &r.root {
+            r.root_uuid = Some(self.shared.uuid_of(root).await);
+        }
         Ok(r)
     }
 
@@ -407,7 +339,7 @@ impl Client {
     }
 
     fn thread_of(&self, r: &Read, with_turns: bool) -> Thread {
-        let uuid = session_uuid::to_uuid(&r.sid);
+        let uuid = r.uuid.clone();
         let model = match (&r.provider, &r.model) {
             (Some(p), Some(m)) if !m.starts_with("script:") => Some(format!("{p}:{m}")),
             (_, m) => m.clone(),
@@ -426,11 +358,8 @@ impl Client {
         }
         Thread {
             id: uuid.clone(),
-            session_id: r
-                .root
-                .as_deref()
-                .map_or_else(|| uuid.clone(), session_uuid::to_uuid),
-            forked_from_id: r.parent.as_deref().map(session_uuid::to_uuid),
+            session_id: r.root_uuid.clone().unwrap_or_else(|| uuid.clone()),
+            forked_from_id: r.parent_uuid.clone(),
             preview: r.turns.preview.clone().unwrap_or_default(),
             ephemeral: false,
             model_provider: r.provider.clone().unwrap_or_else(|| "agentd".into()),
@@ -452,13 +381,12 @@ impl Client {
     /// after `after_seq` as notifications.
     fn load(
         self: &Arc<Self>,
-        sid: &str,
-        workspace: &Path,
+        r: &Read,
         mode: String,
         model: Option<String>,
         after_seq: Option<u64>,
     ) {
-        let uuid = session_uuid::to_uuid(sid);
+        let (sid, workspace, uuid) = (r.sid.as_str(), r.workspace.as_path(), r.uuid.clone());
         let turn = Arc::new(Mutex::new(Seen::default()));
         let follower = tokio::spawn(follow(
             Arc::downgrade(self),
@@ -539,7 +467,7 @@ impl Client {
             .unwrap_or_default()
             .to_string();
         let r = self.read(&sid).await?;
-        self.load(&sid, &r.workspace, mode.clone(), picked.clone(), r.last_seq);
+        self.load(&r, mode.clone(), picked.clone(), r.last_seq);
         let thread = self.thread_of(&r, false);
         let started = ("thread/started", json!({"thread": thread}));
         Ok((
@@ -553,15 +481,14 @@ impl Client {
         let sid = self.sid_of(&p.thread_id).await?;
         let r = self.read(&sid).await?;
         let mode = mode_of(p.approval_policy.as_ref(), &self.shared.args.mode);
-        self.load(
-            &sid,
-            &r.workspace,
-            mode.clone(),
-            p.model.clone(),
-            r.last_seq,
-        );
+        self.load(&r, mode.clone(), p.model.clone(), r.last_seq);
         let thread = self.thread_of(&r, !p.exclude_turns);
-        Ok((self.opened(&r, thread, &mode, p.model.as_deref()), vec![]))
+        // The thread's goal, as Codex's server sends it on a resume.
+        let notes = goal::snapshot(&self.shared, &sid, &r.uuid)
+            .await
+            .into_iter()
+            .collect();
+        Ok((self.opened(&r, thread, &mode, p.model.as_deref()), notes))
     }
 
     async fn thread_fork(self: &Arc<Self>, params: Value) -> Result<Reply, RpcErr> {
@@ -584,13 +511,7 @@ impl Client {
             .to_string();
         let r = self.read(&child).await?;
         let mode = mode_of(p.approval_policy.as_ref(), &self.shared.args.mode);
-        self.load(
-            &child,
-            &r.workspace,
-            mode.clone(),
-            p.model.clone(),
-            r.last_seq,
-        );
+        self.load(&r, mode.clone(), p.model.clone(), r.last_seq);
         let thread = self.thread_of(&r, !p.exclude_turns);
         let mut note = thread.clone();
         note.turns.clear();
@@ -650,22 +571,35 @@ impl Client {
             .shared
             .call(
                 method::EVENTS,
-                json!({"session_id": sid, "types": ["user_message"], "limit": 1}),
+                json!({"session_id": sid, "types": ["user_message"], "limit": 8}),
             )
             .await
             .ok();
+        // The first prompt, past the context an imported Codex session starts with.
         let preview = first
             .as_ref()
-            .and_then(|f| f["events"][0]["data"]["text"].as_str())
+            .and_then(|f| f["events"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["data"]["text"].as_str())
+            .find(|t| !map::is_codex_context(t))
             .unwrap_or("")
             .to_string();
-        let uuid = session_uuid::to_uuid(sid);
+        let uuid = s["uuid"]
+            .as_str()
+            .map_or_else(|| session_uuid::to_uuid(sid), str::to_string);
+        let root = match s["fork_root_session_id"].as_str() {
+            Some(r) => self.shared.uuid_of(r).await,
+            None => uuid.clone(),
+        };
+        let parent = match s["parent_session_id"].as_str() {
+            Some(p) => Some(self.shared.uuid_of(p).await),
+            None => None,
+        };
         Thread {
-            id: uuid.clone(),
-            session_id: s["fork_root_session_id"]
-                .as_str()
-                .map_or(uuid, session_uuid::to_uuid),
-            forked_from_id: s["parent_session_id"].as_str().map(session_uuid::to_uuid),
+            id: uuid,
+            session_id: root,
+            forked_from_id: parent,
             preview,
             ephemeral: false,
             model_provider: "agentd".into(),
@@ -756,7 +690,7 @@ impl Client {
 
     async fn name_set(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadSetNameParams = parse(params, "thread/name/set params")?;
-        let sid = self.sid_of(&p.thread_id).await?;
+        let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
         self.shared
             .call(method::RENAME, json!({"session_id": sid, "title": p.name}))
             .await?;
@@ -767,7 +701,7 @@ impl Client {
         } else {
             vec![(
                 "thread/name/updated",
-                json!({"threadId": session_uuid::to_uuid(&sid), "threadName": p.name}),
+                json!({"threadId": uuid, "threadName": p.name}),
             )]
         };
         Ok((json!({}), notes))
@@ -775,14 +709,13 @@ impl Client {
 
     async fn archive(&self, params: Value, archive: bool) -> Result<Reply, RpcErr> {
         let p: wire::ThreadRef = parse(params, "thread/archive params")?;
-        let sid = self.sid_of(&p.thread_id).await?;
+        let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
         let m = if archive {
             method::ARCHIVE
         } else {
             method::UNARCHIVE
         };
         self.shared.call(m, json!({"session_id": sid})).await?;
-        let uuid = session_uuid::to_uuid(&sid);
         if archive {
             return Ok((
                 json!({}),
@@ -798,7 +731,7 @@ impl Client {
 
     async fn delete(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadRef = parse(params, "thread/delete params")?;
-        let sid = self.sid_of(&p.thread_id).await?;
+        let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
         self.shared
             .call(method::DELETE, json!({"session_id": sid}))
             .await?;
@@ -807,10 +740,7 @@ impl Client {
         }
         Ok((
             json!({}),
-            vec![(
-                "thread/deleted",
-                json!({"threadId": session_uuid::to_uuid(&sid)}),
-            )],
+            vec![("thread/deleted", json!({"threadId": uuid}))],
         ))
     }
 
@@ -1248,6 +1178,9 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
                     t.running.clone_from(&live.turn_id);
                 }
                 for (m, p) in notes {
+                    c.out.notify(m, p);
+                }
+                if let Some((m, p)) = goal::on_event(&c.shared, &sid, &uuid, ev).await {
                     c.out.notify(m, p);
                 }
                 let mut i = 0;

@@ -269,6 +269,21 @@ fn ended_error(data: &Value) -> Option<TurnError> {
     })
 }
 
+/// Whether a user message is context Codex itself put into the conversation (its
+/// environment block, the project's instructions), which an imported Codex session
+/// carries as user messages: Codex's clients never show these as the user's words or as
+/// a thread's preview, and neither does the bridge.
+pub fn is_codex_context(text: &str) -> bool {
+    const OPENERS: [&str; 4] = [
+        "<environment_context>",
+        "<user_instructions>",
+        "# AGENTS.md instructions for ",
+        "<skills_instructions>",
+    ];
+    let t = text.trim_start();
+    OPENERS.iter().any(|o| t.starts_with(o))
+}
+
 /// A session's durable events folded into turns.
 #[derive(Debug, Default)]
 pub struct Turns {
@@ -339,6 +354,9 @@ impl Turns {
             }
             "user_message" => {
                 let text = s(data, "text").unwrap_or("");
+                if is_codex_context(text) {
+                    return;
+                }
                 if self.preview.is_none() && !text.is_empty() {
                     self.preview = Some(text.to_string());
                 }
@@ -519,6 +537,7 @@ impl Live {
                     json!({"threadId": self.thread_id, "turn": turn}),
                 ));
             }
+            "user_message" if is_codex_context(s(data, "text").unwrap_or("")) => {}
             "user_message" => {
                 let seq = event.get("seq").and_then(Value::as_u64).unwrap_or(0);
                 let item = user_item(&format!("user-{seq}"), s(data, "text").unwrap_or(""));

@@ -17,15 +17,18 @@
 //! JSON-RPC error and the connection goes on.
 
 mod bridge;
+mod goal;
 pub mod map;
+mod shared;
 mod wire;
 
 pub use crate::cli::AppServerArgs;
 use crate::daemon::Target;
 use agentctl::acp::params::RpcErr;
-use bridge::{Client, Shared};
+use bridge::Client;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use shared::Shared;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -114,6 +114,9 @@ pub struct PickerEntry {
 #[derive(Debug, Clone)]
 pub struct Pending {
     pub id: Value,
+    /// The subagent that asks (docs/subagents.md), when the request is not the attached
+    /// session's own.
+    pub subagent: Option<String>,
     pub tool: String,
     pub summary: String,
     pub grant: Option<String>,
@@ -339,9 +342,16 @@ impl App {
         }
         let s = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or("");
         let tool = s("tool").to_string();
-        if self.session_id.as_deref() != Some(s("session_id")) {
+        // The daemon sends this chat its session's requests and, in `ask` mode, those
+        // of the session's subagents (their parent's client answers for them).
+        let Some(own) = self.session_id.as_deref() else {
+            return vec![Effect::Respond(id, json!({"decision": "deny"}))];
+        };
+        let asker = s("session_id");
+        if asker.is_empty() {
             return vec![Effect::Respond(id, json!({"decision": "deny"}))];
         }
+        let subagent = (asker != own).then(|| asker.to_string());
         let grant = params
             .get("sandbox_grant")
             .filter(|g| !g.is_null())
@@ -349,6 +359,7 @@ impl App {
         let null = Value::Null;
         self.permissions.push_back(Pending {
             id,
+            subagent,
             summary: args_summary(&tool, params.get("args").unwrap_or(&null)),
             tool,
             grant,
@@ -1408,10 +1419,21 @@ mod tests {
             )]
         );
         assert!(a.permissions.is_empty());
-        // Another session's request is denied.
-        let other = json!({"session_id": "s2", "tool": "shell", "args": {}});
+        // A subagent's request (the daemon routes it to its parent's client) is asked
+        // about, naming the subagent; one without a session is denied.
+        let child = json!({"session_id": "s2", "tool": "shell", "args": {"command": "ls"}});
+        assert!(a
+            .on_request(json!(8), method::PERMISSION, &child)
+            .is_empty());
+        assert_eq!(a.permissions[0].subagent.as_deref(), Some("s2"));
+        let fx = a.on_key(KeyEvent::new(KeyCode::Char('y'), KeyModifiers::NONE));
         assert_eq!(
-            a.on_request(json!(9), method::PERMISSION, &other),
+            fx,
+            vec![Effect::Respond(json!(8), json!({"decision": "allow"}))]
+        );
+        let nobody = json!({"tool": "shell", "args": {}});
+        assert_eq!(
+            a.on_request(json!(9), method::PERMISSION, &nobody),
             vec![Effect::Respond(json!(9), json!({"decision": "deny"}))]
         );
         let grant = json!({"session_id": "s1", "tool": "shell", "args": {"command": "x"}, "sandbox_grant": {"network": "host"}});

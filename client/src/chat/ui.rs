@@ -331,6 +331,11 @@ fn permission_lines(app: &App) -> Vec<Line<'static>> {
         ),
         Span::raw(format!(" {}?", p.summary)),
     ])];
+    if let Some(child) = &p.subagent {
+        out[0]
+            .spans
+            .push(Span::styled(format!(" (subagent {child})"), warn));
+    }
     if let Some(g) = &p.grant {
         out.push(Line::from(Span::styled(
             format!("sandbox grant asked: {g}"),

@@ -53,7 +53,6 @@ use crate::history::replay::ReplayStats;
 use crate::provider::{
     OutputItem, ProviderFailure, ProviderRequest, ProviderResponse, StreamEvent,
 };
-use crate::registry::Registry;
 use crate::session::{SessionHandle, SessionState};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use agentd_proto::replay::ReplayItem;
@@ -114,8 +113,9 @@ struct Runner<'a> {
     running: Arc<RunningTurn>,
     /// The hooks this turn runs (docs/hooks.md).
     hooks: Arc<crate::hooks::Hooks>,
-    /// The session is a subagent's: its turn end fires `subagent_stop`, not `stop`.
-    subagent: bool,
+    /// The session is a subagent's (its parent's ids): its turn end fires
+    /// `subagent_stop`, not `stop`.
+    subagent: Option<serde_json::Value>,
 }
 
 /// How a turn begins: a new prompt, or a turn a crash left open (docs/durability.md).
@@ -159,12 +159,12 @@ pub(super) async fn run(
                     st.workspace().to_string(),
                     usage_ratio(st),
                     st.checkpoint.fact_dependency_uris(),
-                    session_grants(st),
+                    super::commands::session_grants(st),
                     hook_facts(st),
                 )
             })
             .await?;
-        let tools = tool_context(
+        let tools = super::commands::tool_context(
             &turns.registry,
             &sid,
             workspace.clone(),
@@ -197,7 +197,7 @@ pub(super) async fn run(
                 // only them and fails the request with kind `hook_blocked`.
                 let at = crate::hooks::At {
                     session_id: &sid,
-                    turn_id: &running.turn_id,
+                    turn_id: Some(&running.turn_id),
                     permission_mode: spec.permission_mode.as_str(),
                     tools: &tools,
                 };
@@ -310,79 +310,16 @@ pub(super) async fn run(
     ))
 }
 
-async fn tool_context(
-    registry: &Registry,
-    sid: &str,
-    workspace: String,
-    spec: &TurnSpec,
-    cancel: &CancellationToken,
-    session_grants: Vec<agentd_sandbox::Grant>,
-) -> Result<ToolContext, AgentError> {
-    let resources = registry.home.resources_dir(sid)?;
-    // Canonicalizing the workspace walks the filesystem: off the runtime's workers.
-    let mut ctx =
-        crate::filesystem::blocking(move || ToolContext::new(workspace, resources)).await??;
-    ctx.cancel = cancel.clone();
-    ctx.shell_env_remove = spec.env_remove.clone();
-    ctx.redact = spec.secrets.clone();
-    if let Some(rt) = crate::tools::sandboxing::runtime() {
-        let inputs = crate::tools::sandboxing::inputs(
-            &rt,
-            &registry.config.sandbox,
-            spec.sandbox_session,
-            spec.sandbox_turn,
-            &ctx.workspace,
-        );
-        let mut inputs = inputs;
-        inputs.grants = session_grants;
-        let policy = agentd_sandbox::effective(&inputs);
-        let paths = crate::filesystem::blocking({
-            let policy = policy.clone();
-            move || Ok::<_, AgentError>(crate::tools::sandboxing::PathRules::from_policy(&policy))
-        })
-        .await??;
-        ctx.paths = paths;
-        ctx.sandbox = Some(crate::tools::sandboxing::CommandSandbox {
-            runtime: rt,
-            inputs,
-            policy,
-            on_unavailable: registry.config.sandbox.on_unavailable,
-            limits: agentd_sandbox::Limits::from_config(&registry.config.sandbox),
-        });
-    }
-    Ok(ctx)
-}
-
-/// Sandbox grants approved for the session: the `permission_decision`s that allowed a
-/// `grant` with `scope: "session"` (docs/sandbox.md#escalation), in Log order.
-fn session_grants(st: &SessionState) -> Vec<agentd_sandbox::Grant> {
-    st.events
-        .iter()
-        .filter(|e| e.event_type() == EventType::PermissionDecision)
-        .map(|e| e.event())
-        .filter(|e| {
-            e.data.get("decision").and_then(|d| d.as_str()) == Some("allow")
-                && e.data.get("scope").and_then(|d| d.as_str()) == Some("session")
-        })
-        .filter_map(|e| {
-            tools::sandboxing::parse_grant(e.data.get("grant"))
-                .ok()
-                .flatten()
-        })
-        .flatten()
-        .collect()
-}
-
 /// For hooks: whether the next turn is the session's first (no `turn_started` yet and
-/// no `session_start` hook ran: `session_start` fires once), and whether the session is
-/// a subagent's (`session_started.relation`).
-fn hook_facts(st: &SessionState) -> (bool, bool) {
+/// no `session_start` hook ran: `session_start` fires once), and, when the session is
+/// a subagent's (`session_started.relation`), its parent's ids for `subagent_stop`.
+fn hook_facts(st: &SessionState) -> (bool, Option<serde_json::Value>) {
     let mut first = true;
-    let mut subagent = false;
+    let mut subagent = None;
     for e in st.events.iter() {
         match e.event_type() {
             EventType::SessionStarted => {
-                subagent = e.str_field("relation").as_deref() == Some("subagent");
+                subagent = super::subagent::parent_fields(&e.event());
             }
             EventType::TurnStarted => first = false,
             EventType::HookRun if e.str_field("event").as_deref() == Some("session_start") => {
@@ -806,18 +743,21 @@ impl Runner<'_> {
     }
 
     async fn compact(&self, tail_events: usize, trigger: Trigger) -> Result<bool, AgentError> {
-        let mut drafts = self.hooks.pre_compact("auto", &self.at()).await;
-        if !drafts.is_empty() {
-            for d in &mut drafts {
-                tools::redact_value(&mut d.data, &self.spec.secrets);
-            }
-            self.h.append(drafts, None).await?;
-        }
         let opts = CompactOptions {
             tail_events,
             trigger,
             strategy: CompactStrategy::Deterministic,
         };
+        // `pre_compact` hooks run only before a compaction that records something.
+        if !self.hooks.is_empty() && super::compact_hooks::will_compact(self.h, &opts).await? {
+            let mut drafts = self.hooks.pre_compact("auto", &self.at()).await;
+            if !drafts.is_empty() {
+                for d in &mut drafts {
+                    tools::redact_value(&mut d.data, &self.spec.secrets);
+                }
+                self.h.append(drafts, None).await?;
+            }
+        }
         let outcome = crate::ops::compact(self.h, opts, false, None).await?;
         Ok(outcome.recorded)
     }
@@ -1169,7 +1109,7 @@ impl Runner<'_> {
     fn at(&self) -> crate::hooks::At<'_> {
         crate::hooks::At {
             session_id: &self.sid,
-            turn_id: &self.turn_id,
+            turn_id: Some(&self.turn_id),
             permission_mode: self.spec.permission_mode.as_str(),
             tools: &self.tools,
         }
@@ -1361,7 +1301,7 @@ impl Runner<'_> {
                 }
                 let mut drafts = self
                     .hooks
-                    .stop(self.subagent, "completed", &self.at())
+                    .stop(self.subagent.as_ref(), "completed", &self.at())
                     .await;
                 drafts.push(EventDraft::new(EventType::TurnEnded, data));
                 self.append(drafts).await?;
@@ -1383,7 +1323,10 @@ impl Runner<'_> {
                 if self.resumed > 0 {
                     data["resumed"] = json!(self.resumed);
                 }
-                let mut drafts = self.hooks.stop(self.subagent, status, &self.at()).await;
+                let mut drafts = self
+                    .hooks
+                    .stop(self.subagent.as_ref(), status, &self.at())
+                    .await;
                 drafts.push(EventDraft::new(EventType::TurnEnded, data));
                 self.append(drafts).await?;
                 Ok(Ended {

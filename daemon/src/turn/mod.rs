@@ -13,6 +13,8 @@
 //! Module map: `engine` (the loop: reconcile → `turn_started` → `user_message` → model
 //! steps and tools → `turn_ended`), `permission` (the `auto | ask | read_only` modes),
 //! `compact` (pressure / overflow-recovery compaction and the `model` strategy),
+//! `compact_hooks` (`pre_compact` hooks before a compaction the user asked for),
+//! `commands` (the tool context, sandbox included, of a session's tools and hooks),
 //! `setup` (choosing provider, model and context window for a session).
 //!
 //! Interrupt protocol: `agentd/interrupt` records the reason on the running turn, fires
@@ -36,7 +38,9 @@
 //! before the `agentd/turn` call answers; a client that starts the next turn on seeing
 //! the `turn_ended` event (rather than the response) may, for that instant, get `busy`.
 
+mod commands;
 mod compact;
+mod compact_hooks;
 mod engine;
 pub mod goal;
 pub mod images;
@@ -747,11 +751,14 @@ impl TurnManager {
 
     /// `agentd/compact`: deterministic, or `strategy: model` with fallback.
     pub async fn compact(
-        &self,
+        self: &Arc<Self>,
         h: &SessionHandle,
         opts: CompactOptions,
         dry_run: bool,
     ) -> Result<CompactOutcome, AgentError> {
+        if !dry_run {
+            compact_hooks::before_manual(self, h, &opts).await?;
+        }
         compact::compact_with_strategy(&self.registry, h, opts, dry_run).await
     }
 }

@@ -131,6 +131,23 @@ pub async fn session_choice(
     .await
 }
 
+/// Every provider's `api_key_env`, removed from commands' environment, and those
+/// variables' values, scrubbed from what is recorded. Read per call, like the providers
+/// read their key per call.
+pub fn provider_secrets(providers: &ProvidersConfig) -> (Vec<String>, Vec<String>) {
+    let env_remove: Vec<String> = providers
+        .all()
+        .values()
+        .filter_map(|c| c.api_key_env.clone())
+        .collect();
+    let secrets = env_remove
+        .iter()
+        .filter_map(|var| std::env::var(var).ok())
+        .filter(|v| v.len() >= crate::tools::MIN_SECRET_LEN)
+        .collect();
+    (env_remove, secrets)
+}
+
 pub async fn resolve(
     registry: &Registry,
     h: &SessionHandle,
@@ -214,17 +231,7 @@ pub async fn resolve(
             AgentError::invalid_args(format!("provider `{}`: {}", provider.name(), e.message))
         })?;
     }
-    let env_remove: Vec<String> = providers
-        .all()
-        .values()
-        .filter_map(|c| c.api_key_env.clone())
-        .collect();
-    // Read per turn, like the providers read their key per call.
-    let secrets = env_remove
-        .iter()
-        .filter_map(|var| std::env::var(var).ok())
-        .filter(|v| v.len() >= crate::tools::MIN_SECRET_LEN)
-        .collect();
+    let (env_remove, secrets) = provider_secrets(&providers);
     Ok(TurnSpec {
         provider,
         request_model,

@@ -338,6 +338,25 @@ async fn run_inner(
     Ok(result_data(call_id, &child, result, &parent.tools))
 }
 
+/// A subagent's parent as its `session_started` records it (`None` for any other
+/// session): the fields a `subagent_stop` hook gets on stdin (docs/hooks.md).
+pub fn parent_fields(started: &Event) -> Option<Value> {
+    if started.data.get("relation").and_then(Value::as_str) != Some(RELATION) {
+        return None;
+    }
+    let keep = [
+        "parent_session_id",
+        "parent_call_id",
+        "parent_turn_id",
+        "subagent_depth",
+    ];
+    let fields: serde_json::Map<String, Value> = keep
+        .iter()
+        .filter_map(|k| Some((k.to_string(), started.data.get(*k)?.clone())))
+        .collect();
+    Some(Value::Object(fields))
+}
+
 /// The child of the call `call_id`, or a new one.
 async fn find_or_create(
     turns: &Arc<TurnManager>,

@@ -385,6 +385,57 @@ test("ask mode: permission requests go through vim.ui.select", function()
   agentd.setup({ permission_mode = "auto" })
 end)
 
+test("a subagent is marked in its parent's transcript, the list, the tree and its own transcript", function()
+  -- The model delegates with the `task` tool; the child answers its brief.
+  local script = vim.fn.tempname() .. ".json"
+  vim.fn.writefile({
+    vim.json.encode({
+      rules = {
+        { match = "Count the notes", steps = { { text = "three notes" } } },
+        {
+          steps = {
+            { tool_calls = { { name = "task", args = { prompt = "Count the notes", title = "note counter" } } } },
+            { text = "the helper counted" },
+          },
+        },
+      },
+    }),
+  }, script)
+  plain_buffer()
+  agentd.setup({ model = "script:" .. script, permission_mode = "auto" })
+  cmd("AgentdPrompt delegate the count")
+  wait_for("a session buffer", function()
+    return cur_buf_name():find("^agentd://session/") ~= nil
+  end)
+  local pb = vim.api.nvim_get_current_buf()
+  local parent = cur_buf_name():match("^agentd://session/(.+)$")
+  wait_line(pb, "turn ended  completed$", false, 30000)
+  local l = wait_line(pb, "^%[%d+%] tool result ok %(call_1_0_0%)  subagent ")
+  local child = lines(pb)[l]:match("subagent (%S+)$")
+  assert(child and child ~= parent, dump(pb))
+  assert(has_line(pb, "    three notes", true), dump(pb))
+
+  cmd("AgentdList")
+  local b = vim.api.nvim_get_current_buf()
+  local cl = wait_line(b, "^" .. vim.pesc(child) .. " .*%[subagent of " .. vim.pesc(parent) .. "%] note counter$")
+  assert(not has_line(b, "^" .. vim.pesc(parent) .. " .*subagent"), dump(b))
+
+  vim.api.nvim_win_set_buf(0, pb)
+  cmd("AgentdTree")
+  local tb = vim.api.nvim_get_current_buf()
+  wait_line(tb, vim.pesc(child) .. ".*%[subagent%]")
+
+  cmd("AgentdList")
+  b = vim.api.nvim_get_current_buf()
+  cl = wait_line(b, "^" .. vim.pesc(child) .. " ")
+  vim.api.nvim_win_set_cursor(0, { cl, 0 })
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<CR>", true, false, true), "x", false)
+  assert(cur_buf_name() == "agentd://session/" .. child, cur_buf_name())
+  local cb = vim.api.nvim_get_current_buf()
+  wait_line(cb, "^%[0%] subagent of " .. vim.pesc(parent) .. " %(task call_1_0_0%)  " .. vim.pesc(ws) .. "$")
+  wait_line(cb, "    Count the notes", true)
+end)
+
 test("daemon restart: clear message, reconnect, no gap and no duplicate", function()
   -- The first retry comes late enough that the appends below land while the plugin is
   -- away, so the events reach it as the subscription's backlog.

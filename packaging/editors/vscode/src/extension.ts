@@ -5,7 +5,7 @@ import * as vscode from "vscode";
 import { ArtifactTracker, touchedFiles } from "./core/artifacts";
 import { agentctlSocketPath, AgentdClient, ClientState, Follow } from "./core/client";
 import { decide } from "./core/permission";
-import { SessionNode, SessionTree } from "./core/sessions";
+import { nodeView, SessionNode, SessionTree } from "./core/sessions";
 import { escapeHtml, loadHistory, Transcript } from "./core/transcript";
 import { sessionDiff, undoTurn } from "./core/undo";
 
@@ -43,15 +43,15 @@ class SessionsProvider implements vscode.TreeDataProvider<SessionNode> {
   }
 
   getTreeItem(n: SessionNode): vscode.TreeItem {
-    const label = n.title ?? n.sessionId;
+    const view = nodeView(n);
     const item = new vscode.TreeItem(
-      label,
+      view.label,
       n.children.length ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None,
     );
-    const fork = n.forkedToSeq !== undefined ? ` · fork @${n.forkedToSeq}` : "";
-    item.description = `${n.status} · ${n.eventCount} events${fork}`;
-    item.tooltip = `${n.sessionId}\n${n.status}, ${n.eventCount} events${fork}`;
-    item.iconPath = new vscode.ThemeIcon(n.status === "running" ? "sync~spin" : "comment-discussion");
+    item.description = view.description;
+    item.tooltip = view.tooltip;
+    const idle = n.relation === "subagent" ? "hubot" : "comment-discussion";
+    item.iconPath = new vscode.ThemeIcon(n.status === "running" ? "sync~spin" : idle);
     item.contextValue = n.status === "running" ? "session.running" : "session.idle";
     item.command = { command: "agentd.openSession", title: "Open", arguments: [n] };
     return item;
@@ -208,7 +208,7 @@ async function pickSession(tree: SessionTree, n?: SessionNode): Promise<string |
   const walk = (xs: SessionNode[]) => xs.forEach((x) => (all.push(x), walk(x.children)));
   walk(tree.roots);
   const p = await vscode.window.showQuickPick(
-    all.map((x) => ({ label: x.title ?? x.sessionId, description: `${x.status} · ${x.eventCount} events`, id: x.sessionId })),
+    all.map((x) => ({ label: nodeView(x).label, description: nodeView(x).description, id: x.sessionId })),
     { placeHolder: "agentd session" },
   );
   return p?.id;

@@ -218,6 +218,9 @@ local function list_lines(root, sessions)
   local lines = { "agentd sessions in " .. root .. "   (<CR> open, R refresh)", "" }
   for _, s in ipairs(sessions) do
     local title = (s.title ~= nil and s.title ~= vim.NIL) and s.title or ""
+    if s.relation == "subagent" then
+      title = ("[subagent of %s] %s"):format(tostring(s.parent_session_id), title)
+    end
     lines[#lines + 1] = ("%s  %-7s  %5d events  %s"):format(s.session_id, s.status, s.event_count, title)
   end
   if #sessions == 0 then

@@ -54,7 +54,15 @@ function M.render_event(ev, opts)
     end
     return tostring(v)
   end
-  if t == "session_started" then
+  if t == "session_started" and d.relation == "subagent" then
+    -- A `task` call's child session (docs/subagents.md).
+    out[1] = ("%ssubagent of %s (task %s)  %s"):format(
+      head,
+      str(d.parent_session_id),
+      str(d.parent_call_id),
+      str(d.workspace)
+    )
+  elseif t == "session_started" then
     out[1] = head .. "session started  " .. str(d.workspace)
   elseif t == "session_fork" then
     out[1] = ("%sforked from %s @%s"):format(head, str(d.parent_session_id), str(d.forked_to_seq))
@@ -82,6 +90,10 @@ function M.render_event(ev, opts)
   elseif t == "tool_result" then
     local ok = d.ok == true
     out[1] = ("%stool result %s (%s)"):format(head, ok and "ok" or "error", str(d.call_id))
+    if type(d.subagent) == "table" then
+      -- A `task` call's answer: the child that gave it (`:AgentdOpen` it).
+      out[1] = out[1] .. "  subagent " .. str(d.subagent.session_id)
+    end
     local body
     if ok then
       body = str(d.output)

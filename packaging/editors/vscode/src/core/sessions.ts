@@ -1,5 +1,7 @@
-// The workspace's sessions as a tree of forks (agentd/tree) with each session's status
-// (agentd/list), kept live by following every listed session's live events.
+// The workspace's sessions as a tree of forks and subagents (agentd/tree) with each
+// session's status (agentd/list), kept live by following every listed session's live
+// events. A subagent (a `task` call's child session, docs/subagents.md) sits under its
+// parent like a fork and is marked as one.
 
 import type { AgentdClient, AgentEvent, Follow } from "./client";
 
@@ -9,7 +11,31 @@ export interface SessionNode {
   eventCount: number;
   status: string;
   forkedToSeq?: number;
+  /** `subagent` for a `task` call's child session. */
+  relation?: string;
+  /** The parent's `task` call that made this subagent. */
+  parentCallId?: string;
+  parentSessionId?: string;
   children: SessionNode[];
+}
+
+/** What the Sessions view shows for a node: a subagent is tagged and says whose it is. */
+export function nodeView(n: SessionNode): { label: string; description: string; tooltip: string } {
+  const label = n.title ?? n.sessionId;
+  const fork = n.forkedToSeq !== undefined ? ` · fork @${n.forkedToSeq}` : "";
+  if (n.relation === "subagent") {
+    const of = `subagent of ${n.parentSessionId ?? "?"} (task ${n.parentCallId ?? "?"})`;
+    return {
+      label,
+      description: `subagent · ${n.status} · ${n.eventCount} events`,
+      tooltip: `${n.sessionId}\n${of}\n${n.status}, ${n.eventCount} events`,
+    };
+  }
+  return {
+    label,
+    description: `${n.status} · ${n.eventCount} events${fork}`,
+    tooltip: `${n.sessionId}\n${n.status}, ${n.eventCount} events${fork}`,
+  };
 }
 
 interface TreeNodeWire {
@@ -17,6 +43,7 @@ interface TreeNodeWire {
   title: string | null;
   event_count: number;
   forked_to_seq?: number;
+  relation?: string;
   forks: TreeNodeWire[];
 }
 
@@ -25,6 +52,8 @@ interface Summary {
   status: string;
   title: string | null;
   event_count: number;
+  parent_session_id?: string;
+  parent_call_id?: string;
 }
 
 export class SessionTree {
@@ -77,19 +106,23 @@ export class SessionTree {
       cursor = page.next_cursor ?? undefined;
     } while (cursor);
     const byId = new Map<string, SessionNode>();
-    const conv = (w: TreeNodeWire): SessionNode => {
+    const conv = (w: TreeNodeWire, parent?: string): SessionNode => {
+      const summary = status.get(w.session_id);
       const n: SessionNode = {
         sessionId: w.session_id,
         title: w.title,
         eventCount: w.event_count,
-        status: status.get(w.session_id)?.status ?? "idle",
+        status: summary?.status ?? "idle",
         forkedToSeq: w.forked_to_seq,
-        children: w.forks.map(conv),
+        relation: w.relation,
+        parentCallId: summary?.parent_call_id,
+        parentSessionId: summary?.parent_session_id ?? parent,
+        children: w.forks.map((f) => conv(f, w.session_id)),
       };
       byId.set(n.sessionId, n);
       return n;
     };
-    this.roots = tree.roots.map(conv);
+    this.roots = tree.roots.map((r) => conv(r));
     this.byId = byId;
     for (const id of byId.keys()) {
       if (this.watching.has(id)) continue;

@@ -17,6 +17,8 @@ export type Item =
       decision?: string;
       ok?: boolean;
       output?: string;
+      /** A `task` call's child session (docs/subagents.md). */
+      subagent?: string;
     }
   | { key: string; kind: "notice"; seq?: number; text: string };
 
@@ -54,13 +56,14 @@ export function renderItem(it: Item): string {
     case "tool": {
       const state = it.ok === undefined ? "running" : it.ok ? "ok" : "failed";
       const decision = it.decision ? ` · ${escapeHtml(it.decision)}` : "";
+      const child = it.subagent ? ` · subagent ${escapeHtml(it.subagent)}` : "";
       const args = escapeHtml(clip(JSON.stringify(it.args, null, 2) ?? "", MAX_OUTPUT_CHARS));
       const out = it.output !== undefined
         ? `<div class="label">output</div><pre>${escapeHtml(clip(it.output, MAX_OUTPUT_CHARS))}</pre>`
         : "";
       return `<details class="tool ${state}"${seq} data-call="${escapeHtml(it.callId)}"><summary>tool ${escapeHtml(
         it.name,
-      )} · ${state}${decision}</summary><div class="label">args</div><pre>${args}</pre>${out}</details>`;
+      )} · ${state}${decision}${child}</summary><div class="label">args</div><pre>${args}</pre>${out}</details>`;
     }
     case "notice":
       return `<div class="notice"${seq}>${escapeHtml(it.text)}</div>`;
@@ -159,6 +162,8 @@ export class Transcript {
         if (t) {
           t.ok = d.ok === true;
           t.output = output;
+          const sub = d.subagent as { session_id?: unknown } | undefined;
+          if (sub && typeof sub.session_id === "string") t.subagent = sub.session_id;
           this.touch(t.key);
         } else {
           this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text: `tool result ${str(d.call_id)}: ${output}` });
@@ -188,6 +193,16 @@ export class Transcript {
         break;
       case "history_compaction":
         this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text: "history compacted" });
+        break;
+      case "session_started":
+        if (d.relation === "subagent") {
+          this.add({
+            key: `k${this.n++}`,
+            kind: "notice",
+            seq: ev.seq,
+            text: `subagent of ${str(d.parent_session_id)} (task ${str(d.parent_call_id)})`,
+          });
+        }
         break;
       case "session_fork":
         this.add({

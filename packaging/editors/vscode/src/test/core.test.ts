@@ -8,7 +8,7 @@ import { after, before, describe, test } from "node:test";
 import type { AgentEvent, ClientState } from "../core/client";
 import { ArtifactTracker, touchedFiles } from "../core/artifacts";
 import { decide, describe as describePermission } from "../core/permission";
-import { SessionTree } from "../core/sessions";
+import { nodeView, SessionTree } from "../core/sessions";
 import { loadHistory, Patch, Transcript } from "../core/transcript";
 import { example, TestDaemon, waiter } from "../testlib/daemon";
 
@@ -147,6 +147,65 @@ describe("agentd core against a real daemon", () => {
     await running.done;
     await c.request("agentd/interrupt", { session_id: sid });
     await idle.done;
+    await tree.dispose();
+    c.close();
+  });
+
+  test("a subagent sits under its parent, tagged, and the transcripts link the two", async () => {
+    // A script whose model delegates with the `task` tool; the child answers its brief.
+    const script = path.join(d.root, "delegate.json");
+    fs.writeFileSync(
+      script,
+      JSON.stringify({
+        rules: [
+          { match: "Count the notes", steps: [{ text: "three notes" }] },
+          {
+            steps: [
+              { tool_calls: [{ name: "task", args: { prompt: "Count the notes", title: "note counter" } }] },
+              { text: "the helper counted" },
+            ],
+          },
+        ],
+      }),
+    );
+    const c = d.client();
+    const sid = (
+      await c.request<{ session_id: string }>("agentd/create", { workspace: d.workspace, model: `script:${script}` })
+    ).session_id;
+    const r = await c.request<{ status: string; output_text: string }>("agentd/turn", {
+      session_id: sid,
+      input: "delegate",
+      permission_mode: "auto",
+    });
+    assert.equal(r.status, "completed");
+    assert.equal(r.output_text, "the helper counted");
+
+    const tree = new SessionTree(c, d.workspace);
+    await tree.reload();
+    const root = tree.get(sid);
+    assert.ok(root, "the parent in the tree");
+    assert.equal(root.relation, undefined);
+    assert.equal(root.children.length, 1);
+    const child = root.children[0];
+    assert.equal(child.relation, "subagent");
+    assert.equal(child.parentSessionId, sid);
+    assert.equal(child.parentCallId, "call_1_0_0");
+    const view = nodeView(child);
+    assert.equal(view.label, "note counter");
+    assert.match(view.description, /^subagent · idle · \d+ events$/);
+    assert.ok(view.tooltip.includes(`subagent of ${sid} (task call_1_0_0)`), view.tooltip);
+    assert.doesNotMatch(nodeView(root).description, /subagent/);
+
+    // The parent's transcript names the child on the task's result; the child's says
+    // whose subagent it is.
+    const pt = new Transcript(sid);
+    await loadHistory(c, pt, 100);
+    assert.match(pt.html(), new RegExp(`tool task · ok · subagent ${child.sessionId}</summary>`));
+    assert.match(pt.html(), /three notes/);
+    const ct = new Transcript(child.sessionId);
+    await loadHistory(c, ct, 100);
+    assert.match(ct.html(), new RegExp(`subagent of ${sid} \\(task call_1_0_0\\)`));
+    assert.match(ct.html(), /Count the notes/);
     await tree.dispose();
     c.close();
   });
