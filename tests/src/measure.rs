@@ -14,10 +14,10 @@ pub fn env_usize(key: &str, default: usize) -> usize {
 }
 
 /// A deterministic text generator.
-pub struct Lcg(pub u64);
+struct Lcg(u64);
 
 impl Lcg {
-    pub fn next(&mut self) -> u64 {
+    fn next(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
@@ -25,7 +25,7 @@ impl Lcg {
         self.0 >> 33
     }
 
-    pub fn text(&mut self, len: usize) -> String {
+    fn text(&mut self, len: usize) -> String {
         const WORDS: [&str; 12] = [
             "let",
             "self",
