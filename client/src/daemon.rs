@@ -6,8 +6,7 @@
 //! `<home>/agentd.log`. Racing starts are safe: the daemon's home lock lets one win, and
 //! every client keeps retrying `agentd/hello` until someone answers.
 
-use crate::params::to_params;
-use crate::rpc::Conn;
+use crate::rpc::{to_params, Conn};
 use agentd_proto::rpc::{self, method, PROTOCOL_VERSION};
 use agentd_proto::{paths, AgentError, ErrorKind};
 use serde_json::{json, Value};

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::cli::ImportArgs;
 use crate::daemon::{self, Target};
 use crate::output::Outcome;
-use crate::params::to_params;
+use crate::rpc::to_params;
 
 /// The agents' own environment overrides discovery honours.
 const ENV_OVERRIDES: [&str; 5] = [
