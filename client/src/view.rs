@@ -321,9 +321,20 @@ impl View {
                 true
             }
             "user_message" => {
-                self.push(Item::User {
-                    text: clip(text("text"), MAX_TEXT),
-                });
+                let mut t = clip(text("text"), MAX_TEXT);
+                // A prompt's images: one line each (the bytes are the daemon's).
+                for img in data
+                    .get("images")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .take(16)
+                {
+                    let mime = img.get("mime").and_then(Value::as_str).unwrap_or("image");
+                    let n = img.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+                    t.push_str(&format!("\n[image: {}, {n} bytes]", clip(mime, 40)));
+                }
+                self.push(Item::User { text: t });
                 true
             }
             "text_delta" | "reasoning_delta" => {

@@ -74,37 +74,67 @@ impl RenderedItems {
     }
 }
 
+/// Most images one provider request carries, and most bytes of them: older images
+/// beyond either are sent as their description lines (every provider caps a request:
+/// Anthropic at 32 MB and 100 images).
+#[cfg(not(test))]
+pub const REQUEST_IMAGES: usize = 20;
+#[cfg(not(test))]
+pub const REQUEST_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
+#[cfg(test)]
+pub const REQUEST_IMAGES: usize = 3;
+#[cfg(test)]
+pub const REQUEST_IMAGE_BYTES: u64 = 8;
+
 /// Loads the bytes of the images `items` refer to from the session's resources
 /// directory `dir` (base64, into [`ImageRef::data`]), for a provider request; the Log
-/// keeps only the references. A prompt's images are always loaded; a tool result's
-/// only with `tool_results` (the dialects that take images in tool results). A tool
-/// result's image whose resource is missing, unreadable or not of the recorded size
-/// stays unloaded: its placeholder line is all the model sees. A prompt's image that
-/// cannot be loaded is returned (its digest), so the turn fails `not_found` naming it
-/// instead of dropping the image silently. The rendered context the cache keeps never
-/// holds image bytes, so a request with images renders its items in full.
+/// keeps only the references. A prompt's images are loaded; a tool result's only with
+/// `tool_results` (the providers with a wire). A store that keeps images itself
+/// (PostgreSQL, `store`) is asked first, then `dir`. Newest first: the newest prompt's
+/// images always, the others while the request holds at most [`REQUEST_IMAGES`] images
+/// and [`REQUEST_IMAGE_BYTES`] of them; older ones stay unloaded (their description
+/// lines are what the model sees). A tool result's image whose resource is missing,
+/// unreadable or not of the recorded size stays unloaded: its placeholder line is all
+/// the model sees. A prompt's image that cannot be loaded is returned (its digest), so
+/// the turn fails `not_found` naming it instead of dropping the image silently. The
+/// rendered context the cache keeps never holds image bytes, so a request with images
+/// renders its items in full.
 ///
 /// [`ImageRef::data`]: agentd_proto::replay::ImageRef::data
 pub fn load_images(
     items: &mut [ReplayItem],
     dir: &std::path::Path,
     tool_results: bool,
+    store: Option<&dyn crate::store::LogStore>,
 ) -> Vec<String> {
     use base64::Engine;
     let mut missing = Vec::new();
-    for item in items {
+    let newest = items
+        .iter()
+        .rposition(|i| matches!(i, ReplayItem::User { .. }));
+    let (mut count, mut bytes) = (0usize, 0u64);
+    for (at, item) in items.iter_mut().enumerate().rev() {
         let (images, prompt) = match item {
             ReplayItem::FunctionCallOutput { images, .. } if tool_results => (images, false),
             ReplayItem::User { images, .. } => (images, true),
             _ => continue,
         };
-        for img in images {
+        for img in images.iter_mut().rev() {
             if img.data.is_some() {
                 continue;
             }
-            match std::fs::read(dir.join(&img.sha256)) {
-                Ok(bytes) if bytes.len() as u64 == img.bytes => {
-                    img.data = Some(base64::engine::general_purpose::STANDARD.encode(&bytes));
+            let over = count >= REQUEST_IMAGES || bytes + img.bytes > REQUEST_IMAGE_BYTES;
+            if over && Some(at) != newest {
+                continue;
+            }
+            let kept = store
+                .and_then(|s| s.get_image(&img.sha256))
+                .and_then(|r| r.ok().flatten());
+            match kept.map_or_else(|| std::fs::read(dir.join(&img.sha256)), Ok) {
+                Ok(b) if b.len() as u64 == img.bytes => {
+                    img.data = Some(base64::engine::general_purpose::STANDARD.encode(&b));
+                    count += 1;
+                    bytes += img.bytes;
                 }
                 _ if prompt => missing.push(img.sha256.clone()),
                 _ => {}
@@ -728,6 +758,46 @@ mod tests {
         );
     }
 
+    /// Newest first within the request's image budget (3 images, 8 bytes in tests): the
+    /// newest prompt's image always, even over the budget, then the older ones while
+    /// they fit; the rest stay references, sent as their description lines.
+    #[test]
+    fn images_beyond_the_request_budget_stay_references() {
+        let run = |sizes: [u64; 5]| -> (Vec<bool>, String) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut log = TestLog::new();
+            for (i, n) in sizes.into_iter().enumerate() {
+                let sha = format!("{i:x}").repeat(64);
+                std::fs::write(dir.path().join(&sha), vec![7u8; n as usize]).unwrap();
+                log.push(
+                    "user_message",
+                    json!({"text": format!("p{i}"), "images": [{"sha256": sha, "mime": "image/png", "bytes": n}]}),
+                );
+            }
+            let mut items = Fold::from_events(&log.events).replay(&ctx()).items;
+            assert!(load_images(&mut items, dir.path(), true, None).is_empty());
+            let loaded = items
+                .iter()
+                .filter_map(|i| match i {
+                    ReplayItem::User { images, .. } => Some(images[0].data.is_some()),
+                    _ => None,
+                })
+                .collect();
+            (loaded, dialect::render(&items, Dialect::Chat).to_string())
+        };
+        // p4 and p2 fit; p3 (20 bytes) and p1 (9 bytes in all) would not; nor p0.
+        let (loaded, chat) = run([3, 3, 3, 20, 3]);
+        assert_eq!(loaded, [false, false, true, false, true]);
+        let p3 = format!(
+            "p3\\n[image: image/png, 20 bytes, sha256 {}]",
+            "3".repeat(64)
+        );
+        assert!(chat.contains(&p3), "{chat}");
+        // The newest prompt's image goes even over the budget, alone.
+        assert_eq!(run([3, 3, 3, 3, 20]).0, [false, false, false, false, true]);
+        assert_eq!(run([1, 1, 1, 1, 1]).0, [false, false, true, true, true]);
+    }
+
     /// A request loads the images of tool results from the resources directory; a
     /// missing resource or one of another size stays a reference, rendered as text.
     #[test]
@@ -753,7 +823,7 @@ mod tests {
         assert!(fold.has_images());
         let mut items = fold.replay(&ctx()).items;
         let before = dialect::render(&items, Dialect::Anthropic);
-        load_images(&mut items, dir.path(), true);
+        load_images(&mut items, dir.path(), true, None);
         let ReplayItem::FunctionCallOutput { images, .. } = &items[2] else {
             panic!("{items:?}");
         };
@@ -765,10 +835,18 @@ mod tests {
             after["messages"][1]["content"][0]["content"][1]["source"]["data"],
             "AQID"
         );
-        // Chat has no images in tool messages: the same text either way.
+        // Chat has no images in tool messages: the same messages, then the loaded
+        // image in a user message after the tool message.
+        let plain = dialect::render(&fold.replay(&ctx()).items, Dialect::Chat);
+        let chat = dialect::render(&items, Dialect::Chat);
+        let (plain, chat) = (plain.as_array().unwrap(), chat.as_array().unwrap());
+        assert_eq!(chat[..plain.len()], plain[..]);
         assert_eq!(
-            dialect::render(&items, Dialect::Chat),
-            dialect::render(&fold.replay(&ctx()).items, Dialect::Chat)
+            chat[plain.len()..],
+            [json!({"role": "user", "content": [
+                {"type": "text", "text": "[the images returned by tool call c]"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AQID"}},
+            ]})]
         );
     }
 

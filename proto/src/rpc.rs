@@ -322,6 +322,22 @@ pub const MAX_TURN_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 /// Most images one turn may carry.
 pub const MAX_TURN_IMAGES: usize = 16;
 
+/// The media type of an image's bytes from their signature (the first 12 bytes are
+/// enough): PNG, JPEG, GIF or WebP, the types a turn's images may have.
+pub fn image_mime(b: &[u8]) -> Option<&'static str> {
+    if b.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if b.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
 /// The reasoning effort levels a turn or a provider config may name.
 pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
 

@@ -17,6 +17,7 @@ use crate::sse::{chat_partial, chat_rest, chat_tools, MockProvider, Reply};
 use crate::{is_type, wait_output, Daemon, RpcConn};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -88,7 +89,12 @@ fn provider() -> MockProvider {
 /// moment after the kill; the new daemon then refuses to start, and is started again
 /// once that process let go (bounded).
 fn respawn(d: &mut Daemon) {
-    d.set_env("AGENTD_FAULTS", None);
+    respawn_with(d, None);
+}
+
+/// [`respawn`] with the fault rules `faults` (`AGENTD_FAULTS`), or none.
+fn respawn_with(d: &mut Daemon, faults: Option<&str>) {
+    d.set_env("AGENTD_FAULTS", faults);
     let deadline = Instant::now() + WAIT;
     loop {
         d.spawn();
@@ -181,7 +187,7 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
     }
     let mut c = d.connect();
     for ((sid, i, answer), how) in done.iter().zip(how) {
-        let resumed = check(&d, &mut c, sid, *i, answer, &mut r);
+        let resumed = check(d.workspace(), &mut c, sid, *i, answer, &mut r);
         r.detail
             .push(format!("prompt {i}: {how}; resumed {resumed}"));
     }
@@ -191,7 +197,7 @@ pub fn run(n: usize, seed: u64, mut progress: impl FnMut(usize, &Report)) -> Rep
 
 /// Checks one prompt's Log and side effect against the contract; returns how often
 /// its turn was resumed.
-fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &mut Report) -> u64 {
+fn check(ws: &Path, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &mut Report) -> u64 {
     let evs = c.call_ok("agentd/events", json!({"session_id": sid}))["events"]
         .as_array()
         .cloned()
@@ -246,7 +252,7 @@ fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &m
         .into_iter()
         .filter(|e| e["data"]["call_id"] == sh.as_str())
         .collect();
-    let ran = std::fs::read_to_string(d.workspace().join(format!("chaos_{i}.txt")))
+    let ran = std::fs::read_to_string(ws.join(format!("chaos_{i}.txt")))
         .unwrap_or_default()
         .lines()
         .count();
@@ -273,4 +279,154 @@ fn check(d: &Daemon, c: &mut RpcConn, sid: &str, i: usize, answer: &Value, r: &m
         bad(format!("unbalanced: {}", ctx["stats"]), r);
     }
     resumed
+}
+
+/// The takeover run (docs/durability.md, "The chaos run"): two daemons with homes of
+/// their own on one PostgreSQL database (`url`), leases of 1 s. Each prompt goes to the
+/// daemon that created its session, which is killed at a seeded moment of the turn (by
+/// itself before a chosen Log write in even rounds, with SIGKILL mid-turn in odd ones)
+/// and not restarted until the prompt is answered: the client resends the prompt with
+/// its `client_request_id` to whichever daemon answers, the other daemon takes the
+/// session over once the killed owner's lease ran out, resumes the turn and answers. In
+/// a quarter of the rounds that daemon is killed too while it resumes, and the first
+/// one, restarted, takes the session back over from it. Every prompt is then checked
+/// as in [`run`].
+pub fn takeover_run(
+    url: &str,
+    n: usize,
+    seed: u64,
+    mut progress: impl FnMut(usize, &Report),
+) -> Report {
+    let started = Instant::now();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mock = provider();
+    let config = format!("lease_s = 1\n{}", mock.config());
+    let start = || {
+        Daemon::builder()
+            .config(&config)
+            .env("AGENTD_STORE", url)
+            .start()
+    };
+    let mut ds = [start(), start()];
+    let ws = ds[0].workspace().to_path_buf();
+    let mut r = Report::default();
+    for i in 0..n {
+        let (o, t) = (i % 2, 1 - i % 2);
+        let mut c = ds[o].connect();
+        let sid = c.call_ok("agentd/create", json!({"workspace": ws}))["session_id"]
+            .as_str()
+            .expect("session id")
+            .to_string();
+        drop(c);
+        // Every other round the owner kills itself at a write, the others from outside.
+        let fault = i % 2 == 0;
+        let mut how = if fault {
+            // The owner dies before the K-th write of this session's Log (a turn of
+            // this script makes 7: the admission, each step and tool result, the end).
+            let k = rng.gen_range(1..=7);
+            ds[o].kill9();
+            respawn_with(&mut ds[o], Some(&format!("write:kill:{k}@{sid}")));
+            format!("owner killed at write {k}")
+        } else {
+            String::new()
+        };
+        let asked = mock.requests().len();
+        let sockets = vec![ds[o].socket().to_path_buf(), ds[t].socket().to_path_buf()];
+        let params = json!({"session_id": sid, "input": format!("chaos prompt {i}"),
+                            "client_request_id": format!("takeover-{i}")});
+        let client = std::thread::spawn(move || retrying_turn(&sockets, &params));
+        let mut killed_owner = false;
+        if fault {
+            let deadline = Instant::now() + WAIT;
+            let fired = loop {
+                if ds[o].exited() {
+                    break true;
+                }
+                if client.is_finished() {
+                    break false;
+                }
+                assert!(Instant::now() < deadline, "prompt {i}: neither ended");
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            if fired {
+                r.fault_kills += 1;
+                killed_owner = true;
+                how.push_str(" (fired)");
+            }
+        } else {
+            mock.wait_requests(asked + 1, WAIT);
+            let ms = rng.gen_range(0..30);
+            std::thread::sleep(Duration::from_millis(ms));
+            ds[o].kill9();
+            r.signal_kills += 1;
+            killed_owner = true;
+            how = format!("owner SIGKILLed {ms} ms into the turn");
+        }
+        if killed_owner && rng.gen_bool(0.25) {
+            // The daemon taking over dies too, once it has asked the provider again;
+            // the first owner, restarted, takes the session from it.
+            let asked = mock.requests().len();
+            let deadline = Instant::now() + WAIT;
+            while mock.requests().len() == asked && !client.is_finished() {
+                assert!(Instant::now() < deadline, "prompt {i}: no resume");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if !client.is_finished() {
+                ds[t].kill9();
+                r.signal_kills += 1;
+                how.push_str(", then the daemon taking over killed as it resumed");
+                respawn(&mut ds[o]);
+            }
+        }
+        let answer = client.join().expect("the client thread");
+        for d in &mut ds {
+            if d.exited() || d.pid().is_none() {
+                respawn(d);
+            }
+        }
+        // Whichever daemon holds the session now answers for it.
+        let mut c = ds
+            .iter()
+            .map(|d| d.connect())
+            .find_map(|mut c| {
+                let r = c.call("agentd/show", json!({"session_id": sid}));
+                r.get("result").is_some().then_some(c)
+            })
+            .unwrap_or_else(|| panic!("prompt {i}: no daemon holds {sid}"));
+        let resumed = check(&ws, &mut c, &sid, i, &answer, &mut r);
+        r.detail
+            .push(format!("prompt {i}: {how}; resumed {resumed}"));
+        r.prompts += 1;
+        progress(i, &r);
+    }
+    r.elapsed = started.elapsed();
+    r
+}
+
+/// `agentd/turn` with `params` (waiting for the turn), sent to each of `sockets` in
+/// turn until one answers it: a daemon that is gone, or that does not hold the
+/// session's lease yet (`busy`, `leased`), is tried again after a pause. Returns the
+/// answer's result, or the error response.
+fn retrying_turn(sockets: &[PathBuf], params: &Value) -> Value {
+    let deadline = Instant::now() + WAIT;
+    for k in 0.. {
+        assert!(
+            Instant::now() < deadline,
+            "no daemon answered {params} within {WAIT:?}"
+        );
+        if let Ok(mut c) = RpcConn::connect(&sockets[k % sockets.len()]) {
+            c.set_call_timeout(WAIT);
+            if let Ok(resp) = c.try_call("agentd/turn", params.clone()) {
+                if let Some(res) = resp.get("result") {
+                    return res.clone();
+                }
+                let kind = resp.pointer("/error/data/kind").and_then(Value::as_str);
+                if !matches!(kind, Some("busy") | Some("daemon_unavailable")) {
+                    return resp;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unreachable!()
 }

@@ -364,6 +364,44 @@ impl Daemon {
         out
     }
 
+    /// The prompt images a database store keeps (its `images` table) as `(sha256,
+    /// bytes)` by digest; `None` when this daemon's Logs are files of the home (the
+    /// images are then session resources).
+    pub fn store_images(&self) -> Option<Vec<(String, Vec<u8>)>> {
+        let url = self.store_url()?;
+        let db = url.rsplit('/').next().unwrap_or_default().to_string();
+        let text = pg::PgServer::shared().psql(
+            &db,
+            "SELECT sha256 || ' ' || encode(bytes, 'hex') FROM images ORDER BY sha256",
+        );
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len() / 2)
+                .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+                .collect()
+        };
+        Some(
+            text.lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(sha, h)| (sha.to_string(), hex(h.trim())))
+                .collect(),
+        )
+    }
+
+    /// Removes a prompt image from a database store's `images` table (a test of a
+    /// missing image); `false` when this daemon's Logs are files of the home.
+    pub fn remove_store_image(&self, sha256: &str) -> bool {
+        let Some(url) = self.store_url() else {
+            return false;
+        };
+        assert!(sha256.bytes().all(|b| b.is_ascii_hexdigit()), "{sha256}");
+        let db = url.rsplit('/').next().unwrap_or_default().to_string();
+        pg::PgServer::shared().psql(
+            &db,
+            &format!("DELETE FROM images WHERE sha256 = '{sha256}'"),
+        );
+        true
+    }
+
     /// The database URL this daemon stores its Logs in (`AGENTD_STORE`), if any.
     pub fn store_url(&self) -> Option<String> {
         self.env

@@ -1033,6 +1033,151 @@ fn the_reasoning_effort_is_a_session_config_option() {
     assert_eq!(error_code(&a.response(id, WAIT).0), -32602);
 }
 
+/// `session/cancel` while this client's prompt is still queued behind a turn another
+/// client runs withdraws the prompt: it answers `cancelled`, its text reaches neither the
+/// Log nor the provider, and the other client's turn runs on to its own answer.
+#[test]
+fn cancel_withdraws_a_queued_prompt_and_leaves_the_running_turn_alone() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |_, body| {
+        if body["messages"].to_string().contains("queued prompt") {
+            Reply::Complete(chat_text("Queued answer."))
+        } else {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+            Reply::Complete(chat_text("Running answer."))
+        }
+    });
+    let d = Daemon::builder().config(&mock.config()).start();
+    let mut a = Acp::spawn(&d, &[]);
+    a.initialize();
+    let sid = new_session(&mut a, &d);
+    let mut c = d.connect();
+    let running = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "running prompt", "wait": false}),
+    );
+    mock.wait_requests(1, WAIT);
+    let mut sub = d.connect();
+    sub.subscribe(&sid, Some(0));
+    let id = prompt(&mut a, &sid, "queued prompt");
+    let queued = sub
+        .wait_event(|e| is_type(e, "turn_queued"), WAIT)
+        .expect("the ACP prompt queued behind the running turn");
+    a.notify("session/cancel", json!({"sessionId": sid}));
+    let (r, _) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    go_tx.send(()).unwrap();
+    let ended = sub
+        .wait_event(
+            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == running["turn_id"],
+            WAIT,
+        )
+        .expect("the running turn ended");
+    assert_eq!(ended["data"]["status"], "completed", "{ended}");
+
+    let evs = log_events(&d, &sid);
+    let users: Vec<_> = of_type(&evs, "user_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(users, [json!("running prompt")], "{evs:#?}");
+    let dequeued = of_type(&evs, "turn_dequeued");
+    assert_eq!(dequeued.len(), 1, "{evs:#?}");
+    assert_eq!(dequeued[0]["data"]["turn_id"], queued["data"]["turn_id"]);
+    assert_eq!(dequeued[0]["data"]["reason"], "dequeued");
+    let answers: Vec<_> = of_type(&evs, "assistant_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(answers, [json!("Running answer.")]);
+    assert_eq!(of_type(&evs, "turn_started").len(), 1, "{evs:#?}");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:#?}");
+    assert!(!reqs[0]["messages"].to_string().contains("queued prompt"));
+    // The bridge takes the next prompt.
+    let next = prompt(&mut a, &sid, "queued prompt again");
+    let (r, _) = a.response(next, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
+
+/// A real 1×1 PNG, base64.
+const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/// `initialize` advertises images; a prompt's `image` block reaches the provider (Chat
+/// Completions' `image_url` data URL, the same bytes) beside the prompt's text, and the
+/// Log keeps a reference to it. A text file sent as an image is refused naming it, and
+/// the bridge goes on serving.
+#[test]
+fn an_image_block_reaches_the_provider_with_the_prompt() {
+    let mock = MockProvider::start(|_, _| Reply::Complete(chat_text("A red dot.")));
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&mock.config())
+        .start();
+    let mut a = Acp::spawn(&d, &[]);
+    let init = a.initialize();
+    assert_eq!(
+        init["agentCapabilities"]["promptCapabilities"]["image"], true,
+        "{init}"
+    );
+    let sid = new_session(&mut a, &d);
+    let id = a.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [
+            {"type": "text", "text": "what is in this screenshot?"},
+            {"type": "image", "data": PNG_B64, "mimeType": "image/png"},
+        ]}),
+    );
+    let (r, notes) = a.response(id, WAIT);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(chunk_text(&notes), "A red dot.");
+    let body = &mock.wait_requests(1, WAIT)[0];
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap_or_else(|| panic!("no user message: {body}"));
+    let parts = user["content"].as_array().expect("content parts");
+    assert_eq!(parts[0]["type"], "text", "{user}");
+    assert!(parts[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("what is in this screenshot?"));
+    assert_eq!(
+        parts[1],
+        json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG_B64}")}})
+    );
+    let evs = log_events(&d, &sid);
+    let users = of_type(&evs, "user_message");
+    let img = &users[0]["data"]["images"][0];
+    assert_eq!(img["mime"], "image/png", "{evs:#?}");
+    assert_eq!(img["bytes"], 70);
+    assert!(!users[0].to_string().contains(PNG_B64), "{:?}", users[0]);
+    // A text file sent as a PNG: refused naming the block, nothing recorded.
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode("fn main() {}\n");
+    let id = a.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [
+            {"type": "text", "text": "and this?"},
+            {"type": "image", "data": text, "mimeType": "image/png"},
+        ]}),
+    );
+    let (r, _) = a.response(id, WAIT);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("images[0]") && m.contains("not a PNG")),
+        "{r}"
+    );
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+    assert_eq!(mock.requests().len(), 1);
+    let id = prompt(&mut a, &sid, "plain text still works");
+    assert_eq!(a.response(id, WAIT).0["result"]["stopReason"], "end_turn");
+}
+
 /// Subagents through ACP (docs/acp.md#subagents): the parent's `task` call is titled
 /// after its subagent and its result names the child (`rawOutput.subagent`), live and on
 /// `session/load`; the child's ask-mode permission request reaches the editor in the

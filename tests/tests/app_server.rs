@@ -187,6 +187,15 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
     let mut c = Checked::new(&b).await;
     let ws_dir = d.workspace().to_string_lossy().into_owned();
 
+    // agentd's userAgent has no `name/version` product, so Codex's clients do not take
+    // agentd's version for an outdated Codex server's.
+    let (_, init) = Ws::initialized(&b.socket).await;
+    let ua = init["result"]["userAgent"].as_str().unwrap();
+    assert!(
+        ua.starts_with("agentd ") && !ua.split(' ').next().unwrap().contains('/'),
+        "{ua}"
+    );
+
     // The TUI's start-up set.
     let acct = c.ok("account/read", json!({"refreshToken": false})).await;
     assert_eq!(acct["requiresOpenaiAuth"], false);
@@ -406,11 +415,40 @@ async fn every_mapped_method_answers_in_the_pinned_schema_and_acts_on_agentd() {
         .await;
     assert!(d.in_trash(&child_sid));
 
-    // Compaction and revert.
+    // Compaction and revert. `/compact` runs as a turn of its own, which the TUI waits
+    // for; a thread too short for agentd's verbatim tail is compacted whole, and one
+    // with nothing to compact gets an empty turn, never an error (Codex's TUI exits on
+    // one).
     c.ok("thread/compact/start", json!({"threadId": thread}))
         .await;
     c.note("thread/compacted", |p| p["threadId"] == thread.as_str())
         .await;
+    let item = c
+        .note("item/completed", |p| {
+            p["threadId"] == thread.as_str() && p["item"]["type"] == "contextCompaction"
+        })
+        .await;
+    let compact_turn = item["turnId"].as_str().unwrap().to_string();
+    c.note("turn/completed", |p| {
+        p["turn"]["id"] == compact_turn.as_str()
+    })
+    .await;
+    let short = c.ok("thread/start", json!({"cwd": ws_dir})).await["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for _ in 0..2 {
+        c.ok("thread/compact/start", json!({"threadId": short}))
+            .await;
+        let done = c
+            .note("turn/completed", |p| p["threadId"] == short.as_str())
+            .await;
+        assert_eq!(done["turn"]["status"], "completed");
+    }
+    let ephemeral = c
+        .err("thread/start", json!({"cwd": ws_dir, "ephemeral": true}))
+        .await;
+    assert_eq!(ephemeral["data"]["kind"], "unsupported", "{ephemeral}");
     assert!(log_events(&d, &sid)
         .iter()
         .any(|e| is_type(e, "history_compaction")));
@@ -1061,6 +1099,132 @@ async fn provider_colon_model_reaches_that_provider() {
     );
 }
 
+/// A real 1×1 PNG, base64.
+const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/// The images of a Chat Completions request's last user message, as data URLs.
+fn chat_image_urls(body: &Value) -> Vec<String> {
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap_or_else(|| panic!("no user message: {body}"));
+    user["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter(|p| p["type"] == "image_url")
+                .map(|p| p["image_url"]["url"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `turn/start`'s `image` (a data URL) and `localImage` (a path in the workspace) inputs
+/// reach the provider as the prompt's images, in order and with their own bytes; the
+/// model list says the models take images. A remote URL, a file id and a text file
+/// posing as an image are refused naming what is wrong, and the bridge goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_and_local_image_inputs_reach_the_provider() {
+    use base64::Engine;
+    let (base, server) = sse_server(vec![chat_reply("Two pictures."), chat_reply("Fine.")]);
+    let config = format!(
+        "default_provider = \"p\"\n[providers.p]\nkind = \"openai-chat\"\nbase_url = \"{base}\"\nmodel = \"m1\"\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    let mut gif = b"GIF89a".to_vec();
+    gif.extend_from_slice(&[
+        1, 0, 1, 0, 0, 0, 0, b',', 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 0, b';',
+    ]);
+    std::fs::write(d.workspace().join("diagram.gif"), &gif).unwrap();
+    std::fs::write(d.workspace().join("notes.png"), "not an image\n").unwrap();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let models = c.ok("model/list", json!({})).await;
+    assert_eq!(
+        models["data"][0]["inputModalities"],
+        json!(["text", "image"]),
+        "{models}"
+    );
+    let started = c.ok("thread/start", json!({"cwd": d.workspace()})).await;
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    let sid = sid_of(&thread);
+    let r = c
+        .ok(
+            "turn/start",
+            json!({"threadId": thread, "input": [
+                {"type": "text", "text": "compare these", "text_elements": []},
+                {"type": "image", "url": format!("data:image/png;base64,{PNG_B64}")},
+                {"type": "localImage", "path": "diagram.gif"},
+            ]}),
+        )
+        .await;
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_string();
+    let done = c
+        .note("turn/completed", |p| p["turn"]["id"] == turn_id.as_str())
+        .await;
+    assert_eq!(done["turn"]["status"], "completed", "{done}");
+    let gif_b64 = base64::engine::general_purpose::STANDARD.encode(&gif);
+    // Refusals, before anything reaches the daemon's Log or the provider.
+    for (input, says) in [
+        (
+            json!({"type": "image", "url": "https://example.com/cat.png"}),
+            "data: URL",
+        ),
+        (json!({"type": "image", "fileId": "file-1"}), "fileId"),
+        (
+            json!({"type": "localImage", "path": "notes.png"}),
+            "notes.png",
+        ),
+    ] {
+        let e = c
+            .err(
+                "turn/start",
+                json!({"threadId": thread, "input": [
+                    {"type": "text", "text": "look", "text_elements": []}, input]}),
+            )
+            .await;
+        assert!(
+            e["message"].as_str().is_some_and(|m| m.contains(says)),
+            "{input}: {e}"
+        );
+    }
+    let notes = run_turn(&mut c, &thread, "thanks").await;
+    assert!(
+        notes
+            .iter()
+            .any(|(m, p)| m == "item/completed" && p["item"]["text"] == "Fine."),
+        "{notes:?}"
+    );
+    let bodies = server.join().unwrap();
+    assert_eq!(
+        chat_image_urls(&bodies[0]),
+        [
+            format!("data:image/png;base64,{PNG_B64}"),
+            format!("data:image/gif;base64,{gif_b64}")
+        ]
+    );
+    let users: Vec<Value> = log_events(&d, &sid)
+        .into_iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["data"].clone())
+        .collect();
+    assert_eq!(users.len(), 2, "{users:?}");
+    let mimes: Vec<&Value> = users[0]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["mime"])
+        .collect();
+    assert_eq!(mimes, [&json!("image/png"), &json!("image/gif")]);
+    assert!(users[1].get("images").is_none(), "{:?}", users[1]);
+}
+
 /// The real Codex 0.171.0 rollout the import tests use.
 const CODEX_ROLLOUT: &str = "../daemon/tests/data/import/peers/codex-0.171.0/\
     rollout-2026-11-27T04-30-53-01a21b45-43d1-7862-b944-095933ffc093.jsonl";
@@ -1374,6 +1538,32 @@ async fn thread_goals_map_onto_agentd_goals() {
         .map(|e| e["data"]["objective"].clone())
         .collect();
     assert_eq!(sets, [json!(OBJECTIVE), json!(OBJECTIVE)]);
+
+    // The daemon's statement of the objective that starts each goal turn is not shown as
+    // the user's prompt.
+    let prompts: Vec<&Value> = c
+        .ws
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "item/completed" && v["params"]["item"]["type"] == "userMessage")
+        .collect();
+    assert!(prompts.is_empty(), "{prompts:?}");
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await;
+    let turns = read["thread"]["turns"].as_array().unwrap();
+    assert!(!turns.is_empty());
+    assert!(
+        turns.iter().all(|t| t["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["type"] != "userMessage")),
+        "{read}"
+    );
 
     // Clear: agentd ends it (`cleared`); Codex hears `thread/goal/cleared` and has no goal.
     let cleared = c.ok("thread/goal/clear", json!({"threadId": thread})).await;

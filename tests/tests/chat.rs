@@ -621,3 +621,70 @@ fn diff_revert_rename_export_usage_mcp_model_and_mode_commands() {
     assert!(!d.workspace().join("one.txt").exists());
     quit(p);
 }
+
+/// `/image PATH` attaches an image to the next prompt: refused for a file that is not
+/// an image (nothing attached), shown pending in the composer, then sent with the
+/// prompt. The provider gets it beside the text (Chat Completions' `image_url`, the
+/// file's bytes), the transcript shows the prompt carried it, and the next prompt goes
+/// without it.
+#[test]
+fn image_attaches_a_picture_to_the_next_prompt() {
+    use agentd_tests::sse::{chat_text, MockProvider, Reply};
+    use base64::Engine;
+    const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let mock = MockProvider::start(|n, _| {
+        Reply::Complete(chat_text(if n == 0 {
+            "A single pixel."
+        } else {
+            "Plain again."
+        }))
+    });
+    let d = Daemon::builder().config(&mock.config()).start();
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG_B64)
+        .unwrap();
+    std::fs::write(d.workspace().join("shot.png"), &png).unwrap();
+    std::fs::write(d.workspace().join("fake.png"), "just text\n").unwrap();
+    let mut p = chat(&d, &["--new"], 30, 110);
+    p.wait_for("idle", WAIT);
+    p.line("/image fake.png");
+    p.wait_for("/image fake.png: not a PNG, JPEG, GIF or WebP image", WAIT);
+    p.line("/image missing.png");
+    p.wait_for("/image missing.png: No such file", WAIT);
+    p.line("/image shot.png");
+    p.wait_for("(image/png, 70 bytes) attached to the next prompt", WAIT);
+    let s = p.wait_for("[1 image(s): shot.png]", WAIT);
+    assert!(!s.contains("fake.png]"), "{s}");
+    p.line("what is in the picture?");
+    p.wait_for("A single pixel.", WAIT);
+    p.wait_for("[image: image/png, 70 bytes]", WAIT);
+    let s = p.wait_until("the composer without the image", WAIT, |s| {
+        s.contains("idle") && !s.contains("image(s): shot.png")
+    });
+    assert!(s.contains("› what is in the picture?"), "{s}");
+    p.line("and now?");
+    p.wait_for("Plain again.", WAIT);
+    let bodies = mock.wait_requests(2, WAIT);
+    let images = |b: &Value| -> Vec<String> {
+        let user = b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|m| m["role"] == "user")
+            .unwrap()
+            .clone();
+        user["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["type"] == "image_url")
+            .map(|p| p["image_url"]["url"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        images(&bodies[0]),
+        [format!("data:image/png;base64,{PNG_B64}")]
+    );
+    assert!(images(&bodies[1]).is_empty(), "{}", bodies[1]);
+    quit(p);
+}

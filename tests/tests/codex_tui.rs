@@ -173,8 +173,10 @@ fn the_codex_tui_drives_agentd_sessions() {
         ),
     );
 
-    // Start-up: initialize, the account, models, config and a new thread.
-    t.wait("Ask Codex to do anything");
+    // Start-up: initialize, the account, models, config and a new thread. agentd's
+    // version is not taken for an outdated Codex server.
+    let p = t.wait("Ask Codex to do anything");
+    assert!(!p.contains("older than your Codex CLI"), "{p}");
     let thread_sid = {
         let deadline = Instant::now() + WAIT;
         loop {
@@ -258,6 +260,104 @@ fn the_codex_tui_drives_agentd_sessions() {
         .filter(|e| e["data"]["decision"] == "allow")
         .count();
     assert_eq!(decisions, 2);
+
+    // `/compact`: agentd compacts the thread, and the TUI sees the compaction end.
+    t.prompt("/compact");
+    t.wait("Context compacted");
+    t.idle();
+    let compactions = |sid: &str| {
+        d.connect()
+            .call_ok("agentd/events", json!({"session_id": sid}))["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| is_type(e, "history_compaction"))
+            .count()
+    };
+    assert_eq!(compactions(&thread_sid), 1);
+
+    // `/fork`: an agentd fork of the thread, which the TUI continues in.
+    t.prompt("/fork");
+    t.wait("Fork created");
+    let fork_sid = {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let s = sessions(&d);
+            if let Some(f) = s
+                .iter()
+                .find(|x| x["parent_session_id"] == thread_sid.as_str())
+            {
+                break f["session_id"].as_str().unwrap().to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/fork made no agentd fork: {s:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    t.prompt("say more");
+    t.idle();
+    let deadline = Instant::now() + WAIT;
+    while !d
+        .connect()
+        .call_ok("agentd/events", json!({"session_id": fork_sid}))["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| is_type(e, "user_message") && e["data"]["text"] == "say more")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the prompt after /fork did not reach the fork"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // `/new`, then `/goal` on the new thread: an agentd goal whose turn the daemon runs
+    // (the script's model calls `goal_complete` at once). The daemon's statement of the
+    // objective is not shown as the user's prompt.
+    let before: Vec<String> = sessions(&d)
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .collect();
+    t.prompt("/new");
+    t.wait("Ask Codex to do anything");
+    let new_sid = {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let s = sessions(&d);
+            if let Some(n) = s
+                .iter()
+                .find(|x| !before.contains(&x["session_id"].as_str().unwrap().to_string()))
+            {
+                break n["session_id"].as_str().unwrap().to_string();
+            }
+            assert!(Instant::now() < deadline, "/new made no session");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    t.prompt("/goal make the parser tests pass");
+    let deadline = Instant::now() + WAIT;
+    let goal = loop {
+        let g = d
+            .connect()
+            .call_ok("agentd/goal_get", json!({"session_id": new_sid}))["goal"]
+            .clone();
+        if g["status"] == "ended" {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "the goal never ended: {g}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(goal["objective"], "make the parser tests pass");
+    assert_eq!(goal["reason"], "completed");
+    t.wait("The goal is met.");
+    t.idle();
+    t.prompt("/goal");
+    let p = t.wait("Status: complete");
+    assert!(p.contains("Objective: make the parser tests pass"), "{p}");
+    assert!(!p.contains("Work toward this goal"), "{p}");
 
     // The resume picker lists the session agentctl made; picking it shows its history.
     t.prompt("/resume");

@@ -86,6 +86,39 @@ fn resources(d: &Daemon, sid: &str) -> std::path::PathBuf {
     d.log_path(sid).with_extension("").join("resources")
 }
 
+/// The prompt images stored for `sid`, as `(sha256, bytes)` by digest: the database's
+/// `images` table on the PostgreSQL store (and then none among the session's
+/// resources), else the session's resource files.
+fn stored_images(d: &Daemon, sid: &str) -> Vec<(String, Vec<u8>)> {
+    let files = |dir: std::path::PathBuf| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.map(|e| {
+                    let e = e.unwrap();
+                    (
+                        e.file_name().to_string_lossy().to_string(),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    match d.store_images() {
+        Some(rows) => {
+            assert_eq!(
+                files(resources(d, sid)),
+                vec![],
+                "images kept in the database only"
+            );
+            rows
+        }
+        None => files(resources(d, sid)),
+    }
+}
+
 /// The images of the user messages of a request body, in `kind`'s wire form, as
 /// `(media type, base64 bytes)`.
 fn sent_images(kind: &str, body: &Value) -> Vec<(String, String)> {
@@ -175,17 +208,12 @@ fn an_image_reaches_each_wire_and_is_stored_once() {
             "{kind}"
         );
 
-        let mut stored: Vec<String> = std::fs::read_dir(resources(&d, &sid))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .collect();
-        stored.sort();
-        let mut want = vec![sha(&png()), sha(&gif())];
+        let mut want = vec![(sha(&png()), png()), (sha(&gif()), gif())];
         want.sort();
-        assert_eq!(stored, want, "{kind}: each image stored once");
         assert_eq!(
-            std::fs::read(resources(&d, &sid).join(sha(&png()))).unwrap(),
-            png()
+            stored_images(&d, &sid),
+            want,
+            "{kind}: each image stored once"
         );
 
         let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
@@ -277,7 +305,7 @@ fn bad_images_are_refused_naming_the_image() {
     );
     assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
     assert_eq!(d.log_lines(&sid).len(), before, "nothing recorded");
-    assert!(!resources(&d, &sid).exists(), "nothing stored");
+    assert_eq!(stored_images(&d, &sid), vec![], "nothing stored");
     let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "hello"}));
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(server.join().unwrap().len(), 1);
@@ -297,16 +325,16 @@ fn a_missing_image_resource_is_not_found_naming_its_digest() {
     );
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(server.join().unwrap().len(), 1);
-    // A fork shares the image (its resource is copied with the events that refer to it).
+    // A fork shares the image (its resource is copied with the events that refer to
+    // it; the database's one row serves every session).
     let child = c.call_ok("agentd/fork", json!({"session_id": sid}))["child_session_id"]
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(
-        std::fs::read(resources(&d, &child).join(sha(&png()))).unwrap(),
-        png()
-    );
-    std::fs::remove_file(resources(&d, &sid).join(sha(&png()))).unwrap();
+    assert_eq!(stored_images(&d, &child), vec![(sha(&png()), png())]);
+    if !d.remove_store_image(&sha(&png())) {
+        std::fs::remove_file(resources(&d, &sid).join(sha(&png()))).unwrap();
+    }
     let r = c.call("agentd/turn", json!({"session_id": sid, "input": "again"}));
     let err = if r.get("error").is_some() {
         r["error"]["data"].clone()
@@ -344,5 +372,255 @@ fn agentctl_image_flag_sends_the_file() {
             "image/png".to_string(),
             base64::engine::general_purpose::STANDARD.encode(png())
         )]
+    );
+}
+
+/// A provider step calling `read_file` on each of `paths` (call ids `call_0`, …), in
+/// `kind`'s wire.
+fn read_steps(kind: &str, paths: &[&str]) -> String {
+    let args = |p: &str| json!({"path": p}).to_string();
+    match kind {
+        "anthropic" => {
+            let mut evs = vec![
+                json!({"type": "message_start", "message": {"model": "m1", "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+            ];
+            for (i, p) in paths.iter().enumerate() {
+                evs.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": format!("call_{i}"), "name": "read_file", "input": {}}}));
+                evs.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": args(p)}}));
+                evs.push(json!({"type": "content_block_stop", "index": i}));
+            }
+            evs.push(json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}));
+            evs.push(json!({"type": "message_stop"}));
+            typed_sse(&evs)
+        }
+        "openai-responses" => {
+            let mut evs: Vec<Value> = paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| json!({"type": "response.output_item.done", "output_index": i, "item": {"type": "function_call", "id": format!("fc_{i}"), "call_id": format!("call_{i}"), "name": "read_file", "arguments": args(p)}}))
+                .collect();
+            evs.push(json!({"type": "response.completed", "response": {"id": "r1", "model": "m1", "status": "completed", "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}}}));
+            typed_sse(&evs)
+        }
+        _ => {
+            let calls: Vec<Value> = paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| json!({"index": i, "id": format!("call_{i}"), "type": "function", "function": {"name": "read_file", "arguments": args(p)}}))
+                .collect();
+            agentd_tests::sse::chat_sse(&[
+                json!({"model": "m1", "choices": [{"index": 0, "delta": {"tool_calls": calls}}]}),
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            ])
+        }
+    }
+}
+
+/// The images a request gives with the results of tool calls, in `kind`'s wire form,
+/// as `(call id, media type, base64)`: Responses `function_call_output.output` parts,
+/// Anthropic `tool_result.content` blocks, and for Chat Completions (whose tool
+/// messages are text) the user message following the tool messages.
+fn tool_result_images(kind: &str, body: &Value) -> Vec<(String, String, String)> {
+    let url = |u: &str| {
+        let (mime, data) = u
+            .strip_prefix("data:")
+            .and_then(|r| r.split_once(";base64,"))
+            .expect("a base64 data URL");
+        (mime.to_string(), data.to_string())
+    };
+    let mut out = Vec::new();
+    match kind {
+        "openai-responses" => {
+            for i in body["input"].as_array().unwrap() {
+                if i["type"] != "function_call_output" {
+                    continue;
+                }
+                for p in i["output"].as_array().into_iter().flatten() {
+                    if p["type"] == "input_image" {
+                        let (m, d) = url(p["image_url"].as_str().unwrap());
+                        out.push((i["call_id"].as_str().unwrap().to_string(), m, d));
+                    }
+                }
+            }
+        }
+        "anthropic" => {
+            for m in body["messages"].as_array().unwrap() {
+                for b in m["content"].as_array().into_iter().flatten() {
+                    if b["type"] != "tool_result" {
+                        continue;
+                    }
+                    for p in b["content"].as_array().into_iter().flatten() {
+                        if p["type"] == "image" {
+                            out.push((
+                                b["tool_use_id"].as_str().unwrap().to_string(),
+                                p["source"]["media_type"].as_str().unwrap().to_string(),
+                                p["source"]["data"].as_str().unwrap().to_string(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {
+            let msgs = body["messages"].as_array().unwrap();
+            for (i, m) in msgs.iter().enumerate() {
+                if m["role"] != "user" || i == 0 || msgs[i - 1]["role"] != "tool" {
+                    continue;
+                }
+                let parts = m["content"].as_array().expect("image parts");
+                let head = parts[0]["text"].as_str().unwrap();
+                for p in &parts[1..] {
+                    let (mime, d) = url(p["image_url"]["url"].as_str().unwrap());
+                    // The calls are named in the line before the images.
+                    let id = ["call_0", "call_1", "call_2"]
+                        .into_iter()
+                        .find(|c| head.contains(c))
+                        .unwrap_or("?");
+                    out.push((id.to_string(), mime, d));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `read_file` of an image gives the model the image: the next request carries it
+/// with the call's result in each wire's form (for Chat Completions, a user message
+/// after the tool messages), the result's text describes it, it is stored once as a
+/// resource and the Log holds its reference. A text file named `.png` is read as text,
+/// and an image over 5 MiB is described, not attached.
+#[test]
+fn read_file_of_an_image_gives_the_model_the_image() {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    for kind in ["openai-chat", "openai-responses", "anthropic"] {
+        let (base, server) = sse_server(vec![
+            read_steps(kind, &["shot.png", "notes.png", "huge.png"]),
+            reply(kind),
+            reply(kind),
+        ]);
+        let d = daemon(kind, &base);
+        let ws = d.workspace();
+        std::fs::write(ws.join("shot.png"), png()).unwrap();
+        std::fs::write(ws.join("notes.png"), "# plain notes\n").unwrap();
+        let mut huge = png();
+        huge.resize(5 * 1024 * 1024 + 1, 0);
+        std::fs::write(ws.join("huge.png"), &huge).unwrap();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d);
+        let r = c.call_ok(
+            "agentd/turn",
+            json!({"session_id": sid, "input": "look at the screenshots"}),
+        );
+        assert_eq!(r["status"], "completed", "{kind}: {r}");
+        let r = c.call_ok("agentd/turn", json!({"session_id": sid, "input": "thanks"}));
+        assert_eq!(r["status"], "completed", "{kind}: {r}");
+        let bodies = server.join().unwrap();
+        assert_eq!(bodies.len(), 3, "{kind}");
+        let want = vec![("call_0".to_string(), "image/png".to_string(), b64(&png()))];
+        assert_eq!(
+            tool_result_images(kind, &bodies[1]),
+            want,
+            "{kind}: {}",
+            bodies[1]
+        );
+        // Replayed with the later turn's request too.
+        assert_eq!(tool_result_images(kind, &bodies[2]), want, "{kind}");
+        let results: Vec<Value> = d
+            .log_lines(&sid)
+            .into_iter()
+            .filter(|e| is_type(e, "tool_result"))
+            .map(|e| e["data"].clone())
+            .collect();
+        assert_eq!(
+            results[0]["images"],
+            json!([{"sha256": sha(&png()), "mime": "image/png", "bytes": png().len()}]),
+            "{kind}"
+        );
+        let out = results[0]["output"].as_str().unwrap();
+        assert!(
+            out.contains("image/png") && out.contains("attached as an image"),
+            "{kind}: {out}"
+        );
+        assert_eq!(results[1]["output"], "# plain notes\n", "{kind}");
+        assert!(results[1].get("images").is_none(), "{kind}");
+        let out = results[2]["output"].as_str().unwrap();
+        assert!(out.contains("not attached"), "{kind}: {out}");
+        assert!(results[2].get("images").is_none(), "{kind}");
+        assert_eq!(
+            std::fs::read(resources(&d, &sid).join(sha(&png()))).unwrap(),
+            png()
+        );
+        // On the PostgreSQL store, in its images table too (any daemon can send it).
+        if let Some(rows) = d.store_images() {
+            assert_eq!(rows, vec![(sha(&png()), png())], "{kind}");
+        }
+        let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+        assert!(
+            !log.contains(PNG_B64.trim_end_matches('=')),
+            "{kind}: bytes in the Log"
+        );
+    }
+}
+
+/// `images = false` on a provider (a text-only model behind a Chat Completions server):
+/// a turn with images is refused naming the provider before anything is recorded, and
+/// an image `read_file` returns reaches it only as the result's description (no
+/// `image_url` anywhere in the request), so the session keeps working.
+#[test]
+fn a_provider_without_images_gets_descriptions_only() {
+    let (base, server) = sse_server(vec![
+        read_steps("openai-chat", &["shot.png"]),
+        chat_text("A description is all I got."),
+    ]);
+    let config = format!(
+        "default_provider = \"p\"\n[providers.p]\nkind = \"openai-chat\"\nbase_url = \"{base}\"\nmodel = \"m1\"\nimages = false\n"
+    );
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&config)
+        .start();
+    std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let before = d.log_lines(&sid).len();
+    let r = c.call(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "look", "images": [{"path": "shot.png"}]}),
+    );
+    assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("provider `p` takes no images"),
+        "{r}"
+    );
+    assert_eq!(d.log_lines(&sid).len(), before, "nothing recorded");
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "read the screenshot"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let bodies = server.join().unwrap();
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        !bodies[1].to_string().contains("image_url"),
+        "{}",
+        bodies[1]
+    );
+    let tool = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message: {}", bodies[1]));
+    let text = tool["content"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "[image: image/png, {} bytes, sha256 {}]",
+            png().len(),
+            sha(&png())
+        )) && text.contains("shot.png: attached as an image"),
+        "{text}"
     );
 }

@@ -1113,12 +1113,13 @@ fn image_steps(kind: &str) -> Vec<String> {
     }
 }
 
-/// An image from an MCP tool reaches the next provider request as an image where the
-/// wire takes images in tool results (Anthropic `tool_result` content, Responses
-/// `function_call_output.output`), with the stored resource's bytes; Chat Completions
-/// tool messages keep the placeholder text. The Log holds only the reference.
+/// An image from an MCP tool reaches the next provider request as an image, with the
+/// stored resource's bytes: in the tool result where the wire takes images there
+/// (Anthropic `tool_result` content, Responses `function_call_output.output`); Chat
+/// Completions tool messages keep the placeholder text and a user message after them
+/// carries the image. The Log holds only the reference.
 #[test]
-fn tool_result_images_reach_the_wires_that_take_them() {
+fn tool_result_images_reach_each_wire() {
     use base64::Engine;
     for kind in ["anthropic", "openai-responses", "openai-chat"] {
         let (base, server) = sse_server(image_steps(kind));
@@ -1210,7 +1211,17 @@ fn tool_result_images_reach_the_wires_that_take_them() {
                     .unwrap_or_else(|| panic!("no tool message in {next}"));
                 assert_eq!(tool["tool_call_id"], "call_img");
                 assert_eq!(tool["content"], json!(placeholder), "{next}");
-                assert!(!next.to_string().contains(&b64), "{kind}: image bytes sent");
+                // Tool messages are text: the image follows them in a user message.
+                let msgs = next["messages"].as_array().unwrap();
+                let at = msgs.iter().position(|m| m["role"] == "tool").unwrap();
+                assert_eq!(
+                    msgs[at + 1],
+                    json!({"role": "user", "content": [
+                        {"type": "text", "text": "[the images returned by tool call call_img]"},
+                        {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{b64}")}},
+                    ]}),
+                    "{next}"
+                );
             }
         }
         // `agentd/context` renders the references as the placeholder text only.

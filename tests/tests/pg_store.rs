@@ -1247,3 +1247,38 @@ fn doctor_connects_to_the_database_store_and_reports_schema_and_leases() {
     );
     assert!(!succeeded);
 }
+
+/// The chaos run with takeovers (docs/durability.md#the-chaos-run): two daemons with
+/// homes of their own share the database; each prompt's owner is killed mid-turn and
+/// stays down, the client resends the prompt with its id to the other daemon, which
+/// takes the lease over once it ran out and finishes the turn (sometimes it is killed
+/// too and the first one, restarted, takes the session back). Every prompt: one user
+/// message, one turn, one answer (the one the client got), a balanced Log, its command
+/// run at most once.
+#[test]
+fn chaos_another_daemon_takes_a_killed_owners_lease_over_and_answers_once() {
+    let seed = std::env::var("AGENTD_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("takeover chaos seed {seed} (AGENTD_CHAOS_SEED={seed} replays it)");
+    let url = PgServer::shared().create_db();
+    let r = agentd_tests::chaos::takeover_run(&url, 4, seed, |_, _| {});
+    eprintln!("{:#?}", r.detail);
+    assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
+    assert_eq!((r.duplicates, r.lost, r.double_runs), (0, 0, 0), "{r:#?}");
+    assert_eq!(r.prompts, 4);
+    assert!(
+        r.signal_kills >= 2,
+        "the owner was killed in every odd round: {r:#?}"
+    );
+    assert!(
+        r.resumes >= 1,
+        "no turn was resumed by a daemon taking over: {r:#?}"
+    );
+}

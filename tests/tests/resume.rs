@@ -827,3 +827,238 @@ fn chaos_every_prompt_is_answered_once_and_no_command_runs_twice() {
     assert_eq!((r.duplicates, r.lost, r.double_runs), (0, 0, 0), "{r:#?}");
     assert_eq!(r.prompts, 6);
 }
+
+/// A client that starts its next turn the moment it sees `turn_ended` (as editors and
+/// Codex's clients do) is admitted, never refused `busy`: the ended turn's slot is
+/// freed right after that event, and a turn asked for in between waits for it. The
+/// window was an instant, so three sessions each chain many turns.
+#[test]
+fn a_turn_started_on_seeing_turn_ended_is_never_refused_busy() {
+    const TURNS: usize = 50;
+    let mock = MockProvider::start(|_, body| {
+        let (user, _) = agentd_tests::sse::last_user_and_tool_results(body);
+        let n = user.strip_prefix("prompt ").unwrap_or("?").to_string();
+        Reply::Complete(chat_text(&format!("Answer {n}.")))
+    });
+    let d = daemon(&mock, "");
+    let chains: Vec<_> = (0..3)
+        .map(|_| {
+            let sid = d.create_session();
+            let (mut sub, mut c) = (d.connect(), d.connect());
+            std::thread::spawn(move || {
+                sub.subscribe(&sid, None);
+                for i in 0..TURNS {
+                    let r = c.call(
+                        "agentd/turn",
+                        json!({"session_id": sid, "input": format!("prompt {i}"), "wait": false}),
+                    );
+                    let tid = r["result"]["turn_id"].clone();
+                    assert!(
+                        tid.is_string(),
+                        "prompt {i}, sent on the previous turn_ended: {r}"
+                    );
+                    let ended = sub
+                        .wait_event(
+                            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == tid,
+                            WAIT,
+                        )
+                        .unwrap_or_else(|| panic!("turn {i} of {sid} did not end"));
+                    assert_eq!(ended["data"]["status"], "completed", "{ended}");
+                }
+                (sid, c)
+            })
+        })
+        .collect();
+    for chain in chains {
+        let (sid, mut c) = chain.join().expect("a chain of turns was refused");
+        let evs = events(&mut c, &sid);
+        let users: Vec<_> = of_type(&evs, "user_message")
+            .iter()
+            .map(|e| e["data"]["text"].clone())
+            .collect();
+        let want: Vec<_> = (0..TURNS).map(|i| json!(format!("prompt {i}"))).collect();
+        assert_eq!(users, want);
+        let answers: Vec<_> = of_type(&evs, "assistant_message")
+            .iter()
+            .map(|e| e["data"]["text"].clone())
+            .collect();
+        let want: Vec<_> = (0..TURNS).map(|i| json!(format!("Answer {i}."))).collect();
+        assert_eq!(answers, want);
+    }
+}
+
+/// A non-queued `agentd/turn` never runs ahead of prompts queued before it: sent the
+/// moment the turn ahead of the queue ended, it is refused `busy` naming the oldest
+/// queued turn (docs/protocol.md#turn-order), the queued prompt runs next, and the
+/// refused prompt reaches neither the Log nor the provider. Once the queue has drained,
+/// the same prompt is admitted.
+#[test]
+fn a_new_turn_does_not_run_ahead_of_queued_ones() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |n, body| {
+        if n == 0 {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+        }
+        let m = messages(body);
+        let text = if m.contains("eager prompt") {
+            "Eager answer."
+        } else if m.contains("queued prompt") {
+            "Queued answer."
+        } else {
+            "First answer."
+        };
+        Reply::Complete(chat_text(text))
+    });
+    let d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let mut c = d.connect();
+    let t1 = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "first prompt", "wait": false}),
+    )["turn_id"]
+        .clone();
+    mock.wait_requests(1, WAIT);
+    let q = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "queued prompt", "queue": true}),
+    );
+    assert_eq!(q["status"], "queued", "{q}");
+    go_tx.send(()).unwrap();
+    sub.wait_event(
+        |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == t1,
+        WAIT,
+    )
+    .expect("the first turn ended");
+    let e = c.call(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "eager prompt", "wait": false}),
+    );
+    assert_eq!(e["error"]["data"]["kind"], "busy", "{e}");
+    assert_eq!(
+        e["error"]["data"]["details"]["turn_id"], q["turn_id"],
+        "refused behind the queued turn, not the one that ended: {e}"
+    );
+    let end_q = sub
+        .wait_event(
+            |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == q["turn_id"],
+            WAIT,
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "the queued turn did not end; daemon:\n{}",
+                d.daemon_output()
+            )
+        });
+    assert_eq!(end_q["data"]["status"], "completed", "{end_q}");
+    let evs = events(&mut c, &sid);
+    let users: Vec<_> = of_type(&evs, "user_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(users, [json!("first prompt"), json!("queued prompt")]);
+    assert!(
+        !mock
+            .requests()
+            .iter()
+            .any(|r| messages(r).contains("eager prompt")),
+        "the refused prompt reached the provider"
+    );
+
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "eager prompt"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["output_text"], "Eager answer.");
+    let answers: Vec<_> = of_type(&events(&mut c, &sid), "assistant_message")
+        .iter()
+        .map(|e| e["data"]["text"].clone())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            json!("First answer."),
+            json!("Queued answer."),
+            json!("Eager answer.")
+        ]
+    );
+}
+
+/// A steer sent again with its `client_request_id` while the first still waits for the
+/// turn's next provider call (the client's connection dropped and it retried) is
+/// recorded once, and both requests are answered with its seq; the same id with other
+/// input is a `conflict`.
+#[test]
+fn a_steer_retried_while_it_waits_is_recorded_once() {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |n, _| match n {
+        0 => {
+            let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
+            Reply::Complete(chat_text("First."))
+        }
+        _ => Reply::Complete(chat_text("Steered answer.")),
+    });
+    let d = daemon(&mock, "");
+    let sid = d.create_session();
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    let mut c = d.connect();
+    let t = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "start", "wait": false}),
+    );
+    mock.wait_requests(1, WAIT);
+    let steer = |d: &Daemon| {
+        let mut sc = d.connect();
+        let sid = sid.clone();
+        std::thread::spawn(move || {
+            sc.call(
+                "agentd/steer",
+                json!({"session_id": sid, "input": "also the docs", "client_request_id": "st-retry"}),
+            )
+        })
+    };
+    let first = steer(&d);
+    sub.wait_event(
+        |e| is_type(e, "status") && e["data"]["steer_pending"] == true,
+        WAIT,
+    )
+    .expect("the first steer waits");
+    let retry = steer(&d);
+    sub.wait_event(|e| is_type(e, "status") && e["data"]["retry"] == true, WAIT)
+        .expect("the retry joined the waiting steer");
+    let other = c.call(
+        "agentd/steer",
+        json!({"session_id": sid, "input": "something else", "client_request_id": "st-retry"}),
+    );
+    assert_eq!(other["error"]["data"]["kind"], "conflict", "{other}");
+    go_tx.send(()).unwrap();
+    let (a, b) = (first.join().unwrap(), retry.join().unwrap());
+    assert!(a["result"]["seq"].is_u64(), "{a}");
+    assert_eq!(
+        a["result"], b["result"],
+        "both answered with the one recording"
+    );
+    assert_eq!(a["result"]["turn_id"], t["turn_id"]);
+    let ended = wait_turn_ended(&d, &sid);
+    assert_eq!(ended["data"]["status"], "completed", "{ended}");
+    let evs = events(&mut c, &sid);
+    let users: Vec<_> = of_type(&evs, "user_message")
+        .iter()
+        .map(|e| (e["data"]["text"].clone(), e["seq"].clone()))
+        .collect();
+    assert_eq!(
+        users,
+        [
+            (json!("start"), users[0].1.clone()),
+            (json!("also the docs"), a["result"]["seq"].clone())
+        ]
+    );
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:#?}");
+    assert_eq!(messages(&reqs[1]).matches("also the docs").count(), 1);
+}

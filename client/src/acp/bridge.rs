@@ -8,7 +8,7 @@
 
 use super::map::{self, Live};
 use super::params::{
-    abs_dir, parse, prompt_text, slash_command, ListReq, NewSession, OpenSession, Prompt,
+    abs_dir, parse, prompt_input, slash_command, ListReq, NewSession, OpenSession, Prompt,
     SessionRef, SetConfig, SetMode, COMMANDS, MODES,
 };
 pub use super::params::{check_mode, RpcErr};
@@ -98,11 +98,13 @@ impl Follow {
     }
 }
 
-/// A prompt's cancellation: a flag, and a wake-up for whoever waits on the client.
+/// A prompt's cancellation: a flag, and a wake-up for whoever waits on the client;
+/// and whether the prompt's own turn runs now (what a cancel may interrupt).
 #[derive(Default)]
 pub struct Cancel {
     flag: AtomicBool,
     notify: tokio::sync::Notify,
+    turn_running: AtomicBool,
 }
 
 impl Cancel {
@@ -255,7 +257,7 @@ impl Bridge {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": true,
-                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
                 "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
@@ -311,8 +313,9 @@ impl Bridge {
         }
     }
 
-    /// Interrupts the session's running turn; every prompt of the session is cancelled
-    /// (a queued one withdraws its turn, see [`Bridge::run_turn`]).
+    /// Cancels every prompt of this client in the session: a queued one withdraws its
+    /// turn (see [`Bridge::run_turn`]), and the running turn is interrupted when it is
+    /// one of them. A turn another client started is left running (docs/acp.md).
     async fn interrupt(&self, sid: &str, reason: &str) {
         let prompts: Vec<Arc<Cancel>> = self
             .running
@@ -323,8 +326,14 @@ impl Bridge {
                     .map(|v| v.iter().map(|x| x.cancelled.clone()).collect())
             })
             .unwrap_or_default();
+        let mut ours_runs = false;
         for c in prompts {
             c.set();
+            ours_runs |= c.turn_running.load(Ordering::SeqCst);
+        }
+        // A prompt whose turn starts after this is interrupted then (`on_incoming`).
+        if !ours_runs {
+            return;
         }
         if let Err(e) = self
             .call(
@@ -754,9 +763,11 @@ impl Bridge {
         let p: Prompt = parse(params, "session/prompt params")?;
         let sid = p.session_id.clone();
         let o = self.session_state(&sid)?;
-        let input = prompt_text(&p.prompt)?;
-        if let Some((name, arg)) = slash_command(&input) {
-            return self.command(&sid, name, arg).await;
+        let input = prompt_input(&p.prompt)?;
+        if input.images.is_empty() {
+            if let Some((name, arg)) = slash_command(&input.text) {
+                return self.command(&sid, name, arg).await;
+            }
         }
         // A prompt sent while another runs is queued behind it by the daemon.
         let cancelled = Arc::new(Cancel::default());
@@ -768,7 +779,9 @@ impl Bridge {
             .push(Running {
                 cancelled: cancelled.clone(),
             });
-        let res = self.run_turn(&sid, &o, &input, &cancelled).await;
+        let res = self
+            .run_turn(&sid, &o, &input.text, &input.images, &cancelled)
+            .await;
         if let Ok(mut r) = self.running.lock() {
             if let Some(v) = r.get_mut(&sid) {
                 v.retain(|x| !Arc::ptr_eq(&x.cancelled, &cancelled));
@@ -810,6 +823,7 @@ impl Bridge {
         sid: &str,
         o: &Open,
         input: &str,
+        images: &[Value],
         cancelled: &Arc<Cancel>,
     ) -> Result<Value, RpcErr> {
         use agentctl::retry;
@@ -817,6 +831,12 @@ impl Bridge {
         let rid = retry::new_request_id();
         let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode,
                                 "client_request_id": rid, "queue": true});
+        // The daemon does not queue a turn with images (the Log never holds their
+        // bytes): such a prompt starts now or is refused `busy`.
+        if !images.is_empty() {
+            params["images"] = json!(images);
+            params["queue"] = json!(false);
+        }
         if let Some(s) = &o.sandbox {
             params["sandbox"] = json!({"mode": s});
         }
@@ -1023,12 +1043,14 @@ impl Bridge {
                     {
                         f.mine = true;
                         f.turn_id = ev["data"]["turn_id"].clone();
+                        cancelled.turn_running.store(true, Ordering::SeqCst);
                     } else {
                         return;
                     }
                 }
                 if ev["type"] == "turn_ended" && ev["data"]["turn_id"] == f.turn_id {
                     f.ended = Some(ev["data"].clone());
+                    cancelled.turn_running.store(false, Ordering::SeqCst);
                 }
             }
         }
@@ -1408,22 +1430,38 @@ mod tests {
 
     #[test]
     fn prompt_blocks_become_turn_input() {
-        let t = prompt_text(&[
+        let t = prompt_input(&[
             json!({"type": "text", "text": "look"}),
             json!({"type": "resource_link", "uri": "file:///a.rs", "name": "a.rs"}),
             json!({"type": "resource", "resource": {"uri": "file:///b.rs", "text": "fn b() {}"}}),
         ])
         .unwrap();
         assert_eq!(
-            t,
+            t.text,
             "look\n[@a.rs](file:///a.rs)\n<context uri=\"file:///b.rs\">\nfn b() {}\n</context>"
         );
+        assert!(t.images.is_empty());
+        let t = prompt_input(&[
+            json!({"type": "image", "data": "iVBO", "mimeType": "image/png"}),
+            json!({"type": "text", "text": "what is this?"}),
+            json!({"type": "image", "data": "R0lG"}),
+        ])
+        .unwrap();
+        assert_eq!(t.text, "what is this?");
         assert_eq!(
-            prompt_text(&[json!({"type": "image", "data": "", "mimeType": "image/png"})])
-                .unwrap_err()
-                .code,
-            -32602
+            t.images,
+            [
+                json!({"data": "iVBO", "mime_type": "image/png"}),
+                json!({"data": "R0lG"})
+            ]
         );
-        assert_eq!(prompt_text(&[]).unwrap_err().code, -32602);
+        for bad in [
+            vec![json!({"type": "image", "data": "", "mimeType": "image/png"})],
+            vec![json!({"type": "image", "data": "iVBO", "mimeType": "image/png"})],
+            vec![json!({"type": "audio", "data": "AAAA", "mimeType": "audio/wav"})],
+            vec![],
+        ] {
+            assert_eq!(prompt_input(&bad).unwrap_err().code, -32602, "{bad:?}");
+        }
     }
 }

@@ -278,12 +278,34 @@ pub struct SetConfig {
     pub _meta: Option<Value>,
 }
 
+/// A prompt's turn input: its text and its images (`agentd/turn`'s `images`).
+#[derive(Debug, Default, PartialEq)]
+pub struct PromptInput {
+    pub text: String,
+    /// `{data, mime_type}` each, checked by the daemon (type from the bytes, limits).
+    pub images: Vec<Value>,
+}
+
 /// The turn input a prompt's content blocks make: text as is, resource links as links,
-/// embedded text resources inline with their URI. Images and audio are not advertised.
-pub fn prompt_text(blocks: &[Value]) -> Result<String, RpcErr> {
+/// embedded text resources inline with their URI, images as the turn's images (in
+/// order; the text must not be empty). Audio is not advertised.
+pub fn prompt_input(blocks: &[Value]) -> Result<PromptInput, RpcErr> {
     let mut out = String::new();
+    let mut images = Vec::new();
     for b in blocks {
         let piece = match b["type"].as_str().unwrap_or("") {
+            "image" => {
+                let data = b["data"]
+                    .as_str()
+                    .filter(|d| !d.is_empty())
+                    .ok_or_else(|| RpcErr::params("image block without base64 `data`"))?;
+                let mut img = json!({"data": data});
+                if let Some(m) = b["mimeType"].as_str() {
+                    img["mime_type"] = json!(m);
+                }
+                images.push(img);
+                continue;
+            }
             "text" => b["text"]
                 .as_str()
                 .ok_or_else(|| RpcErr::params("text block without text"))?
@@ -319,9 +341,13 @@ pub fn prompt_text(blocks: &[Value]) -> Result<String, RpcErr> {
         out.push_str(&piece);
     }
     if out.trim().is_empty() {
-        return Err(RpcErr::params("the prompt is empty"));
+        return Err(RpcErr::params(if images.is_empty() {
+            "the prompt is empty"
+        } else {
+            "a prompt with images needs text too: say what to do with them"
+        }));
     }
-    Ok(out)
+    Ok(PromptInput { text: out, images })
 }
 
 /// The slash command a prompt's text is, if it is one: its name (one of `COMMANDS`, the

@@ -18,7 +18,6 @@ use crate::rpc::{Conn, Incoming};
 use agentctl::acp::params::RpcErr;
 use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
 use agentd_proto::session_uuid::{self, Resolved};
-use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -165,7 +164,7 @@ impl Client {
             "linux"
         };
         Ok(json!({
-            "userAgent": format!("agentd/{} (agentctl app-server)", env!("CARGO_PKG_VERSION")),
+            "userAgent": format!("agentd {} (agentctl app-server)", env!("CARGO_PKG_VERSION")),
             "codexHome": self.shared.target.effective_home(),
             "platformFamily": "unix",
             "platformOs": os,
@@ -218,7 +217,7 @@ impl Client {
             "thread/archive" => self.archive(params, true).await,
             "thread/unarchive" => self.archive(params, false).await,
             "thread/delete" => self.delete(params).await,
-            "thread/compact/start" => self.compact(params).await.map(plain),
+            "thread/compact/start" => self.compact(params).await,
             "thread/revert" => self.revert(params).await.map(plain),
             "thread/unsubscribe" => self.unsubscribe(params).map(plain),
             "turn/start" => self.turn_start(params).await.map(plain),
@@ -440,6 +439,15 @@ impl Client {
 
     async fn thread_start(self: &Arc<Self>, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadStartParams = parse(params, "thread/start params")?;
+        if p.ephemeral == Some(true) {
+            return Err(RpcErr {
+                code: -32600,
+                message: "ephemeral threads are not supported: every agentd thread is a \
+                          durable session"
+                    .into(),
+                data: Some(json!({"kind": "unsupported", "field": "ephemeral"})),
+            });
+        }
         let cwd = match &p.cwd {
             Some(c) => PathBuf::from(c),
             None => std::env::current_dir().map_err(internal)?,
@@ -744,28 +752,59 @@ impl Client {
         ))
     }
 
-    async fn compact(&self, params: Value) -> Result<Value, RpcErr> {
+    /// `thread/compact/start`: Codex's `/compact` compacts now, as a turn of its own
+    /// (`turn/started`, a `contextCompaction` item, `turn/completed`), which Codex's TUI
+    /// waits for. agentd keeps the last few events verbatim (a call is never separated
+    /// from its result); a thread too short for that is compacted whole, and one with
+    /// nothing new since its last compaction gets a turn with nothing in it.
+    async fn compact(&self, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadRef = parse(params, "thread/compact/start params")?;
-        let sid = self.sid_of(&p.thread_id).await?;
-        // Codex's `/compact` compacts now: everything but the last few events, which
-        // agentd keeps verbatim (a call is never separated from its result).
-        let r = self
-            .shared
-            .call(
-                method::COMPACT,
-                json!({"session_id": sid, "tail_events": COMPACT_TAIL}),
-            )
-            .await?;
-        if r["compactable"] == json!(false) {
-            return Err(RpcErr::new(
-                -32600,
-                format!(
-                    "nothing to compact yet: {}",
-                    r["reason"].as_str().unwrap_or("the thread is short")
-                ),
+        let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
+        let started = map::now_ms();
+        let mut r = json!({"compactable": false});
+        for tail in [COMPACT_TAIL, 0] {
+            r = self
+                .shared
+                .call(
+                    method::COMPACT,
+                    json!({"session_id": sid, "tail_events": tail}),
+                )
+                .await?;
+            if r["compactable"] != json!(false) {
+                break;
+            }
+        }
+        let seq = r["compaction_seq"].as_u64();
+        let turn_id = seq.map_or_else(|| format!("compact-{started}"), |s| format!("seq-{s}"));
+        let ended = map::now_ms();
+        let turn = |status, done: Option<i64>| Turn {
+            id: turn_id.clone(),
+            items: vec![],
+            status,
+            error: None,
+            started_at: Some(started / 1000),
+            completed_at: done.map(|d| d / 1000),
+        };
+        let mut notes = vec![(
+            "turn/started",
+            json!({"threadId": uuid, "turn": turn("inProgress", None)}),
+        )];
+        if let Some(s) = seq {
+            let item = json!({"type": "contextCompaction", "id": format!("compact-{s}")});
+            notes.push((
+                "item/started",
+                json!({"threadId": uuid, "turnId": turn_id, "item": item, "startedAtMs": started}),
+            ));
+            notes.push((
+                "item/completed",
+                json!({"threadId": uuid, "turnId": turn_id, "item": item, "completedAtMs": ended}),
             ));
         }
-        Ok(json!({}))
+        notes.push((
+            "turn/completed",
+            json!({"threadId": uuid, "turn": turn("completed", Some(ended))}),
+        ));
+        Ok((json!({}), notes))
     }
 
     async fn revert(&self, params: Value) -> Result<Value, RpcErr> {
@@ -833,7 +872,7 @@ impl Client {
         let p: wire::TurnStartParams = parse(params, "turn/start params")?;
         let sid = self.sid_of(&p.thread_id).await?;
         let (_, mut mode, mut model) = self.loaded(&sid)?;
-        let text = input_text(&p.input, "turn/start")?;
+        let (text, images) = turn_input(&p.input, "turn/start")?;
         if p.approval_policy.is_some() {
             mode = mode_of(p.approval_policy.as_ref(), &mode);
         }
@@ -849,6 +888,9 @@ impl Client {
         }
         let mut q =
             json!({"session_id": sid, "input": text, "permission_mode": mode, "wait": false});
+        if !images.is_empty() {
+            q["images"] = json!(images);
+        }
         // The client's id for its message is agentd's idempotency key: a retried
         // turn/start answers the turn already admitted instead of running it twice.
         if let Some(id) = &p.client_user_message_id {
@@ -857,19 +899,9 @@ impl Client {
         if let Some(m) = model.as_deref().and_then(picked_model) {
             q["model"] = json!(m);
         }
-        // The daemon frees the session just after `turn_ended` is durable, and Codex's
-        // clients start the next turn on `turn/completed`: a `busy` naming the turn this
-        // thread saw end is that instant, and the request is sent again (up to 2 s).
-        let mut tries = 0;
-        let r = loop {
-            match self.shared.call(method::TURN, q.clone()).await {
-                Err(e) if e.kind == ErrorKind::Busy && tries < 80 && self.just_ended(&sid, &e) => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-                }
-                r => break r?,
-            }
-        };
+        // Codex's clients start the next turn on `turn/completed`; the daemon admits a
+        // turn sent on seeing `turn_ended` (docs/protocol.md#turn-order).
+        let r = self.shared.call(method::TURN, q).await?;
         let turn = Turn {
             id: r["turn_id"].as_str().unwrap_or_default().to_string(),
             items: vec![],
@@ -881,18 +913,6 @@ impl Client {
         Ok(json!({ "turn": turn }))
     }
 
-    /// Whether a `busy` error names the turn this thread's follower saw end last.
-    fn just_ended(&self, sid: &str, e: &AgentError) -> bool {
-        let busy = e.details.get("turn_id").and_then(Value::as_str);
-        self.threads.lock().ok().is_some_and(|t| {
-            t.get(sid).is_some_and(|l| {
-                l.turn
-                    .lock()
-                    .is_ok_and(|s| busy.is_some() && s.ended.as_deref() == busy)
-            })
-        })
-    }
-
     /// `turn/steer`: `agentd/steer`, the input joining the running turn at its next
     /// provider call (recorded as a steered `user_message`). Answered once it is
     /// recorded; a thread with no running turn gets agentd's `not_running` error.
@@ -900,7 +920,12 @@ impl Client {
         let p: wire::TurnSteerParams = parse(params, "turn/steer params")?;
         let sid = self.sid_of(&p.thread_id).await?;
         self.loaded(&sid)?;
-        let text = input_text(&p.input, "turn/steer")?;
+        let (text, images) = turn_input(&p.input, "turn/steer")?;
+        if !images.is_empty() {
+            return Err(RpcErr::params(
+                "turn/steer: images cannot join a running turn; send them with turn/start",
+            ));
+        }
         let running = self.threads.lock().ok().and_then(|t| {
             t.get(&sid)
                 .and_then(|l| l.turn.lock().ok()?.running.clone())
@@ -972,7 +997,7 @@ impl Client {
                     "id": id, "model": id, "displayName": name, "description": desc,
                     "hidden": false, "isDefault": i == 0,
                     "defaultReasoningEffort": "medium", "supportedReasoningEfforts": [],
-                    "inputModalities": ["text"], "supportsPersonality": false,
+                    "inputModalities": ["text", "image"], "supportsPersonality": false,
                     "upgrade": null, "additionalSpeedTiers": [], "serviceTiers": [],
                 })
             })
@@ -1020,18 +1045,34 @@ impl Client {
     }
 }
 
-/// The text agentd receives for a client's input pieces: text as it is, a mention as
-/// `@name (path)`, a skill as `$name`, one piece per line.
-fn input_text(input: &[wire::UserInput], what: &str) -> Result<String, RpcErr> {
+/// What agentd receives for a client's input pieces: the text (text as it is, a
+/// mention as `@name (path)`, a skill as `$name`, one piece per line) and the images
+/// (`agentd/turn`'s `images`: a `data:` URL as `{data, mime_type}`, a local image as
+/// `{path}`; the daemon checks their bytes and limits).
+fn turn_input(input: &[wire::UserInput], what: &str) -> Result<(String, Vec<Value>), RpcErr> {
     let mut text = String::new();
+    let mut images = Vec::new();
     for i in input {
         let piece = match i {
             wire::UserInput::Text { text } => text.clone(),
+            wire::UserInput::Image { url, file_id } => {
+                images.push(image_of_url(url.as_deref(), file_id.is_some(), what)?);
+                continue;
+            }
+            wire::UserInput::LocalImage { path } => {
+                if path.is_empty() {
+                    return Err(RpcErr::params(format!(
+                        "{what}: a localImage without a path"
+                    )));
+                }
+                images.push(json!({"path": path}));
+                continue;
+            }
             wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
             wire::UserInput::Skill { name } => format!("${name}"),
             wire::UserInput::Other => {
                 return Err(RpcErr::params(format!(
-                    "{what}: only text input reaches agentd (images and audio are not supported)"
+                    "{what}: only text, mentions, skills and images reach agentd"
                 )))
             }
         };
@@ -1043,7 +1084,33 @@ fn input_text(input: &[wire::UserInput], what: &str) -> Result<String, RpcErr> {
     if text.trim().is_empty() {
         return Err(RpcErr::params(format!("{what}: the input has no text")));
     }
-    Ok(text)
+    Ok((text, images))
+}
+
+/// An `image` input's `url` as agentd's inline image: only `data:MIME;base64,…` URLs
+/// (the bytes travel with the request; agentd fetches nothing).
+fn image_of_url(url: Option<&str>, file_id: bool, what: &str) -> Result<Value, RpcErr> {
+    let refuse = |why: &str| RpcErr::params(format!("{what}: an image input {why}"));
+    let Some(url) = url else {
+        return Err(refuse(if file_id {
+            "by fileId is not supported (agentd has no file uploads): send a data: URL or a localImage"
+        } else {
+            "needs a `url`"
+        }));
+    };
+    let Some((head, data)) = url.strip_prefix("data:").and_then(|r| r.split_once(',')) else {
+        return Err(refuse(
+            "must be a data: URL (agentd fetches no remote images): send a data: URL or a localImage",
+        ));
+    };
+    let Some(mime) = head.strip_suffix(";base64") else {
+        return Err(refuse("must be a base64 data: URL"));
+    };
+    let mut img = json!({"data": data});
+    if !mime.is_empty() {
+        img["mime_type"] = json!(mime);
+    }
+    Ok(img)
 }
 
 /// The error of a method agentd has no meaning for.
@@ -1097,11 +1164,10 @@ impl Asker {
     }
 }
 
-/// The turns a follower saw: the one running, the last one ended.
+/// The turn a follower saw running.
 #[derive(Default)]
 struct Seen {
     running: Option<String>,
-    ended: Option<String>,
 }
 
 /// What a follower follows.
@@ -1172,9 +1238,6 @@ async fn follow(client: std::sync::Weak<Client>, f: Followed) {
                 let notes = live.on_event(ev, &workspace);
                 // Updated before the client hears of it (it may answer at once).
                 if let Ok(mut t) = turn.lock() {
-                    if ev["type"] == "turn_ended" {
-                        t.ended = ev["data"]["turn_id"].as_str().map(str::to_string);
-                    }
                     t.running.clone_from(&live.turn_id);
                 }
                 for (m, p) in notes {

@@ -284,6 +284,18 @@ pub fn is_codex_context(text: &str) -> bool {
     OPENERS.iter().any(|o| t.starts_with(o))
 }
 
+/// Whether a `turn_started` is of a turn the daemon started for a goal (admitted as
+/// `goal:<goal_id>:<n>`, docs/goals.md): its prompt is the daemon's restatement of the
+/// objective, which Codex's clients show as the goal, not as the user's words.
+fn is_goal_turn(data: &Value) -> bool {
+    s(data, "client_request_id").is_some_and(|c| c.starts_with("goal:"))
+}
+
+/// A user message steered into a running turn: the user's own words.
+fn is_steer(data: &Value) -> bool {
+    data.get("steer").and_then(Value::as_bool) == Some(true)
+}
+
 /// A session's durable events folded into turns.
 #[derive(Debug, Default)]
 pub struct Turns {
@@ -296,6 +308,8 @@ pub struct Turns {
     pub preview: Option<String>,
     /// Index of the open turn, if one has not ended.
     open: Option<usize>,
+    /// The open turn is one the daemon started for a goal.
+    goal_turn: bool,
     /// call_id → (turn index, item index).
     calls: HashMap<String, (usize, usize)>,
     denied: std::collections::HashSet<String>,
@@ -330,6 +344,7 @@ impl Turns {
         match s(event, "type").unwrap_or("") {
             "turn_started" => {
                 let id = s(data, "turn_id").unwrap_or("").to_string();
+                self.goal_turn = is_goal_turn(data);
                 self.started_seq.insert(id.clone(), seq);
                 self.turns.push(Turn {
                     id,
@@ -342,6 +357,7 @@ impl Turns {
                 self.open = Some(self.turns.len() - 1);
             }
             "turn_ended" => {
+                self.goal_turn = false;
                 if let Some(id) = s(data, "turn_id") {
                     self.ended_seq.insert(id.to_string(), seq);
                 }
@@ -354,7 +370,7 @@ impl Turns {
             }
             "user_message" => {
                 let text = s(data, "text").unwrap_or("");
-                if is_codex_context(text) {
+                if is_codex_context(text) || (self.goal_turn && !is_steer(data)) {
                     return;
                 }
                 if self.preview.is_none() && !text.is_empty() {
@@ -444,6 +460,8 @@ pub struct Live {
     denied: std::collections::HashSet<String>,
     pub usage: TokenUsage,
     pub last_seq: Option<u64>,
+    /// The running turn is one the daemon started for a goal.
+    goal_turn: bool,
 }
 
 impl Live {
@@ -522,6 +540,7 @@ impl Live {
         match s(event, "type").unwrap_or("") {
             "turn_started" => {
                 self.turn_id = s(data, "turn_id").map(str::to_string);
+                self.goal_turn = is_goal_turn(data);
                 self.tools.clear();
                 self.denied.clear();
                 let turn = Turn {
@@ -537,7 +556,9 @@ impl Live {
                     json!({"threadId": self.thread_id, "turn": turn}),
                 ));
             }
-            "user_message" if is_codex_context(s(data, "text").unwrap_or("")) => {}
+            "user_message"
+                if is_codex_context(s(data, "text").unwrap_or(""))
+                    || (self.goal_turn && !is_steer(data)) => {}
             "user_message" => {
                 let seq = event.get("seq").and_then(Value::as_u64).unwrap_or(0);
                 let item = user_item(&format!("user-{seq}"), s(data, "text").unwrap_or(""));

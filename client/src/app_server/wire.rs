@@ -20,6 +20,10 @@ pub struct ThreadStartParams {
     pub model_provider: Option<String>,
     pub approval_policy: Option<Value>,
     pub sandbox: Option<String>,
+    /// A thread that is not to be kept (Codex's TUI asks for one to have the model name
+    /// a thread): refused, every agentd thread is a durable session.
+    #[serde(default)]
+    pub ephemeral: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,13 +137,24 @@ pub struct TurnInterruptParams {
     pub thread_id: String,
 }
 
-/// One piece of a user's input. Only text reaches agentd; the other kinds are refused
-/// with an error naming them.
+/// One piece of a user's input: text, mentions and skills become the turn's text,
+/// images its `images`; the other kinds are refused with an error naming them.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum UserInput {
     Text {
         text: String,
+    },
+    /// An image by URL (agentd takes `data:` URLs) or by an uploaded file's id (refused).
+    Image {
+        #[serde(default)]
+        url: Option<String>,
+        #[serde(default, rename = "fileId")]
+        file_id: Option<String>,
+    },
+    /// An image file on the machine the daemon runs on.
+    LocalImage {
+        path: String,
     },
     Skill {
         name: String,

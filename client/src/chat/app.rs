@@ -2,6 +2,7 @@
 //! talks to the socket itself: every call it wants is returned as an [`Effect`] that the
 //! loop (`chat::run`) carries out, and the reply comes back through [`App::on_reply`].
 
+use super::attach::PendingImage;
 use super::input::{Action, Editor};
 use crate::params::title_from_prompt;
 use crate::render::{self, one_line, relative_time};
@@ -32,6 +33,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/effort",
         "minimal|low|medium|high|default: the reasoning effort of the next turns",
+    ),
+    (
+        "/image",
+        "PATH attach an image to the next prompt (PNG, JPEG, GIF, WebP); clear: drop them",
     ),
     (
         "/compact",
@@ -162,6 +167,10 @@ pub struct App {
     /// The transcript starts after this seq (`None`: at the session's start).
     pub history_after: Option<u64>,
     older_pending: bool,
+    /// Images attached with `/image`, sent with the next prompt that starts a turn.
+    pub images: Vec<PendingImage>,
+    /// The images of the turn last sent, given back if the daemon refuses it.
+    sent_images: Vec<PendingImage>,
     /// Prompt calls awaiting their reply.
     inflight: Vec<Effect>,
     request_ids: u64,
@@ -198,6 +207,8 @@ impl App {
             retry: Vec::new(),
             history_after: None,
             older_pending: false,
+            images: Vec::new(),
+            sent_images: Vec::new(),
             inflight: Vec::new(),
             request_ids: 0,
         }
@@ -617,6 +628,16 @@ impl App {
         if text.starts_with('/') {
             return self.command(text.trim());
         }
+        if !self.images.is_empty() && (queue || self.running()) {
+            // A turn with images starts only on an idle session (the daemon neither
+            // queues nor steers them in).
+            self.editor.set(&text);
+            self.hint = Some(
+                "images go with a new turn: wait for this one to end (Esc interrupts), or /image clear"
+                    .into(),
+            );
+            return Vec::new();
+        }
         if queue {
             let mut p = self.turn_params(&text);
             p["queue"] = json!(true);
@@ -635,7 +656,15 @@ impl App {
                 json!({"session_id": self.sid(), "title": title_from_prompt(&text)}),
             ));
         }
-        let p = self.turn_params(&text);
+        let mut p = self.turn_params(&text);
+        self.sent_images = std::mem::take(&mut self.images);
+        if !self.sent_images.is_empty() {
+            p["images"] = self
+                .sent_images
+                .iter()
+                .map(|i| json!({"path": i.path}))
+                .collect();
+        }
         fx.push(self.prompt_call(Tag::Turn(text), method::TURN, p));
         fx
     }
@@ -670,6 +699,13 @@ impl App {
                     Vec::new()
                 }
             },
+            "/image" => {
+                match super::attach::command(&mut self.images, arg, &self.cwd) {
+                    Ok(said) => self.info(said),
+                    Err(e) => self.error(e),
+                }
+                Vec::new()
+            }
             "/effort" => match arg {
                 "minimal" | "low" | "medium" | "high" => {
                     self.settings.effort = Some(arg.to_string());
@@ -999,6 +1035,9 @@ impl App {
             }
             (Tag::Turn(text), Err(e)) => {
                 self.editor.set(&text);
+                if !self.sent_images.is_empty() && self.images.is_empty() {
+                    self.images = std::mem::take(&mut self.sent_images);
+                }
                 if e.kind == ErrorKind::Busy {
                     self.hint = Some(
                         "a turn is running: Enter steers it, Alt+Enter queues after it".into(),
@@ -1008,7 +1047,10 @@ impl App {
                 }
                 Vec::new()
             }
-            (Tag::Turn(_), Ok(_)) => Vec::new(),
+            (Tag::Turn(_), Ok(_)) => {
+                self.sent_images.clear();
+                Vec::new()
+            }
             (Tag::Steer(text), Err(e)) => {
                 if e.kind == ErrorKind::NotRunning {
                     // The turn ended meanwhile: the prompt starts the next one.

@@ -10,6 +10,7 @@
 //! requests, reconnect with backoff) and drawing after each change.
 
 pub mod app;
+pub mod attach;
 pub mod input;
 pub mod markdown;
 pub mod ui;

@@ -493,6 +493,13 @@ pub fn draw(app: &App, frame: &mut Frame) {
             perm_area,
         );
     }
+    let attached = (!app.images.is_empty()).then(|| {
+        let names: Vec<String> = app.images.iter().map(|i| i.name()).collect();
+        Span::styled(
+            format!(" [{} image(s): {}] ", names.len(), names.join(", ")),
+            Style::default().fg(Color::Magenta),
+        )
+    });
     let title = match &app.hint {
         Some(h) => Span::styled(format!(" {h} "), Style::default().fg(Color::Yellow)),
         None if app.running() => {
@@ -503,7 +510,9 @@ pub fn draw(app: &App, frame: &mut Frame) {
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(dim())
-        .title(Line::from(title));
+        .title(Line::from(
+            attached.into_iter().chain([title]).collect::<Vec<_>>(),
+        ));
     let inner = block.inner(input_area);
     // Keep the cursor's row in view when the text is taller than the box.
     let first = (cursor.0 + 1).saturating_sub(inner.height);

@@ -179,10 +179,24 @@ pub fn resource_names(ev: &Event, out: &mut BTreeSet<String>) {
     if let Some(s) = ev.data.get("resource").and_then(descriptor_sha) {
         out.insert(s.to_string());
     }
-    // `images`: a prompt's images (`user_message`), stored as resources too.
+    // `images`: a prompt's images (`user_message`) and a tool result's, stored as
+    // resources too.
     for key in ["resources", "images"] {
         if let Some(list) = ev.data.get(key).and_then(Value::as_array) {
             for s in list.iter().filter_map(descriptor_sha) {
+                out.insert(s.to_string());
+            }
+        }
+    }
+    // An MCP result's media (`mcp.media[].resource`: `resources/SHA256`).
+    if let Some(media) = ev.data.pointer("/mcp/media").and_then(Value::as_array) {
+        for m in media {
+            if let Some(s) = m
+                .get("resource")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("resources/"))
+                .filter(|s| is_sha256_hex(s))
+            {
                 out.insert(s.to_string());
             }
         }
@@ -252,6 +266,21 @@ mod tests {
         assert_eq!(
             out.into_iter().collect::<Vec<_>>(),
             vec![sha, "b".repeat(64)]
+        );
+        // A tool result's images and an MCP result's media.
+        let e = ev(
+            "tool_result",
+            json!({"images": [{"sha256": "c".repeat(64), "mime": "image/png", "bytes": 3}],
+                   "mcp": {"media": [
+                       {"type": "image", "resource": format!("resources/{}", "d".repeat(64))},
+                       {"type": "image", "resource": "resources/../../etc/passwd"},
+                       {"type": "blob", "error": "no space"}]}}),
+        );
+        let mut out = BTreeSet::new();
+        resource_names(&e, &mut out);
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            vec!["c".repeat(64), "d".repeat(64)]
         );
     }
 }

@@ -345,35 +345,38 @@ pub fn user_image_refs(data: &Value) -> Vec<ImageRef> {
         .collect()
 }
 
-/// The images a `tool_result` refers to (`data.mcp.media` entries of type `image`
-/// stored as resources): only `image/*` types, each at most [`MAX_IMAGE_BYTES`], the
-/// first [`MAX_IMAGES_PER_RESULT`] of them, in content order. The rest keep only their
+/// The images a `tool_result` refers to (a built-in tool's `data.images`, as a
+/// prompt's; `data.mcp.media` entries of type `image` stored as resources): only
+/// `image/*` types, each at most [`MAX_IMAGE_BYTES`], the first
+/// [`MAX_IMAGES_PER_RESULT`] of them, in content order. The rest keep only their
 /// placeholder line in `output`.
 pub fn image_refs(data: &Value) -> Vec<ImageRef> {
-    let Some(media) = data.pointer("/mcp/media").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    media
-        .iter()
-        .filter_map(|m| {
-            let mime = m.get("mime")?.as_str()?;
-            let bytes = m.get("bytes")?.as_u64()?;
-            let sha = m.get("resource")?.as_str()?.strip_prefix("resources/")?;
-            let is_sha =
-                sha.len() == 64 && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-            (m.get("type")?.as_str()? == "image"
-                && mime.starts_with("image/")
-                && bytes <= MAX_IMAGE_BYTES
-                && is_sha)
-                .then(|| ImageRef {
-                    sha256: sha.to_string(),
-                    mime: mime.to_string(),
-                    bytes,
-                    data: None,
-                })
-        })
-        .take(MAX_IMAGES_PER_RESULT)
-        .collect()
+    let own = user_image_refs(data)
+        .into_iter()
+        .filter(|i| i.bytes <= MAX_IMAGE_BYTES);
+    let empty = Vec::new();
+    let media = data
+        .pointer("/mcp/media")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    own.chain(media.iter().filter_map(|m| {
+        let mime = m.get("mime")?.as_str()?;
+        let bytes = m.get("bytes")?.as_u64()?;
+        let sha = m.get("resource")?.as_str()?.strip_prefix("resources/")?;
+        let is_sha = sha.len() == 64 && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        (m.get("type")?.as_str()? == "image"
+            && mime.starts_with("image/")
+            && bytes <= MAX_IMAGE_BYTES
+            && is_sha)
+            .then(|| ImageRef {
+                sha256: sha.to_string(),
+                mime: mime.to_string(),
+                bytes,
+                data: None,
+            })
+    }))
+    .take(MAX_IMAGES_PER_RESULT)
+    .collect()
 }
 
 /// Builds provider input from a fold's pre-built items (see [`Fold::replay`](crate::fold::Fold::replay)).

@@ -119,6 +119,12 @@ pub struct ProviderConfig {
     /// returns (cached for ten minutes; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub list_models: Option<bool>,
+    /// Whether the provider's models take images (default true): with `false`, a turn
+    /// with images is refused and earlier images (prompts', `read_file`'s, MCP tools')
+    /// are sent as their description lines, for a text-only model behind a Chat
+    /// Completions server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 impl ProviderConfig {
@@ -140,7 +146,13 @@ impl ProviderConfig {
             reasoning_effort: None,
             apply_patch: None,
             list_models: None,
+            images: None,
         }
+    }
+
+    /// Whether requests to this provider may carry images.
+    pub fn takes_images(&self) -> bool {
+        self.images.unwrap_or(true)
     }
 
     /// Whether turns offer this provider's models the `apply_patch` tool.

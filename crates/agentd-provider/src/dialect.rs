@@ -9,7 +9,8 @@
 //! A tool result's images are sent only when the caller loaded their bytes into the
 //! item ([`ImageRef::data`], read from the session's resources at request-build time):
 //! Responses and Anthropic then get an array of text and image parts; Chat Completions
-//! tool messages are text only and keep the placeholder lines.
+//! tool messages are text only, so the loaded images of a run of tool messages follow
+//! them in one user message (`image_url` parts after a line naming the calls).
 
 use agentd_proto::replay::{Dialect, ImageRef, ReplayItem, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -190,11 +191,40 @@ fn render_responses(items: &[ReplayItem]) -> Value {
     Value::Array(out)
 }
 
+/// The user message carrying the loaded images of a run of Chat tool messages
+/// (`calls`: each call id with its images), if any was loaded.
+fn chat_tool_images(calls: &mut Vec<(&str, &[ImageRef])>) -> Option<Value> {
+    let taken = std::mem::take(calls);
+    let with: Vec<&(&str, &[ImageRef])> = taken
+        .iter()
+        .filter(|(_, imgs)| loaded(imgs).next().is_some())
+        .collect();
+    if with.is_empty() {
+        return None;
+    }
+    let ids: Vec<&str> = with.iter().map(|(id, _)| *id).collect();
+    let mut parts = vec![json!({"type": "text",
+        "text": format!("[the images returned by tool call {}]", ids.join(", "))})];
+    for (_, imgs) in with {
+        parts.extend(loaded(imgs).map(
+            |(mime, data)| json!({"type": "image_url", "image_url": {"url": data_url(mime, data)}}),
+        ));
+    }
+    Some(json!({"role": "user", "content": parts}))
+}
+
 fn render_chat(items: &[ReplayItem]) -> Value {
     let mut out: Vec<Value> = Vec::new();
     // An assistant message that may still collect the tool calls of its step.
     let mut open_assistant: Option<usize> = None;
+    // The run of tool messages just written, whose images follow it.
+    let mut tool_run: Vec<(&str, &[ImageRef])> = Vec::new();
     for item in items {
+        if !matches!(item, ReplayItem::FunctionCallOutput { .. }) {
+            if let Some(m) = chat_tool_images(&mut tool_run) {
+                out.push(m);
+            }
+        }
         match item {
             ReplayItem::Developer { text } => {
                 open_assistant = None;
@@ -247,12 +277,19 @@ fn render_chat(items: &[ReplayItem]) -> Value {
                 }
             }
             ReplayItem::FunctionCallOutput {
-                call_id, output, ..
+                call_id,
+                output,
+                images,
+                ..
             } => {
                 open_assistant = None;
                 out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+                tool_run.push((call_id, images));
             }
         }
+    }
+    if let Some(m) = chat_tool_images(&mut tool_run) {
+        out.push(m);
     }
     Value::Array(out)
 }

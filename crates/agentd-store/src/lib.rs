@@ -188,6 +188,23 @@ pub trait LogStore: Send + Sync + 'static {
     fn read_log(&self, _sid: &str) -> Option<Result<Vec<u8>, AgentError>> {
         None
     }
+    /// Keeps a prompt's image in the store itself, content-addressed by its sha256
+    /// (`sha256` is the lowercase hex digest of `bytes`, checked by the caller; storing
+    /// the same image again is a no-op). `None`: this store keeps no images, and the
+    /// caller stores them as the session's resources (the file store).
+    fn put_image(
+        &self,
+        _sha256: &str,
+        _mime: &str,
+        _bytes: &[u8],
+    ) -> Option<Result<(), AgentError>> {
+        None
+    }
+    /// An image [`LogStore::put_image`] kept: `Ok(None)` when it holds none under that
+    /// digest. `None`: this store keeps no images (read the session's resources).
+    fn get_image(&self, _sha256: &str) -> Option<Result<Option<Vec<u8>>, AgentError>> {
+        None
+    }
     /// Where `sid`'s Log is, when the store keeps deleted Logs itself (a database);
     /// `None` means the home's `trash/` directory holds them and the verbs move files.
     fn place(&self, _sid: &str) -> Option<Result<LogPlace, AgentError>> {

@@ -153,6 +153,11 @@ pub fn read_file(args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
     let path = resolve(&ctx.workspace, &args.path, Resolve::Existing)?;
     ctx.paths.check(&path, false)?;
     let bytes = read_regular(ctx, &path, &args.path)?;
+    if args.offset_line.is_none() && args.limit_lines.is_none() {
+        if let Some(mime) = agentd_proto::rpc::image_mime(&bytes) {
+            return read_image(ctx, &path, &args.path, bytes, mime);
+        }
+    }
     let text = String::from_utf8_lossy(&bytes);
     let (output, raw_selected) = select_lines(&text, args.offset_line, args.limit_lines);
     let mut outcome = ToolOutcome::success(String::new());
@@ -160,6 +165,39 @@ pub fn read_file(args: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, A
     // The stored resource holds the selected text, i.e. what the cut output stands for.
     let raw = raw_selected.unwrap_or_else(|| bytes.clone());
     Ok(with_output(outcome, &output, &raw, ctx))
+}
+
+/// `read_file` of an image: stored once as a resource and referenced in the result's
+/// `images`, so the next provider request carries it in its wire's form
+/// (docs/turns-and-providers.md#images); the output is a short description, all a
+/// provider that takes no images sees. An image over the size sent to providers is
+/// described and not attached.
+fn read_image(
+    ctx: &ToolContext,
+    path: &Path,
+    given: &str,
+    bytes: Vec<u8>,
+    mime: &'static str,
+) -> Result<ToolOutcome, AgentError> {
+    use agentd_proto::replay::MAX_IMAGE_BYTES;
+    let n = bytes.len();
+    let sha = sha256_hex(&bytes);
+    let mut outcome = ToolOutcome::success(String::new());
+    outcome.artifacts.push(file_artifact(ctx, path, &bytes));
+    let shown = agentd_base::text::clip_chars(given, 200);
+    if n as u64 > MAX_IMAGE_BYTES {
+        outcome.output = Some(format!(
+            "[image: {mime}, {n} bytes, sha256 {sha}] {shown}: over the {MAX_IMAGE_BYTES}-byte \
+             (5 MiB) limit for images given to the model, so not attached"
+        ));
+        return Ok(outcome);
+    }
+    super::store_resource(&ctx.resources_dir, &bytes)?;
+    outcome.output = Some(format!(
+        "[image: {mime}, {n} bytes, sha256 {sha}] {shown}: attached as an image"
+    ));
+    outcome.images = vec![json!({"sha256": sha, "mime": mime, "bytes": n})];
+    Ok(outcome)
 }
 
 /// Selects lines `offset..offset+limit` (1-based). Returns the output text and, when a

@@ -154,6 +154,9 @@ pub struct ToolOutcome {
     pub resource: Option<Value>,
     /// `data.sandbox` of a command: what was in force and what it ran into.
     pub sandbox: Option<Value>,
+    /// `data.images`: images the result gives the model, each stored as a resource and
+    /// referenced as `{sha256, mime, bytes}` (`read_file` of an image).
+    pub images: Vec<Value>,
 }
 
 impl ToolOutcome {
@@ -166,6 +169,7 @@ impl ToolOutcome {
             artifacts: Vec::new(),
             resource: None,
             sandbox: None,
+            images: Vec::new(),
         }
     }
 
@@ -178,6 +182,7 @@ impl ToolOutcome {
             artifacts: Vec::new(),
             resource: None,
             sandbox: None,
+            images: Vec::new(),
         }
     }
 
@@ -215,6 +220,9 @@ impl ToolOutcome {
         }
         if let Some(s) = self.sandbox {
             m.insert("sandbox".into(), s);
+        }
+        if !self.images.is_empty() {
+            m.insert("images".into(), Value::Array(self.images));
         }
         Value::Object(m)
     }

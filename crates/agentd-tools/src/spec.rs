@@ -60,7 +60,8 @@ pub fn specs() -> Vec<ToolSpec> {
             "Read a text file in the workspace. Paths are relative to the workspace root \
              (absolute paths must be inside it). Returns the file's text (invalid UTF-8 \
              shown as U+FFFD); `offset_line` (1-based) and `limit_lines` select a range of \
-             lines. Output over 16 KiB is cut with a marker.",
+             lines. Output over 16 KiB is cut with a marker. A PNG, JPEG, GIF or WebP image \
+             (read whole) is attached for you to see, up to 5 MiB.",
             object(json!({
                 "path": {"type": "string", "description": "File path, relative to the workspace root."},
                 "offset_line": {"type": ["integer", "null"], "minimum": 1,

@@ -215,9 +215,11 @@ pub(super) async fn run(
                 let mut user = json!({"text": input});
                 if !spec.images.is_empty() {
                     let (dir, images) = (tools.resources_dir.clone(), spec.images.clone());
-                    user["images"] =
-                        crate::filesystem::blocking(move || super::images::store(&dir, &images))
-                            .await??;
+                    let store = turns.registry.store.clone();
+                    user["images"] = crate::filesystem::blocking(move || {
+                        super::images::store(&dir, &*store, &images)
+                    })
+                    .await??;
                 }
                 drafts.push(EventDraft::new(EventType::UserMessage, user));
                 h.append(drafts, None).await?
@@ -625,7 +627,7 @@ impl Runner<'_> {
             Ok(res) => {
                 for (i, s) in steers.into_iter().enumerate() {
                     let seq = res.first_seq + i as u64;
-                    let _ = s.reply.send(Ok(AppendResult {
+                    s.reply.send(Ok(AppendResult {
                         first_seq: seq,
                         last_seq: seq,
                         ids: res.ids.get(i).cloned().into_iter().collect(),
@@ -635,7 +637,7 @@ impl Runner<'_> {
             }
             Err(e) => {
                 for s in steers {
-                    let _ = s.reply.send(Err(e.clone()));
+                    s.reply.send(Err(e.clone()));
                 }
                 Err(e)
             }
@@ -695,22 +697,17 @@ impl Runner<'_> {
         let ctx_mode = self.spec.permission_mode.as_str();
         let model = self.spec.model.clone();
         let render = self.spec.provider.render();
+        let images = self.spec.provider.config().takes_images();
         let resources = self.tools.resources_dir.clone();
+        let store = self.turns.registry.store.clone();
         self.h
             .query_blocking(move |st| {
                 let ctx = crate::ops::replay_context(st, ctx_mode, Some(model));
-                // Prompts and tool results with images: the bytes are read now from the
-                // session's resources (the kept rendering holds only text); Chat
-                // Completions takes images in prompts only.
-                if st.fold.has_images() {
-                    let tool_results =
-                        render.is_some_and(|r| r.dialect != agentd_proto::replay::Dialect::Chat);
-                    let mut replay = st.fold.replay(&ctx);
-                    let missing =
-                        crate::context::load_images(&mut replay.items, &resources, tool_results);
-                    if let Some(sha) = missing.first() {
-                        return Err(super::images::missing(sha));
-                    }
+                // Prompts and tool results with images: the bytes are read now (the
+                // kept rendering holds only text).
+                if images && st.fold.has_images() {
+                    let replay =
+                        super::images::loaded_replay(st, &ctx, &resources, render, &*store)?;
                     return Ok(StepInput {
                         items: replay.items,
                         rendered: None,
@@ -1089,6 +1086,11 @@ impl Runner<'_> {
             let outcome =
                 tools::run(&name, &args, call_tools.as_ref().unwrap_or(&self.tools)).await;
             let mut data = outcome.into_result_data(&call_id);
+            let (store, dir) = (
+                self.turns.registry.store.clone(),
+                self.tools.resources_dir.clone(),
+            );
+            super::images::keep_result_images(store, dir, &data).await;
             self.watch_artifacts(&data);
             // The snapshot goes first, so the files "at" the result's seq include the call.
             // An interrupted call is left to the next turn's `before` snapshot.

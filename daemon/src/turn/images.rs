@@ -18,17 +18,7 @@ pub struct Prepared {
 
 /// The media type of an image's bytes from their signature: PNG, JPEG, GIF or WebP.
 pub fn sniff(b: &[u8]) -> Option<&'static str> {
-    if b.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("image/png")
-    } else if b.starts_with(&[0xff, 0xd8, 0xff]) {
-        Some("image/jpeg")
-    } else if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
-        Some("image/gif")
-    } else if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
-        Some("image/webp")
-    } else {
-        None
-    }
+    agentd_proto::rpc::image_mime(b)
 }
 
 const KNOWN: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
@@ -117,21 +107,82 @@ pub fn prepare(images: &[TurnImage], workspace: &Path) -> Result<Vec<Prepared>, 
     Ok(out)
 }
 
-/// Stores each image once in the session's resources `dir`; the references the
-/// `user_message` records.
-pub fn store(dir: &Path, images: &[Prepared]) -> Result<Value, AgentError> {
+/// Stores each image once, in the Log store when it keeps images itself (PostgreSQL),
+/// else in the session's resources `dir`; the references the `user_message` records.
+pub fn store(
+    dir: &Path,
+    logs: &dyn crate::store::LogStore,
+    images: &[Prepared],
+) -> Result<Value, AgentError> {
     let mut refs = Vec::with_capacity(images.len());
     for img in images {
-        let desc = crate::tools::store_resource(dir, &img.bytes)?;
-        refs.push(json!({"sha256": desc["sha256"], "mime": img.mime, "bytes": img.bytes.len()}));
+        let sha = crate::text::sha256_hex(&img.bytes);
+        match logs.put_image(&sha, img.mime, &img.bytes) {
+            Some(r) => r?,
+            None => {
+                crate::tools::store_resource(dir, &img.bytes)?;
+            }
+        }
+        refs.push(json!({"sha256": sha, "mime": img.mime, "bytes": img.bytes.len()}));
     }
     Ok(Value::Array(refs))
+}
+
+/// A built-in tool result's images (`read_file` of an image, stored as the session's
+/// resources) kept in the Log store too when it keeps images itself (PostgreSQL), so
+/// any daemon of it can send them again. A failure leaves them in the resources only
+/// (this daemon still sends them; another sends their description).
+pub async fn keep_result_images(
+    logs: std::sync::Arc<dyn crate::store::LogStore>,
+    dir: std::path::PathBuf,
+    data: &Value,
+) {
+    let list: Vec<(String, String)> = crate::history::replay::user_image_refs(data)
+        .into_iter()
+        .map(|i| (i.sha256, i.mime))
+        .collect();
+    if list.is_empty() {
+        return;
+    }
+    let _ = crate::filesystem::blocking(move || {
+        for (sha, mime) in list {
+            let Ok(bytes) = std::fs::read(dir.join(&sha)) else {
+                continue;
+            };
+            if crate::text::sha256_hex(&bytes) != sha {
+                continue;
+            }
+            if let Some(Err(e)) = logs.put_image(&sha, &mime, &bytes) {
+                tracing::warn!(sha256 = %sha, error = %e.message, "tool result image not kept in the store");
+            }
+        }
+    })
+    .await;
+}
+
+/// The session's provider input with the bytes of its images loaded (a store that
+/// keeps images first, then the session's resources `dir`): a prompt's always, a tool
+/// result's when the provider has a wire (`render`). A prompt image that cannot be
+/// loaded fails the request `not_found` naming its digest.
+pub fn loaded_replay(
+    st: &crate::session::SessionState,
+    ctx: &crate::history::replay::ReplayContext,
+    dir: &Path,
+    render: Option<crate::provider::dialect::Render>,
+    logs: &dyn crate::store::LogStore,
+) -> Result<crate::history::replay::Replay, AgentError> {
+    let mut replay = st.fold.replay(ctx);
+    let missing = crate::context::load_images(&mut replay.items, dir, render.is_some(), Some(logs));
+    match missing.first() {
+        Some(sha) => Err(self::missing(sha)),
+        None => Ok(replay),
+    }
 }
 
 /// The error of a prompt image whose resource is gone.
 pub fn missing(sha256: &str) -> AgentError {
     AgentError::not_found(format!(
-        "image resource sha256 {sha256} is missing from the session's resources"
+        "image resource sha256 {sha256} is missing from the session's resources (and the store)"
     ))
     .with_details(json!({"sha256": sha256, "resource": format!("resources/{sha256}")}))
 }

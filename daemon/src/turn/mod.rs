@@ -34,10 +34,12 @@
 //! `failed{error{kind:"internal"}}` (its pending calls closed) and the session is freed,
 //! rather than staying `busy` until the daemon restarts.
 //!
-//! Busy window: the running entry is removed after `turn_ended` is durable and just
-//! before the `agentd/turn` call answers; a client that starts the next turn on seeing
-//! the `turn_ended` event (rather than the response) may, for that instant, get `busy`.
+//! Turn order: the running entry is removed just after `turn_ended` is durable; a new
+//! turn that finds the entry of a turn whose `turn_ended` is already durable waits for
+//! that release instead of being refused `busy`, and a new turn never runs ahead of
+//! queued ones (`admission`).
 
+mod admission;
 mod commands;
 mod compact;
 mod compact_hooks;
@@ -122,6 +124,8 @@ pub struct RunningTurn {
     done: watch::Receiver<Option<Finished>>,
     /// `agentd/steer` inputs waiting for the turn's next provider call.
     steers: Mutex<Vec<Steer>>,
+    /// Set once the turn task freed the session's slot (see `admission`).
+    released: watch::Sender<bool>,
 }
 
 /// One `agentd/steer` input on its way into the running turn: recorded by the engine
@@ -130,7 +134,22 @@ pub(crate) struct Steer {
     pub text: String,
     /// `(client_request_id, request_hash)`.
     pub key: Option<(String, String)>,
-    pub reply: oneshot::Sender<Result<agentd_proto::rpc::AppendResult, AgentError>>,
+    pub reply: SteerReplies,
+}
+
+type SteerReply = oneshot::Sender<Result<agentd_proto::rpc::AppendResult, AgentError>>;
+
+/// Who waits for one steer's answer: its request, and any retry of it (the same
+/// `client_request_id` and input) that came while it waited. The input is recorded once
+/// and every one of them gets its seq.
+pub(crate) struct SteerReplies(Vec<SteerReply>);
+
+impl SteerReplies {
+    pub fn send(self, res: Result<agentd_proto::rpc::AppendResult, AgentError>) {
+        for tx in self.0 {
+            let _ = tx.send(res.clone());
+        }
+    }
 }
 
 impl RunningTurn {
@@ -146,6 +165,7 @@ impl RunningTurn {
             interrupt_reason: Mutex::new(None),
             done: done_rx,
             steers: Mutex::new(Vec::new()),
+            released: watch::Sender::new(false),
         });
         (r, done_tx)
     }
@@ -676,25 +696,51 @@ impl TurnManager {
             return Err(not_running());
         };
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut v) = r.steers.lock() {
-            v.push(Steer {
-                text: p.input.clone(),
-                key,
-                reply: tx,
-            });
-        }
+        let retry_of_waiting = match r.steers.lock() {
+            Ok(mut v) => {
+                // A retry of a steer still waiting for the next provider call (its
+                // connection dropped): it waits for the same recording.
+                let same = key.as_ref().and_then(|(id, hash)| {
+                    v.iter_mut()
+                        .find(|s| s.key.as_ref().is_some_and(|(k, _)| k == id))
+                        .map(|s| (s, hash))
+                });
+                match same {
+                    Some((s, hash)) if s.key.as_ref().is_some_and(|(_, h)| h != hash) => {
+                        return Err(AgentError::new(
+                            ErrorKind::Conflict,
+                            "this client_request_id was already used with other params",
+                        )
+                        .with_details(json!({"session_id": p.session_id,
+                                             "client_request_id": p.client_request_id})));
+                    }
+                    Some((s, _)) => {
+                        s.reply.0.push(tx);
+                        true
+                    }
+                    None => {
+                        v.push(Steer {
+                            text: p.input.clone(),
+                            key,
+                            reply: SteerReplies(vec![tx]),
+                        });
+                        false
+                    }
+                }
+            }
+            Err(_) => return Err(AgentError::internal("steer list poisoned")),
+        };
         // Subscribers see that input is waiting for the next provider call.
         h.publish(
             EventType::Status,
-            json!({"turn_id": r.turn_id, "steer_pending": true,
+            json!({"turn_id": r.turn_id, "steer_pending": true, "retry": retry_of_waiting,
                    "message": "input steered in; it goes with the turn's next provider call"}),
         );
+        let turn_id = r.turn_id.clone();
         drop(r);
         match rx.await {
-            Ok(Ok(res)) => Ok(json!({"session_id": p.session_id, "turn_id": self
-                .running
-                .get(&p.session_id)
-                .map(|r| r.turn_id.clone()), "seq": res.first_seq})),
+            Ok(Ok(res)) => Ok(json!({"session_id": p.session_id, "turn_id": turn_id,
+                                     "seq": res.first_seq})),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(not_running()),
         }
@@ -781,10 +827,13 @@ where
     F: Future<Output = EngineResult> + Send + 'static,
 {
     let sid = h.id.to_string();
+    // A queued turn starting comes with its id; a new turn gets one.
+    let queued_start = turn_id.is_some();
     let turn_id =
         turn_id.unwrap_or_else(|| format!("turn_{}", agentd_proto::event::new_event_id()));
     let (running, done_tx) = RunningTurn::new(turn_id.clone(), client_request.clone());
-    {
+    let mut waited = false;
+    loop {
         // One turn per session: the map entry is the lock.
         use dashmap::mapref::entry::Entry;
         match turns.running.entry(sid.clone()) {
@@ -808,16 +857,34 @@ where
                         return follow(&h, &r, 0, wait).await;
                     }
                 }
+                let r = e.get().clone();
+                drop(e);
+                // A turn whose `turn_ended` is durable is leaving: wait for the slot.
+                if !waited && admission::wait_if_ending(&h, &r).await {
+                    waited = true;
+                    continue;
+                }
                 return Err(AgentError::new(
                     ErrorKind::Busy,
                     "a turn is already running in this session",
                 )
-                .with_details(json!({"session_id": sid, "turn_id": e.get().turn_id}))
+                .with_details(json!({"session_id": sid, "turn_id": r.turn_id}))
                 .with_next_actions(&[&format!("agentctl interrupt {sid}")]));
             }
             Entry::Vacant(v) => {
                 v.insert(running.clone());
+                break;
             }
+        }
+    }
+    // A new turn never runs ahead of prompts queued before it: they start now.
+    if !queued_start {
+        if let Some((first, n)) = admission::queued_ahead(&h).await {
+            turns
+                .running
+                .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
+            turns.start_next_queued(&h);
+            return Err(admission::behind_queue(&sid, &first, n));
         }
     }
     // Checked after the entry is in the map: `interrupt_all` sets the flag before it
@@ -890,8 +957,9 @@ async fn run_task(
     turns
         .running
         .remove_if(&sid, |_, r| Arc::ptr_eq(r, &running));
+    running.released.send_replace(true);
     for s in running.take_steers() {
-        let _ = s.reply.send(Err(AgentError::new(
+        s.reply.send(Err(AgentError::new(
             ErrorKind::NotRunning,
             "the turn ended before its next provider call; send the input as a new turn",
         )

@@ -214,6 +214,13 @@ pub async fn resolve(
     let model = t_model.or(s_model);
     let (provider, request_model, label, context_window) =
         provider_for(&registry.config, provider_name.as_deref(), model.as_deref())?;
+    if !images.is_empty() && !provider.config().takes_images() {
+        return Err(AgentError::invalid_args(format!(
+            "provider `{}` takes no images (`images = false` in its config)",
+            provider.name()
+        ))
+        .with_details(json!({"field": "images", "provider": provider.name()})));
+    }
     // Before anything is recorded: a turn that cannot reach its provider leaves no
     // `turn_started` behind.
     crate::provider::preflight::check(

@@ -924,6 +924,34 @@ impl LogStore for PgStore {
         Ok(())
     }
 
+    fn put_image(&self, sha256: &str, mime: &str, bytes: &[u8]) -> Option<Result<(), AgentError>> {
+        // Committed (synchronous_commit = on) before the event that refers to it is
+        // appended; the same image again changes nothing.
+        Some(
+            self.shared
+                .with_client(true, |c| {
+                    c.execute(
+                        "INSERT INTO images (sha256, mime, bytes) VALUES ($1, $2, $3) \
+                         ON CONFLICT (sha256) DO NOTHING",
+                        &[&sha256, &mime, &bytes],
+                    )
+                })
+                .map(|_| ())
+                .map_err(|e| store_error(ErrorKind::LogWriteFailed, "store image", &e)),
+        )
+    }
+
+    fn get_image(&self, sha256: &str) -> Option<Result<Option<Vec<u8>>, AgentError>> {
+        Some(
+            self.shared
+                .with_client(true, |c| {
+                    c.query_opt("SELECT bytes FROM images WHERE sha256 = $1", &[&sha256])
+                })
+                .map(|row| row.map(|r| r.get::<_, Vec<u8>>(0)))
+                .map_err(|e| store_error(ErrorKind::IoError, "read image", &e)),
+        )
+    }
+
     fn read_log(&self, sid: &str) -> Option<Result<Vec<u8>, AgentError>> {
         Some(self.read_lines(sid).map_err(|e| {
             if e.kind == ErrorKind::NotFound {

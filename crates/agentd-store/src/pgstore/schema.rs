@@ -47,6 +47,16 @@ const STEPS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN updated_at timestamptz NOT NULL DEFAULT clock_timestamp();
     "#,
+    // 5: prompts' images, content-addressed and shared by every session (and fork)
+    // that refers to them, so any daemon of the database can send them again.
+    r#"
+    CREATE TABLE images (
+        sha256     text PRIMARY KEY,
+        mime       text NOT NULL,
+        bytes      bytea NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    "#,
 ];
 
 /// The schema version this build writes.

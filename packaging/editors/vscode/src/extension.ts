@@ -4,7 +4,9 @@
 import * as vscode from "vscode";
 import { ArtifactTracker, touchedFiles } from "./core/artifacts";
 import { agentctlSocketPath, AgentdClient, ClientState, Follow } from "./core/client";
+import { IMAGE_EXTENSIONS, PendingImages } from "./core/images";
 import { decide } from "./core/permission";
+import { SendHow, sendInput } from "./core/prompts";
 import { nodeView, SessionNode, SessionTree } from "./core/sessions";
 import { escapeHtml, loadHistory, Transcript } from "./core/transcript";
 import { sessionDiff, undoTurn } from "./core/undo";
@@ -12,6 +14,8 @@ import { sessionDiff, undoTurn } from "./core/undo";
 let client: AgentdClient | undefined;
 let output: vscode.OutputChannel;
 let status: vscode.StatusBarItem;
+/** Images attached to each session's next prompt. */
+const pending = new PendingImages();
 
 function cfg<T>(key: string, dflt: T): T {
   return vscode.workspace.getConfiguration("agentd").get<T>(key, dflt);
@@ -214,18 +218,88 @@ async function pickSession(tree: SessionTree, n?: SessionNode): Promise<string |
   return p?.id;
 }
 
-async function sendPrompt(sessionId: string): Promise<void> {
-  const input = await vscode.window.showInputBox({ prompt: `Prompt for ${sessionId}`, ignoreFocusOut: true });
+const ASK: Record<SendHow, (sid: string) => string> = {
+  turn: (sid) => `Prompt for ${sid}`,
+  steer: (sid) => `Steer the running turn of ${sid} (goes with its next model call)`,
+  queue: (sid) => `Queue a prompt behind the running turn of ${sid}`,
+};
+
+/**
+ * Asks for input and sends it as a new turn, a steer or a queued prompt. A new turn
+ * refused because one runs offers to steer it or queue behind it, with the same text.
+ * Attached images go with a new turn only: a steer carries text, and the daemon does
+ * not queue a turn with images.
+ */
+async function sendPrompt(sessionId: string, how: SendHow = "turn"): Promise<void> {
+  const attached = how === "turn" ? pending.describe(sessionId) : undefined;
+  const input = await vscode.window.showInputBox({
+    prompt: attached ? `${ASK[how](sessionId)}, with ${attached}` : ASK[how](sessionId),
+    ignoreFocusOut: true,
+  });
   if (!input) return;
   const ws = workspaceDir() ?? "";
   await TranscriptPanel.show(need(), sessionId, ws);
-  const params: Record<string, unknown> = {
-    session_id: sessionId,
-    input,
-    permission_mode: cfg("permissionMode", "ask"),
-    wait: false,
-  };
-  await need().request("agentd/turn", params);
+  if (attached) {
+    const params = pending.turnParams(sessionId, {
+      session_id: sessionId,
+      input,
+      permission_mode: cfg("permissionMode", "ask"),
+      wait: false,
+    });
+    // A refused turn keeps its images attached for the next try.
+    await need().request("agentd/turn", params);
+    pending.clear(sessionId);
+    return;
+  }
+  const opts = { permissionMode: cfg("permissionMode", "ask") };
+  try {
+    const sent = await sendInput(need(), sessionId, input, how, opts);
+    if (how !== "turn" || sent.outcome !== "started") {
+      vscode.window.showInformationMessage(`agentd: ${sent.message}`);
+    }
+  } catch (e) {
+    if (how !== "turn" || (e as { kind?: string }).kind !== "busy") throw e;
+    const pick = await vscode.window.showWarningMessage(
+      `agentd: a turn is running in ${sessionId}`,
+      { detail: "Steer adds your text to the running turn; Queue runs it after the turns ahead." },
+      "Steer",
+      "Queue",
+    );
+    if (!pick) return;
+    const sent = await sendInput(need(), sessionId, input, pick === "Steer" ? "steer" : "queue", opts);
+    vscode.window.showInformationMessage(`agentd: ${sent.message}`);
+  }
+}
+
+/** Attaches image files to a session's next prompt and says what is attached. */
+function attachImages(sessionId: string, files: string[]): void {
+  const added = pending.attach(sessionId, files, workspaceDir());
+  if (added.length) {
+    void vscode.window.showInformationMessage(
+      `agentd: attached to the next prompt of ${sessionId}: ${pending.describe(sessionId)}`,
+    );
+  }
+}
+
+/** Image files dropped on a session in the Sessions view attach to its next prompt. */
+class SessionDrop implements vscode.TreeDragAndDropController<SessionNode> {
+  readonly dropMimeTypes = ["text/uri-list"];
+  readonly dragMimeTypes: string[] = [];
+  async handleDrop(target: SessionNode | undefined, data: vscode.DataTransfer): Promise<void> {
+    const list = await data.get("text/uri-list")?.asString();
+    if (!target || !list) return;
+    const files = list
+      .split(/\r?\n/)
+      .filter((l) => l && !l.startsWith("#"))
+      .map((l) => vscode.Uri.parse(l.trim()))
+      .filter((u) => u.scheme === "file")
+      .map((u) => u.fsPath);
+    try {
+      attachImages(target.sessionId, files);
+    } catch (e) {
+      await reportError("attach image", e);
+    }
+  }
 }
 
 export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
@@ -273,7 +347,12 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   const tree = new SessionTree(c, ws ?? "");
   const reload = () => (ws ? tree.reload() : Promise.resolve());
   const provider = new SessionsProvider(tree);
-  ctx.subscriptions.push(vscode.window.registerTreeDataProvider("agentd.sessions", provider));
+  ctx.subscriptions.push(
+    vscode.window.createTreeView("agentd.sessions", {
+      treeDataProvider: provider,
+      dragAndDropController: new SessionDrop(),
+    }),
+  );
   ctx.subscriptions.push(
     vscode.workspace.registerTextDocumentContentProvider(BASELINE_SCHEME, {
       provideTextDocumentContent: (uri) => baselines.get(uri.query) ?? "",
@@ -314,6 +393,36 @@ export async function activate(ctx: vscode.ExtensionContext): Promise<void> {
   reg("agentd.prompt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);
     if (sid) await sendPrompt(sid);
+  });
+  reg("agentd.steer", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (sid) await sendPrompt(sid, "steer");
+  });
+  reg("agentd.queue", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (sid) await sendPrompt(sid, "queue");
+  });
+  reg("agentd.attachImage", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (!sid) return;
+    const picked = await vscode.window.showOpenDialog({
+      canSelectMany: true,
+      openLabel: "Attach",
+      title: `Images for the next prompt of ${sid}`,
+      filters: { Images: IMAGE_EXTENSIONS },
+      defaultUri: ws ? vscode.Uri.file(ws) : undefined,
+    });
+    if (!picked?.length) return;
+    attachImages(
+      sid,
+      picked.map((u) => u.fsPath),
+    );
+  });
+  reg("agentd.clearImages", async (n?: SessionNode) => {
+    const sid = await pickSession(tree, n);
+    if (!sid) return;
+    pending.clear(sid);
+    void vscode.window.showInformationMessage(`agentd: no image attached to ${sid} any more`);
   });
   reg("agentd.interrupt", async (n?: SessionNode) => {
     const sid = await pickSession(tree, n);

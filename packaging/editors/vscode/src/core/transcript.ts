@@ -5,7 +5,7 @@
 import type { AgentdClient, AgentEvent } from "./client";
 
 export type Item =
-  | { key: string; kind: "user"; seq?: number; text: string }
+  | { key: string; kind: "user"; seq?: number; text: string; steer?: boolean }
   | { key: string; kind: "assistant"; seq?: number; text: string; streaming: boolean }
   | {
       key: string;
@@ -48,7 +48,9 @@ export function renderItem(it: Item): string {
   const seq = it.seq !== undefined ? ` data-seq="${it.seq}"` : "";
   switch (it.kind) {
     case "user":
-      return `<div class="msg user"${seq}><div class="who">You</div><pre>${escapeHtml(it.text)}</pre></div>`;
+      return `<div class="msg user"${seq}><div class="who">You${it.steer ? " (steered into the running turn)" : ""}</div><pre>${escapeHtml(
+        it.text,
+      )}</pre></div>`;
     case "assistant":
       return `<div class="msg assistant${it.streaming ? " streaming" : ""}"${seq}><div class="who">Assistant${
         it.streaming ? " …" : ""
@@ -107,9 +109,25 @@ export class Transcript {
     }
     const d = ev.data ?? {};
     switch (ev.type) {
-      case "user_message":
-        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text: str(d.text) });
+      case "user_message": {
+        // A prompt's images: one line each (the bytes stay with the daemon).
+        const imgs = Array.isArray(d.images) ? (d.images as Record<string, unknown>[]).slice(0, 16) : [];
+        const lines = imgs.map((i) => `\n[image: ${str(i.mime).slice(0, 40)}, ${Number(i.bytes) || 0} bytes]`);
+        const text = str(d.text) + lines.join("");
+        this.add({ key: `k${this.n++}`, kind: "user", seq: ev.seq, text, steer: d.steer === true });
         break;
+      }
+      case "turn_queued":
+        this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text: `queued: ${str(d.input)}` });
+        break;
+      case "turn_dequeued": {
+        const err = d.error as { kind?: unknown; message?: unknown } | undefined;
+        const text = d.reason === "failed"
+          ? `queued prompt not started: ${str(err?.kind)}: ${str(err?.message)}`
+          : "queued prompt withdrawn";
+        this.add({ key: `k${this.n++}`, kind: "notice", seq: ev.seq, text });
+        break;
+      }
       case "text_delta": {
         const cur = this.streamingKey ? this.byKey.get(this.streamingKey) : undefined;
         if (cur && cur.kind === "assistant") {

@@ -7,6 +7,8 @@ import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { AgentEvent, ClientState } from "../core/client";
 import { ArtifactTracker, touchedFiles } from "../core/artifacts";
+import { createHash } from "node:crypto";
+import { PendingImages } from "../core/images";
 import { decide, describe as describePermission } from "../core/permission";
 import { nodeView, SessionTree } from "../core/sessions";
 import { loadHistory, Patch, Transcript } from "../core/transcript";
@@ -79,6 +81,49 @@ describe("agentd core against a real daemon", () => {
     // Durable events came once each, in order.
     const seqs = t.items.map((i) => i.seq).filter((s): s is number => s !== undefined);
     assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b));
+    c.close();
+  });
+
+  test("an attached image goes with the next prompt; a text file is refused", async () => {
+    // A real 1x1 PNG, and a text file named like one.
+    const png = Buffer.from(
+      "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+      "base64",
+    );
+    fs.writeFileSync(path.join(d.workspace, "shot.png"), png);
+    fs.writeFileSync(path.join(d.workspace, "fake.png"), "just text\n");
+    const c = d.client();
+    const sid = await create(d, c, "hello.json");
+    const images = new PendingImages();
+    assert.throws(
+      () => images.attach(sid, ["shot.png", "fake.png"], d.workspace),
+      /image fake\.png: not a PNG, JPEG, GIF or WebP image/,
+    );
+    assert.deepEqual(images.list(sid), [], "nothing attached when a file is refused");
+    assert.throws(() => images.attach(sid, ["gone.png"], d.workspace), /image gone\.png: ENOENT/);
+    images.attach(sid, ["shot.png"], d.workspace);
+    assert.equal(images.describe(sid), "1 image: shot.png");
+    assert.deepEqual(images.list(sid), [{ path: path.join(d.workspace, "shot.png"), mime: "image/png", bytes: png.length }]);
+
+    const t = new Transcript(sid);
+    const ended = waiter<AgentEvent>((e) => e.type === "turn_ended", T, "turn_ended");
+    await c.follow(sid, 0, (ev) => {
+      t.apply(ev);
+      ended.feed(ev);
+    });
+    const params = images.turnParams(sid, { session_id: sid, input: "what is on it?" });
+    const r = await c.request<{ status: string }>("agentd/turn", params);
+    assert.equal(r.status, "completed");
+    images.clear(sid);
+    await ended.done;
+    const evs = await c.request<{ events: AgentEvent[] }>("agentd/events", { session_id: sid });
+    const user = evs.events.find((e) => e.type === "user_message");
+    assert.deepEqual((user?.data as Record<string, unknown>).images, [
+      { sha256: createHash("sha256").update(png).digest("hex"), mime: "image/png", bytes: png.length },
+    ]);
+    assert.match(t.html(), /what is on it\?\n\[image: image\/png, 70 bytes\]/);
+    // Sent once: the next prompt goes without it.
+    assert.deepEqual(images.turnParams(sid, { session_id: sid, input: "again" }), { session_id: sid, input: "again" });
     c.close();
   });
 
