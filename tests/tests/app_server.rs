@@ -1586,3 +1586,94 @@ async fn thread_goals_map_onto_agentd_goals() {
         .await;
     c.check_seen();
 }
+
+/// A subagent (a session the `task` tool made) is not one of the threads Codex's picker
+/// lists by default; asked for with `sourceKinds: ["subAgentThreadSpawn"]` (as the TUI's
+/// agents view asks), it is listed and read as a spawned thread of its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagents_are_listed_as_spawned_threads_of_their_parent() {
+    let mock = MockProvider::start(|_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        if user.contains("Find the magic number") {
+            return Reply::Complete(chat_text("The magic number is 42."));
+        }
+        match tools.first() {
+            None => Reply::Complete(chat_tools(&[(
+                "call_t1",
+                "task",
+                json!({"prompt": "Find the magic number in the notes", "title": "magic"}),
+            )])),
+            Some(t) => Reply::Complete(chat_text(&format!("Child said: {t}"))),
+        }
+    });
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&mock.config())
+        .start();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "approvalPolicy": "never"}),
+        )
+        .await;
+    let parent = started["thread"]["id"].as_str().unwrap().to_string();
+    let notes = run_turn(&mut c, &parent, "Delegate the search").await;
+    let answer = notes
+        .iter()
+        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| p["item"]["text"].clone())
+        .next_back();
+    assert_eq!(answer, Some(json!("Child said: The magic number is 42.")));
+
+    let ids = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let default = c.ok("thread/list", json!({})).await;
+    assert_eq!(ids(&default), [parent.as_str()], "{default}");
+    let interactive = c
+        .ok("thread/list", json!({"sourceKinds": ["cli", "appServer"]}))
+        .await;
+    assert_eq!(ids(&interactive), [parent.as_str()]);
+    let spawned = c
+        .ok(
+            "thread/list",
+            json!({"sourceKinds": ["subAgentThreadSpawn"]}),
+        )
+        .await;
+    let kids = ids(&spawned);
+    assert_eq!(kids.len(), 1, "{spawned}");
+    assert_ne!(kids[0], parent);
+    let row = &spawned["data"][0];
+    assert_eq!(
+        row["source"],
+        json!({"subAgent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}})
+    );
+    assert_eq!(row["forkedFromId"], Value::Null);
+    assert_eq!(row["name"], "magic");
+    let read = c
+        .ok(
+            "thread/read",
+            json!({"threadId": kids[0], "includeTurns": true}),
+        )
+        .await;
+    assert_eq!(read["thread"]["source"], row["source"]);
+    assert_eq!(read["thread"]["forkedFromId"], Value::Null);
+    assert_eq!(
+        read["thread"]["turns"][0]["items"][0]["content"][0]["text"],
+        "Find the magic number in the notes"
+    );
+    let both = c
+        .ok(
+            "thread/list",
+            json!({"sourceKinds": ["appServer", "subAgentThreadSpawn"]}),
+        )
+        .await;
+    assert_eq!(ids(&both).len(), 2);
+}

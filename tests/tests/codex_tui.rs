@@ -112,6 +112,23 @@ impl Tmux {
         }
     }
 
+    /// Waits until the pane no longer shows `needle` (a view the TUI left).
+    #[track_caller]
+    fn gone(&self, needle: &str) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let p = self.pane();
+            if !p.contains(needle) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the pane still shows {needle:?}:\n{p}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn keys(&self, keys: &[&str]) {
         let st = self
             .cmd()
@@ -322,6 +339,8 @@ fn the_codex_tui_drives_agentd_sessions() {
         .map(|s| s["session_id"].as_str().unwrap().to_string())
         .collect();
     t.prompt("/new");
+    // The new thread's view: the fork's turns are gone from the screen.
+    t.gone("› say more");
     t.wait("Ask Codex to do anything");
     let new_sid = {
         let deadline = Instant::now() + WAIT;

@@ -86,6 +86,34 @@ fn policy_of(mode: &str) -> &'static str {
     }
 }
 
+/// Which sessions a `thread/list` with these `sourceKinds` wants: (interactive ones,
+/// subagents). None, or an empty list, means the interactive ones, as Codex's server
+/// answers; agentd's subagents (sessions the `task` tool made) are `subAgentThreadSpawn`.
+fn source_kinds(kinds: Option<&[String]>) -> (bool, bool) {
+    match kinds {
+        None | Some([]) => (true, false),
+        Some(k) => (
+            k.iter().any(|x| {
+                matches!(
+                    x.as_str(),
+                    "cli" | "vscode" | "exec" | "appServer" | "unknown"
+                )
+            }),
+            k.iter().any(|x| x.starts_with("subAgent")),
+        ),
+    }
+}
+
+/// A thread's `SessionSource`.
+fn source_of(subagent: bool, parent: Option<&str>) -> Value {
+    match (subagent, parent) {
+        (true, Some(p)) => {
+            json!({"subAgent": {"thread_spawn": {"parent_thread_id": p, "depth": 1}}})
+        }
+        _ => json!("appServer"),
+    }
+}
+
 /// agentd's sandbox `{mode}` for a Codex `SandboxMode`.
 fn sandbox_param(mode: Option<&str>) -> Result<Option<Value>, RpcErr> {
     Ok(match mode {
@@ -121,6 +149,8 @@ struct Read {
     uuid: String,
     parent_uuid: Option<String>,
     root_uuid: Option<String>,
+    /// For a subagent (`relation: "subagent"`): its parent session.
+    subagent_of: Option<String>,
     workspace: PathBuf,
     title: Option<String>,
     created: i64,
@@ -270,6 +300,7 @@ impl Client {
                 .map_or_else(|| session_uuid::to_uuid(sid), str::to_string),
             parent_uuid: None,
             root_uuid: None,
+            subagent_of: None,
             workspace: workspace.clone(),
             title: show["title"].as_str().map(str::to_string),
             created: 0,
@@ -296,6 +327,9 @@ impl Client {
                     Some("session_started") => {
                         r.model = data["model"].as_str().map(str::to_string);
                         r.provider = data["provider"].as_str().map(str::to_string);
+                        if data["relation"] == "subagent" {
+                            r.subagent_of = data["parent_session_id"].as_str().map(str::to_string);
+                        }
                     }
                     Some("session_fork") => {
                         r.parent = data["parent_session_id"].as_str().map(str::to_string);
@@ -316,7 +350,7 @@ impl Client {
                 _ => break,
             }
         }
-        if let Some(p) = &r.parent {
+        if let Some(p) = r.parent.as_ref().or(r.subagent_of.as_ref()) {
             r.parent_uuid = Some(self.shared.uuid_of(p).await);
         }
         if let Some(root) = &r.root {
@@ -358,7 +392,7 @@ impl Client {
         Thread {
             id: uuid.clone(),
             session_id: r.root_uuid.clone().unwrap_or_else(|| uuid.clone()),
-            forked_from_id: r.parent_uuid.clone(),
+            forked_from_id: r.parent_uuid.clone().filter(|_| r.subagent_of.is_none()),
             preview: r.turns.preview.clone().unwrap_or_default(),
             ephemeral: false,
             model_provider: r.provider.clone().unwrap_or_else(|| "agentd".into()),
@@ -369,7 +403,7 @@ impl Client {
             path: None,
             cwd: r.workspace.to_string_lossy().into_owned(),
             cli_version: env!("CARGO_PKG_VERSION").to_string(),
-            source: "appServer",
+            source: source_of(r.subagent_of.is_some(), r.parent_uuid.as_deref()),
             project_id: None,
             name: r.title.clone().filter(|t| !t.is_empty()),
             turns,
@@ -539,6 +573,7 @@ impl Client {
         };
         let archived = p.archived == Some(true);
         let search = p.search_term.as_deref().map(str::to_lowercase);
+        let kinds = source_kinds(p.source_kinds.as_deref());
         let mut cursor = p.cursor.clone();
         let mut data: Vec<Thread> = vec![];
         let next = loop {
@@ -552,6 +587,10 @@ impl Client {
             let r = self.shared.call(method::LIST, q).await?;
             for s in r["sessions"].as_array().into_iter().flatten() {
                 if archived && s["archived"] != json!(true) {
+                    continue;
+                }
+                let subagent = s["relation"] == "subagent";
+                if !(if subagent { kinds.1 } else { kinds.0 }) {
                     continue;
                 }
                 let t = self.listed(s).await;
@@ -604,10 +643,12 @@ impl Client {
             Some(p) => Some(self.shared.uuid_of(p).await),
             None => None,
         };
+        let subagent = s["relation"] == "subagent";
         Thread {
             id: uuid,
             session_id: root,
-            forked_from_id: parent,
+            source: source_of(subagent, parent.as_deref()),
+            forked_from_id: parent.filter(|_| !subagent),
             preview,
             ephemeral: false,
             model_provider: "agentd".into(),
@@ -618,7 +659,6 @@ impl Client {
             path: None,
             cwd: s["workspace"].as_str().unwrap_or("/").to_string(),
             cli_version: env!("CARGO_PKG_VERSION").to_string(),
-            source: "appServer",
             project_id: None,
             name: s["title"]
                 .as_str()

@@ -56,6 +56,8 @@ pub struct ThreadListParams {
     pub cwd: Option<Value>,
     pub limit: Option<u32>,
     pub search_term: Option<String>,
+    /// `ThreadSourceKind`s; none means the interactive ones (no subagents).
+    pub source_kinds: Option<Vec<String>>,
 }
 
 /// `thread/loaded/list`: every loaded thread fits one page, so its cursor and limit
@@ -187,7 +189,9 @@ pub struct Thread {
     pub path: Option<String>,
     pub cwd: String,
     pub cli_version: String,
-    pub source: &'static str,
+    /// `SessionSource`: `appServer`, or `{subAgent: {thread_spawn: …}}` for a session
+    /// the `task` tool made.
+    pub source: Value,
     pub project_id: Option<String>,
     pub name: Option<String>,
     pub turns: Vec<Turn>,

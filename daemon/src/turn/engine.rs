@@ -608,7 +608,7 @@ impl Runner<'_> {
     /// true, turn_id}` (one append, before the provider call they go with) and answers
     /// each with its seq.
     async fn record_steers(&mut self) -> Result<(), AgentError> {
-        let steers = self.running.take_steers();
+        let steers = super::admission::unrecorded_steers(self.h, self.running.take_steers()).await;
         if steers.is_empty() {
             return Ok(());
         }
