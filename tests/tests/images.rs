@@ -237,8 +237,8 @@ fn an_image_reaches_each_wire_and_is_stored_once() {
 
 /// Bad images are `invalid_args` naming the image, before anything is recorded or
 /// sent: a text file named `.png`, a `mime_type` the bytes contradict, a file over
-/// 20 MiB, a missing file, an entry with neither `path` nor `data`, bad base64, and a
-/// queued turn with images. The daemon then serves the same session.
+/// 20 MiB, a missing file, an entry with neither `path` nor `data`, bad base64, also in
+/// a queued turn. The daemon then serves the same session.
 #[test]
 fn bad_images_are_refused_naming_the_image() {
     let (base, server) = sse_server(vec![chat_text("ok")]);
@@ -298,10 +298,11 @@ fn bad_images_are_refused_naming_the_image() {
             "{images}: {msg}"
         );
     }
+    // Queued, the same checks hold.
     let r = c.call(
         "agentd/turn",
         json!({"session_id": sid, "input": "look", "queue": true,
-               "images": [{"data": PNG_B64}]}),
+               "images": [{"path": "notes.png"}]}),
     );
     assert_eq!(r["error"]["data"]["kind"], "invalid_args", "{r}");
     assert_eq!(d.log_lines(&sid).len(), before, "nothing recorded");
@@ -623,4 +624,75 @@ fn a_provider_without_images_gets_descriptions_only() {
         )) && text.contains("shot.png: attached as an image"),
         "{text}"
     );
+}
+
+/// A turn with images queued behind a running one: its images are stored when it is
+/// queued (`turn_queued` records their references, never the bytes), and when it starts
+/// its prompt reaches the provider with them.
+#[test]
+fn a_queued_turn_keeps_its_images() {
+    use agentd_tests::sse::{MockProvider, Reply};
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |n, _| {
+        if n == 0 {
+            let _ = go_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(std::time::Duration::from_secs(60));
+        }
+        Reply::Complete(chat_text("Seen."))
+    });
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&mock.config())
+        .start();
+    std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "first", "wait": false}),
+    );
+    assert_eq!(r["status"], "running", "{r}");
+    mock.wait_requests(1, std::time::Duration::from_secs(60));
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "then this picture", "queue": true,
+               "images": [{"path": "shot.png"}]}),
+    );
+    assert_eq!(r["status"], "queued", "{r}");
+    let refs = json!([{"sha256": sha(&png()), "mime": "image/png", "bytes": png().len()}]);
+    let queued: Vec<Value> = d
+        .log_lines(&sid)
+        .into_iter()
+        .filter(|e| is_type(e, "turn_queued"))
+        .collect();
+    assert_eq!(queued[0]["data"]["params"]["images"], refs, "{queued:?}");
+    assert_eq!(stored_images(&d, &sid), vec![(sha(&png()), png())]);
+    go_tx.send(()).unwrap();
+    let bodies = mock.wait_requests(2, std::time::Duration::from_secs(60));
+    assert_eq!(
+        sent_images("openai-chat", &bodies[1]),
+        vec![("image/png".to_string(), b64_of(&png()))],
+        "{}",
+        bodies[1]
+    );
+    let users: Vec<Value> = d
+        .log_lines(&sid)
+        .into_iter()
+        .filter(|e| is_type(e, "user_message"))
+        .map(|e| e["data"].clone())
+        .collect();
+    assert_eq!(users[1]["text"], "then this picture");
+    assert_eq!(users[1]["images"], refs);
+    let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
+    assert!(
+        !log.contains(PNG_B64.trim_end_matches('=')),
+        "bytes in the Log"
+    );
+}
+
+fn b64_of(b: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(b)
 }

@@ -831,11 +831,8 @@ impl Bridge {
         let rid = retry::new_request_id();
         let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode,
                                 "client_request_id": rid, "queue": true});
-        // The daemon does not queue a turn with images (the Log never holds their
-        // bytes): such a prompt starts now or is refused `busy`.
         if !images.is_empty() {
             params["images"] = json!(images);
-            params["queue"] = json!(false);
         }
         if let Some(s) = &o.sandbox {
             params["sandbox"] = json!({"mode": s});

@@ -628,12 +628,11 @@ impl App {
         if text.starts_with('/') {
             return self.command(text.trim());
         }
-        if !self.images.is_empty() && (queue || self.running()) {
-            // A turn with images starts only on an idle session (the daemon neither
-            // queues nor steers them in).
+        if !self.images.is_empty() && !queue && self.running() {
+            // Images go with a turn of their own: queued, never steered in.
             self.editor.set(&text);
             self.hint = Some(
-                "images go with a new turn: wait for this one to end (Esc interrupts), or /image clear"
+                "images go with a new turn: Alt+Enter queues it, Esc interrupts, /image clear drops them"
                     .into(),
             );
             return Vec::new();
@@ -641,6 +640,7 @@ impl App {
         if queue {
             let mut p = self.turn_params(&text);
             p["queue"] = json!(true);
+            self.with_images(&mut p);
             return vec![self.prompt_call(Tag::Queue(text), method::TURN, p)];
         }
         if self.running() {
@@ -657,16 +657,17 @@ impl App {
             ));
         }
         let mut p = self.turn_params(&text);
-        self.sent_images = std::mem::take(&mut self.images);
-        if !self.sent_images.is_empty() {
-            p["images"] = self
-                .sent_images
-                .iter()
-                .map(|i| json!({"path": i.path}))
-                .collect();
-        }
+        self.with_images(&mut p);
         fx.push(self.prompt_call(Tag::Turn(text), method::TURN, p));
         fx
+    }
+
+    /// Moves the attached images into a turn's params (given back if it is refused).
+    fn with_images(&mut self, p: &mut Value) {
+        self.sent_images = std::mem::take(&mut self.images);
+        if !self.sent_images.is_empty() {
+            p["images"] = super::attach::param(&self.sent_images);
+        }
     }
 
     fn command(&mut self, line: &str) -> Vec<Effect> {
@@ -1074,6 +1075,9 @@ impl App {
             }
             (Tag::Queue(text), Err(e)) => {
                 self.editor.set(&text);
+                if !self.sent_images.is_empty() && self.images.is_empty() {
+                    self.images = std::mem::take(&mut self.sent_images);
+                }
                 // A daemon without queueing refuses the key, or ignores it and is busy.
                 if e.kind == ErrorKind::Busy
                     || (e.kind == ErrorKind::InvalidArgs && e.message.contains("queue"))
@@ -1086,6 +1090,7 @@ impl App {
                 Vec::new()
             }
             (Tag::Queue(text), Ok(v)) => {
+                self.sent_images.clear();
                 let status = v.get("status").and_then(Value::as_str).unwrap_or("");
                 if status == "queued" {
                     self.info(format!("queued: {}", one_line(&text, 80)));

@@ -26,6 +26,14 @@ impl PendingImage {
     }
 }
 
+/// `agentd/turn`'s `images` for `images`: `[{path}]`.
+pub fn param(images: &[PendingImage]) -> serde_json::Value {
+    images
+        .iter()
+        .map(|i| serde_json::json!({"path": i.path}))
+        .collect()
+}
+
 /// `/image ARG` on `images`: `PATH` (relative to `cwd`, `~/` for home) checks and
 /// attaches a file, no argument lists what is attached, `clear` drops it. The notice
 /// to show, or the error (nothing attached).

@@ -220,6 +220,8 @@ pub(super) async fn run(
                         super::images::store(&dir, &*store, &images)
                     })
                     .await??;
+                } else if let Some(refs) = &spec.stored_images {
+                    user["images"] = refs.clone();
                 }
                 drafts.push(EventDraft::new(EventType::UserMessage, user));
                 h.append(drafts, None).await?

@@ -179,6 +179,19 @@ pub fn loaded_replay(
     }
 }
 
+/// Stores a queued turn's images now (as [`store`] does), so `turn_queued` records
+/// their references and the bytes need not wait in memory; the turn's `user_message`
+/// records the same references when it starts.
+pub async fn store_queued(
+    registry: &crate::registry::Registry,
+    sid: &str,
+    images: Vec<Prepared>,
+) -> Result<Value, AgentError> {
+    let dir = registry.home.resources_dir(sid)?;
+    let logs = registry.store.clone();
+    crate::filesystem::blocking(move || store(&dir, &*logs, &images)).await?
+}
+
 /// The error of a prompt image whose resource is gone.
 pub fn missing(sha256: &str) -> AgentError {
     AgentError::not_found(format!(

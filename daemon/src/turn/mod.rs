@@ -466,9 +466,15 @@ impl TurnManager {
         if queue {
             let waiting = h.query(|st| !st.queued.is_empty()).await?;
             if waiting || self.is_running(&p.session_id) {
-                return self.enqueue(&h, &p, key).await;
+                return self.enqueue(&h, &p, key, spec.images).await;
             }
         }
+        // Kept for a fall back to the queue below (the launch takes the spec).
+        let queued_images = if queue {
+            spec.images.clone()
+        } else {
+            Vec::new()
+        };
         let mut record = json!({"runner": "agentd", "params": resume_params(&p)});
         if let Some((id, hash)) = &key {
             record["client_request_id"] = json!(id);
@@ -489,22 +495,30 @@ impl TurnManager {
         .await;
         match res {
             // It became busy between the check and the claim: queue behind it.
-            Err(e) if queue && e.kind == ErrorKind::Busy => self.enqueue(&h, &p, key).await,
+            Err(e) if queue && e.kind == ErrorKind::Busy => {
+                self.enqueue(&h, &p, key, queued_images).await
+            }
             other => other,
         }
     }
 
     /// Admits `p` durably behind the running turn: `turn_queued{turn_id, input, params,
-    /// runner, client_request_id?, request_hash?}`; answered `status: "queued"`.
+    /// runner, client_request_id?, request_hash?}`; answered `status: "queued"`. Its
+    /// `images` are stored now and referenced in `params.images`.
     async fn enqueue(
         self: &Arc<Self>,
         h: &SessionHandle,
         p: &TurnParams,
         key: Option<(String, String)>,
+        images: Vec<images::Prepared>,
     ) -> Result<TurnResult, AgentError> {
         let turn_id = format!("turn_{}", agentd_proto::event::new_event_id());
+        let mut params = resume_params(p);
+        if !images.is_empty() {
+            params["images"] = images::store_queued(&self.registry, &h.id, images).await?;
+        }
         let mut data = json!({"turn_id": turn_id, "input": p.input, "runner": "agentd",
-                              "params": resume_params(p)});
+                              "params": params});
         // The marker before the prompt is durable: the turn ahead may end and take its
         // marker away before this one starts, and a crash then must still find it.
         self.mark_running(&h.id, true);
@@ -575,7 +589,10 @@ impl TurnManager {
                     .zip(ev.str_field("request_hash"))
                     .map(|(a, b)| (a.to_string(), b.to_string()));
                 let spec = match setup::resolve(&turns.registry, &h, &p).await {
-                    Ok(s) => s,
+                    Ok(mut s) => {
+                        s.stored_images = params.get("images").filter(|v| v.is_array()).cloned();
+                        s
+                    }
                     Err(e) => {
                         let d = EventDraft::new(
                             EventType::TurnDequeued,
@@ -1136,8 +1153,9 @@ fn params_from_record(sid: &str, params: &serde_json::Value) -> TurnParams {
         client_request_id: None,
         queue: None,
         reasoning_effort: text("reasoning_effort"),
-        // Never kept in the params a resume reads (no bytes in the Log); a queued turn
-        // with images is refused at admission.
+        // Never kept in the params a resume reads (no bytes in the Log); a queued turn's
+        // images are stored when it is queued and their references passed apart
+        // (`TurnSpec::stored_images`).
         images: Vec::new(),
     }
 }

@@ -46,6 +46,9 @@ pub struct TurnSpec {
     pub reasoning_effort: Option<String>,
     /// The prompt's images, checked and read (`super::images`).
     pub images: Vec<super::images::Prepared>,
+    /// The references of images stored when the turn was queued (`turn_queued`'s
+    /// `params.images`), recorded by its `user_message` as they are.
+    pub stored_images: Option<serde_json::Value>,
 }
 
 impl TurnSpec {
@@ -188,12 +191,6 @@ pub async fn resolve(
     let images = if p.images.is_empty() {
         Vec::new()
     } else {
-        if p.queue == Some(true) {
-            return Err(AgentError::invalid_args(
-                "images cannot be queued: send the turn once the session is idle",
-            )
-            .with_details(json!({"field": "images"})));
-        }
         let ws = h.query(|st| st.workspace().to_string()).await?;
         let list = p.images.clone();
         crate::filesystem::blocking(move || {
@@ -252,5 +249,6 @@ pub async fn resolve(
         sandbox_turn,
         reasoning_effort,
         images,
+        stored_images: None,
     })
 }
