@@ -517,14 +517,10 @@ impl Bridge {
         let p = OpenSession::from_params(params, replay)?;
         self.refresh_catalog().await;
         let sid = p.session_id.clone();
-        let show = self
-            .call(
-                method::SHOW,
-                &proto::SessionParams {
-                    session_id: sid.clone(),
-                },
-            )
-            .await?;
+        let at = proto::SessionParams {
+            session_id: sid.clone(),
+        };
+        let show = self.call(method::SHOW, &at).await?;
         let ws = PathBuf::from(show["workspace"].as_str().unwrap_or(&p.cwd));
         let first = self
             .call(
@@ -1300,34 +1296,18 @@ impl Bridge {
     async fn command(&self, sid: &str, name: &str, arg: &str) -> Result<Value, RpcErr> {
         let text = match name {
             "compact" => {
-                let tail_events =
-                    if arg.is_empty() {
-                        None
-                    } else {
-                        Some(arg.parse().map_err(|_| {
-                            RpcErr::params("/compact takes a number of events to keep")
-                        })?)
-                    };
                 let q = proto::CompactParams {
                     session_id: sid.to_string(),
-                    tail_events,
+                    tail_events: number_arg(arg, "/compact takes a number of events to keep")?,
                     ..Default::default()
                 };
                 let r = self.call(method::COMPACT, &q).await?;
                 format!("Compacted.\n\n```json\n{}\n```\n", pretty(&r))
             }
             "fork" => {
-                let to_seq = if arg.is_empty() {
-                    None
-                } else {
-                    Some(
-                        arg.parse()
-                            .map_err(|_| RpcErr::params("/fork takes a seq to fork at"))?,
-                    )
-                };
                 let q = proto::ForkParams {
                     session_id: sid.to_string(),
-                    to_seq,
+                    to_seq: number_arg(arg, "/fork takes a seq to fork at")?,
                     ..Default::default()
                 };
                 let r = self.call(method::FORK, &q).await?;
@@ -1347,15 +1327,11 @@ impl Bridge {
                 format!("```\n{}```\n", render::tree_result(&r))
             }
             _ => {
-                let r = self
-                    .call(
-                        method::CHECKPOINT,
-                        &proto::CheckpointParams {
-                            session_id: sid.to_string(),
-                            caps: None,
-                        },
-                    )
-                    .await?;
+                let q = proto::CheckpointParams {
+                    session_id: sid.to_string(),
+                    caps: None,
+                };
+                let r = self.call(method::CHECKPOINT, &q).await?;
                 r["view"]
                     .as_str()
                     .map_or_else(|| pretty(&r), str::to_string)
@@ -1367,6 +1343,15 @@ impl Bridge {
         );
         Ok(json!({"stopReason": "end_turn"}))
     }
+}
+
+/// A slash command's optional number: none when `arg` is empty, else `usage` unless
+/// it is one.
+fn number_arg<T: std::str::FromStr>(arg: &str, usage: &str) -> Result<Option<T>, RpcErr> {
+    if arg.is_empty() {
+        return Ok(None);
+    }
+    arg.parse().map(Some).map_err(|_| RpcErr::params(usage))
 }
 
 impl Bridge {
