@@ -1052,7 +1052,7 @@ fn agentctl_mcp_import_shows_then_writes_with_yes_and_doctor_starts_each_server(
     // (a program that does not exist here) is reported with its error and a fix.
     let out = d.agentctl(["doctor"]);
     assert!(
-        out.stdout.contains("mcp:fake: 15 tools"),
+        out.stdout.contains("mcp:fake: 16 tools"),
         "doctor output: {}",
         out.stdout
     );

@@ -1344,6 +1344,118 @@ fn a_sandboxed_mcp_server_cannot_plant_git_hooks_with_or_without_user_namespaces
     }
 }
 
+/// The state letter of `/proc/PID/stat` (`T`: stopped).
+fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.get(s.rfind(')')? + 1..)?
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The host pid of the fake MCP server working in `ws` (inside a pid namespace the
+/// server knows only its own).
+fn fake_server_in(ws: &Path) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+        (comm.trim() == "agentd-mcp-fake" && cwd == ws).then_some(pid)
+    })
+}
+
+/// A server that plants after its call has answered (a thread of its own, set off by a
+/// file the test creates between turns). The server's processes are stopped between
+/// calls, so the planted config never exists while the user may run git; a change the
+/// user makes to their own config between calls is kept (the protected paths are saved
+/// again before each call, not put back to how they were at the server's start). At the
+/// full level the user's `git config` replaces `.git/config`, which drops the read-only
+/// mount over it in the server's mount namespace: stopping and putting back hold there
+/// too.
+#[test]
+fn a_sandboxed_mcp_server_cannot_plant_between_calls_and_the_users_own_config_changes_stay() {
+    for (force, level) in [("", "full"), ("no_userns", "degraded")] {
+        let o = outside();
+        let mut d = builder(&o)
+            .env("AGENTD_SANDBOX_FORCE", force)
+            .config(&mcp_entry("boxed", "sandbox = true\n"))
+            .start();
+        let ws = d.workspace().to_path_buf();
+        git(&ws, &["init", "-q"]);
+        let pwned = o.root.join("out/pwned");
+        let fsm = o.root.join("out/fsm");
+        std::fs::write(&fsm, format!("#!/bin/sh\ntouch '{}'\n", pwned.display())).unwrap();
+        std::fs::set_permissions(&fsm, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let trigger = ws.join("go");
+        let done = ws.join("go.done");
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let later = [(
+            "mcp__boxed__later",
+            json!({
+                "path": ws.join(".git/config"),
+                "text": format!("[core]\n\tfsmonitor = {}\n", fsm.display()),
+                "trigger": trigger,
+            }),
+        )];
+        let (r, evs) = turn_calling(&d, &mut c, &sid, &later, json!({}));
+        assert_eq!(r["status"], "completed", "{level}: {r}");
+        assert_eq!(mcp_sandbox_facts(&evs, "boxed")["level"], level);
+        let out = mcp_output(&evs, "mcp__boxed__later", 0);
+        assert!(out.starts_with("scheduled "), "{level}: {out}");
+        let pid = fake_server_in(&ws.canonicalize().unwrap())
+            .unwrap_or_else(|| panic!("{level}: no fake server working in {ws:?}"));
+        // Between calls: the user edits their own config, then sets the server off.
+        git(&ws, &["config", "user.name", "Host User"]);
+        git(&ws, &["config", "user.email", "host@example.com"]);
+        std::fs::write(&trigger, "").unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        let stopped = loop {
+            if done.exists() {
+                break false;
+            }
+            if proc_state(pid) == Some('T') {
+                break true;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "{level}: the server neither wrote nor was stopped"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            stopped && !done.exists(),
+            "{level}: the server ran between calls and wrote: {:?}",
+            std::fs::read_to_string(&done)
+        );
+        // The user's git now, while the server still lives.
+        git(&ws, &["status"]);
+        git(&ws, &["commit", "-q", "--allow-empty", "-m", "user"]);
+        assert!(!pwned.exists(), "{level}: the user's git ran planted code");
+        // The next call lets the server run; whatever it writes during the call is put
+        // back after it, to the config as the user left it.
+        let echo = [("mcp__boxed__echo", json!({"message": "hi"}))];
+        let (r, _) = turn_calling(&d, &mut c, &sid, &echo, json!({}));
+        assert_eq!(r["status"], "completed", "{level}: {r}");
+        let cfg = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+        assert!(
+            cfg.contains("Host User") && !cfg.contains("fsmonitor"),
+            "{level}: {cfg}"
+        );
+        d.shutdown(Duration::from_secs(60));
+        git(&ws, &["status"]);
+        git(&ws, &["commit", "-q", "--allow-empty", "-m", "after"]);
+        assert!(!pwned.exists(), "{level}: the user's git ran planted code");
+        let cfg = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+        assert!(
+            cfg.contains("Host User") && !cfg.contains("fsmonitor"),
+            "{level}: {cfg}"
+        );
+    }
+}
+
 #[test]
 fn a_sandboxed_mcp_server_is_probed_only_inside_the_daemon_and_read_only() {
     let o = outside();

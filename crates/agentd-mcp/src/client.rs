@@ -181,10 +181,58 @@ pub trait Confinement: Send + Sync {
     /// `agentctl mcp list`).
     fn facts(&mut self) -> Value;
 
-    /// After each call: undoes what the confinement could not prevent (protected files
-    /// changed where there is no mount namespace); one line per fix, for the model.
-    fn after_call(&mut self) -> Vec<String> {
+    /// The confined command was spawned as `pid`.
+    fn started(&mut self, _pid: i32) {}
+
+    /// Before each request to the server (and before it is stopped): the confinement
+    /// may have held the server still since the last request ended.
+    fn before_request(&mut self) {}
+
+    /// After each request, paired with [`Confinement::before_request`]: undoes what the
+    /// confinement could not prevent (protected files changed where there is no mount
+    /// namespace); one line per fix, for the model.
+    fn after_request(&mut self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+/// One request to a confined server: [`Confinement::before_request`] now, and
+/// [`Confinement::after_request`] when it ends however it ends (a call dropped by an
+/// interrupted turn included); the fixes wait in the connection for
+/// [`Connection::after_call`].
+struct InRequest<'a>(&'a Connection);
+
+impl<'a> InRequest<'a> {
+    fn new(c: &'a Connection) -> Self {
+        if let Some(g) = c
+            .confinement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            g.before_request();
+        }
+        InRequest(c)
+    }
+}
+
+impl Drop for InRequest<'_> {
+    fn drop(&mut self) {
+        let fixes = self
+            .0
+            .confinement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .map(|g| g.after_request())
+            .unwrap_or_default();
+        if !fixes.is_empty() {
+            self.0
+                .fixes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(fixes);
+        }
     }
 }
 
@@ -216,6 +264,8 @@ pub struct Connection {
     pub sandbox: Option<Value>,
     /// Held while the server runs; dropped after its group is gone.
     confinement: Mutex<Option<Box<dyn Confinement>>>,
+    /// What the confinement fixed after requests, not yet told to the model.
+    fixes: Mutex<Vec<String>>,
 }
 
 fn client_info() -> ClientConfig {
@@ -376,6 +426,7 @@ impl Connection {
             started_in: began.elapsed(),
             sandbox: None,
             confinement: Mutex::new(None),
+            fixes: Mutex::new(Vec::new()),
         })
     }
 
@@ -433,6 +484,9 @@ impl Connection {
                 )
             })?;
         let pid = transport.id().map(|p| p as i32);
+        if let (Some(c), Some(pid)) = (confinement.as_mut(), pid) {
+            c.started(pid);
+        }
         let record = pid.and_then(|pid| {
             let rec = Record {
                 pid,
@@ -526,17 +580,14 @@ impl Connection {
             started_in: began.elapsed(),
             sandbox,
             confinement: Mutex::new(confinement),
+            fixes: Mutex::new(Vec::new()),
         })
     }
 
-    /// The confinement's fixes after a call (see [`Confinement::after_call`]).
+    /// The confinement's fixes after the requests that ended since the last time (see
+    /// [`Confinement::after_request`]).
     pub fn after_call(&self) -> Vec<String> {
-        self.confinement
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-            .map(|c| c.after_call())
-            .unwrap_or_default()
+        std::mem::take(&mut *self.fixes.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// True when the server negotiated the `initialize` era.
@@ -556,6 +607,7 @@ impl Connection {
     /// Every page of `tools/list`, bounded by `timeout`.
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<ToolInfo>, CallError> {
         self.signals.tools_changed.store(false, Ordering::Release);
+        let _in = InRequest::new(self);
         let tools = match tokio::time::timeout(timeout, self.peer.list_all_tools()).await {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => return Err(service_error(e)),
@@ -600,6 +652,7 @@ impl Connection {
             serde_json::from_value(json!({"name": tool, "arguments": args}))
                 .map_err(|e| CallError::new("protocol", format!("bad arguments: {e}")))?;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let _in = InRequest::new(self);
         let mut opts = PeerRequestOptions::with_timeout(idle).reset_timeout_on_progress();
         opts.max_total_timeout = Some(hard);
         let handle = self
@@ -650,6 +703,15 @@ impl Connection {
     /// Stops the server: stdin closed (up to 2 s for a clean exit), then SIGTERM and
     /// SIGKILL to the whole group, and its pid record removed.
     pub async fn stop(&self) {
+        // A server held still between requests is let go first, so it can exit cleanly.
+        if let Some(g) = self
+            .confinement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            g.before_request();
+        }
         let service = self
             .service
             .lock()

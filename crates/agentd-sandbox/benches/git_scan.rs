@@ -3,10 +3,12 @@
 //! linked worktree in a source tree of a few hundred directories, against the same on a
 //! workspace with one plain repository, and against what asking git itself would cost
 //! (`git config --show-origin --list`, once per repository), in alternating rounds.
-//! p50 and p90 of each. `cargo bench -p agentd-sandbox --bench git_scan`;
-//! `AGENTD_BENCH_RUNS` sets the rounds (default 300). Needs `git`.
+//! Each workspace is walked both ways in the same run: from inotify watches (the
+//! default) and by `stat` only (the walk before watches). p50 and p90 of each. `cargo
+//! bench -p agentd-sandbox --bench git_scan`; `AGENTD_BENCH_RUNS` sets the rounds
+//! (default 300). Needs `git`.
 
-use agentd_sandbox::git::{audit, scan, Env};
+use agentd_sandbox::git::{audit, scan, use_watches, Env};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -107,6 +109,22 @@ fn main() {
         assert!(f.is_empty(), "{f:?}");
         (took, s)
     };
+    // As a command that writes a file does: the audit after it sees the directory it
+    // changed (and the next scan the removal).
+    let edited = |ws: &PathBuf| {
+        let roots = vec![ws.clone()];
+        let (t, c) = (Instant::now(), cpu());
+        let s = scan(&roots, &roots, &env);
+        let (t1, c1) = (t.elapsed(), cpu() - c);
+        let f = ws.join("src/m3/s4/new.rs");
+        std::fs::write(&f, "fn y() {}\n").unwrap();
+        let (t, c) = (Instant::now(), cpu());
+        let found = audit(&s, &roots, &env, false);
+        let took = (t1 + t.elapsed(), c1 + (cpu() - c));
+        std::fs::remove_file(&f).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        took
+    };
     let ((cold, _), s) = one(&big);
     assert_eq!(s.repos.len(), 22, "{:?}", s.repos.keys());
     let repos: Vec<PathBuf> = s
@@ -115,15 +133,26 @@ fn main() {
         .map(|k| k.parent().unwrap().to_path_buf())
         .collect();
 
-    let (mut b, mut p, mut g) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut bc, mut pc) = (Vec::new(), Vec::new());
+    // [big, plain] x [watched, stat], then big with an edit x [watched, stat]: wall and
+    // CPU samples.
+    let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![Default::default(); 6];
+    let mut g = Vec::new();
     for i in 0..runs {
-        let ((w, c), _) = one(&big);
-        b.push(w);
-        bc.push(c);
-        let ((w, c), _) = one(&plain);
-        p.push(w);
-        pc.push(c);
+        for (k, (ws, watched)) in [(&big, true), (&plain, true), (&big, false), (&plain, false)]
+            .into_iter()
+            .enumerate()
+        {
+            use_watches(watched);
+            let ((w, c), _) = one(ws);
+            samples[k].0.push(w);
+            samples[k].1.push(c);
+        }
+        for (k, watched) in [(4, true), (5, false)] {
+            use_watches(watched);
+            let (w, c) = edited(&big);
+            samples[k].0.push(w);
+            samples[k].1.push(c);
+        }
         // Asking git instead: one `git config` per repository (fewer rounds: slow).
         if i % 10 == 0 {
             let t = Instant::now();
@@ -144,23 +173,26 @@ fn main() {
     println!(
         "git scan + audit per command ({runs} rounds, same run; wall, and CPU of the thread):"
     );
+    println!("  first scan, cold: {:.3} ms", ms(cold));
+    let names = [
+        "20 nested repositories + linked worktree + target/, inotify watches",
+        "one plain repository (baseline), inotify watches",
+        "20 nested repositories + linked worktree + target/, stat walk",
+        "one plain repository (baseline), stat walk",
+        "20 nested repositories..., a file written between scan and audit, inotify watches",
+        "20 nested repositories..., a file written between scan and audit, stat walk",
+    ];
+    for (name, (w, c)) in names.iter().zip(samples.iter_mut()) {
+        println!(
+            "  {name}: wall p50 {:.3} ms p90 {:.3} ms; cpu p50 {:.3} ms p90 {:.3} ms",
+            ms(pct(w, 0.5)),
+            ms(pct(w, 0.9)),
+            ms(pct(c, 0.5)),
+            ms(pct(c, 0.9))
+        );
+    }
     println!(
-        "  20 nested repositories + linked worktree + target/: wall p50 {:.3} ms p90 {:.3} ms; cpu p50 {:.3} ms p90 {:.3} ms  (first, cold: {:.3} ms)",
-        ms(pct(&mut b, 0.5)),
-        ms(pct(&mut b, 0.9)),
-        ms(pct(&mut bc, 0.5)),
-        ms(pct(&mut bc, 0.9)),
-        ms(cold)
-    );
-    println!(
-        "  one plain repository (baseline):                   wall p50 {:.3} ms p90 {:.3} ms; cpu p50 {:.3} ms p90 {:.3} ms",
-        ms(pct(&mut p, 0.5)),
-        ms(pct(&mut p, 0.9)),
-        ms(pct(&mut pc, 0.5)),
-        ms(pct(&mut pc, 0.9))
-    );
-    println!(
-        "  `git config --show-origin --list` x{} instead:       wall p50 {:.3} ms p90 {:.3} ms",
+        "  `git config --show-origin --list` x{} instead: wall p50 {:.3} ms p90 {:.3} ms",
         repos.len(),
         ms(pct(&mut g, 0.5)),
         ms(pct(&mut g, 0.9))

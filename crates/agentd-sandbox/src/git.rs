@@ -530,6 +530,90 @@ fn stat_beneath(root_fd: &std::fs::File, root: &Path, dir: &Path) -> Option<libc
 /// Every `.git` entry (any kind) beneath `root`, not descending into `.git` or
 /// `CACHEDIR.TAG` directories. Returns whether the walk was cut short.
 fn find_dot_git(root: &Path, out: &mut Vec<PathBuf>) -> bool {
+    #[cfg(target_os = "linux")]
+    if !NO_WATCHES.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Some(cut) = find_dot_git_watched(root, out) {
+            return cut;
+        }
+    }
+    find_dot_git_stat(root, out)
+}
+
+/// Walks by `stat` only, never from inotify watches (set by the `git_scan` bench to
+/// measure both in one run).
+static NO_WATCHES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Chooses how [`scan`] and [`audit`] walk for `.git` entries: inotify watches (the
+/// default on Linux) or `stat` only. For benchmarks.
+#[doc(hidden)]
+pub fn use_watches(on: bool) {
+    NO_WATCHES.store(!on, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(target_os = "linux")]
+fn watches() -> Option<&'static Mutex<crate::git_watch::Watches>> {
+    static W: OnceLock<Option<Mutex<crate::git_watch::Watches>>> = OnceLock::new();
+    W.get_or_init(|| crate::git_watch::Watches::new().map(Mutex::new))
+        .as_ref()
+}
+
+/// [`find_dot_git`] with inotify watches ([`crate::git_watch`]): a directory nothing
+/// changed since it was listed is not looked at again, and a root nothing changed in is
+/// answered from its last walk. `None` without inotify.
+#[cfg(target_os = "linux")]
+fn find_dot_git_watched(root: &Path, out: &mut Vec<PathBuf>) -> Option<bool> {
+    use std::os::fd::AsRawFd;
+    let mut w = watches()?.lock().unwrap_or_else(|e| e.into_inner());
+    w.drain();
+    if let Some(found) = w.walk(root) {
+        out.extend(found.iter().cloned());
+        return Some(false);
+    }
+    let at = w.generation();
+    let Ok(root_dir) = std::fs::File::open(root) else {
+        return Some(false);
+    };
+    let mut found = Vec::new();
+    let mut complete = true;
+    let mut stack = vec![root.to_path_buf()];
+    let mut visited = 0usize;
+    while let Some(dir) = stack.pop() {
+        visited += 1;
+        if visited > MAX_DIRS {
+            out.extend(found);
+            return Some(true);
+        }
+        let listing = match w.trusted(&dir) {
+            Some(l) => l,
+            None => {
+                let rel = dir.strip_prefix(root).unwrap_or(Path::new(""));
+                match w.list(root_dir.as_raw_fd(), rel, &dir) {
+                    Some((l, watched)) => {
+                        complete &= watched;
+                        l
+                    }
+                    None => continue,
+                }
+            }
+        };
+        if listing.git {
+            found.push(dir.join(".git"));
+        }
+        if !listing.skip {
+            for s in &listing.subdirs {
+                stack.push(dir.join(s));
+            }
+        }
+    }
+    if complete {
+        w.walked(root, at, found.clone());
+    }
+    out.extend(found);
+    Some(false)
+}
+
+/// [`find_dot_git`] by `stat`: each directory's entries remembered by its ctime.
+fn find_dot_git_stat(root: &Path, out: &mut Vec<PathBuf>) -> bool {
     let mut memo = memo().lock().unwrap_or_else(|e| e.into_inner());
     if memo.len() > 4 * MAX_DIRS {
         memo.clear();
@@ -1097,6 +1181,126 @@ pub fn audit(before: &Scan, walk_roots: &[PathBuf], env: &Env, git_init: bool) -
         }
     }
     out
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod watch_tests {
+    use super::*;
+
+    /// Every `.git` below `d`, by a plain recursive walk that remembers nothing.
+    fn fresh(d: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        let entries: Vec<_> = rd.flatten().collect();
+        if entries.iter().any(|e| e.file_name() == "CACHEDIR.TAG") {
+            if entries.iter().any(|e| e.file_name() == ".git") {
+                out.push(d.join(".git"));
+            }
+            return;
+        }
+        for e in entries {
+            if e.file_name() == ".git" {
+                out.push(d.join(".git"));
+            } else if e.file_type().is_ok_and(|t| t.is_dir()) {
+                fresh(&e.path(), out);
+            }
+        }
+    }
+
+    fn watched(root: &Path) -> Vec<PathBuf> {
+        let mut v = Vec::new();
+        assert_eq!(find_dot_git_watched(root, &mut v), Some(false));
+        v.sort();
+        v
+    }
+
+    /// A small xorshift: the same sequence of changes on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// After each of thousands of changes (directories made, removed, renamed over
+    /// each other and moved in and out, `.git` made and removed, `CACHEDIR.TAG`
+    /// written, a directory swapped for a symlink), the watched walk, which looks only
+    /// where events said something changed, finds exactly what a fresh walk finds.
+    #[test]
+    fn the_watched_walk_finds_what_a_fresh_walk_finds_after_every_change() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        let root = base.join("ws");
+        let aside = base.join("aside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&aside).unwrap();
+        let names = ["a", "b", "c", ".git"];
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut held: Vec<std::fs::File> = Vec::new();
+        let pick = |rng: &mut Rng, depth: usize| {
+            let mut p = root.clone();
+            for _ in 0..=rng.next(depth) {
+                p.push(names[rng.next(3)]);
+            }
+            p
+        };
+        for step in 0..3000 {
+            let p = pick(&mut rng, 4);
+            let op = rng.next(9);
+            let dbg = format!("{op} {p:?}");
+            match op {
+                0 | 1 => {
+                    let _ = std::fs::create_dir_all(&p);
+                }
+                2 => {
+                    let _ = std::fs::create_dir_all(p.join(".git/hooks"));
+                }
+                3 => {
+                    let _ = std::fs::remove_dir_all(&p);
+                }
+                4 => {
+                    // Held open, a directory renamed over lives on (no delete event
+                    // for it) while its name leads to another one.
+                    let q = pick(&mut rng, 3);
+                    if !q.starts_with(&p) {
+                        if let Ok(f) = std::fs::File::open(&q) {
+                            held.push(f);
+                        }
+                        let _ = std::fs::rename(&p, &q);
+                    }
+                }
+                5 => {
+                    let out = aside.join(format!("t{step}"));
+                    if std::fs::rename(&p, &out).is_ok() && rng.next(2) == 0 {
+                        let q = pick(&mut rng, 3);
+                        let _ = std::fs::rename(&out, &q);
+                    }
+                }
+                6 => {
+                    if p.is_dir() {
+                        let _ = std::fs::write(p.join("CACHEDIR.TAG"), "Signature");
+                    }
+                }
+                7 => {
+                    let _ = std::fs::remove_file(p.join("CACHEDIR.TAG"));
+                    let _ = std::fs::remove_dir_all(p.join(".git"));
+                }
+                _ => {
+                    if std::fs::remove_dir_all(&p).is_ok() {
+                        let _ = std::os::unix::fs::symlink(&aside, &p);
+                    } else {
+                        let _ = std::fs::remove_file(&p);
+                    }
+                }
+            }
+            let mut want = Vec::new();
+            fresh(&root, &mut want);
+            want.sort();
+            assert_eq!(watched(&root), want, "after step {step}: {dbg}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@
 
 pub mod env;
 pub mod git;
+#[cfg(target_os = "linux")]
+mod git_watch;
 pub mod hints;
 pub mod macos;
 pub mod plan;

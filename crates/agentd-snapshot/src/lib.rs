@@ -34,7 +34,7 @@ pub mod git;
 pub mod objects;
 pub mod scan;
 
-use git::{join_nul, split_nul, Git, GitError};
+use git::{split_nul, Git, GitError};
 use scan::Model;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -451,11 +451,16 @@ impl Shadow {
         Ok(out)
     }
 
-    /// Writes `paths` as they are in `tree` into the workspace; a path `tree` does not
-    /// hold is removed (and so are the directories it leaves empty). Nothing is written
-    /// through a symlink: git replaces a symlinked leading directory rather than follow
-    /// it, and removals check every component.
-    pub async fn restore(&self, tree: &str, paths: &[String]) -> Result<(), GitError> {
+    /// What writing `paths` as they are in `tree` into the workspace takes: each path
+    /// `tree` holds with its bytes and kind, each it does not hold to be removed. This
+    /// crate never writes the workspace itself: the daemon applies the plan through
+    /// descriptors pinned beneath the workspace (docs/snapshots.md#revert), never
+    /// following a symlink.
+    pub async fn restore_plan(
+        &self,
+        tree: &str,
+        paths: &[String],
+    ) -> Result<Vec<RestoreOp>, GitError> {
         let lock = repo_lock(&self.dir);
         let _held = lock.lock().await;
         self.ensure().await?;
@@ -466,32 +471,67 @@ impl Shadow {
         let g = self.git.with_index(tmp.clone());
         let res = async {
             g.run(&["read-tree", tree], None).await?;
-            let listed = g.run(&["ls-files", "-z"], None).await?;
-            let present: std::collections::HashSet<String> = split_nul(&listed)
-                .into_iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect();
-            let write: Vec<&String> = paths.iter().filter(|p| present.contains(*p)).collect();
-            if !write.is_empty() {
-                g.run(
-                    &["checkout-index", "-f", "-z", "--stdin"],
-                    Some(join_nul(&write)),
-                )
-                .await?;
+            // `MODE OID STAGE\tPATH` per entry.
+            let listed = g.run(&["ls-files", "-s", "-z"], None).await?;
+            let mut present: HashMap<String, (u32, String)> = HashMap::new();
+            for rec in listed.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+                let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&rec[..tab]);
+                let mut f = head.split(' ');
+                let (Some(mode), Some(oid)) = (f.next(), f.next()) else {
+                    continue;
+                };
+                let mode = u32::from_str_radix(mode, 8).unwrap_or(0);
+                let path = String::from_utf8_lossy(&rec[tab + 1..]).into_owned();
+                present.insert(path, (mode, oid.to_string()));
             }
-            let ws = self.workspace.clone();
-            let remove: Vec<String> = paths
+            let wanted: Vec<(&String, u32, &str)> = paths
                 .iter()
-                .filter(|p| !present.contains(*p))
-                .cloned()
+                .filter_map(|p| present.get(p).map(|(m, o)| (p, *m, o.as_str())))
+                .filter(|(_, m, _)| matches!(m >> 12, 0o10 | 0o12))
                 .collect();
-            tokio::task::spawn_blocking(move || {
-                for p in remove {
-                    remove_confined(&ws, Path::new(&p));
-                }
-            })
-            .await
-            .map_err(|e| GitError::Workspace(format!("restore task: {e}")))
+            let mut input = Vec::new();
+            for (_, _, oid) in &wanted {
+                input.extend_from_slice(oid.as_bytes());
+                input.push(b'\n');
+            }
+            let batch = if wanted.is_empty() {
+                Vec::new()
+            } else {
+                g.run(&["cat-file", "--batch"], Some(input)).await?
+            };
+            let mut ops = Vec::new();
+            let mut rest = &batch[..];
+            for (path, mode, oid) in wanted {
+                let bad = || corrupt(&format!("cat-file answered no blob for {oid}"));
+                let nl = rest.iter().position(|b| *b == b'\n').ok_or_else(bad)?;
+                let head = String::from_utf8_lossy(&rest[..nl]).into_owned();
+                let size: usize = head
+                    .split(' ')
+                    .nth(2)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(bad)?;
+                let body = rest.get(nl + 1..nl + 1 + size).ok_or_else(bad)?.to_vec();
+                rest = rest.get(nl + 2 + size..).unwrap_or_default();
+                ops.push(if mode >> 12 == 0o12 {
+                    RestoreOp::Symlink {
+                        path: path.clone(),
+                        target: body,
+                    }
+                } else {
+                    RestoreOp::File {
+                        path: path.clone(),
+                        bytes: body,
+                        executable: mode & 0o111 != 0,
+                    }
+                });
+            }
+            for p in paths.iter().filter(|p| !present.contains_key(*p)) {
+                ops.push(RestoreOp::Remove { path: p.clone() });
+            }
+            Ok(ops)
         }
         .await;
         let _ = std::fs::remove_file(&tmp);
@@ -535,37 +575,24 @@ impl Shadow {
     }
 }
 
-/// Removes `rel` under `ws` unless a component on the way is a symlink (or it is a
-/// directory), then the parents it leaves empty, up to `ws`.
-fn remove_confined(ws: &Path, rel: &Path) {
-    let mut cur = ws.to_path_buf();
-    let comps: Vec<_> = rel.components().collect();
-    for (i, c) in comps.iter().enumerate() {
-        let std::path::Component::Normal(name) = c else {
-            return;
-        };
-        cur.push(name);
-        let Ok(m) = std::fs::symlink_metadata(&cur) else {
-            return; // already gone
-        };
-        let last = i + 1 == comps.len();
-        if !last && !m.file_type().is_dir() {
-            return; // a symlink or file where a directory should be: never follow
-        }
-        if last && m.file_type().is_dir() {
-            return;
-        }
-    }
-    if std::fs::remove_file(&cur).is_err() {
-        return;
-    }
-    let mut dir = cur.parent().map(Path::to_path_buf);
-    while let Some(d) = dir {
-        if d == ws || !d.starts_with(ws) || std::fs::remove_dir(&d).is_err() {
-            break;
-        }
-        dir = d.parent().map(Path::to_path_buf);
-    }
+/// One change a revert makes to the workspace ([`Shadow::restore_plan`]); `path` is
+/// relative to the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreOp {
+    File {
+        path: String,
+        bytes: Vec<u8>,
+        executable: bool,
+    },
+    Symlink {
+        path: String,
+        target: Vec<u8>,
+    },
+    /// The path is not in the tree: removed (a directory is left alone), and so are the
+    /// directories it leaves empty.
+    Remove {
+        path: String,
+    },
 }
 
 fn file_diff(path: &str, diff: String) -> FileDiff {

@@ -37,6 +37,7 @@ struct OpenHow {
 }
 
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_BENEATH: u64 = 0x08;
 
 /// Set once `openat2` is known to be unavailable; every later open walks components.
@@ -114,6 +115,31 @@ fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
 /// [`open_parent_for_write`]). Escapes fail with `EXDEV` (openat2) or `ELOOP`/`ENOTDIR`
 /// (component walk); see [`is_escape`].
 pub fn open_beneath(root: &OwnedFd, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    open_beneath_with(root, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+}
+
+/// As [`open_beneath`], but no symlink is followed anywhere on the way, not even one
+/// that stays inside (`RESOLVE_NO_SYMLINKS`; the component walk follows none anyway):
+/// for the daemon's own writes, whose paths are a snapshot's and hold no symlink.
+pub fn open_beneath_no_symlinks(
+    root: &OwnedFd,
+    rel: &Path,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    open_beneath_with(
+        root,
+        rel,
+        flags,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+fn open_beneath_with(
+    root: &OwnedFd,
+    rel: &Path,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
     let parts = names(rel)?;
     if !NO_OPENAT2.load(Ordering::Relaxed) {
         let joined: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
@@ -126,7 +152,7 @@ pub fn open_beneath(root: &OwnedFd, rel: &Path, flags: libc::c_int) -> io::Resul
         let how = OpenHow {
             flags: (flags | libc::O_CLOEXEC) as u64,
             mode: 0,
-            resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+            resolve,
         };
         // SAFETY: `c` and `how` outlive the call; the size passed is `how`'s own.
         let rc = unsafe {
@@ -184,8 +210,31 @@ pub fn is_escape(e: &io::Error) -> bool {
 /// `root`, for writing entries into it. Each created directory is opened with
 /// `O_NOFOLLOW` right after `mkdirat`, so a symlink planted in its place is refused.
 pub fn open_parent_for_write(root: &OwnedFd, rel: &Path, dir_mode: u32) -> io::Result<OwnedFd> {
+    parent_for_write(root, rel, dir_mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+}
+
+/// As [`open_parent_for_write`], following no symlink at all ([`open_beneath_no_symlinks`]).
+pub fn open_parent_for_write_no_symlinks(
+    root: &OwnedFd,
+    rel: &Path,
+    dir_mode: u32,
+) -> io::Result<OwnedFd> {
+    parent_for_write(
+        root,
+        rel,
+        dir_mode,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+fn parent_for_write(
+    root: &OwnedFd,
+    rel: &Path,
+    dir_mode: u32,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
     let flags = libc::O_RDONLY | libc::O_DIRECTORY;
-    match open_beneath(root, rel, flags) {
+    match open_beneath_with(root, rel, flags, resolve) {
         Ok(fd) => return Ok(fd),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
         Err(e) => return Err(e),
@@ -277,6 +326,21 @@ pub fn unlink_in(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     let c = cstr(name)?;
     // SAFETY: `c` outlives the call.
     check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) }).map(|_| ())
+}
+
+/// `symlinkat`: a symlink `name` in `dir` holding `target`.
+pub fn symlink_in(dir: &OwnedFd, target: &[u8], name: &OsStr) -> io::Result<()> {
+    let t = CString::new(target).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = cstr(name)?;
+    // SAFETY: both strings outlive the call.
+    check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }).map(|_| ())
+}
+
+/// `unlinkat(AT_REMOVEDIR)` of an (empty) directory in `dir`.
+pub fn rmdir_in(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: `c` outlives the call.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) }).map(|_| ())
 }
 
 /// `fsync` of a directory descriptor.

@@ -34,8 +34,16 @@ impl Confinement for SandboxGuard {
         self.0.running_facts()
     }
 
-    fn after_call(&mut self) -> Vec<String> {
-        self.0.put_back()
+    fn started(&mut self, pid: i32) {
+        self.0.started(pid);
+    }
+
+    fn before_request(&mut self) {
+        self.0.enter();
+    }
+
+    fn after_request(&mut self) -> Vec<String> {
+        self.0.leave()
     }
 }
 

@@ -7,6 +7,7 @@
 //! through the actor.
 
 pub mod turn;
+pub mod write;
 
 pub use turn::TurnSnapshots;
 
@@ -301,10 +302,22 @@ pub async fn apply_revert(c: &Checked, via: RevertVia) -> Result<Vec<EventDraft>
     if c.to_restore.is_empty() {
         return Ok(Vec::new());
     }
-    c.shadow
-        .restore(&plan.target.tree, &c.to_restore)
+    let ops = c
+        .shadow
+        .restore_plan(&plan.target.tree, &c.to_restore)
         .await
         .map_err(|e| git_error("restore", &e))?;
+    let ws = c.shadow.workspace.clone();
+    let umask = agentd_tools::user_umask();
+    tokio::task::spawn_blocking(move || write::apply(&ws, &ops, umask))
+        .await
+        .map_err(|e| AgentError::internal(format!("restore task: {e}")))?
+        .map_err(|e| {
+            AgentError::new(
+                ErrorKind::IoError,
+                format!("restoring the workspace failed for: {e}"),
+            )
+        })?;
     let paths = c.to_restore.iter().map(std::path::PathBuf::from).collect();
     let after = c
         .shadow

@@ -21,6 +21,9 @@
 //! file's text, `write {path, text}` → writes it, `connect {path}` → connects to a Unix
 //! socket, `tcp {addr}` → opens a TCP connection. Each answers `ok ...` or
 //! `denied: <error>` as text (never `isError`: only the outcome is reported).
+//! `later {path, text, trigger}` answers `scheduled <pid>` at once; a thread then waits
+//! for the file `trigger` to exist, writes `text` to `path` and the outcome (`ok
+//! written` or `denied: ...`) to `trigger.done` (a write between calls).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
@@ -86,6 +89,10 @@ fn main() {
         tool("write", "Writes `text` to the file `path`."),
         tool("connect", "Connects to the Unix socket `path`."),
         tool("tcp", "Opens a TCP connection to `addr`."),
+        tool(
+            "later",
+            "Writes `text` to `path` once the file `trigger` exists, after answering.",
+        ),
     ];
     if colliding {
         for n in ["a.b", "a b", "a_b"] {
@@ -206,6 +213,23 @@ fn main() {
                         std::net::TcpStream::connect(a["addr"].as_str().unwrap_or_default()),
                         |_| "connected".to_string(),
                     ),
+                    "later" => {
+                        let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+                        let (path, text, trigger) =
+                            (field("path"), field("text"), field("trigger"));
+                        std::thread::spawn(move || {
+                            while !std::path::Path::new(&trigger).exists() {
+                                std::thread::sleep(std::time::Duration::from_millis(10));
+                            }
+                            let outcome = match std::fs::write(&path, text) {
+                                Ok(()) => "ok written".to_string(),
+                                Err(e) => format!("denied: {e}"),
+                            };
+                            let _ = std::fs::write(format!("{trigger}.done"), outcome);
+                        });
+                        json!({"content": [{"type": "text",
+                            "text": format!("scheduled {}", std::process::id())}]})
+                    }
                     other if tools.iter().any(|t| t["name"] == other) => {
                         json!({"content": [{"type": "text", "text": format!("{other} {a}")}]})
                     }

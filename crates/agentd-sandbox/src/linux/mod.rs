@@ -3,6 +3,7 @@
 
 pub mod cgroup;
 pub mod confine;
+pub mod freeze;
 pub mod helper;
 pub mod mounts;
 pub mod peer;

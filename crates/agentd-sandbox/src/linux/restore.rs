@@ -298,6 +298,17 @@ pub struct Snapshot {
 impl Snapshot {
     /// Pins each writable root that holds a protected path and saves those paths.
     pub fn take(protected: &[PathBuf], roots: &[PathBuf]) -> Snapshot {
+        Snapshot::take_with(protected, roots, false)
+    }
+
+    /// As [`Snapshot::take`], but only the paths that exist: where read-only mounts
+    /// cover the protected paths and the helper creates the missing `hooks`/`info`
+    /// directories, what a mount can lose (the host replacing the file beneath it).
+    pub fn take_existing(protected: &[PathBuf], roots: &[PathBuf]) -> Snapshot {
+        Snapshot::take_with(protected, roots, true)
+    }
+
+    fn take_with(protected: &[PathBuf], roots: &[PathBuf], existing_only: bool) -> Snapshot {
         let mut snap = Snapshot::default();
         let mut pinned: Vec<(PathBuf, usize)> = Vec::new();
         for p in protected {
@@ -328,7 +339,7 @@ impl Snapshot {
                 // Not reachable without a symlink now: nothing to put back later.
                 Err(_) => Saved::Opaque,
             };
-            if before == Saved::Opaque {
+            if before == Saved::Opaque || (existing_only && before == Saved::Absent) {
                 continue;
             }
             snap.saved.push(Entry {

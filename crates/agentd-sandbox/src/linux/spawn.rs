@@ -157,7 +157,27 @@ pub struct Prepared {
     /// Degraded: the read end of the report pipe, whose write end the guard holds until
     /// it has killed every process the command started. EOF means none is left.
     guard_alive: Option<OwnedFd>,
+    /// The writable roots in force (the restore's roots).
+    writable: Vec<PathBuf>,
+    /// Confined without namespaces (the degraded level).
+    degraded: bool,
+    /// A long-running command (an MCP server) between requests; see [`Prepared::enter`].
+    between: Between,
 }
+
+/// A long-running command's state between requests (degraded level: stopped).
+#[derive(Debug, Default)]
+struct Between {
+    /// The helper's pid, once spawned.
+    helper: Option<i32>,
+    /// Requests in flight.
+    in_flight: usize,
+    /// The processes stopped since the last request ended.
+    frozen: Option<super::freeze::Frozen>,
+}
+
+/// How long stopping a server's processes may take before it is given up on.
+const FREEZE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What [`crate::git::audit`] needs after the command.
 #[derive(Debug)]
@@ -227,6 +247,35 @@ pub fn git_protected(roots: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     all.sort();
     all.dedup();
     (all, s.extra_roots)
+}
+
+/// What a command must not change: the git scan's protected paths and the protect set
+/// (what exists is read-only, a symlink protects what it points to when writable; what
+/// does not exist goes to the scan's watch list, quarantined if a command creates it).
+fn protect_set(
+    p: &EffectivePolicy,
+    scan: &mut crate::git::Scan,
+    writable: &[PathBuf],
+) -> Vec<PathBuf> {
+    let mut protected = scan.protected.clone();
+    for pp in &p.protect {
+        match std::fs::symlink_metadata(pp) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(t) = pp.canonicalize() {
+                    if writable.iter().any(|w| t.starts_with(w)) && !protected.contains(&t) {
+                        protected.push(t);
+                    }
+                }
+            }
+            Ok(_) => {
+                if !protected.contains(pp) {
+                    protected.push(pp.clone());
+                }
+            }
+            Err(_) => scan.watch_tools.push(pp.clone()),
+        }
+    }
+    protected
 }
 
 /// The writable roots worth walking for nested repositories: not the toolchain caches.
@@ -553,6 +602,9 @@ impl Sandbox {
                 restore: None,
                 git: None,
                 guard_alive: None,
+                writable: Vec::new(),
+                degraded: false,
+                between: Between::default(),
             }
         };
         if p.mode == Mode::FullAccess {
@@ -592,26 +644,7 @@ impl Sandbox {
         let walk = walk_roots(p, &writable);
         let git_env = crate::git::Env::from_process();
         let mut scan = crate::git::scan(&writable, &walk, &git_env);
-        let mut protected = scan.protected.clone();
-        // The protect set: what exists is read-only (a symlink: what it points to, when
-        // writable); what does not is quarantined if a command creates it.
-        for pp in &p.protect {
-            match std::fs::symlink_metadata(pp) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    if let Ok(t) = pp.canonicalize() {
-                        if writable.iter().any(|w| t.starts_with(w)) && !protected.contains(&t) {
-                            protected.push(t);
-                        }
-                    }
-                }
-                Ok(_) => {
-                    if !protected.contains(pp) {
-                        protected.push(pp.clone());
-                    }
-                }
-                Err(_) => scan.watch_tools.push(pp.clone()),
-            }
-        }
+        let protected = protect_set(p, &mut scan, &writable);
         if p.mode == Mode::WorkspaceWrite {
             for g in scan.extra_roots.clone() {
                 if !hidden.iter().any(|h| g.starts_with(h)) && !writable.contains(&g) {
@@ -797,6 +830,9 @@ impl Sandbox {
             policy: p.clone(),
             restore: (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable)),
             protected,
+            writable,
+            degraded: !namespaces,
+            between: Between::default(),
             git: (p.mode == Mode::WorkspaceWrite).then_some(GitAudit {
                 before: scan,
                 walk,
@@ -965,6 +1001,16 @@ impl Prepared {
     /// The command to spawn, taken out for a caller that spawns it itself (a
     /// long-running MCP server); this `Prepared` stays the guard of what it runs in.
     pub fn take_command(&mut self) -> Command {
+        // With namespaces the protected paths are read-only mounts; but a mount is
+        // dropped when the host replaces the file beneath it (the user's own `git
+        // config` renames a new `.git/config` over it), so a command that lives long
+        // gets them saved and put back around each request too.
+        if self.restore.is_none() && self.report.is_some() && self.git.is_some() {
+            self.restore = Some(super::restore::Snapshot::take_existing(
+                &self.protected,
+                &self.writable,
+            ));
+        }
         std::mem::replace(&mut self.command, Command::new("/"))
     }
 
@@ -1016,10 +1062,76 @@ impl Prepared {
         Value::Object(self.facts.clone())
     }
 
+    /// A long-running command (an MCP server) was spawned as `pid` (the helper).
+    pub fn started(&mut self, pid: i32) {
+        self.between.helper = Some(pid);
+    }
+
+    /// Before a request to a long-running command. At the degraded level its processes
+    /// were stopped when the last request ended ([`Prepared::leave`]), so what changed
+    /// since is the user's: the protected paths are saved again (and the git scan
+    /// taken again) as they are now, then the processes continue. No-op with
+    /// namespaces (read-only mounts) and while another request is in flight.
+    pub fn enter(&mut self) {
+        self.between.in_flight += 1;
+        if self.between.in_flight > 1 {
+            return;
+        }
+        let Some(frozen) = self.between.frozen.take() else {
+            return;
+        };
+        if let Some(g) = self.git.as_mut() {
+            let mut scan = crate::git::scan(&self.writable, &g.walk, &g.env);
+            self.protected = protect_set(&self.policy, &mut scan, &self.writable);
+            g.before = scan;
+        }
+        if self.restore.is_some() {
+            self.restore = Some(if self.degraded {
+                super::restore::Snapshot::take(&self.protected, &self.writable)
+            } else {
+                super::restore::Snapshot::take_existing(&self.protected, &self.writable)
+            });
+        }
+        frozen.thaw();
+    }
+
+    /// After a request to a long-running command, once none is in flight: at the
+    /// degraded level its processes are stopped first (so nothing it runs can write
+    /// until the next [`Prepared::enter`]), then what it created that git would run is
+    /// quarantined and the protected paths it changed are put back. One line per fix,
+    /// for the model.
+    pub fn leave(&mut self) -> Vec<String> {
+        self.between.in_flight = self.between.in_flight.saturating_sub(1);
+        if self.between.in_flight > 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        if let (Some(helper), true) = (self.between.helper, self.restore.is_some()) {
+            // Below the helper's child (the guard, or pid 1 of the pid namespace): it
+            // and the helper keep running, so a stop or a timeout still ends everything.
+            let guard = super::freeze::first_child(helper);
+            if let (None, Some(guard)) = (&self.between.frozen, guard) {
+                match super::freeze::freeze(guard, FREEZE_LIMIT) {
+                    Ok(f) => self.between.frozen = Some(f),
+                    Err(f) => {
+                        self.between.frozen = Some(f);
+                        out.push(
+                            "[sandbox] the server's processes could not all be stopped \
+                             between calls; protected paths were put back anyway"
+                                .to_string(),
+                        );
+                    }
+                }
+            }
+        }
+        out.extend(self.put_back());
+        out
+    }
+
     /// Without a mount namespace: puts back the protected paths a long-running command
-    /// changed so far (it keeps running); one hint per path. Empty with namespaces,
-    /// where they are read-only mounts.
-    pub fn put_back(&self) -> Vec<String> {
+    /// changed so far; one hint per path. Empty with namespaces, where they are
+    /// read-only mounts.
+    fn put_back(&self) -> Vec<String> {
         let quarantined = self
             .git
             .as_ref()
@@ -1152,6 +1264,9 @@ impl Prepared {
 
 impl Drop for Prepared {
     fn drop(&mut self) {
+        if let Some(f) = self.between.frozen.take() {
+            f.thaw();
+        }
         if let Some(cg) = self.cgroup.take() {
             cg.kill_and_remove();
         }
