@@ -320,16 +320,6 @@ pub enum ForkFilesArg {
     Worktree,
 }
 
-impl ForkFilesArg {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ForkFilesArg::Keep => "keep",
-            ForkFilesArg::Restore => "restore",
-            ForkFilesArg::Worktree => "worktree",
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum DaemonCmd {
     /// Start the daemon if none answers; print its pid and socket.
@@ -664,16 +654,6 @@ pub enum DialectArg {
     Chat,
     /// Anthropic Messages API.
     Anthropic,
-}
-
-impl DialectArg {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DialectArg::Responses => "responses",
-            DialectArg::Chat => "chat",
-            DialectArg::Anthropic => "anthropic",
-        }
-    }
 }
 
 #[derive(Debug, Args)]

@@ -5,10 +5,10 @@
 use crate::cli::{Cli, Command, DaemonCmd, PermissionMode};
 use crate::daemon::{self, Connected, Target};
 use crate::output;
-use crate::params::{self, abs_dir, check_sid, simple_request, turn_params};
+use crate::params::{self, abs_dir, check_sid, simple_request, to_params, turn_params};
 use crate::render;
 use crate::stream;
-use agentd_proto::rpc::method;
+use agentd_proto::rpc::{self, method};
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -90,7 +90,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         let mut value = c.conn.call(req.method, req.params.clone()).await?;
         if let Command::Ls(a) = &cli.command {
             if a.all {
-                value = list_all(&c.conn, req.params, value).await?;
+                value = list_all(&c.conn, params::list_params(a, &cwd), value).await?;
             }
         }
         let text = render_result(&cli.command, &value, &cwd);
@@ -147,9 +147,10 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
         }
         Command::Turn(a) if a.queue => {
             let mut p = turn_params(&a.session_id, &a.prompt, &a.turn)?;
-            p["queue"] = json!(true);
-            p["wait"] = json!(false);
-            let v = retried_call(&target, method::TURN, p).await?;
+            p.queue = Some(true);
+            p.wait = Some(false);
+            p.client_request_id = Some(agentctl::retry::new_request_id());
+            let v = retried_call(&target, method::TURN, to_params(&p)?).await?;
             let text = format!(
                 "{} turn {}\n",
                 if s(&v, "status") == "queued" {
@@ -162,9 +163,12 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             Ok(result(v, text))
         }
         Command::Steer(a) => {
-            check_sid(&a.session_id)?;
-            let p = json!({"session_id": a.session_id, "input": a.input});
-            let v = retried_call(&target, method::STEER, p).await?;
+            let p = rpc::SteerParams {
+                session_id: params::sid(&a.session_id)?,
+                input: a.input.clone(),
+                client_request_id: Some(agentctl::retry::new_request_id()),
+            };
+            let v = retried_call(&target, method::STEER, to_params(&p)?).await?;
             let text = format!(
                 "steered into turn {} (seq {})\n",
                 s(&v, "turn_id"),
@@ -187,30 +191,22 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
                 .title
                 .clone()
                 .unwrap_or_else(|| params::title_from_prompt(&a.prompt));
-            let create = json!({
-                "workspace": abs_dir(a.workspace.as_deref(), &cwd),
-                "title": title,
-            });
-            let mut create = create;
-            if let Some(m) = &a.turn.model {
-                create["model"] = json!(m);
-            }
-            if let Some(p) = &a.turn.provider {
-                create["provider"] = json!(p);
-            }
-            if let Some(s) = a.turn.sandbox.to_param() {
-                create["sandbox"] = s;
-            }
-            let c: Connected = daemon::connect_or_start(&target).await?;
+            let create = rpc::CreateParams {
+                workspace: abs_dir(a.workspace.as_deref(), &cwd),
+                title: Some(title),
+                model: a.turn.model.clone(),
+                provider: a.turn.provider.clone(),
+                sandbox: a.turn.sandbox.to_param(),
+                ..Default::default()
+            };
             // Provider, model and key are checked before the session exists: a first
             // run without a key leaves nothing behind.
-            let mut check = json!({});
-            if let Some(m) = &a.turn.model {
-                check["model"] = json!(m);
-            }
-            if let Some(p) = &a.turn.provider {
-                check["provider"] = json!(p);
-            }
+            let check = rpc::PreflightParams {
+                model: a.turn.model.clone(),
+                provider: a.turn.provider.clone(),
+            };
+            let (check, create) = (to_params(&check)?, to_params(&create)?);
+            let c: Connected = daemon::connect_or_start(&target).await?;
             c.conn.call(method::PREFLIGHT, check).await?;
             let created = c.conn.call(method::CREATE, create).await?;
             let sid = created
@@ -239,14 +235,14 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             Ok(result(v, String::new()))
         }
         Command::Rm(a) => {
-            let p = crate::verbs::delete_params(a)?;
+            let p = to_params(&crate::verbs::delete_params(a)?)?;
             let c = daemon::connect_or_start(&target).await?;
             let v = c.conn.call(method::DELETE, p).await?;
             let text = render_result(&cli.command, &v, &cwd);
             Ok(result(v, text))
         }
         Command::Export(a) => {
-            let p = crate::verbs::export_params(a, &cwd)?;
+            let p = to_params(&crate::verbs::export_params(a, &cwd)?)?;
             let c = daemon::connect_or_start(&target).await?;
             let v = c.conn.call(method::EXPORT, p).await?;
             let text = render_result(&cli.command, &v, &cwd);
@@ -262,12 +258,15 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
             // Trusts exactly the content shown: the daemon refuses if it changed since.
             let ws = abs_dir(a.workspace.as_deref(), &cwd);
             let c = daemon::connect_or_start(&target).await?;
-            let shown = c.conn.call(method::HOOKS, json!({"workspace": ws})).await?;
-            let sha = shown["project"]["sha256"].clone();
-            let v = c
-                .conn
-                .call(method::HOOKS_TRUST, json!({"workspace": ws, "sha256": sha}))
-                .await?;
+            let shown = rpc::HooksParams {
+                workspace: ws.clone(),
+            };
+            let shown = c.conn.call(method::HOOKS, to_params(&shown)?).await?;
+            let trust = rpc::HooksTrustParams {
+                workspace: ws,
+                sha256: shown["project"]["sha256"].as_str().map(str::to_string),
+            };
+            let v = c.conn.call(method::HOOKS_TRUST, to_params(&trust)?).await?;
             let text = format!(
                 "trusted {} (sha256 {})\n{}",
                 v["project"]["path"].as_str().unwrap_or(""),
@@ -317,7 +316,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
 /// Follows `next_cursor` until the last page; returns one `{"sessions": [...]}`.
 async fn list_all(
     conn: &crate::rpc::Conn,
-    mut params: Value,
+    mut params: rpc::ListParams,
     first: Value,
 ) -> Result<Value, AgentError> {
     let mut sessions = Vec::new();
@@ -326,19 +325,22 @@ async fn list_all(
         if let Some(list) = page.get("sessions").and_then(Value::as_array) {
             sessions.extend(list.iter().cloned());
         }
-        let cursor = match page.get("next_cursor") {
-            Some(c) if !c.is_null() && params.get("cursor") != Some(c) => c.clone(),
+        let cursor = match page.get("next_cursor").and_then(Value::as_str) {
+            Some(c) if params.cursor.as_deref() != Some(c) => c.to_string(),
             _ => break,
         };
-        params["cursor"] = cursor;
-        page = conn.call(method::LIST, params.clone()).await?;
+        params.cursor = Some(cursor);
+        page = conn.call(method::LIST, to_params(&params)?).await?;
     }
     Ok(json!({"sessions": sessions}))
 }
 
 async fn status(target: &Target) -> Result<Outcome, AgentError> {
     let c = daemon::connect_existing(target).await?;
-    let st = c.conn.call(method::STATUS, json!({})).await?;
+    let st = c
+        .conn
+        .call(method::STATUS, to_params(&rpc::NoParams {})?)
+        .await?;
     let mut v = json!({"running": true, "socket": target.socket.to_string_lossy()});
     for src in [&c.hello, &st] {
         if let Some(m) = src.as_object() {
@@ -665,12 +667,13 @@ async fn retried_turn(
     target: &daemon::Target,
     first: Option<Connected>,
     sid: &str,
-    mut params: Value,
+    mut params: rpc::TurnParams,
     human: bool,
     ask: bool,
 ) -> Result<Value, AgentError> {
     use agentctl::retry;
-    params["client_request_id"] = json!(retry::new_request_id());
+    params.client_request_id = Some(retry::new_request_id());
+    let params = to_params(&params)?;
     let first = std::sync::Mutex::new(first);
     retry::with_retry(retry::Policy::default(), |attempt| {
         let given = first.lock().ok().and_then(|mut f| f.take());
@@ -692,11 +695,10 @@ async fn retried_turn(
     .await
 }
 
-/// One call with a fresh `client_request_id`, resent as it is when the daemon is lost
-/// mid-call (see [`retried_turn`]).
-async fn retried_call(target: &Target, m: &str, mut params: Value) -> Result<Value, AgentError> {
+/// One call, resent as it is (with the `client_request_id` the caller gave it) when the
+/// daemon is lost mid-call (see [`retried_turn`]).
+async fn retried_call(target: &Target, m: &str, params: Value) -> Result<Value, AgentError> {
     use agentctl::retry;
-    params["client_request_id"] = json!(retry::new_request_id());
     retry::with_retry(retry::Policy::default(), |attempt| {
         let params = params.clone();
         async move {

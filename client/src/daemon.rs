@@ -6,8 +6,8 @@
 //! `<home>/agentd.log`. Racing starts are safe: the daemon's home lock lets one win, and
 //! every client keeps retrying `agentd/hello` until someone answers.
 
-use crate::rpc::Conn;
-use agentd_proto::rpc::{method, PROTOCOL_VERSION};
+use crate::rpc::{to_params, Conn};
+use agentd_proto::rpc::{self, method, PROTOCOL_VERSION};
 use agentd_proto::{paths, AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::io;
@@ -89,10 +89,10 @@ async fn attempt(socket: &Path) -> Result<(Conn, Value), Attempt> {
             )))
         }
     };
-    let hello = conn.call(
-        method::HELLO,
-        json!({"client": concat!("agentctl/", env!("CARGO_PKG_VERSION"))}),
-    );
+    let params = rpc::HelloParams {
+        client: Some(concat!("agentctl/", env!("CARGO_PKG_VERSION")).to_string()),
+    };
+    let hello = conn.call(method::HELLO, to_params(&params).map_err(Attempt::Failed)?);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, hello).await {
         Ok(Ok(h)) => h,
         Ok(Err(e)) if e.kind == ErrorKind::DaemonUnavailable => {
@@ -320,7 +320,10 @@ pub async fn stop(target: &Target) -> Result<Value, AgentError> {
         }
         Err(e) => return Err(e),
     };
-    match conn.call(method::SHUTDOWN, json!({})).await {
+    match conn
+        .call(method::SHUTDOWN, to_params(&rpc::NoParams {})?)
+        .await
+    {
         Ok(_) => {}
         // The daemon may close the connection before its answer arrives.
         Err(e) if e.kind == ErrorKind::DaemonUnavailable => {}
@@ -337,7 +340,7 @@ pub async fn stop(target: &Target) -> Result<Value, AgentError> {
                 // Accepting but closing without answering also counts as gone.
                 let r = tokio::time::timeout(
                     Duration::from_millis(500),
-                    c.call(method::HELLO, json!({})),
+                    c.call(method::HELLO, to_params(&rpc::HelloParams::default())?),
                 )
                 .await;
                 if matches!(r, Ok(Err(ref e)) if e.kind == ErrorKind::DaemonUnavailable) {

@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 
-use agentd_proto::rpc::method;
+use agentd_proto::rpc::{self, method};
 use agentd_proto::AgentError;
 use serde_json::{json, Value};
 
 use crate::cli::ImportArgs;
 use crate::daemon::{self, Target};
 use crate::output::Outcome;
+use crate::rpc::to_params;
 
 /// The agents' own environment overrides discovery honours.
 const ENV_OVERRIDES: [&str; 5] = [
@@ -40,12 +41,15 @@ pub async fn run(target: &Target, a: &ImportArgs, human: bool) -> Result<Outcome
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     let c = daemon::connect_or_start(target).await?;
+    let ask = rpc::DiscoverParams {
+        home,
+        env,
+        agent: a.agent.clone(),
+        since: a.since.clone(),
+    };
     let found = c
         .conn
-        .call(
-            method::IMPORT_DISCOVER,
-            json!({"home": home, "env": env, "agent": a.agent, "since": a.since}),
-        )
+        .call(method::IMPORT_DISCOVER, to_params(&ask)?)
         .await?;
     let sources = found["sources"].as_array().cloned().unwrap_or_default();
     let ignored = found["ignored"].clone();
@@ -82,12 +86,15 @@ pub async fn run(target: &Target, a: &ImportArgs, human: bool) -> Result<Outcome
             );
             let _ = e.flush();
         }
-        let params = json!({
-            "format": s["format"],
-            "path": s["path"],
-            "source_session": s.get("source_session"),
-            "once": true,
-        });
+        let params = to_params(&rpc::ImportParams {
+            format: s["format"].as_str().unwrap_or("auto").to_string(),
+            path: s["path"].as_str().unwrap_or_default().to_string(),
+            source_session: s["source_session"].as_str().map(str::to_string),
+            workspace: None,
+            session_id: None,
+            once: true,
+            strict: false,
+        })?;
         let mut row = s.clone();
         match c.conn.call(method::IMPORT, params).await {
             Ok(r) => {

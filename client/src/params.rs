@@ -1,20 +1,37 @@
 //! Command line arguments → JSON-RPC method and params (docs/protocol.md#methods).
 //!
-//! Pure apart from resolving relative paths against a given `cwd`, so every mapping is
-//! unit-tested. Session ids are checked here with the same rule the daemon applies, so a
-//! bad id fails before any connection is made, with the same error kind.
+//! Params are built as `agentd-proto`'s types, the same ones the daemon parses them
+//! with, and carry only what the user said (the types leave out absent options and
+//! `false` flags; the daemon owns the defaults). Pure apart from resolving relative
+//! paths against a given `cwd`, so every mapping is unit-tested. Session ids are checked
+//! here with the same rule the daemon applies, so a bad id fails before any connection
+//! is made, with the same error kind.
 
-use crate::cli::{Command, NewArgs, TurnOptions};
-use agentd_proto::rpc::method;
-use agentd_proto::{session_id, AgentError};
-use serde_json::{json, Map, Value};
+use crate::cli::{Command, DialectArg, ForkFilesArg, LsArgs, NewArgs, TurnOptions};
+use agentd_proto::replay::Dialect;
+use agentd_proto::rpc::{self, method};
+use agentd_proto::{session_id, AgentError, EventDraft};
+use serde::Serialize;
+use serde_json::Value;
 use std::path::Path;
+
+pub use crate::rpc::to_params;
 
 /// One call to make.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     pub method: &'static str,
     pub params: Value,
+}
+
+impl Request {
+    /// `method` with `params` (one of `agentd_proto::rpc`'s param types).
+    pub fn new<P: Serialize>(method: &'static str, params: &P) -> Result<Request, AgentError> {
+        Ok(Request {
+            method,
+            params: to_params(params)?,
+        })
+    }
 }
 
 /// An absolute form of `dir` (default `cwd`), canonical when it exists so the daemon and
@@ -36,90 +53,92 @@ pub fn check_sid(id: &str) -> Result<(), AgentError> {
     session_id::validate(id)
 }
 
-/// An object from `(key, value)` pairs, leaving out `None`s and `false` flags so params
-/// carry only what the user said (the daemon owns the defaults).
-pub fn object(pairs: Vec<(&str, Option<Value>)>) -> Value {
-    let mut m = Map::new();
-    for (k, v) in pairs {
-        match v {
-            None | Some(Value::Bool(false)) => {}
-            Some(v) => {
-                m.insert(k.to_string(), v);
-            }
-        }
-    }
-    Value::Object(m)
+/// `id`, checked, as an owned param.
+pub fn sid(id: &str) -> Result<String, AgentError> {
+    check_sid(id)?;
+    Ok(id.to_string())
 }
 
-fn opt<T: Into<Value>>(v: Option<T>) -> Option<Value> {
-    v.map(Into::into)
+/// `agentd/show`, `agentd/checkpoint`, the goal getters and the session verbs: the
+/// session's id alone.
+pub fn session(id: &str) -> Result<rpc::SessionParams, AgentError> {
+    Ok(rpc::SessionParams {
+        session_id: sid(id)?,
+    })
 }
 
-fn flag(b: bool) -> Option<Value> {
-    Some(Value::Bool(b))
-}
-
-pub fn create_params(a: &NewArgs, cwd: &Path) -> Result<Value, AgentError> {
+pub fn create_params(a: &NewArgs, cwd: &Path) -> Result<rpc::CreateParams, AgentError> {
     if let Some(id) = &a.session_id {
         check_sid(id)?;
     }
-    Ok(object(vec![
-        (
-            "workspace",
-            Some(abs_dir(a.workspace.as_deref(), cwd).into()),
-        ),
-        ("title", opt(a.title.clone())),
-        ("model", opt(a.model.clone())),
-        ("provider", opt(a.provider.clone())),
-        ("session_id", opt(a.session_id.clone())),
-        ("sandbox", a.sandbox.to_param()),
-    ]))
+    Ok(rpc::CreateParams {
+        workspace: abs_dir(a.workspace.as_deref(), cwd),
+        title: a.title.clone(),
+        model: a.model.clone(),
+        provider: a.provider.clone(),
+        session_id: a.session_id.clone(),
+        sandbox: a.sandbox.to_param(),
+        mcp_servers: None,
+    })
 }
 
-pub fn turn_params(sid: &str, prompt: &str, t: &TurnOptions) -> Result<Value, AgentError> {
+pub fn turn_params(
+    sid: &str,
+    prompt: &str,
+    t: &TurnOptions,
+) -> Result<rpc::TurnParams, AgentError> {
     check_sid(sid)?;
-    Ok(object(vec![
-        ("session_id", Some(sid.into())),
-        ("input", Some(prompt.into())),
-        ("model", opt(t.model.clone())),
-        ("provider", opt(t.provider.clone())),
-        ("max_iterations", opt(t.max_iterations)),
-        (
-            "permission_mode",
-            opt(t.permission_mode.map(|m| m.as_str())),
-        ),
-        ("reasoning_effort", opt(t.effort.map(|e| e.as_str()))),
-        ("images", images_param(&t.images)?),
-        ("sandbox", t.sandbox.to_param()),
-    ]))
+    Ok(rpc::TurnParams {
+        session_id: sid.to_string(),
+        input: prompt.to_string(),
+        model: t.model.clone(),
+        provider: t.provider.clone(),
+        max_iterations: t.max_iterations,
+        permission_mode: t.permission_mode.map(|m| m.as_str().to_string()),
+        reasoning_effort: t.effort.map(|e| e.as_str().to_string()),
+        images: images_param(&t.images)?,
+        sandbox: t.sandbox.to_param(),
+        ..Default::default()
+    })
 }
 
 /// `--image PATH`s as `images: [{path}]`, each made absolute (the daemon reads it).
-fn images_param(paths: &[std::path::PathBuf]) -> Result<Option<Value>, AgentError> {
-    if paths.is_empty() {
-        return Ok(None);
-    }
+fn images_param(paths: &[std::path::PathBuf]) -> Result<Vec<rpc::TurnImage>, AgentError> {
     let mut out = Vec::new();
     for p in paths {
         let abs = std::path::absolute(p)
             .map_err(|e| AgentError::invalid_args(format!("--image {}: {e}", p.display())))?;
-        out.push(json!({"path": abs}));
+        out.push(rpc::TurnImage {
+            path: Some(abs.to_string_lossy().into_owned()),
+            data: None,
+            mime_type: None,
+        });
     }
-    Ok(Some(Value::Array(out)))
+    Ok(out)
 }
 
 pub fn events_params(
     sid: &str,
     after_seq: Option<u64>,
     types: &[String],
-) -> Result<Value, AgentError> {
+) -> Result<rpc::EventsParams, AgentError> {
     check_sid(sid)?;
-    let types = (!types.is_empty()).then(|| json!(types));
-    Ok(object(vec![
-        ("session_id", Some(sid.into())),
-        ("after_seq", opt(after_seq)),
-        ("types", types),
-    ]))
+    Ok(rpc::EventsParams {
+        session_id: sid.to_string(),
+        after_seq,
+        limit: None,
+        types: (!types.is_empty()).then(|| types.to_vec()),
+    })
+}
+
+/// `agentd/list` for `ls`: its first page (`--all` follows `next_cursor`).
+pub fn list_params(a: &LsArgs, cwd: &Path) -> rpc::ListParams {
+    rpc::ListParams {
+        workspace: a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd)),
+        limit: Some(a.limit),
+        include_archived: a.all,
+        cursor: None,
+    }
 }
 
 /// A title for `run`: the prompt's first non-empty line, clipped to 60 characters.
@@ -132,52 +151,62 @@ pub fn title_from_prompt(prompt: &str) -> String {
     crate::render::one_line(first, 60)
 }
 
+impl DialectArg {
+    pub fn to_proto(self) -> Dialect {
+        match self {
+            DialectArg::Responses => Dialect::Responses,
+            DialectArg::Chat => Dialect::Chat,
+            DialectArg::Anthropic => Dialect::Anthropic,
+        }
+    }
+}
+
+impl ForkFilesArg {
+    pub fn to_proto(self) -> rpc::ForkFiles {
+        match self {
+            ForkFilesArg::Keep => rpc::ForkFiles::Keep,
+            ForkFilesArg::Restore => rpc::ForkFiles::Restore,
+            ForkFilesArg::Worktree => rpc::ForkFiles::Worktree,
+        }
+    }
+}
+
 /// The single call of a one-shot command; `None` for commands that need more than one
 /// call or none (daemon, status, socket-path, log, run, turn). `append --data -` must be
 /// resolved by the caller first.
 pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, AgentError> {
-    let sid = |s: &str| -> Result<Option<Value>, AgentError> {
-        check_sid(s)?;
-        Ok(Some(s.into()))
-    };
-    let (method, params) = match cmd {
-        Command::New(a) => (method::CREATE, create_params(a, cwd)?),
-        Command::Ls(a) => (
-            method::LIST,
-            object(vec![
-                (
-                    "workspace",
-                    a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
-                ),
-                ("limit", Some(a.limit.into())),
-                ("include_archived", flag(a.all)),
-            ]),
-        ),
-        Command::Show(a) => (
-            method::SHOW,
-            object(vec![("session_id", sid(&a.session_id)?)]),
-        ),
-        Command::Hooks(a) if a.cmd.is_none() => (
+    let req = match cmd {
+        Command::New(a) => Request::new(method::CREATE, &create_params(a, cwd)?),
+        Command::Ls(a) => Request::new(method::LIST, &list_params(a, cwd)),
+        Command::Show(a) => Request::new(method::SHOW, &session(&a.session_id)?),
+        Command::Hooks(a) if a.cmd.is_none() => Request::new(
             method::HOOKS,
-            object(vec![(
-                "workspace",
-                Some(abs_dir(a.workspace.as_deref(), cwd).into()),
-            )]),
-        ),
-        Command::Instructions(a) => (
-            method::INSTRUCTIONS,
-            match &a.session_id {
-                Some(s) => object(vec![("session_id", sid(s)?)]),
-                None => object(vec![("workspace", Some(abs_dir(None, cwd).into()))]),
+            &rpc::HooksParams {
+                workspace: abs_dir(a.workspace.as_deref(), cwd),
             },
         ),
-        Command::Models(a) => (
-            method::MODELS,
-            object(vec![("refresh", a.refresh.then_some(true.into()))]),
+        Command::Instructions(a) => Request::new(
+            method::INSTRUCTIONS,
+            &match &a.session_id {
+                Some(s) => rpc::InstructionsParams {
+                    session_id: Some(sid(s)?),
+                    workspace: None,
+                },
+                None => rpc::InstructionsParams {
+                    session_id: None,
+                    workspace: Some(abs_dir(None, cwd)),
+                },
+            },
         ),
-        Command::Checkpoint(a) => (
+        Command::Models(a) => {
+            Request::new(method::MODELS, &rpc::ModelsParams { refresh: a.refresh })
+        }
+        Command::Checkpoint(a) => Request::new(
             method::CHECKPOINT,
-            object(vec![("session_id", sid(&a.session_id)?)]),
+            &rpc::CheckpointParams {
+                session_id: sid(&a.session_id)?,
+                caps: None,
+            },
         ),
         Command::Append(a) => {
             let data: Value = serde_json::from_str(&a.data)
@@ -185,141 +214,143 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
             if !data.is_object() {
                 return Err(AgentError::invalid_args("--data must be a JSON object"));
             }
-            (
+            Request::new(
                 method::APPEND,
-                object(vec![
-                    ("session_id", sid(&a.session_id)?),
-                    ("events", Some(json!([{"type": a.kind, "data": data}]))),
-                    ("expect_seq", opt(a.expect_seq)),
-                ]),
+                &rpc::AppendParams {
+                    session_id: sid(&a.session_id)?,
+                    events: vec![EventDraft {
+                        kind: a.kind.clone(),
+                        data,
+                    }],
+                    expect_seq: a.expect_seq,
+                    client_request_id: None,
+                },
             )
         }
-        Command::Goal(a) if a.show => (
-            method::GOAL_GET,
-            object(vec![("session_id", sid(&a.session_id)?)]),
-        ),
-        Command::Goal(a) if a.clear => (
-            method::GOAL_CLEAR,
-            object(vec![("session_id", sid(&a.session_id)?)]),
-        ),
-        Command::Goal(a) => (
-            method::GOAL_SET,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("objective", opt(a.objective.clone())),
-                ("max_turns", opt(a.max_turns)),
-                ("token_budget", opt(a.budget)),
-                ("model", opt(a.model.clone())),
-            ]),
-        ),
-        Command::Dequeue(a) => (
+        Command::Goal(a) if a.show => Request::new(method::GOAL_GET, &session(&a.session_id)?),
+        Command::Goal(a) if a.clear => Request::new(method::GOAL_CLEAR, &session(&a.session_id)?),
+        Command::Goal(a) => {
+            let session_id = sid(&a.session_id)?;
+            let Some(objective) = a.objective.clone() else {
+                return Err(AgentError::invalid_args(
+                    "goal needs an objective (or --show, or --clear)",
+                )
+                .with_details(serde_json::json!({"field": "objective"})));
+            };
+            Request::new(
+                method::GOAL_SET,
+                &rpc::GoalSetParams {
+                    session_id,
+                    objective,
+                    max_turns: a.max_turns,
+                    token_budget: a.budget,
+                    model: a.model.clone(),
+                },
+            )
+        }
+        Command::Dequeue(a) => Request::new(
             method::DEQUEUE,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("turn_id", Some(a.turn_id.clone().into())),
-            ]),
+            &rpc::DequeueParams {
+                session_id: sid(&a.session_id)?,
+                turn_id: a.turn_id.clone(),
+            },
         ),
-        Command::Interrupt(a) => (
+        Command::Interrupt(a) => Request::new(
             method::INTERRUPT,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("reason", opt(a.reason.clone())),
-            ]),
+            &rpc::InterruptParams {
+                session_id: sid(&a.session_id)?,
+                reason: a.reason.clone(),
+            },
         ),
-        Command::Reconcile(a) => (
+        Command::Reconcile(a) => Request::new(
             method::RECONCILE,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("dry_run", flag(a.dry_run)),
-            ]),
+            &rpc::ReconcileParams {
+                session_id: sid(&a.session_id)?,
+                dry_run: a.dry_run,
+            },
         ),
-        Command::Context(a) => (
+        Command::Context(a) => Request::new(
             method::CONTEXT,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("after_seq", opt(a.after_seq)),
-                ("dialect", opt(a.dialect.map(|d| d.as_str()))),
-            ]),
+            &rpc::ContextParams {
+                session_id: sid(&a.session_id)?,
+                after_seq: a.after_seq,
+                dialect: a.dialect.map(DialectArg::to_proto),
+            },
         ),
-        Command::Compact(a) => (
+        Command::Compact(a) => Request::new(
             method::COMPACT,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("tail_events", opt(a.tail_events)),
-                ("dry_run", flag(a.dry_run)),
-                ("strategy", opt(a.strategy.map(|s| s.as_str()))),
-            ]),
+            &rpc::CompactParams {
+                session_id: sid(&a.session_id)?,
+                tail_events: a.tail_events,
+                dry_run: a.dry_run,
+                strategy: a.strategy.map(|s| s.as_str().to_string()),
+            },
         ),
         Command::Fork(a) => {
             if let Some(c) = &a.child_session_id {
                 check_sid(c)?;
             }
-            (
+            Request::new(
                 method::FORK,
-                object(vec![
-                    ("session_id", sid(&a.session_id)?),
-                    ("to_seq", opt(a.to_seq)),
-                    ("summarize", flag(a.summarize)),
-                    ("dry_run", flag(a.dry_run)),
-                    ("child_session_id", opt(a.child_session_id.clone())),
-                    ("title", opt(a.title.clone())),
-                    ("files", opt(a.files.map(|f| f.as_str()))),
-                    ("force", a.force.then_some(Value::Bool(true))),
-                    (
-                        "worktree",
-                        a.worktree.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
-                    ),
-                ]),
+                &rpc::ForkParams {
+                    session_id: sid(&a.session_id)?,
+                    to_seq: a.to_seq,
+                    summarize: a.summarize,
+                    dry_run: a.dry_run,
+                    child_session_id: a.child_session_id.clone(),
+                    title: a.title.clone(),
+                    files: a.files.map(ForkFilesArg::to_proto),
+                    force: a.force,
+                    worktree: a.worktree.as_deref().map(|w| abs_dir(Some(w), cwd)),
+                },
             )
         }
-        Command::Diff(a) => (
+        Command::Diff(a) => Request::new(
             method::DIFF,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("turn_id", opt(a.turn.clone())),
-                ("from_seq", opt(a.from_seq)),
-                ("to_seq", opt(a.to_seq)),
-            ]),
+            &rpc::DiffParams {
+                session_id: sid(&a.session_id)?,
+                from_seq: a.from_seq,
+                to_seq: a.to_seq,
+                turn_id: a.turn.clone(),
+            },
         ),
-        Command::Revert(a) => (
+        Command::Revert(a) => Request::new(
             method::REVERT,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("to_seq", Some(a.to_seq.into())),
-                ("dry_run", flag(a.dry_run)),
-                ("force", flag(a.force)),
-            ]),
+            &rpc::RevertParams {
+                session_id: sid(&a.session_id)?,
+                to_seq: a.to_seq,
+                dry_run: a.dry_run,
+                force: a.force,
+            },
         ),
-        Command::Tree(a) => {
-            let target = match &a.session_id {
-                Some(s) => ("session_id", sid(s)?),
-                None => (
-                    "workspace",
-                    Some(abs_dir(a.workspace.as_deref(), cwd).into()),
-                ),
-            };
-            (
-                method::TREE,
-                object(vec![target, ("max_depth", opt(a.max_depth))]),
-            )
-        }
+        Command::Tree(a) => Request::new(
+            method::TREE,
+            &match &a.session_id {
+                Some(s) => rpc::TreeParams {
+                    session_id: Some(sid(s)?),
+                    max_depth: a.max_depth,
+                    ..Default::default()
+                },
+                None => rpc::TreeParams {
+                    workspace: Some(abs_dir(a.workspace.as_deref(), cwd)),
+                    max_depth: a.max_depth,
+                    ..Default::default()
+                },
+            },
+        ),
         // Discovery makes several calls (`crate::discover`).
         Command::Import(a) if a.discover => return Ok(None),
-        Command::Import(a) => (
+        Command::Import(a) => Request::new(
             method::IMPORT,
-            object(vec![
-                ("format", Some(a.format.as_str().into())),
-                (
-                    "path",
-                    Some(abs_dir(Some(a.file.as_deref().unwrap_or(Path::new("."))), cwd).into()),
-                ),
-                ("source_session", a.source_session.clone().map(Into::into)),
-                (
-                    "workspace",
-                    a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
-                ),
-                ("strict", a.strict.then_some(true.into())),
-            ]),
+            &rpc::ImportParams {
+                format: a.format.as_str().to_string(),
+                path: abs_dir(Some(a.file.as_deref().unwrap_or(Path::new("."))), cwd),
+                source_session: a.source_session.clone(),
+                workspace: a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd)),
+                session_id: None,
+                once: false,
+                strict: a.strict,
+            },
         ),
         // Session verbs build their requests in `verbs` (which uses this module's checks).
         Command::Rename(_)
@@ -349,7 +380,7 @@ pub fn simple_request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, Agen
         | Command::McpServer(_)
         | Command::AppServer(_) => return Ok(None),
     };
-    Ok(Some(Request { method, params }))
+    req.map(Some)
 }
 
 #[cfg(test)]
@@ -358,6 +389,7 @@ mod tests {
     use crate::cli::Cli;
     use agentd_proto::ErrorKind;
     use clap::Parser;
+    use serde_json::json;
 
     fn req(args: &[&str]) -> Result<Option<Request>, AgentError> {
         let cli = Cli::try_parse_from(std::iter::once("agentctl").chain(args.iter().copied()))
@@ -477,6 +509,79 @@ mod tests {
         assert!(req(&["daemon", "status"]).unwrap().is_none());
     }
 
+    /// The exact bytes of the params: only what the user gave, in a fixed key order.
+    #[test]
+    fn wire_bytes_carry_only_what_was_given_in_a_fixed_order() {
+        let bytes = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("agentctl").chain(args.iter().copied()))
+                .expect("parses");
+            let cwd = Path::new("/nonexistent-cwd");
+            let r = simple_request(&cli.command, cwd).unwrap();
+            let r = r.or_else(|| crate::verbs::request(&cli.command, cwd).unwrap());
+            serde_json::to_string(&r.expect("one request").params).unwrap()
+        };
+        assert_eq!(
+            bytes(&[
+                "fork",
+                "s1",
+                "--to-seq",
+                "7",
+                "--summarize",
+                "--dry-run",
+                "--child-session-id",
+                "c1",
+                "--title",
+                "alt",
+                "--files",
+                "keep",
+                "--force",
+            ]),
+            r#"{"session_id":"s1","to_seq":7,"summarize":true,"dry_run":true,"child_session_id":"c1","title":"alt","files":"keep","force":true}"#
+        );
+        assert_eq!(bytes(&["fork", "s1"]), r#"{"session_id":"s1"}"#);
+        assert_eq!(
+            bytes(&[
+                "search",
+                "q",
+                "--types",
+                "user_message,tool_call",
+                "--cursor",
+                "c"
+            ]),
+            r#"{"query":"q","types":["user_message","tool_call"],"limit":20,"cursor":"c"}"#
+        );
+        assert_eq!(
+            bytes(&["ls", "--limit", "5", "--all"]),
+            r#"{"limit":5,"include_archived":true}"#
+        );
+        let cli = Cli::try_parse_from([
+            "agentctl",
+            "turn",
+            "s1",
+            "hi",
+            "--model",
+            "m",
+            "--effort",
+            "high",
+            "--image",
+            "/i.png",
+            "--sandbox",
+            "read_only",
+        ])
+        .unwrap();
+        let Command::Turn(t) = cli.command else {
+            panic!()
+        };
+        let mut p = turn_params(&t.session_id, &t.prompt, &t.turn).unwrap();
+        p.queue = Some(true);
+        p.wait = Some(false);
+        p.client_request_id = Some("r1".into());
+        assert_eq!(
+            serde_json::to_string(&p).unwrap(),
+            r#"{"session_id":"s1","input":"hi","model":"m","reasoning_effort":"high","images":[{"path":"/i.png"}],"sandbox":{"mode":"read_only"},"queue":true,"wait":false,"client_request_id":"r1"}"#
+        );
+    }
+
     #[test]
     fn global_flags_go_anywhere() {
         let cli =
@@ -541,12 +646,12 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            turn_params(&t.session_id, &t.prompt, &t.turn).unwrap(),
+            to_params(&turn_params(&t.session_id, &t.prompt, &t.turn).unwrap()).unwrap(),
             json!({"session_id":"s1","input":"hello","max_iterations":3,"permission_mode":"read_only"})
         );
         assert_eq!(title_from_prompt("\n  fix the bug\nplease"), "fix the bug");
         assert_eq!(
-            events_params("s1", Some(3), &["a".into(), "b".into()]).unwrap(),
+            to_params(&events_params("s1", Some(3), &["a".into(), "b".into()]).unwrap()).unwrap(),
             json!({"session_id":"s1","after_seq":3,"types":["a","b"]})
         );
     }

@@ -214,16 +214,21 @@ impl Conn {
         after_seq: Option<u64>,
         permissions: bool,
     ) -> Result<Value, AgentError> {
-        let mut params = json!({"session_id": session_id});
-        if let Some(s) = after_seq {
-            params["after_seq"] = json!(s);
-        }
-        if permissions {
-            params["permissions"] = json!(true);
-        }
-        self.call(agentd_proto::rpc::method::SUBSCRIBE, params)
+        let params = agentd_proto::rpc::SubscribeParams {
+            session_id: session_id.to_string(),
+            after_seq,
+            permissions,
+        };
+        self.call(agentd_proto::rpc::method::SUBSCRIBE, to_params(&params)?)
             .await
     }
+}
+
+/// The JSON of a request's params, built as one of `agentd_proto::rpc`'s types (the
+/// ones the daemon parses them with).
+pub fn to_params<P: serde::Serialize>(params: &P) -> Result<Value, AgentError> {
+    serde_json::to_value(params)
+        .map_err(|e| AgentError::internal(format!("cannot encode the request's params: {e}")))
 }
 
 /// Turns one incoming JSON-RPC error object into an [`AgentError`].

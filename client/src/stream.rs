@@ -8,10 +8,10 @@
 //! (briefly) for its own `turn_ended` event so the last deltas are not cut off.
 
 use crate::output;
-use crate::params::events_params;
+use crate::params::{events_params, to_params};
 use crate::render;
 use crate::rpc::{connection_lost, Conn, Incoming};
-use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
+use agentd_proto::rpc::{self, method, EVENT_NOTIFICATION};
 use agentd_proto::{AgentError, ErrorKind, EventType};
 use serde_json::{json, Value};
 use std::io::IsTerminal;
@@ -170,7 +170,10 @@ pub async fn turn(
                 // Best effort: the turn's own response (interrupted) may race this.
                 let _ = tokio::time::timeout(
                     Duration::from_secs(5),
-                    conn.call(method::INTERRUPT, json!({"session_id": session_id, "reason": "ctrl_c"})),
+                    conn.call(method::INTERRUPT, to_params(&rpc::InterruptParams {
+                        session_id: session_id.to_string(),
+                        reason: Some("ctrl_c".into()),
+                    })?),
                 ).await;
                 if view.printed && !view.ends_with_newline && human {
                     output::stdout("\n");
@@ -273,7 +276,10 @@ pub async fn log_once(
     let mut all = Vec::new();
     loop {
         let page = conn
-            .call(method::EVENTS, events_params(session_id, after, types)?)
+            .call(
+                method::EVENTS,
+                to_params(&events_params(session_id, after, types)?)?,
+            )
             .await?;
         let events = page
             .get("events")
@@ -333,7 +339,10 @@ pub async fn log_follow(
     };
     loop {
         let page = conn
-            .call(method::EVENTS, events_params(session_id, last_page, &[])?)
+            .call(
+                method::EVENTS,
+                to_params(&events_params(session_id, last_page, &[])?)?,
+            )
             .await?;
         let events = page
             .get("events")

@@ -3,108 +3,80 @@
 //! mapping to native methods, and human rendering live here; `commands` dispatches.
 
 use crate::cli::{Command, ExportArgs, McpCmd, RmArgs, UsageBy};
-use crate::params::{abs_dir, check_sid, object, Request};
-use agentd_proto::rpc::method;
+use crate::params::{abs_dir, check_sid, session, sid, Request};
+use agentd_proto::rpc::{self, method};
 use agentd_proto::AgentError;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::Path;
 
-fn sid(s: &str) -> Result<Option<Value>, AgentError> {
-    check_sid(s)?;
-    Ok(Some(s.into()))
-}
-
 /// The single call of a verb; `None` for verbs `commands` runs itself (rm, export,
 /// config init).
 pub fn request(cmd: &Command, cwd: &Path) -> Result<Option<Request>, AgentError> {
-    let (method, params) = match cmd {
-        Command::Rename(a) => (
+    let opt_sid = |s: &Option<String>| s.as_deref().map(sid).transpose();
+    let req = match cmd {
+        Command::Rename(a) => Request::new(
             method::RENAME,
-            object(vec![
-                ("session_id", sid(&a.session_id)?),
-                ("title", Some(a.title.clone().into())),
-            ]),
+            &rpc::RenameParams {
+                session_id: sid(&a.session_id)?,
+                title: a.title.clone(),
+            },
         ),
-        Command::Archive(a) => (
-            method::ARCHIVE,
-            object(vec![("session_id", sid(&a.session_id)?)]),
-        ),
-        Command::Unarchive(a) => (
-            method::UNARCHIVE,
-            object(vec![("session_id", sid(&a.session_id)?)]),
-        ),
-        Command::Restore(a) => (
-            method::RESTORE,
-            object(vec![("session_id", sid(&a.session_id)?)]),
-        ),
-        Command::Search(a) => (
+        Command::Archive(a) => Request::new(method::ARCHIVE, &session(&a.session_id)?),
+        Command::Unarchive(a) => Request::new(method::UNARCHIVE, &session(&a.session_id)?),
+        Command::Restore(a) => Request::new(method::RESTORE, &session(&a.session_id)?),
+        Command::Search(a) => Request::new(
             method::SEARCH,
-            object(vec![
-                ("query", Some(a.query.clone().into())),
-                ("regex", Some(a.regex.into())),
-                ("case_sensitive", Some(a.case_sensitive.into())),
-                (
-                    "workspace",
-                    a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd).into()),
-                ),
-                ("types", (!a.types.is_empty()).then(|| json!(a.types))),
-                ("limit", Some(a.limit.into())),
-                ("cursor", a.cursor.clone().map(Into::into)),
-            ]),
+            &rpc::SearchParams {
+                query: a.query.clone(),
+                regex: a.regex,
+                case_sensitive: a.case_sensitive,
+                workspace: a.workspace.as_deref().map(|w| abs_dir(Some(w), cwd)),
+                types: (!a.types.is_empty()).then(|| a.types.clone()),
+                limit: Some(a.limit),
+                cursor: a.cursor.clone(),
+            },
         ),
-        Command::Mcp(McpCmd::List(a)) => (
+        Command::Mcp(McpCmd::List(a)) => Request::new(
             method::MCP_LIST,
-            object(vec![(
-                "session_id",
-                a.session_id.as_deref().map(sid).transpose()?.flatten(),
-            )]),
+            &rpc::McpListParams {
+                session_id: opt_sid(&a.session_id)?,
+            },
         ),
-        Command::Mcp(McpCmd::Tools(a)) => (
+        Command::Mcp(McpCmd::Tools(a)) => Request::new(
             method::MCP_TOOLS,
-            object(vec![
-                (
-                    "session_id",
-                    a.session_id.as_deref().map(sid).transpose()?.flatten(),
-                ),
-                ("server", a.server.clone().map(Into::into)),
-                (
-                    "workspace",
-                    a.session_id
-                        .is_none()
-                        .then(|| cwd.to_string_lossy().into_owned().into()),
-                ),
-            ]),
+            &rpc::McpToolsParams {
+                session_id: opt_sid(&a.session_id)?,
+                server: a.server.clone(),
+                workspace: a
+                    .session_id
+                    .is_none()
+                    .then(|| cwd.to_string_lossy().into_owned()),
+            },
         ),
-        Command::Usage(a) => (
+        Command::Usage(a) => Request::new(
             method::USAGE,
-            object(vec![
-                (
-                    "session_id",
-                    a.session_id.as_deref().map(sid).transpose()?.flatten(),
+            &rpc::UsageParams {
+                session_id: opt_sid(&a.session_id)?,
+                since: a.since.clone(),
+                by: Some(
+                    match a.by {
+                        UsageBy::Model => "model",
+                        UsageBy::Session => "session",
+                        UsageBy::Day => "day",
+                    }
+                    .to_string(),
                 ),
-                ("since", a.since.clone().map(Into::into)),
-                (
-                    "by",
-                    Some(
-                        match a.by {
-                            UsageBy::Model => "model",
-                            UsageBy::Session => "session",
-                            UsageBy::Day => "day",
-                        }
-                        .into(),
-                    ),
-                ),
-            ]),
+            },
         ),
         _ => return Ok(None),
     };
-    Ok(Some(Request { method, params }))
+    req.map(Some)
 }
 
 /// Params of `agentd/delete`, after the purge confirmation.
-pub fn delete_params(a: &RmArgs) -> Result<Value, AgentError> {
+pub fn delete_params(a: &RmArgs) -> Result<rpc::DeleteParams, AgentError> {
     check_sid(&a.session_id)?;
     if a.purge && !a.yes {
         let stdin = std::io::stdin();
@@ -124,13 +96,13 @@ pub fn delete_params(a: &RmArgs) -> Result<Value, AgentError> {
             ));
         }
     }
-    Ok(object(vec![
-        ("session_id", Some(a.session_id.clone().into())),
-        ("purge", Some(a.purge.into())),
-    ]))
+    Ok(rpc::DeleteParams {
+        session_id: a.session_id.clone(),
+        purge: a.purge,
+    })
 }
 
-pub fn export_params(a: &ExportArgs, cwd: &Path) -> Result<Value, AgentError> {
+pub fn export_params(a: &ExportArgs, cwd: &Path) -> Result<rpc::ExportParams, AgentError> {
     check_sid(&a.session_id)?;
     let output = a.output.as_ref().map(|o| {
         if o.is_absolute() {
@@ -148,28 +120,23 @@ pub fn export_params(a: &ExportArgs, cwd: &Path) -> Result<Value, AgentError> {
                 .ok_or_else(|| AgentError::invalid_args("HOME is not set; pass --home DIR"))?,
         };
         // The peers' own overrides, as the peer would read them from this environment.
-        let env: serde_json::Map<String, Value> =
-            ["CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"]
-                .iter()
-                .filter_map(|k| {
-                    std::env::var(k)
-                        .ok()
-                        .map(|v| (k.to_string(), Value::from(v)))
-                })
-                .collect();
-        Some(json!({"home": home.to_string_lossy(), "env": env}))
+        let env = ["CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"]
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        Some(rpc::ExportInstall {
+            home: home.to_string_lossy().into_owned(),
+            env,
+        })
     } else {
         None
     };
-    Ok(object(vec![
-        ("session_id", Some(a.session_id.clone().into())),
-        ("format", Some(a.format.as_str().into())),
-        (
-            "output_path",
-            output.map(|o| o.to_string_lossy().into_owned().into()),
-        ),
-        ("install", install),
-    ]))
+    Ok(rpc::ExportParams {
+        session_id: a.session_id.clone(),
+        format: a.format.as_str().to_string(),
+        output_path: output.map(|o| o.to_string_lossy().into_owned()),
+        install,
+    })
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> &'a str {

@@ -55,7 +55,7 @@ fn fill(c: &mut Conn, sid: &str, events: usize) {
 /// answered at once, `iters` times with a `list_dir` call and then with a final text,
 /// over and over (one turn per round). Returns its base URL.
 fn chat_server(iters: usize) -> String {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}/v1", listener.local_addr().expect("addr"));
     let sse = |chunks: &[Value]| -> String {
@@ -77,24 +77,7 @@ fn chat_server(iters: usize) -> String {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
             let mut r = BufReader::new(stream.try_clone().expect("clone"));
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let l = line.trim_end();
-                if l.is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = l.split_once(':') {
-                    if k.eq_ignore_ascii_case("content-length") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                }
-            }
-            let mut body = vec![0; len];
-            if r.read_exact(&mut body).is_err() {
+            if agentd_tests::http::read_request(&mut r).is_none() {
                 continue;
             }
             let reply = if n % (iters + 1) == iters {

@@ -218,7 +218,7 @@ pub fn methods(api: Api) -> Methods {
             })
         },
     );
-    method(&mut m, method::STATUS, |api, _p: Empty, _| async move {
+    method(&mut m, method::STATUS, |api, _p: NoParams, _| async move {
         let r = &api.registry;
         to_value(StatusResult {
             uptime_s: r.started.elapsed().as_secs(),
@@ -232,10 +232,14 @@ pub fn methods(api: Api) -> Methods {
                 .load(std::sync::atomic::Ordering::Relaxed),
         })
     });
-    method(&mut m, method::SHUTDOWN, |api, _p: Empty, _| async move {
-        api.shutdown_requested.cancel();
-        Ok(json!({"ok": true}))
-    });
+    method(
+        &mut m,
+        method::SHUTDOWN,
+        |api, _p: NoParams, _| async move {
+            api.shutdown_requested.cancel();
+            Ok(json!({"ok": true}))
+        },
+    );
     method(
         &mut m,
         method::CREATE,
@@ -480,30 +484,6 @@ fn capabilities() -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
-}
-
-/// Params of methods that take none; unknown fields are refused like everywhere else.
-#[derive(serde::Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct Empty {}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct McpListParams {
-    #[serde(default)]
-    session_id: Option<String>,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct McpToolsParams {
-    #[serde(default)]
-    session_id: Option<String>,
-    #[serde(default)]
-    server: Option<String>,
-    /// Where a probe runs the servers (a session's workspace is used for a session).
-    #[serde(default)]
-    workspace: Option<String>,
 }
 
 /// `agentd/mcp_list`: the configured servers and, per session with servers, their state.

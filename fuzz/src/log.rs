@@ -1,6 +1,8 @@
 //! `log`: bytes as a session's Log file. Loading never panics; a torn tail is cut and
 //! quarantined byte-exactly; a second load repairs nothing and finds the same events;
-//! the loaded events replay balanced.
+//! the loaded events replay balanced. Every line the one-pass parse of agentd's own
+//! form takes (`agentd::history::canonical`) is the event serde_json reads from it and
+//! exactly that event's serialization.
 
 use crate::{check_replay, scratch, SID};
 use agentd::store::{self, Home};
@@ -38,4 +40,23 @@ pub fn run(data: &[u8]) {
     assert_eq!(again.len(), events.len(), "second load differs");
     assert_eq!(report2.corrupt_lines.len(), report.corrupt_lines.len());
     check_replay(&events, "loaded Log");
+    for line in data.split(|b| *b == b'\n') {
+        let Some(fast) = std::str::from_utf8(line)
+            .ok()
+            .and_then(agentd::history::canonical::parse)
+        else {
+            continue;
+        };
+        let slow: agentd_proto::Event =
+            serde_json::from_slice(line).expect("serde_json reads a line the fast parse took");
+        assert_eq!(
+            fast, slow,
+            "the fast parse and serde_json read different events"
+        );
+        assert_eq!(
+            serde_json::to_vec(&slow).unwrap(),
+            line,
+            "the fast parse took a line that is not the event's serialization"
+        );
+    }
 }

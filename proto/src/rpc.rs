@@ -60,7 +60,7 @@ pub mod method {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HelloParams {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
 }
 
@@ -87,24 +87,24 @@ pub struct StatusResult {
     pub leftover_tmp_removed: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
     pub workspace: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// `{mode?, network?}` for the session's commands (docs/sandbox.md#contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
     /// MCP servers of this session, in ACP's `McpServer` shape (docs/mcp.md#contract); kept in
     /// the daemon's memory only (their env values may be secrets).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
@@ -117,15 +117,15 @@ pub struct CreateResult {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
-    #[serde(default)]
-    pub cursor: Option<String>,
     /// Include archived sessions (hidden by default).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub include_archived: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,7 +167,7 @@ pub struct ListResult {
 
 /// `agentd/resolve`: the session an id names, whether a session id or a UUID
 /// (docs/protocol.md#session-uuids).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveParams {
     pub id: String,
@@ -179,7 +179,7 @@ pub struct ResolveResult {
     pub uuid: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionParams {
     pub session_id: String,
@@ -214,15 +214,15 @@ pub struct ShowResult {
     pub status: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventsParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_seq: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<Vec<String>>,
 }
 
@@ -233,12 +233,12 @@ pub struct EventsResult {
     pub next_after_seq: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppendParams {
     pub session_id: String,
     pub events: Vec<EventDraft>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_seq: Option<u64>,
     /// The client's idempotency key (see [`validate_client_request_id`]): the same key
     /// with the same events answers the append already made.
@@ -253,46 +253,30 @@ pub struct AppendResult {
     pub ids: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubscribeParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_seq: Option<u64>,
     /// Opt in to `agentd/permission` requests for `ask` mode.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub permissions: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnParams {
     pub session_id: String,
     pub input: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<String>,
-    #[serde(default)]
-    pub wait: Option<bool>,
-    /// `{mode?, network?}` for this turn's commands (docs/sandbox.md#contract).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<serde_json::Value>,
-    /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
-    #[serde(default)]
-    pub mcp_servers: Option<Vec<serde_json::Value>>,
-    /// The client's idempotency key (see [`validate_client_request_id`]): the same key
-    /// with the same params answers the turn already admitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_request_id: Option<String>,
-    /// On a busy session, admit the prompt durably behind the running turn
-    /// (`status: "queued"`) instead of answering `busy`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<bool>,
     /// `minimal|low|medium|high`: how hard the model thinks this turn (over the
     /// provider config's `reasoning_effort`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +286,22 @@ pub struct TurnParams {
     /// most [`MAX_TURN_IMAGE_BYTES`] each (docs/turns-and-providers.md#images).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<TurnImage>,
+    /// `{mode?, network?}` for this turn's commands (docs/sandbox.md#contract).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
+    /// On a busy session, admit the prompt durably behind the running turn
+    /// (`status: "queued"`) instead of answering `busy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<bool>,
+    /// The client's idempotency key (see [`validate_client_request_id`]): the same key
+    /// with the same params answers the turn already admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    /// Replaces the session's client-given MCP servers (ACP shape) from this turn on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 /// One image of `agentd/turn`'s `images`.
@@ -374,7 +374,7 @@ pub fn validate_client_request_id(id: &str) -> Result<(), crate::AgentError> {
 }
 
 /// `agentd/steer`: input for the running turn's next provider call.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SteerParams {
     pub session_id: String,
@@ -385,7 +385,7 @@ pub struct SteerParams {
 
 /// `agentd/goal_set`: an objective the daemon keeps starting turns for until the model
 /// calls `goal_complete` or a budget is spent (docs/goals.md).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GoalSetParams {
     pub session_id: String,
@@ -402,7 +402,7 @@ pub struct GoalSetParams {
 }
 
 /// `agentd/dequeue`: withdraws a queued turn that has not started.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DequeueParams {
     pub session_id: String,
@@ -430,11 +430,11 @@ pub struct TurnResult {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InterruptParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
@@ -444,11 +444,11 @@ pub struct InterruptResult {
     pub reconciled: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
 }
 
@@ -458,59 +458,59 @@ pub struct ReconcileResult {
     pub recorded: Vec<Value>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContextParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_seq: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dialect: Option<crate::replay::Dialect>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompactParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail_events: Option<usize>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caps: Option<Value>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForkParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_seq: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub summarize: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_session_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// The workspace files of the fork (docs/snapshots.md); `keep` when absent.
-    #[serde(default)]
-    pub files: ForkFiles,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<ForkFiles>,
     /// With `files: restore`: overwrite files someone else changed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub force: bool,
     /// With `files: worktree`: the new directory (absolute, must not exist); default
     /// `<home>/worktrees/<child id>`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
 }
 
@@ -532,11 +532,11 @@ pub enum ForkFiles {
 #[serde(deny_unknown_fields)]
 pub struct DiffParams {
     pub session_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_seq: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_seq: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<String>,
 }
 
@@ -546,23 +546,23 @@ pub struct DiffParams {
 pub struct RevertParams {
     pub session_id: String,
     pub to_seq: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub force: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TreeParams {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<usize>,
     /// Workspace trees: include archived sessions (hidden by default).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub include_archived: bool,
 }
 
@@ -573,26 +573,26 @@ pub struct ImportParams {
     #[serde(default = "auto_format")]
     pub format: String,
     pub path: String,
-    #[serde(default)]
-    pub workspace: Option<String>,
-    #[serde(default)]
-    pub session_id: Option<String>,
     /// The session to take from a source holding many (an opencode database).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     /// Import only if this source (same identity and bytes) was not imported before by
     /// a `once` import; a source that changed since is imported as a new session naming
     /// the earlier one (`imported_from.previous_import`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub once: bool,
     /// Fail (kind `unsupported`, nothing made) instead of importing with warnings: every
     /// prompt, answer, tool call and result must carry over exactly or with a reason.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub strict: bool,
 }
 
 /// `agentd/import_discover`: lists the sessions other agents keep under `home`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiscoverParams {
     /// The user's home directory (absolute).
@@ -602,10 +602,10 @@ pub struct DiscoverParams {
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
     /// Only this agent: `claude`, `codex`, `pi`, `opencode` or `gemini`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// Only sources changed at or after this date (`YYYY-MM-DD` or RFC 3339).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
 }
 
@@ -615,7 +615,7 @@ fn auto_format() -> String {
 
 // ---- Session verbs (docs/sessions-and-history.md#session-verbs) ----
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenameParams {
     pub session_id: String,
@@ -634,13 +634,13 @@ pub struct SessionInfoResult {
     pub seq: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteParams {
     pub session_id: String,
     /// Remove the files for good instead of moving them to the trash (also purges a
     /// session already in the trash).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub purge: bool,
 }
 
@@ -668,20 +668,20 @@ pub struct RestoreResult {
 pub struct SearchParams {
     pub query: String,
     /// Treat `query` as a regular expression (size-bounded) instead of literal text.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub regex: bool,
     /// Match case exactly (default: ignore case).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub case_sensitive: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     /// Event types to search among `user_message`, `assistant_message`, `tool_call`,
     /// `tool_result` (default: all four).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }
 
@@ -713,7 +713,7 @@ pub struct SearchResult {
     pub bytes_scanned: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportParams {
     pub session_id: String,
@@ -722,11 +722,11 @@ pub struct ExportParams {
     pub format: String,
     /// Absolute path the daemon writes the export to (temp file + rename); without it
     /// the export comes back as `content`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_path: Option<String>,
     /// With a peer format: write the session where the peer looks for its sessions,
     /// resolved from this home and the peer's own override in `env`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install: Option<ExportInstall>,
 }
 
@@ -773,13 +773,13 @@ pub struct ExportResult {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageParams {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// RFC 3339 timestamp or `YYYY-MM-DD`: only usage recorded at or after it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
     /// `model` (default), `session` or `day`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
 }
 
@@ -819,10 +819,10 @@ pub struct UsageResult {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreflightParams {
-    #[serde(default)]
-    pub provider: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// `agentd/models`: params are optional (an empty object, or none).
@@ -831,7 +831,7 @@ pub struct PreflightParams {
 pub struct ModelsParams {
     /// Ask the models endpoints of `list_models` providers again instead of answering
     /// from the ten-minute cache.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub refresh: bool,
 }
 
@@ -840,10 +840,39 @@ pub struct ModelsParams {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstructionsParams {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// Without a session: the workspace to look from (absolute).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+}
+
+/// Params of the methods that take none (`agentd/status`, `agentd/shutdown`): an empty
+/// object; unknown fields are refused like everywhere else.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// `agentd/mcp_list`: the configured MCP servers and, for `session_id` (else every
+/// session with servers), their state (docs/mcp.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpListParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `agentd/mcp_tools`: the tools of a session's MCP servers, or of the configured ones
+/// started for the probe in `workspace`; `server` narrows to one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpToolsParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Where a probe runs the servers (a session's workspace is used for a session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
 }
 
@@ -861,7 +890,7 @@ pub struct HooksParams {
 #[serde(deny_unknown_fields)]
 pub struct HooksTrustParams {
     pub workspace: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
 }
 

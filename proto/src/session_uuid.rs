@@ -158,6 +158,14 @@ fn parse_hex(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// `bytes` as a version 4 (random layout) UUID: the version and variant bits set, the
+/// rest kept, lowercase.
+pub fn uuid_v4(mut bytes: [u8; 16]) -> String {
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    format_uuid(&bytes)
+}
+
 fn format_uuid(b: &[u8; 16]) -> String {
     let mut s = String::with_capacity(36);
     for (i, x) in b.iter().enumerate() {
@@ -172,6 +180,12 @@ fn format_uuid(b: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuid_v4_sets_the_version_and_variant_and_keeps_the_rest() {
+        assert_eq!(uuid_v4([0xff; 16]), "ffffffff-ffff-4fff-bfff-ffffffffffff");
+        assert_eq!(uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
+    }
 
     #[test]
     fn agentd_ids_round_trip_as_version_7_uuids_in_creation_order() {

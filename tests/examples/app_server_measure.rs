@@ -21,6 +21,7 @@
 use agentd_proto::session_uuid::{self, Resolved};
 use agentd_tests::acp::Acp;
 use agentd_tests::app_server::{Bridge, Ws};
+use agentd_tests::measure::env_usize;
 use agentd_tests::{bin, Daemon};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -29,13 +30,6 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
 const DELTAS: usize = 100;
-
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn p50(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -17,6 +17,8 @@ pub mod acp;
 pub mod app_server;
 pub mod chaos;
 pub mod conv;
+pub mod http;
+pub mod measure;
 pub mod peers;
 pub mod pg;
 pub mod pty;

@@ -126,7 +126,7 @@ pub struct ModelMock {
 
 impl ModelMock {
     pub fn start(handler: impl Fn(&Request) -> Response + Send + Sync + 'static) -> ModelMock {
-        use std::io::{BufRead, BufReader, Read, Write};
+        use std::io::{BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
@@ -141,66 +141,13 @@ impl ModelMock {
                     let mut w = stream;
                     // Keep-alive: one request after another on the connection.
                     loop {
-                        let mut first = String::new();
-                        if r.read_line(&mut first).unwrap_or(0) == 0 {
+                        let Some(http) = crate::http::read_request(&mut r) else {
                             return;
-                        }
-                        let mut parts = first.split_whitespace();
-                        let method = parts.next().unwrap_or("").to_string();
-                        let path = parts.next().unwrap_or("").to_string();
-                        let mut len = 0usize;
-                        let mut chunked = false;
-                        loop {
-                            let mut line = String::new();
-                            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                                return;
-                            }
-                            let l = line.trim_end();
-                            if l.is_empty() {
-                                break;
-                            }
-                            if let Some((k, v)) = l.split_once(':') {
-                                if k.eq_ignore_ascii_case("content-length") {
-                                    len = v.trim().parse().unwrap_or(0);
-                                }
-                                if k.eq_ignore_ascii_case("transfer-encoding")
-                                    && v.to_ascii_lowercase().contains("chunked")
-                                {
-                                    chunked = true;
-                                }
-                            }
-                        }
-                        let mut body = Vec::new();
-                        if chunked {
-                            loop {
-                                let mut size = String::new();
-                                if r.read_line(&mut size).unwrap_or(0) == 0 {
-                                    return;
-                                }
-                                let n = usize::from_str_radix(
-                                    size.trim().split(';').next().unwrap_or("0"),
-                                    16,
-                                )
-                                .unwrap_or(0);
-                                let mut chunk = vec![0; n + 2];
-                                if r.read_exact(&mut chunk).is_err() {
-                                    return;
-                                }
-                                if n == 0 {
-                                    break;
-                                }
-                                body.extend_from_slice(&chunk[..n]);
-                            }
-                        } else {
-                            body.resize(len, 0);
-                            if r.read_exact(&mut body).is_err() {
-                                return;
-                            }
-                        }
+                        };
                         let req = Request {
-                            method,
-                            path,
-                            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                            body: http.json(),
+                            method: http.method,
+                            path: http.path,
                         };
                         let resp = handler(&req);
                         {

@@ -6,7 +6,7 @@ use serde_json::Value;
 /// A one-thread HTTP/1.1 server answering each request with the next SSE body, then
 /// closing the connection; returns its base URL (ending in `/v1`) and the request bodies it saw.
 pub fn sse_server(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Value>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     let h = std::thread::spawn(move || {
@@ -14,23 +14,8 @@ pub fn sse_server(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<
         for reply in replies {
             let (stream, _) = listener.accept().unwrap();
             let mut r = BufReader::new(stream.try_clone().unwrap());
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                r.read_line(&mut line).unwrap();
-                let l = line.trim_end();
-                if l.is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = l.split_once(':') {
-                    if k.eq_ignore_ascii_case("content-length") {
-                        len = v.trim().parse().unwrap();
-                    }
-                }
-            }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            bodies.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let req = crate::http::read_request(&mut r).expect("a whole request");
+            bodies.push(req.json());
             let mut w = stream;
             let head =
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
@@ -82,7 +67,7 @@ pub struct MockProvider {
 
 impl MockProvider {
     pub fn start(handler: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static) -> MockProvider {
-        use std::io::{BufRead, BufReader, Read, Write};
+        use std::io::{BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let seen =
@@ -95,27 +80,10 @@ impl MockProvider {
                 let (seen, handler) = (shared.clone(), handler.clone());
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(stream.try_clone().unwrap());
-                    let mut len = 0usize;
-                    loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.trim_end();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = l.split_once(':') {
-                            if k.eq_ignore_ascii_case("content-length") {
-                                len = v.trim().parse().unwrap_or(0);
-                            }
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err() {
+                    let Some(req) = crate::http::read_request(&mut r) else {
                         return;
-                    }
-                    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    };
+                    let body = req.json();
                     let n = {
                         let mut v = seen.0.lock().unwrap();
                         v.push(body.clone());
@@ -226,22 +194,8 @@ pub fn chat_partial(text: &str) -> String {
 }
 
 /// One request a [`JsonServer`] answered: its request line's method and path (with the
-/// query) and its headers, names lowercased.
-#[derive(Debug, Clone)]
-pub struct SeenRequest {
-    pub method: String,
-    pub path: String,
-    pub headers: Vec<(String, String)>,
-}
-
-impl SeenRequest {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+/// query), its headers (names lowercased) and its body.
+pub type SeenRequest = crate::http::HttpRequest;
 
 type JsonHandler = dyn Fn(&SeenRequest) -> (u16, Value) + Send + Sync;
 
@@ -255,7 +209,7 @@ pub struct JsonServer {
 
 impl JsonServer {
     pub fn start(handler: impl Fn(&SeenRequest) -> (u16, Value) + Send + Sync + 'static) -> Self {
-        use std::io::{BufRead, BufReader, Read, Write};
+        use std::io::{BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = format!("http://{}", listener.local_addr().unwrap());
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -267,40 +221,8 @@ impl JsonServer {
                 let (seen, handler) = (shared.clone(), handler.clone());
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(stream.try_clone().unwrap());
-                    let mut first = String::new();
-                    if r.read_line(&mut first).unwrap_or(0) == 0 {
+                    let Some(req) = crate::http::read_request(&mut r) else {
                         return;
-                    }
-                    let mut parts = first.split_whitespace();
-                    let method = parts.next().unwrap_or("").to_string();
-                    let path = parts.next().unwrap_or("").to_string();
-                    let mut headers = Vec::new();
-                    let mut len = 0usize;
-                    loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.trim_end();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = l.split_once(':') {
-                            let k = k.trim().to_ascii_lowercase();
-                            if k == "content-length" {
-                                len = v.trim().parse().unwrap_or(0);
-                            }
-                            headers.push((k, v.trim().to_string()));
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let req = SeenRequest {
-                        method,
-                        path,
-                        headers,
                     };
                     let (status, answer) = handler(&req);
                     seen.lock().unwrap().push(req);

@@ -688,3 +688,55 @@ fn image_attaches_a_picture_to_the_next_prompt() {
     assert!(images(&bodies[1]).is_empty(), "{}", bodies[1]);
     quit(p);
 }
+
+/// While a turn runs, a prompt with an attached image is not steered in (Enter keeps it
+/// and says so); Alt+Enter queues it with its image, and the queued turn's request
+/// carries the image.
+#[test]
+fn an_image_prompt_typed_during_a_turn_is_queued_with_its_image() {
+    use agentd_tests::sse::{chat_text, MockProvider, Reply};
+    const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |n, _| {
+        if n == 0 {
+            let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(60));
+            Reply::Complete(chat_text("First done."))
+        } else {
+            Reply::Complete(chat_text("Queued picture seen."))
+        }
+    });
+    let d = Daemon::builder().config(&mock.config()).start();
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG_B64)
+        .unwrap();
+    std::fs::write(d.workspace().join("shot.png"), &png).unwrap();
+    let mut p = chat(&d, &["--new"], 30, 120);
+    p.wait_for("idle", WAIT);
+    p.line("first");
+    mock.wait_requests(1, WAIT);
+    p.wait_for("Enter steers", WAIT);
+    p.line("/image shot.png");
+    p.wait_for("[1 image(s): shot.png]", WAIT);
+    p.line("look at this");
+    p.wait_for("images go with a new turn: Alt+Enter queues it", WAIT);
+    p.send("\x1b\r");
+    p.wait_for("queued: look at this", WAIT);
+    go_tx.send(()).unwrap();
+    p.wait_for("Queued picture seen.", WAIT);
+    let bodies = mock.wait_requests(2, WAIT);
+    let last_user = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last_user["content"][1]["image_url"]["url"],
+        format!("data:image/png;base64,{PNG_B64}"),
+        "{last_user}"
+    );
+    quit(p);
+}

@@ -748,7 +748,7 @@ fn a_locked_opencode_database_is_a_clear_error_and_nothing_is_made() {
 /// takes the next scripted SSE body; anything else gets a 404. Returns the base URL and
 /// a handle giving the paths it saw once `replies` are used up.
 fn chat_mock(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<String>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     let h = std::thread::spawn(move || {
@@ -759,29 +759,11 @@ fn chat_mock(replies: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Strin
                 break;
             };
             let mut r = BufReader::new(stream.try_clone().unwrap());
-            let mut request = String::new();
-            if r.read_line(&mut request).is_err() {
+            let Some(req) = agentd_tests::http::read_request(&mut r) else {
                 continue;
-            }
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let l = line.trim_end();
-                if l.is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = l.split_once(':') {
-                    if k.eq_ignore_ascii_case("content-length") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                }
-            }
-            let mut body = vec![0; len];
-            let _ = r.read_exact(&mut body);
-            seen.push(request.trim_end().to_string());
+            };
+            let request = format!("{} {}", req.method, req.path);
+            seen.push(request.clone());
             let mut w = stream;
             if !request.contains("/chat/completions") {
                 let _ = w.write_all(

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -170,8 +170,14 @@ fn parallel_tasks_run_together_up_to_the_cap() {
         if let Some(n) = user.strip_prefix("Count file ") {
             let now = f.fetch_add(1, Ordering::SeqCst) + 1;
             p.fetch_max(now, Ordering::SeqCst);
-            // The provider takes a while: long enough for the others to arrive.
-            std::thread::sleep(Duration::from_millis(700));
+            // Each call waits until two run at once (however slowly the second child
+            // starts under load), then a while more, so a third the cap failed to hold
+            // back would be counted.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while p.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(300));
             f.fetch_sub(1, Ordering::SeqCst);
             return Reply::Complete(chat_text(&format!("file {n} has {n}0 lines")));
         }

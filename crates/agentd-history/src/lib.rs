@@ -21,6 +21,8 @@
 //! - [`tree`]: the fork tree over the lineage index (docs/history-rules.md#tree).
 //! - [`instructions`]: the recorded project instructions as replay renders them.
 //! - [`snapshots`]: the workspace timeline: the tree at a seq, the session's own changes.
+//! - [`stored`], [`canonical`]: a loaded session's events as their Log lines, and the
+//!   one-pass parse of a line in agentd's own form.
 //! - [`digest`]: excerpts, touched files, open tasks shared by compaction and fork.
 //! - [`render`]: the fixed text formats replay injects for compactions and branch summaries.
 //!
@@ -28,6 +30,7 @@
 //! compared with `include_str!`. Run the tests with `UPDATE_GOLDEN=1` to rewrite them after
 //! an intended change, then review the diff before committing.
 
+pub mod canonical;
 pub mod checkpoint;
 pub mod compaction;
 pub mod digest;

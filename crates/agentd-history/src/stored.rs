@@ -164,7 +164,14 @@ impl StoredEvent {
     /// Parses a Log line. `Ok((event, true))` when the line is exactly the event's
     /// serialization (it may be stored as it is), `Ok((event, false))` when it must be
     /// stored as [`StoredEvent::of`] the event. `scratch` is a reusable buffer.
+    /// A line in agentd's own form takes the one-pass [`crate::canonical`] parse.
     pub fn parse_line(line: &[u8], scratch: &mut Vec<u8>) -> serde_json::Result<(Event, bool)> {
+        if let Some(ev) = std::str::from_utf8(line)
+            .ok()
+            .and_then(crate::canonical::parse)
+        {
+            return Ok((ev, true));
+        }
         let ev: Event = serde_json::from_slice(line)?;
         scratch.clear();
         serde_json::to_writer(&mut *scratch, &ev)?;

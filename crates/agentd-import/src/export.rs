@@ -359,17 +359,7 @@ fn derived_uuid(seed: &str, n: u64) -> String {
     let h = Sha256::digest(format!("{seed}/{n}").as_bytes());
     let mut b = [0u8; 16];
     b.copy_from_slice(&h[..16]);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let x = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &x[..8],
-        &x[8..12],
-        &x[12..16],
-        &x[16..20],
-        &x[20..]
-    )
+    agentd_proto::session_uuid::uuid_v4(b)
 }
 
 /// agentd tool → the peer's nearest tool: (name, arguments). `None` keeps the call as it

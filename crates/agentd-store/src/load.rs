@@ -1,5 +1,6 @@
-//! Reading a Log file: in blocks, parsed over the available cores, with a torn tail
-//! copied to `quarantine/` and cut (docs/log-format.md#torn-tails).
+//! Reading a Log file: in blocks, parsed over the available cores while the block
+//! before is handed to the caller's fold, with a torn tail copied to `quarantine/` and
+//! cut (docs/log-format.md#torn-tails).
 
 use crate::{read_failed, sync_dir, write_failed, write_synced, Home};
 use agentd_history::stored::{Line, StoredEvent};
@@ -33,8 +34,8 @@ pub fn load_log(home: &Home, sid: &str) -> Result<(Vec<Event>, LoadReport), Agen
 }
 
 /// [`load_log`] handing each valid event, in file order, to `sink` together with its
-/// stored form (the Log line): a block's parsed events are gone before the next block
-/// is read, so a load holds the lines plus one block of parsed events at most.
+/// stored form (the Log line): a block's parsed events are gone before the block after
+/// the next is read, so a load holds the lines plus two blocks of parsed events at most.
 pub fn load_log_into(
     home: &Home,
     sid: &str,
@@ -56,17 +57,20 @@ pub fn load_log_into(
         }
         Err(e) => return Err(read_failed("open log", &e, sid)),
     };
-    // Read and parse in blocks: peak memory is one block plus the events, not the
+    // Read and parse in blocks: peak memory is two blocks plus the events, not the
     // whole file plus the events. A block's events are parsed (about three times its
     // size as `Value` trees) before they are stored, so blocks are kept small.
     const BLOCK: usize = 2 << 20;
     let mut report = LoadReport::default();
     let mut cursor = ParseCursor {
-        next_seq: None,
         line_no: 1,
         offset: 0,
     };
     let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
+    // The parsed block waiting for the sink: it is handed over while the next block is
+    // parsed, so folding one block overlaps parsing the next (two blocks in flight).
+    let mut pending: Option<Parsed> = None;
+    let mut next_seq: Option<u64> = None;
     loop {
         if let Some(f) = crate::fault::check(crate::fault::Op::Read, &path) {
             return Err(read_failed("read log", &f.error(), sid));
@@ -77,12 +81,20 @@ pub fn load_log_into(
             .map_err(|e| read_failed("read log", &e, sid))?;
         let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
         if complete > 0 {
-            parse_lines(&buf[..complete], &mut cursor, &mut report, sink);
+            let block = parse_block(&buf[..complete], &mut cursor, || {
+                if let Some(prev) = pending.take() {
+                    deliver(prev, &mut next_seq, &mut report, sink);
+                }
+            });
+            pending = Some(block);
             buf.drain(..complete);
         }
         if n < BLOCK {
             break; // end of file; what is left in `buf` has no final newline
         }
+    }
+    if let Some(prev) = pending.take() {
+        deliver(prev, &mut next_seq, &mut report, sink);
     }
     if !buf.is_empty() {
         let torn = &buf[..];
@@ -101,21 +113,31 @@ pub fn load_log_into(
 
 /// Where parsing stands between blocks.
 struct ParseCursor {
-    next_seq: Option<u64>,
     /// 1-based number of the next physical line.
     line_no: u64,
     /// Byte offset of the next unparsed byte (= the length of the complete prefix).
     offset: u64,
 }
 
-/// Parses complete lines; splits the work over the available cores for big blocks,
-/// since JSON parsing dominates a cold load.
-fn parse_lines(
-    bytes: &[u8],
-    cursor: &mut ParseCursor,
-    report: &mut LoadReport,
-    sink: &mut dyn FnMut(Event, StoredEvent),
-) {
+/// A block's events, parsed and not yet handed to the sink.
+struct Parsed {
+    /// The block's bytes, kept as one chunk the stored events refer to (`None` for a
+    /// block that is not UTF-8 somewhere: its events are stored one by one).
+    chunk: Option<std::sync::Arc<str>>,
+    /// The block's byte offset in the file.
+    base: usize,
+    parts: Vec<ParsedPart>,
+}
+
+type ParsedPart = (
+    Vec<(Event, Option<std::ops::Range<usize>>)>,
+    Vec<CorruptLine>,
+);
+
+/// Parses the complete lines of a block, split over the available cores for big
+/// blocks since JSON parsing dominates a cold load. `meanwhile` runs on the calling
+/// thread while the parse threads work (the previous block's fold).
+fn parse_block(bytes: &[u8], cursor: &mut ParseCursor, meanwhile: impl FnOnce()) -> Parsed {
     const PARALLEL_MIN: usize = 1 << 20;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -144,21 +166,33 @@ fn parse_lines(
     }
     cursor.line_no = line_no;
     cursor.offset += bytes.len() as u64;
-    // The block's bytes, kept as one chunk the stored events refer to (a Log that is
-    // not UTF-8 somewhere has its events stored one by one).
-    let chunk: Option<std::sync::Arc<str>> = std::str::from_utf8(bytes).ok().map(Into::into);
-    type Parsed = Vec<(Event, Option<std::ops::Range<usize>>)>;
-    let parsed: Vec<(Parsed, Vec<CorruptLine>)> = std::thread::scope(|s| {
+    let parts = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
             .map(|&(off, line, chunk)| s.spawn(move || parse_chunk(chunk, off, line)))
             .collect();
+        meanwhile();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_default())
             .collect()
     });
-    for (evs, corrupt) in parsed {
+    Parsed {
+        chunk: std::str::from_utf8(bytes).ok().map(Into::into),
+        base,
+        parts,
+    }
+}
+
+/// Hands a parsed block's events to `sink` in file order, noting seq anomalies.
+fn deliver(
+    block: Parsed,
+    next_seq: &mut Option<u64>,
+    report: &mut LoadReport,
+    sink: &mut dyn FnMut(Event, StoredEvent),
+) {
+    let Parsed { chunk, base, parts } = block;
+    for (evs, corrupt) in parts {
         report.corrupt_lines.extend(corrupt);
         for (ev, at) in evs {
             let line = at.and_then(|r| Line::new(chunk.as_ref()?, r.start - base..r.end - base));
@@ -166,7 +200,7 @@ fn parse_lines(
                 Some(l) => StoredEvent::new(&ev, l),
                 None => StoredEvent::of(&ev),
             };
-            if let Some(n) = cursor.next_seq {
+            if let Some(n) = *next_seq {
                 if ev.seq != n {
                     report.seq_anomalies.push(json!({
                         "seq": ev.seq, "expected": n, "id": ev.id,
@@ -175,7 +209,7 @@ fn parse_lines(
                 }
             }
             let after = ev.seq.saturating_add(1);
-            cursor.next_seq = Some(cursor.next_seq.map_or(after, |n| n.max(after)));
+            *next_seq = Some(next_seq.map_or(after, |n| n.max(after)));
             sink(ev, stored);
         }
     }
@@ -183,15 +217,7 @@ fn parse_lines(
 
 /// The events of complete lines, each with the byte range of its line in the file when
 /// the line is exactly the event's serialization (see `StoredEvent::parse_line`).
-#[allow(clippy::type_complexity)]
-fn parse_chunk(
-    chunk: &[u8],
-    base: usize,
-    first_line: u64,
-) -> (
-    Vec<(Event, Option<std::ops::Range<usize>>)>,
-    Vec<CorruptLine>,
-) {
+fn parse_chunk(chunk: &[u8], base: usize, first_line: u64) -> ParsedPart {
     let mut events = Vec::with_capacity(chunk.len() / 512 + 1);
     let mut corrupt = Vec::new();
     let mut scratch = Vec::new();

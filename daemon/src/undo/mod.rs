@@ -442,16 +442,17 @@ pub async fn prepare_fork(
     child_id: &str,
 ) -> Result<ForkFilesPlan, AgentError> {
     use agentd_proto::rpc::ForkFiles;
-    if p.files != ForkFiles::Worktree && p.worktree.is_some() {
+    let files = p.files.unwrap_or_default();
+    if files != ForkFiles::Worktree && p.worktree.is_some() {
         return Err(AgentError::invalid_args(
             "worktree is only valid with files: worktree",
         ));
     }
-    if p.files == ForkFiles::Keep {
+    if files == ForkFiles::Keep {
         return Ok(ForkFilesPlan::Keep);
     }
     let (events, workspace, running) = session_view(parent).await?;
-    match p.files {
+    match files {
         ForkFiles::Keep => Ok(ForkFilesPlan::Keep),
         ForkFiles::Restore => {
             if running {

@@ -535,19 +535,7 @@ pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportR
         )
         .with_details(json!({"field": "install"})));
     }
-    let output = match &p.output_path {
-        Some(o) => {
-            let o = std::path::PathBuf::from(o);
-            if !o.is_absolute() || o.file_name().is_none() {
-                return Err(
-                    AgentError::invalid_args("output_path must be an absolute file path")
-                        .with_details(json!({"field": "output_path"})),
-                );
-            }
-            Some(o)
-        }
-        None => None,
-    };
+    let output = output_path(&p)?;
     let sid = p.session_id.clone();
     let store = registry.store.clone();
     let bytes = super::manage::blocking(move || match store.read_log(&sid) {
@@ -629,20 +617,24 @@ pub async fn export(registry: &Arc<Registry>, p: ExportParams) -> Result<ExportR
     Ok(result)
 }
 
+/// `output_path` of an export request, which must be an absolute file path.
+fn output_path(p: &ExportParams) -> Result<Option<std::path::PathBuf>, AgentError> {
+    let Some(o) = &p.output_path else {
+        return Ok(None);
+    };
+    let o = std::path::PathBuf::from(o);
+    if !o.is_absolute() || o.file_name().is_none() {
+        return Err(
+            AgentError::invalid_args("output_path must be an absolute file path")
+                .with_details(json!({"field": "output_path"})),
+        );
+    }
+    Ok(Some(o))
+}
+
 /// A random lowercase UUID (version 4): the exported session's id in the peer.
 fn new_uuid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let x = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &x[..8],
-        &x[8..12],
-        &x[12..16],
-        &x[16..20],
-        &x[20..]
-    )
+    agentd_proto::session_uuid::uuid_v4(rand::random())
 }
 
 /// Writes `bytes` to `path` through a temp file in its directory; `exclusive` refuses an
@@ -701,19 +693,7 @@ async fn export_peer(
                 .with_details(json!({"field": "install"})),
         );
     }
-    let output = match &p.output_path {
-        Some(o) => {
-            let o = std::path::PathBuf::from(o);
-            if !o.is_absolute() || o.file_name().is_none() {
-                return Err(
-                    AgentError::invalid_args("output_path must be an absolute file path")
-                        .with_details(json!({"field": "output_path"})),
-                );
-            }
-            Some(o)
-        }
-        None => None,
-    };
+    let output = output_path(&p)?;
     if let Some(i) = &p.install {
         if !std::path::Path::new(&i.home).is_absolute() {
             return Err(AgentError::invalid_args("install.home must be absolute")

@@ -207,13 +207,8 @@ pub async fn delete(
             .with_details(json!({"session_id": sid}))
             .with_next_actions(&["agentctl ls"]));
     }
-    let busy = || {
-        AgentError::new(ErrorKind::Busy, "a turn is running in this session")
-            .with_details(json!({"session_id": sid}))
-            .with_next_actions(&[&format!("agentctl interrupt {sid}")])
-    };
     if turns.is_running(&sid) {
-        return Err(busy());
+        return Err(turn_running(&sid));
     }
     if trash_log.exists() {
         return Err(AgentError::new(
@@ -226,7 +221,7 @@ pub async fn delete(
     let h = registry.get(&sid).await?;
     let trash = trash_dir(&registry.home);
     let (tl, td) = (trash_log.clone(), trash_session_dir.clone());
-    let busy_err = busy();
+    let busy_err = turn_running(&sid);
     h.retire(move |st| {
         if st.running_turn.is_some() {
             return Err(busy_err);
@@ -345,13 +340,8 @@ async fn delete_in_store(
         }
         store::LogPlace::Live => {}
     }
-    let busy = || {
-        AgentError::new(ErrorKind::Busy, "a turn is running in this session")
-            .with_details(json!({"session_id": sid}))
-            .with_next_actions(&[&format!("agentctl interrupt {sid}")])
-    };
     if turns.is_running(&sid) {
-        return Err(busy());
+        return Err(turn_running(&sid));
     }
     let h = registry.get(&sid).await?;
     let (store, s, td) = (
@@ -359,7 +349,7 @@ async fn delete_in_store(
         sid.clone(),
         trash_session_dir.clone(),
     );
-    let busy_err = busy();
+    let busy_err = turn_running(&sid);
     h.retire(move |st| {
         if st.running_turn.is_some() {
             return Err(busy_err);
@@ -509,6 +499,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| AgentError::internal(format!("blocking task: {e}")))?
+}
+
+/// `busy`: a delete waits for the session's turn to end.
+fn turn_running(sid: &str) -> AgentError {
+    AgentError::new(ErrorKind::Busy, "a turn is running in this session")
+        .with_details(json!({"session_id": sid}))
+        .with_next_actions(&[&format!("agentctl interrupt {sid}")])
 }
 
 #[cfg(test)]

@@ -66,28 +66,24 @@ impl Matcher {
             let inner = &escaped[1..escaped.len().saturating_sub(1).max(1)];
             (regex::escape(inner), regex::escape(query))
         };
+        let bad_query = |e: regex::Error| {
+            refuse(format!(
+                "bad query: {}",
+                crate::text::clip_chars(&e.to_string(), 300)
+            ))
+        };
         let raw = regex::bytes::RegexBuilder::new(&raw_pat)
             .case_insensitive(!case_sensitive)
             .size_limit(REGEX_SIZE_LIMIT)
             .dfa_size_limit(REGEX_SIZE_LIMIT)
             .build()
-            .map_err(|e| {
-                refuse(format!(
-                    "bad query: {}",
-                    crate::text::clip_chars(&e.to_string(), 300)
-                ))
-            })?;
+            .map_err(bad_query)?;
         let text = regex::RegexBuilder::new(&text_pat)
             .case_insensitive(!case_sensitive)
             .size_limit(REGEX_SIZE_LIMIT)
             .dfa_size_limit(REGEX_SIZE_LIMIT)
             .build()
-            .map_err(|e| {
-                refuse(format!(
-                    "bad query: {}",
-                    crate::text::clip_chars(&e.to_string(), 300)
-                ))
-            })?;
+            .map_err(bad_query)?;
         if text.is_match("") {
             return Err(refuse(
                 "query matches empty text; it would match everything",
