@@ -15,8 +15,8 @@ pub use super::params::{check_mode, RpcErr};
 use super::{AcpArgs, Out};
 use crate::daemon::{self, Target};
 use crate::render;
-use crate::rpc::{self, Conn, Incoming};
-use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
+use crate::rpc::{self, to_params, Conn, Incoming};
+use agentd_proto::rpc::{self as proto, method, EVENT_NOTIFICATION};
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -205,7 +205,10 @@ impl Bridge {
         Ok(c)
     }
 
-    async fn call(&self, m: &str, params: Value) -> Result<Value, AgentError> {
+    /// `m` with `params`: one of `agentd_proto::rpc`'s param types, or the client's own
+    /// native params passed through (`_agentd/*`).
+    async fn call<P: serde::Serialize>(&self, m: &str, params: &P) -> Result<Value, AgentError> {
+        let params = to_params(params)?;
         let c = self.conn().await?;
         let r = c.call(m, params).await;
         if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
@@ -216,10 +219,12 @@ impl Bridge {
 
     /// One `agentd/events` page of `sid` after `after`, as JSON text.
     async fn events_page(&self, sid: &str, after: Option<u64>) -> Result<rpc::Reply, RpcErr> {
-        let mut q = json!({"session_id": sid, "limit": LOAD_PAGE});
-        if let Some(a) = after {
-            q["after_seq"] = json!(a);
-        }
+        let q = to_params(&proto::EventsParams {
+            session_id: sid.to_string(),
+            after_seq: after,
+            limit: Some(LOAD_PAGE),
+            types: None,
+        })?;
         let c = self.conn().await?;
         let r = c.call_raw(method::EVENTS, q).await;
         if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
@@ -294,7 +299,7 @@ impl Bridge {
                 "params must be an object (the native params)",
             ));
         }
-        Ok(self.call(m, params).await?)
+        Ok(self.call(m, &params).await?)
     }
 
     /// Interrupts every running prompt: the client closed stdin.
@@ -338,7 +343,10 @@ impl Bridge {
         if let Err(e) = self
             .call(
                 method::INTERRUPT,
-                json!({"session_id": sid, "reason": reason}),
+                &proto::InterruptParams {
+                    session_id: sid.to_string(),
+                    reason: Some(reason.to_string()),
+                },
             )
             .await
         {
@@ -383,7 +391,10 @@ impl Bridge {
     /// Asks the daemon which models it offers; a daemon that cannot say (an older one
     /// without `agentd/models`) leaves the last answer in place.
     async fn refresh_catalog(&self) {
-        if let Ok(r) = self.call(method::MODELS, json!({})).await {
+        if let Ok(r) = self
+            .call(method::MODELS, &proto::ModelsParams::default())
+            .await
+        {
             if let Ok(mut c) = self.catalog.lock() {
                 *c = Catalog::from_result(&r);
             }
@@ -475,20 +486,15 @@ impl Bridge {
     async fn new_session(&self, params: Value) -> Result<Reply, RpcErr> {
         let (p, ws) = NewSession::from_params(params)?;
         self.refresh_catalog().await;
-        let mut create = json!({"workspace": ws});
-        if !p.mcp_servers.is_empty() {
-            create["mcp_servers"] = json!(p.mcp_servers);
-        }
-        if let Some(m) = self.args.models.first() {
-            create["model"] = json!(m);
-        }
-        if let Some(pv) = &self.args.provider {
-            create["provider"] = json!(pv);
-        }
-        if let Some(s) = self.args.sandbox.to_param() {
-            create["sandbox"] = s;
-        }
-        let r = self.call(method::CREATE, create).await?;
+        let create = proto::CreateParams {
+            workspace: ws.to_string_lossy().into_owned(),
+            model: self.args.models.first().cloned(),
+            provider: self.args.provider.clone(),
+            sandbox: self.args.sandbox.to_param(),
+            mcp_servers: (!p.mcp_servers.is_empty()).then(|| p.mcp_servers.clone()),
+            ..Default::default()
+        };
+        let r = self.call(method::CREATE, &create).await?;
         let sid = r["session_id"].as_str().unwrap_or_default().to_string();
         let o = Open {
             workspace: ws,
@@ -511,10 +517,20 @@ impl Bridge {
         let p = OpenSession::from_params(params, replay)?;
         self.refresh_catalog().await;
         let sid = p.session_id.clone();
-        let show = self.call(method::SHOW, json!({"session_id": sid})).await?;
+        let at = proto::SessionParams {
+            session_id: sid.clone(),
+        };
+        let show = self.call(method::SHOW, &at).await?;
         let ws = PathBuf::from(show["workspace"].as_str().unwrap_or(&p.cwd));
         let first = self
-            .call(method::EVENTS, json!({"session_id": sid, "limit": 1}))
+            .call(
+                method::EVENTS,
+                &proto::EventsParams {
+                    session_id: sid.clone(),
+                    limit: Some(1),
+                    ..Default::default()
+                },
+            )
             .await?;
         let data = &first["events"][0]["data"];
         // A session created on a provider with one of the daemon's choices shows as that
@@ -602,14 +618,16 @@ impl Bridge {
 
     async fn list(&self, params: Value) -> Result<Value, RpcErr> {
         let p: ListReq = parse(params, "session/list params")?;
-        let mut q = json!({"limit": self.args.page_size.max(1)});
-        if let Some(c) = &p.cwd {
-            q["workspace"] = json!(abs_dir(c)?);
-        }
-        if let Some(c) = &p.cursor {
-            q["cursor"] = json!(c);
-        }
-        let r = self.call(method::LIST, q).await?;
+        let q = proto::ListParams {
+            workspace: match p.cwd.as_deref() {
+                Some(c) => Some(abs_dir(c)?.to_string_lossy().into_owned()),
+                None => None,
+            },
+            limit: Some(self.args.page_size.max(1)),
+            include_archived: false,
+            cursor: p.cursor.clone(),
+        };
+        let r = self.call(method::LIST, &q).await?;
         let sessions: Vec<Value> = r["sessions"]
             .as_array()
             .map(|a| {
@@ -823,29 +841,25 @@ impl Bridge {
         sid: &str,
         o: &Open,
         input: &str,
-        images: &[Value],
+        images: &[proto::TurnImage],
         cancelled: &Arc<Cancel>,
     ) -> Result<Value, RpcErr> {
         use agentctl::retry;
         let ask = o.mode == "ask";
         let rid = retry::new_request_id();
-        let mut params = json!({"session_id": sid, "input": input, "permission_mode": o.mode,
-                                "client_request_id": rid, "queue": true});
-        if !images.is_empty() {
-            params["images"] = json!(images);
-        }
-        if let Some(s) = &o.sandbox {
-            params["sandbox"] = json!({"mode": s});
-        }
-        if let Some(m) = &o.model {
-            params["model"] = json!(m);
-        }
-        if let Some(e) = &o.effort {
-            params["reasoning_effort"] = json!(e);
-        }
-        if let Some(mcp) = &o.mcp_servers {
-            params["mcp_servers"] = json!(mcp);
-        }
+        let params = to_params(&proto::TurnParams {
+            session_id: sid.to_string(),
+            input: input.to_string(),
+            model: o.model.clone(),
+            permission_mode: Some(o.mode.clone()),
+            reasoning_effort: o.effort.clone(),
+            images: images.to_vec(),
+            sandbox: o.sandbox.as_ref().map(|s| json!({ "mode": s })),
+            queue: Some(true),
+            client_request_id: Some(rid.clone()),
+            mcp_servers: o.mcp_servers.clone(),
+            ..Default::default()
+        })?;
         let policy = retry::Policy::default();
         let first = std::time::Instant::now();
         let mut live = Live::default();
@@ -994,7 +1008,10 @@ impl Bridge {
                 },
                 _ = cancelled.wait(), if !f.mine && !withdrawn => {
                     withdrawn = true;
-                    let q = json!({"session_id": sid, "turn_id": turn_id});
+                    let q = to_params(&proto::DequeueParams {
+                        session_id: sid.to_string(),
+                        turn_id: turn_id.as_str().unwrap_or_default().to_string(),
+                    })?;
                     if conn.call(method::DEQUEUE, q).await.is_ok() {
                         return Ok(json!({"status": "cancelled"}));
                     }
@@ -1084,7 +1101,10 @@ impl Bridge {
                     let _ = self
                         .call(
                             method::INTERRUPT,
-                            json!({"session_id": sid, "reason": "acp_cancel"}),
+                            &proto::InterruptParams {
+                                session_id: sid.to_string(),
+                                reason: Some("acp_cancel".into()),
+                            },
                         )
                         .await;
                 }
@@ -1276,25 +1296,21 @@ impl Bridge {
     async fn command(&self, sid: &str, name: &str, arg: &str) -> Result<Value, RpcErr> {
         let text = match name {
             "compact" => {
-                let mut q = json!({"session_id": sid});
-                if !arg.is_empty() {
-                    let n: u64 = arg
-                        .parse()
-                        .map_err(|_| RpcErr::params("/compact takes a number of events to keep"))?;
-                    q["tail_events"] = json!(n);
-                }
-                let r = self.call(method::COMPACT, q).await?;
+                let q = proto::CompactParams {
+                    session_id: sid.to_string(),
+                    tail_events: number_arg(arg, "/compact takes a number of events to keep")?,
+                    ..Default::default()
+                };
+                let r = self.call(method::COMPACT, &q).await?;
                 format!("Compacted.\n\n```json\n{}\n```\n", pretty(&r))
             }
             "fork" => {
-                let mut q = json!({"session_id": sid});
-                if !arg.is_empty() {
-                    let n: u64 = arg
-                        .parse()
-                        .map_err(|_| RpcErr::params("/fork takes a seq to fork at"))?;
-                    q["to_seq"] = json!(n);
-                }
-                let r = self.call(method::FORK, q).await?;
+                let q = proto::ForkParams {
+                    session_id: sid.to_string(),
+                    to_seq: number_arg(arg, "/fork takes a seq to fork at")?,
+                    ..Default::default()
+                };
+                let r = self.call(method::FORK, &q).await?;
                 let child = r["child_session_id"]
                     .as_str()
                     .or_else(|| r["session_id"].as_str())
@@ -1303,13 +1319,19 @@ impl Bridge {
             }
             "undo" => self.undo(sid).await?,
             "tree" => {
-                let r = self.call(method::TREE, json!({"session_id": sid})).await?;
+                let q = proto::TreeParams {
+                    session_id: Some(sid.to_string()),
+                    ..Default::default()
+                };
+                let r = self.call(method::TREE, &q).await?;
                 format!("```\n{}```\n", render::tree_result(&r))
             }
             _ => {
-                let r = self
-                    .call(method::CHECKPOINT, json!({"session_id": sid}))
-                    .await?;
+                let q = proto::CheckpointParams {
+                    session_id: sid.to_string(),
+                    caps: None,
+                };
+                let r = self.call(method::CHECKPOINT, &q).await?;
                 r["view"]
                     .as_str()
                     .map_or_else(|| pretty(&r), str::to_string)
@@ -1323,6 +1345,15 @@ impl Bridge {
     }
 }
 
+/// A slash command's optional number: none when `arg` is empty, else `usage` unless
+/// it is one.
+fn number_arg<T: std::str::FromStr>(arg: &str, usage: &str) -> Result<Option<T>, RpcErr> {
+    if arg.is_empty() {
+        return Ok(None);
+    }
+    arg.parse().map(Some).map_err(|_| RpcErr::params(usage))
+}
+
 impl Bridge {
     /// The last turn with file changes of its own (an `after` snapshot with a tree):
     /// `(turn_id, seq of its turn_started)`.
@@ -1331,12 +1362,13 @@ impl Bridge {
         let mut current: Option<(String, u64)> = None;
         let mut found = None;
         loop {
-            let mut q = json!({"session_id": sid, "limit": LOAD_PAGE,
-                "types": ["turn_started", "workspace_snapshot"]});
-            if let Some(a) = after {
-                q["after_seq"] = json!(a);
-            }
-            let page = self.call(method::EVENTS, q).await?;
+            let q = proto::EventsParams {
+                session_id: sid.to_string(),
+                after_seq: after,
+                limit: Some(LOAD_PAGE),
+                types: Some(vec!["turn_started".into(), "workspace_snapshot".into()]),
+            };
+            let page = self.call(method::EVENTS, &q).await?;
             let events = page["events"].as_array().map_or(&[][..], Vec::as_slice);
             for ev in events {
                 let (seq, data) = (ev["seq"].as_u64().unwrap_or(0), &ev["data"]);
@@ -1360,8 +1392,12 @@ impl Bridge {
             return Ok("Nothing to undo: no turn of this session changed files.\n".into());
         };
         let to_seq = start.saturating_sub(1);
-        let q = json!({"session_id": sid, "to_seq": to_seq});
-        match self.call(method::REVERT, q).await {
+        let q = proto::RevertParams {
+            session_id: sid.to_string(),
+            to_seq,
+            ..Default::default()
+        };
+        match self.call(method::REVERT, &q).await {
             Ok(r) => {
                 let files: Vec<&str> = r["files"]
                     .as_array()
@@ -1446,11 +1482,8 @@ mod tests {
         .unwrap();
         assert_eq!(t.text, "what is this?");
         assert_eq!(
-            t.images,
-            [
-                json!({"data": "iVBO", "mime_type": "image/png"}),
-                json!({"data": "R0lG"})
-            ]
+            serde_json::to_value(&t.images).unwrap(),
+            json!([{"data": "iVBO", "mime_type": "image/png"}, {"data": "R0lG"}])
         );
         for bad in [
             vec![json!({"type": "image", "data": "", "mimeType": "image/png"})],

@@ -283,7 +283,7 @@ pub struct SetConfig {
 pub struct PromptInput {
     pub text: String,
     /// `{data, mime_type}` each, checked by the daemon (type from the bytes, limits).
-    pub images: Vec<Value>,
+    pub images: Vec<agentd_proto::rpc::TurnImage>,
 }
 
 /// The turn input a prompt's content blocks make: text as is, resource links as links,
@@ -299,11 +299,11 @@ pub fn prompt_input(blocks: &[Value]) -> Result<PromptInput, RpcErr> {
                     .as_str()
                     .filter(|d| !d.is_empty())
                     .ok_or_else(|| RpcErr::params("image block without base64 `data`"))?;
-                let mut img = json!({"data": data});
-                if let Some(m) = b["mimeType"].as_str() {
-                    img["mime_type"] = json!(m);
-                }
-                images.push(img);
+                images.push(agentd_proto::rpc::TurnImage {
+                    path: None,
+                    data: Some(data.to_string()),
+                    mime_type: b["mimeType"].as_str().map(str::to_string),
+                });
                 continue;
             }
             "text" => b["text"]

@@ -14,8 +14,8 @@
 pub mod tools;
 
 use crate::daemon::{self, Target};
-use crate::rpc::{Conn, Incoming};
-use agentd_proto::rpc::method;
+use crate::rpc::{to_params, Conn, Incoming};
+use agentd_proto::rpc::{self, method};
 use agentd_proto::{AgentError, ErrorKind};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -117,8 +117,13 @@ impl McpServer {
             } => {
                 let head = if *header {
                     Some(
-                        conn.call(method::SHOW, json!({"session_id": session_id}))
-                            .await?,
+                        conn.call(
+                            method::SHOW,
+                            to_params(&rpc::SessionParams {
+                                session_id: session_id.clone(),
+                            })?,
+                        )
+                        .await?,
                     )
                 } else {
                     None
@@ -156,10 +161,13 @@ impl McpServer {
             r = conn.call(method::TURN, params) => r.map(|v| tools::render("turn", &v)),
             () = ctx.ct.cancelled() => {
                 // The client gave up on the call: the turn stops, durably.
-                let _ = conn
-                    .call(method::INTERRUPT,
-                          json!({"session_id": sid, "reason": "cancelled by the MCP client"}))
-                    .await;
+                let stop = rpc::InterruptParams {
+                    session_id: sid.clone(),
+                    reason: Some("cancelled by the MCP client".into()),
+                };
+                if let Ok(stop) = to_params(&stop) {
+                    let _ = conn.call(method::INTERRUPT, stop).await;
+                }
                 Err(AgentError::new(ErrorKind::Interrupted, "turn cancelled by the MCP client"))
             }
         };

@@ -3,7 +3,9 @@
 //! call's arguments to native JSON-RPC requests, and the rendering of the daemon's
 //! answers into capped text. Nothing here does I/O; `mod.rs` runs the calls.
 
-use agentd_proto::rpc::method;
+use crate::rpc::to_params;
+use agentd_proto::replay::Dialect;
+use agentd_proto::rpc::{self, method};
 use agentd_proto::AgentError;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -248,12 +250,6 @@ fn args<T: for<'de> Deserialize<'de>>(tool: &str, a: &Map<String, Value>) -> Res
         .map_err(|e| AgentError::invalid_args(format!("{tool}: bad arguments: {e}")))
 }
 
-fn put(params: &mut Value, key: &str, v: Option<Value>) {
-    if let Some(v) = v.filter(|v| !v.is_null()) {
-        params[key] = v;
-    }
-}
-
 fn absolute(field: &str, p: &Option<String>) -> Result<(), AgentError> {
     match p {
         Some(w) if !std::path::Path::new(w).is_absolute() => Err(AgentError::invalid_args(
@@ -345,18 +341,23 @@ struct TurnArgs {
 /// Maps a call of `tool` with `a` to what runs against the daemon. Arguments are
 /// checked here (unknown keys, types, ranges), so a bad call never reaches the socket.
 pub fn plan(tool: &str, a: &Map<String, Value>) -> Result<Plan, AgentError> {
-    let call = |method, params| Ok(Plan::Call { method, params });
+    let call = |method, params: Result<Value, AgentError>| {
+        Ok(Plan::Call {
+            method,
+            params: params?,
+        })
+    };
     match tool {
         "list_sessions" => {
             let a: ListArgs = args(tool, a)?;
             absolute("workspace", &a.workspace)?;
-            let mut p = json!({"limit": a.limit.unwrap_or(50).clamp(1, 200)});
-            put(&mut p, "workspace", a.workspace.map(Value::from));
-            put(&mut p, "cursor", a.cursor.map(Value::from));
-            if a.include_archived {
-                p["include_archived"] = json!(true);
-            }
-            call(method::LIST, p)
+            let p = rpc::ListParams {
+                workspace: a.workspace,
+                limit: Some(a.limit.unwrap_or(50).clamp(1, 200)),
+                include_archived: a.include_archived,
+                cursor: a.cursor,
+            };
+            call(method::LIST, to_params(&p))
         }
         "search" => {
             let a: SearchArgs = args(tool, a)?;
@@ -364,28 +365,31 @@ pub fn plan(tool: &str, a: &Map<String, Value>) -> Result<Plan, AgentError> {
                 return Err(AgentError::invalid_args("search: `query` is empty"));
             }
             absolute("workspace", &a.workspace)?;
-            let mut p = json!({
-                "query": a.query,
-                "regex": a.regex,
-                "case_sensitive": a.case_sensitive,
-                "limit": a.limit.unwrap_or(50).clamp(1, 1000),
-            });
-            put(&mut p, "workspace", a.workspace.map(Value::from));
-            put(&mut p, "types", a.types.map(|t| json!(t)));
-            put(&mut p, "cursor", a.cursor.map(Value::from));
-            call(method::SEARCH, p)
+            let p = rpc::SearchParams {
+                query: a.query,
+                regex: a.regex,
+                case_sensitive: a.case_sensitive,
+                workspace: a.workspace,
+                types: a.types,
+                limit: Some(a.limit.unwrap_or(50).clamp(1, 1000)),
+                cursor: a.cursor,
+            };
+            call(method::SEARCH, to_params(&p))
         }
         "show" => {
             let a: ShowArgs = args(tool, a)?;
             let limit = a.limit.unwrap_or(SHOW_LIMIT).clamp(1, SHOW_LIMIT_MAX);
-            let mut events = json!({"session_id": a.session_id, "limit": limit});
-            put(&mut events, "after_seq", a.after_seq.map(Value::from));
             let types = if a.messages_only {
                 Some(vec!["user_message".into(), "assistant_message".into()])
             } else {
                 a.types
             };
-            put(&mut events, "types", types.map(|t| json!(t)));
+            let events = to_params(&rpc::EventsParams {
+                session_id: a.session_id.clone(),
+                after_seq: a.after_seq,
+                limit: Some(limit),
+                types,
+            })?;
             Ok(Plan::Show {
                 session_id: a.session_id,
                 header: a.after_seq.is_none(),
@@ -394,17 +398,23 @@ pub fn plan(tool: &str, a: &Map<String, Value>) -> Result<Plan, AgentError> {
         }
         "context" => {
             let a: ContextArgs = args(tool, a)?;
-            if let Some(d) = &a.dialect {
-                if !matches!(d.as_str(), "responses" | "chat" | "anthropic") {
+            let dialect = match a.dialect.as_deref() {
+                None => None,
+                Some("responses") => Some(Dialect::Responses),
+                Some("chat") => Some(Dialect::Chat),
+                Some("anthropic") => Some(Dialect::Anthropic),
+                Some(d) => {
                     return Err(AgentError::invalid_args(format!(
                         "context: dialect must be responses, chat or anthropic, got {d:?}"
-                    )));
+                    )))
                 }
-            }
-            let mut p = json!({"session_id": a.session_id});
-            put(&mut p, "dialect", a.dialect.map(Value::from));
-            put(&mut p, "after_seq", a.after_seq.map(Value::from));
-            call(method::CONTEXT, p)
+            };
+            let p = rpc::ContextParams {
+                session_id: a.session_id,
+                after_seq: a.after_seq,
+                dialect,
+            };
+            call(method::CONTEXT, to_params(&p))
         }
         "tree" => {
             let a: TreeArgs = args(tool, a)?;
@@ -414,25 +424,32 @@ pub fn plan(tool: &str, a: &Map<String, Value>) -> Result<Plan, AgentError> {
                 ));
             }
             absolute("workspace", &a.workspace)?;
-            let mut p = json!({});
-            put(&mut p, "session_id", a.session_id.map(Value::from));
-            put(&mut p, "workspace", a.workspace.map(Value::from));
-            put(&mut p, "max_depth", a.max_depth.map(Value::from));
-            if a.include_archived {
-                p["include_archived"] = json!(true);
-            }
-            call(method::TREE, p)
+            let p = rpc::TreeParams {
+                session_id: a.session_id,
+                workspace: a.workspace,
+                max_depth: a.max_depth,
+                include_archived: a.include_archived,
+            };
+            call(method::TREE, to_params(&p))
         }
         "checkpoint" => {
             let a: SidArgs = args(tool, a)?;
-            call(method::CHECKPOINT, json!({"session_id": a.session_id}))
+            let p = rpc::CheckpointParams {
+                session_id: a.session_id,
+                caps: None,
+            };
+            call(method::CHECKPOINT, to_params(&p))
         }
         "fork" => {
             let a: ForkArgs = args(tool, a)?;
-            let mut p = json!({"session_id": a.session_id, "dry_run": a.dry_run});
-            put(&mut p, "to_seq", a.to_seq.map(Value::from));
-            put(&mut p, "title", a.title.map(Value::from));
-            call(method::FORK, p)
+            let p = rpc::ForkParams {
+                session_id: a.session_id,
+                to_seq: a.to_seq,
+                title: a.title,
+                dry_run: a.dry_run,
+                ..Default::default()
+            };
+            call(method::FORK, to_params(&p))
         }
         "turn" => {
             let a: TurnArgs = args(tool, a)?;
@@ -446,15 +463,16 @@ pub fn plan(tool: &str, a: &Map<String, Value>) -> Result<Plan, AgentError> {
                      (`ask` needs a client that answers permission requests; use agentctl or ACP)"
                 )));
             }
-            let mut p = json!({
-                "session_id": a.session_id,
-                "input": a.prompt,
-                "permission_mode": mode,
-                "wait": true,
-            });
-            put(&mut p, "model", a.model.map(Value::from));
-            put(&mut p, "provider", a.provider.map(Value::from));
-            call(method::TURN, p)
+            let p = rpc::TurnParams {
+                session_id: a.session_id,
+                input: a.prompt,
+                model: a.model,
+                provider: a.provider,
+                permission_mode: Some(mode),
+                wait: Some(true),
+                ..Default::default()
+            };
+            call(method::TURN, to_params(&p))
         }
         _ => Err(AgentError::new(
             agentd_proto::ErrorKind::NotFound,
