@@ -764,6 +764,22 @@ fn claude(conv: &Conversation, ctx: &ExportContext, warnings: &mut Vec<String>) 
             }
         }
     }
+    // A Log with no conversation yet (a new session, or an import whose records were all
+    // skipped) still needs one record carrying the session's id and directory: Claude
+    // Code and agentd's importer read a transcript from its uuid records, and an empty
+    // file, or a title alone, is no transcript.
+    if parent.is_null() {
+        record(
+            &mut out,
+            &mut parent,
+            "system",
+            &ctx.now,
+            obj(
+                json!({"subtype": "informational", "level": "info", "isMeta": false,
+                "content": "Exported from agentd: the session has no conversation yet"}),
+            ),
+        );
+    }
     if let Some(t) = &conv.title {
         push_line(
             &mut out,
@@ -1103,6 +1119,66 @@ mod tests {
         assert!(text.contains("\"is_error\":true"), "{text}");
         assert_eq!(x.warnings.len(), 1, "{:?}", x.warnings);
         assert_eq!(x.file_name, "0b5e8a8e-1c1f-4c57-9a55-5f2f4a3b2c1d.jsonl");
+    }
+
+    /// Imports an exported file back, the workspace taken from the file alone.
+    fn reimport(peer: Peer, bytes: &[u8]) -> Result<Vec<Event>, AgentError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exported.jsonl");
+        std::fs::write(&path, bytes).unwrap();
+        let format = match peer {
+            Peer::ClaudeCode => crate::Format::Claude,
+            Peer::Codex => crate::Format::Codex,
+            Peer::Pi => crate::Format::Pi,
+        };
+        let ctx = crate::ImportContext {
+            session_id: "back".into(),
+            agentd_version: "test".into(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        crate::import(Some(format), &path, &mut out, &ctx)?;
+        Ok(out
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect())
+    }
+
+    /// A Log with no conversation (found by the `export_roundtrip` fuzz target: an
+    /// import whose entries were all skipped) once exported to Claude Code as an empty
+    /// file, which no importer takes. Every peer's export of it imports back as the same
+    /// empty session in the same directory, with its title where the peer keeps one.
+    #[test]
+    fn a_log_without_conversation_exports_to_a_file_that_imports_back() {
+        for title in [None, Some("Visite guidée — 日本語")] {
+            let mut data = json!({"workspace": "/w/proj"});
+            if let Some(t) = title {
+                data["title"] = json!(t);
+            }
+            let evs = vec![ev("session_started", data)];
+            for peer in [Peer::ClaudeCode, Peer::Codex, Peer::Pi] {
+                let x = export(peer, &evs, &ctx()).unwrap();
+                let back = reimport(peer, &x.bytes)
+                    .unwrap_or_else(|e| panic!("{peer:?} {title:?}: {e:?}"));
+                let kinds: Vec<&str> = back.iter().map(|e| e.kind.as_str()).collect();
+                assert_eq!(kinds[0], "session_started", "{peer:?} {title:?}");
+                assert!(
+                    kinds[1..].iter().all(|k| *k == "session_info"),
+                    "{peer:?} {title:?}: no conversation appears: {kinds:?}"
+                );
+                assert_eq!(back[0].data["workspace"], "/w/proj", "{peer:?} {title:?}");
+                // Codex's files have no place for a title (docs/moving-sessions.md).
+                let kept = if peer == Peer::Codex { None } else { title };
+                let back_title = back
+                    .iter()
+                    .filter_map(|e| e.data.get("title").and_then(Value::as_str))
+                    .last();
+                assert_eq!(back_title, kept, "{peer:?}");
+                let again = export(peer, &back, &ctx()).unwrap();
+                assert_eq!(again.bytes, x.bytes, "{peer:?} {title:?}: a fixed point");
+            }
+        }
     }
 
     #[test]
