@@ -887,6 +887,61 @@ fn a_turn_started_on_seeing_turn_ended_is_never_refused_busy() {
     }
 }
 
+/// A steer sent the moment the turn's `turn_ended` arrives, before the daemon freed the
+/// turn's slot, is refused as for an idle session ("no turn is running"), never taken
+/// by the ending turn and never recorded. The window is an instant, so three sessions
+/// each steer after many turns.
+#[test]
+fn a_steer_sent_on_seeing_turn_ended_is_refused_as_idle() {
+    const TURNS: usize = 30;
+    let mock = MockProvider::start(|_, _| Reply::Complete(chat_text("Done.")));
+    let d = daemon(&mock, "");
+    let chains: Vec<_> = (0..3)
+        .map(|_| {
+            let sid = d.create_session();
+            let (mut sub, mut c) = (d.connect(), d.connect());
+            std::thread::spawn(move || {
+                sub.subscribe(&sid, None);
+                for i in 0..TURNS {
+                    let r = c.call(
+                        "agentd/turn",
+                        json!({"session_id": sid, "input": format!("prompt {i}"), "wait": false}),
+                    );
+                    let tid = r["result"]["turn_id"].clone();
+                    assert!(tid.is_string(), "prompt {i}: {r}");
+                    sub.wait_event(
+                        |e| is_type(e, "turn_ended") && e["data"]["turn_id"] == tid,
+                        WAIT,
+                    )
+                    .unwrap_or_else(|| panic!("turn {i} of {sid} did not end"));
+                    let e = c.call(
+                        "agentd/steer",
+                        json!({"session_id": sid, "input": format!("late {i}")}),
+                    );
+                    assert_eq!(e["error"]["data"]["kind"], "not_running", "{e}");
+                    assert!(
+                        e["error"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.starts_with("no turn is running")),
+                        "steer {i}, sent on turn_ended: {e}"
+                    );
+                }
+                (sid, c)
+            })
+        })
+        .collect();
+    for chain in chains {
+        let (sid, mut c) = chain.join().expect("a steer was answered otherwise");
+        let evs = events(&mut c, &sid);
+        let users: Vec<_> = of_type(&evs, "user_message")
+            .iter()
+            .map(|e| e["data"]["text"].clone())
+            .collect();
+        let want: Vec<_> = (0..TURNS).map(|i| json!(format!("prompt {i}"))).collect();
+        assert_eq!(users, want, "no late steer is recorded");
+    }
+}
+
 /// A non-queued `agentd/turn` never runs ahead of prompts queued before it: sent the
 /// moment the turn ahead of the queue ended, it is refused `busy` naming the oldest
 /// queued turn (docs/protocol.md#turn-order), the queued prompt runs next, and the

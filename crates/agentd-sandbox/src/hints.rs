@@ -151,7 +151,8 @@ fn classify(p: &Path, policy: &EffectivePolicy, protected: &[PathBuf]) -> Option
 /// Why `git config` fails inside the sandbox, and what to do instead.
 pub const GIT_CONFIG_HINT: &str = "git config files are read-only in the sandbox (a config \
      key such as core.fsmonitor or core.hooksPath runs code when the user next runs git); \
-     for an identity use `git -c user.name=NAME -c user.email=EMAIL commit …` or the \
+     to set user.name or user.email in this repository call the `git_config` tool; for \
+     one command use `git -c user.name=NAME -c user.email=EMAIL commit …` or the \
      GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL/GIT_COMMITTER_NAME/GIT_COMMITTER_EMAIL variables \
      ([sandbox] env), or ask the user to run `git config` outside the sandbox";
 

@@ -22,6 +22,7 @@
 
 pub mod confine;
 pub mod files;
+pub mod gitconfig;
 pub mod patch;
 pub mod sandboxing;
 pub mod search;
@@ -245,7 +246,9 @@ pub async fn run(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutcome {
         }
         // A write that has started is awaited even on interrupt: answering `interrupted`
         // while the file still changes would make the Log lie about the workspace.
-        "write_file" | "edit_file" | "apply_patch" => spawn_blocking_tool(name, args, ctx).await,
+        "write_file" | "edit_file" | "apply_patch" | gitconfig::TOOL_NAME => {
+            spawn_blocking_tool(name, args, ctx).await
+        }
         "shell" => match parse_args::<shell::ShellArgs>(name, args) {
             Ok(a) => shell::run(a, ctx).await,
             Err(e) => ToolOutcome::failure(e),
@@ -281,6 +284,7 @@ fn run_blocking(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutcome {
         "write_file" => parse_args(name, args).and_then(|a| files::write_file(a, ctx)),
         "edit_file" => parse_args(name, args).and_then(|a| files::edit_file(a, ctx)),
         "apply_patch" => parse_args(name, args).and_then(|a| files::apply_patch(a, ctx)),
+        gitconfig::TOOL_NAME => parse_args(name, args).and_then(|a| gitconfig::git_config(a, ctx)),
         _ => Err(AgentError::internal(format!(
             "`{name}` is not a blocking tool"
         ))),

@@ -9,7 +9,7 @@ use agentd_proto::replay::ToolSpec;
 use serde_json::{json, Value};
 
 /// Every tool name a `tool_call` may use, in catalogue order.
-pub const KNOWN_TOOLS: [&str; 8] = [
+pub const KNOWN_TOOLS: [&str; 9] = [
     "read_file",
     "list_dir",
     "search",
@@ -17,6 +17,7 @@ pub const KNOWN_TOOLS: [&str; 8] = [
     "edit_file",
     "apply_patch",
     "shell",
+    "git_config",
     "memory_apply",
 ];
 
@@ -28,7 +29,10 @@ pub fn is_known(name: &str) -> bool {
 /// True for tools that change the workspace or run commands; `ask` mode asks before
 /// these and `read_only` refuses them.
 pub fn is_mutating(name: &str) -> bool {
-    matches!(name, "write_file" | "edit_file" | "apply_patch" | "shell")
+    matches!(
+        name,
+        "write_file" | "edit_file" | "apply_patch" | "shell" | "git_config"
+    )
 }
 
 fn object(props: Value) -> Value {
@@ -165,6 +169,17 @@ pub fn specs() -> Vec<ToolSpec> {
                     "description": "Why the wider sandbox is needed (shown to the user)."},
             })),
         ),
+        spec(
+            "git_config",
+            "Set a git identity key in the workspace repository's own config (what \
+             `git config --local KEY VALUE` would do; git config files are read-only to \
+             commands). Only user.name, user.email, author.name, author.email, \
+             committer.name and committer.email; any other key is refused.",
+            object(json!({
+                "key": {"type": "string", "enum": crate::gitconfig::ALLOWED_KEYS},
+                "value": {"type": "string", "description": "The value, such as a name or an email address."},
+            })),
+        ),
     ]
 }
 
@@ -175,7 +190,7 @@ mod tests {
     #[test]
     fn specs_are_strict_and_known() {
         let specs = specs();
-        assert_eq!(specs.len(), 7);
+        assert_eq!(specs.len(), 8);
         for s in &specs {
             assert!(is_known(&s.name));
             let p = &s.parameters;
@@ -193,6 +208,7 @@ mod tests {
         assert!(is_known("memory_apply"));
         assert!(!is_known("rm_rf"));
         assert!(is_mutating("shell") && is_mutating("write_file") && is_mutating("edit_file"));
+        assert!(is_mutating("git_config"));
         assert!(!is_mutating("read_file") && !is_mutating("list_dir") && !is_mutating("search"));
     }
 }

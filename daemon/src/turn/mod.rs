@@ -712,6 +712,11 @@ impl TurnManager {
         let Some(r) = self.running.get(&p.session_id).map(|r| r.value().clone()) else {
             return Err(not_running());
         };
+        // Sent on seeing the turn's `turn_ended`, before its slot is freed: that turn
+        // takes no more input, so the answer is the one for an idle session.
+        if admission::wait_if_ending(&h, &r).await {
+            return Err(not_running());
+        }
         let (tx, rx) = oneshot::channel();
         let retry_of_waiting = match r.steers.lock() {
             Ok(mut v) => {

@@ -9,8 +9,8 @@
 //!
 //! - `auto` (the default, unless `[turns] permission_mode` says otherwise): every tool
 //!   runs; nothing is recorded.
-//! - `read_only`: mutating tools (`tools::is_mutating`: write_file, edit_file, shell)
-//!   are denied without asking.
+//! - `read_only`: mutating tools (`tools::is_mutating`: write_file, edit_file,
+//!   apply_patch, shell, git_config) are denied without asking.
 //! - `ask`: a mutating tool is sent as an `agentd/permission` request
 //!   `{session_id, turn_id, call_id, tool, args}` to the newest connection that
 //!   subscribed to the session with `permissions:true`; it answers

@@ -446,14 +446,138 @@ fn ordinary_git_work_keeps_working_and_git_config_says_why_it_cannot() {
         if level == "full" {
             assert!(!text.contains("config-exit=0"), "{level}: {res:#}");
             assert!(
-                text.contains("git -c user.name=NAME"),
-                "{level}: the failure names the way around it: {res:#}"
+                text.contains("git -c user.name=NAME") && text.contains("`git_config` tool"),
+                "{level}: the failure names the ways around it: {res:#}"
             );
         }
         // Without mounts the write lands and is put back after the command.
         let cfg = std::fs::read_to_string(r.ws.join(".git/config")).unwrap();
         assert!(!cfg.contains("m@example.com"), "{level}: {cfg}");
         drop(d);
+    }
+}
+
+/// The `git_config` tool: the daemon sets an identity key in the repository's own config
+/// (outside the sandbox, recorded); a key that makes git run code is refused with the
+/// way to do it instead and the config is left as it was; `read_only` refuses the tool.
+#[test]
+fn git_config_sets_identity_keys_and_refuses_keys_that_run_code() {
+    for (force, level) in LEVELS {
+        let r = repo(true);
+        let before = ok_git(&r.ws, &r.o.home, &["config", "--local", "--list"]);
+        let d = r.daemon(force);
+        let mut c = d.connect();
+        let sid = r.session(&mut c, &r.ws);
+        let p = q(&r.pwned);
+        let bad = [
+            ("core.hooksPath", "/tmp/hooks".to_string()),
+            ("core.fsmonitor", format!("touch {p}")),
+            ("alias.st", format!("!touch {p}")),
+            ("Include.Path", "../evil.cfg".to_string()),
+        ];
+        let mut calls = vec![(
+            "git_config",
+            json!({"key": "user.email", "value": "model@example.com"}),
+        )];
+        calls.extend(
+            bad.iter()
+                .map(|(k, v)| ("git_config", json!({"key": k, "value": v}))),
+        );
+        let (r1, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        assert_eq!(r1["status"], "completed", "{level}: {r1}");
+        let results: Vec<&Value> = evs.iter().filter(|e| is_type(e, "tool_result")).collect();
+        let recorded: Vec<&Value> = evs
+            .iter()
+            .filter(|e| is_type(e, "tool_call") && e["data"]["name"] == "git_config")
+            .collect();
+        assert_eq!(recorded.len(), 1 + bad.len(), "{level}: {evs:#?}");
+        assert_eq!(recorded[0]["data"]["args"]["value"], "model@example.com");
+        let ok = &results[0]["data"];
+        assert_eq!(ok["ok"], true, "{level}: {ok:#}");
+        let out = output(ok);
+        assert!(
+            out.contains("user.email")
+                && out.contains("was unset")
+                && out.contains("now \"model@example.com\""),
+            "{level}: the result says what changed: {ok:#}"
+        );
+        for (res, (key, _)) in results[1..].iter().zip(bad.iter()) {
+            let e = &res["data"]["error"];
+            assert_eq!(e["kind"], "permission_denied", "{level} {key}: {res:#}");
+            assert_eq!(e["details"]["key"], *key, "{level}: {res:#}");
+            let msg = e["message"].as_str().unwrap();
+            assert!(
+                msg.contains("git config --local KEY VALUE") && msg.contains("git -c KEY=VALUE"),
+                "{level} {key}: the refusal says how instead: {msg}"
+            );
+        }
+        let email = ok_git(
+            &r.ws,
+            &r.o.home,
+            &["config", "--local", "--get", "user.email"],
+        );
+        assert_eq!(email.trim(), "model@example.com", "{level}");
+        let after = ok_git(&r.ws, &r.o.home, &["config", "--local", "--list"]);
+        assert_eq!(
+            after,
+            format!("{before}user.email=model@example.com\n"),
+            "{level}: only the identity key changed"
+        );
+
+        // A later command sees it, and neither loses it (the degraded level puts
+        // protected files back after a command) nor changes it for good.
+        let res = shell(
+            &d,
+            &mut c,
+            &sid,
+            "git config --get user.email; git config user.email other@example.com 2>/dev/null; true",
+            json!({}),
+        );
+        assert!(
+            output(&res).starts_with("model@example.com"),
+            "{level}: {res:#}"
+        );
+        let email = ok_git(
+            &r.ws,
+            &r.o.home,
+            &["config", "--local", "--get", "user.email"],
+        );
+        assert_eq!(email.trim(), "model@example.com", "{level}");
+
+        // `read_only` refuses it like any mutating tool, and records the decision.
+        let (_, evs) = turn_calling(
+            &d,
+            &mut c,
+            &sid,
+            &[("git_config", json!({"key": "user.name", "value": "Model"}))],
+            json!({"permission_mode": "read_only"}),
+        );
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .unwrap();
+        assert_eq!(
+            res["data"]["error"]["kind"], "permission_denied",
+            "{level}: {res:#}"
+        );
+        assert!(
+            evs.iter()
+                .any(|e| is_type(e, "permission_decision") && e["data"]["reason"] == "read_only"),
+            "{level}"
+        );
+        assert!(
+            host_git(
+                &r.ws,
+                &r.o.home,
+                &["config", "--local", "--get", "user.name"]
+            )
+            .stdout
+            .is_empty(),
+            "{level}"
+        );
+        drop(d);
+        r.user_git_runs_nothing(&r.ws, level);
     }
 }
 

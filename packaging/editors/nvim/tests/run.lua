@@ -263,8 +263,7 @@ test(":AgentdQueue waits behind the running turn and :AgentdSteer is refused whe
     end
     return n == 2
   end, nil, b)
-  -- Refused by kind: a steer that reaches the daemon between the durable `turn_ended`
-  -- and the session's release is refused with the same kind and another wording.
+  -- Refused by kind, the protocol's contract; the wording is the daemon's.
   cmd("AgentdSteer too late")
   wait_for("the not_running refusal", function()
     return noted("^agentd: agentd/steer failed: not_running: ")
