@@ -15,7 +15,7 @@
 //! first word after the slash, and its argument is the rest of the text, trimmed.
 
 use agentctl::acp::params::{
-    abs_dir, check_mode, parse, prompt_text, protocol_version, slash_command, ListReq, NewSession,
+    abs_dir, check_mode, parse, prompt_input, protocol_version, slash_command, ListReq, NewSession,
     OpenSession, Prompt, RpcErr, SessionRef, SetConfig, SetMode, COMMANDS, MODES,
 };
 use agentd_proto::session_id;
@@ -139,8 +139,8 @@ fn check(method: &str, params: Value) {
 }
 
 fn prompt(blocks: &[Value]) {
-    let text = match prompt_text(blocks) {
-        Ok(t) => t,
+    let text = match prompt_input(blocks) {
+        Ok(p) => p.text,
         Err(e) => return refused(&e),
     };
     assert!(!text.trim().is_empty(), "a blank prompt was accepted");

@@ -67,7 +67,8 @@ async fn tools_are_offered_sorted_with_valid_unique_names_and_calls_route_to_raw
     let m = env.manager(&[("fake", fake(&["--colliding", "--tools", "200"]))]);
     assert!(m.start().await.is_empty());
     let offered = m.tools().await;
-    assert_eq!(offered.len(), 15 + 4 + 200);
+    // The fake's 16 own tools, its 4 colliding names and the 200 asked for.
+    assert_eq!(offered.len(), 16 + 4 + 200);
     let mut seen = std::collections::BTreeSet::new();
     for o in &offered {
         assert!(names::is_valid(&o.name), "{}", o.name);
