@@ -264,6 +264,14 @@ pub struct SubscribeParams {
     pub permissions: bool,
 }
 
+/// `agentd/unsubscribe`: ends the subscription `agentd/subscribe` answered with (the
+/// id exactly as it came: the daemon's subscription layer reads it by this name).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnsubscribeParams {
+    pub subscription: Value,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnParams {

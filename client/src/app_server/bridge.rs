@@ -11,12 +11,12 @@
 
 use super::goal;
 use super::map::{self, Live, Turns};
-use super::shared::{parse, Shared};
+use super::shared::{parse, session, Shared};
 use super::wire::{self, Thread, Turn};
 use super::Out;
 use crate::rpc::{Conn, Incoming};
 use agentctl::acp::params::RpcErr;
-use agentd_proto::rpc::{method, EVENT_NOTIFICATION};
+use agentd_proto::rpc::{self, method, EVENT_NOTIFICATION};
 use agentd_proto::session_uuid::{self, Resolved};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -288,10 +288,7 @@ impl Client {
 
     /// Reads a session whole: its facts and its events folded into turns.
     async fn read(&self, sid: &str) -> Result<Read, RpcErr> {
-        let show = self
-            .shared
-            .call(method::SHOW, json!({"session_id": sid}))
-            .await?;
+        let show = self.shared.call(method::SHOW, &session(sid)).await?;
         let workspace = PathBuf::from(show["workspace"].as_str().unwrap_or("/"));
         let mut r = Read {
             sid: sid.to_string(),
@@ -315,11 +312,13 @@ impl Client {
         };
         let mut after: Option<u64> = None;
         loop {
-            let mut q = json!({"session_id": sid, "limit": PAGE});
-            if let Some(a) = after {
-                q["after_seq"] = json!(a);
-            }
-            let page = self.shared.call(method::EVENTS, q).await?;
+            let q = rpc::EventsParams {
+                session_id: sid.to_string(),
+                after_seq: after,
+                limit: Some(PAGE),
+                types: None,
+            };
+            let page = self.shared.call(method::EVENTS, &q).await?;
             let events = page["events"].as_array().cloned().unwrap_or_default();
             for e in &events {
                 let data = &e["data"];
@@ -491,19 +490,16 @@ impl Client {
         }
         let mode = mode_of(p.approval_policy.as_ref(), &self.shared.args.mode);
         let picked = p.model.clone().or_else(|| self.shared.args.model.clone());
-        let mut create = json!({"workspace": cwd});
+        let mut create = rpc::CreateParams {
+            workspace: cwd.to_string_lossy().into_owned(),
+            sandbox: sandbox_param(p.sandbox.as_deref())?,
+            ..Default::default()
+        };
         if let Some(m) = &picked {
-            if let Some(model) = picked_model(m) {
-                create["model"] = json!(model);
-            }
-            if let Some(pv) = &p.model_provider {
-                create["provider"] = json!(pv);
-            }
+            create.model = picked_model(m).map(str::to_string);
+            create.provider = p.model_provider.clone();
         }
-        if let Some(s) = sandbox_param(p.sandbox.as_deref())? {
-            create["sandbox"] = s;
-        }
-        let created = self.shared.call(method::CREATE, create).await?;
+        let created = self.shared.call(method::CREATE, &create).await?;
         let sid = created["session_id"]
             .as_str()
             .unwrap_or_default()
@@ -536,7 +532,10 @@ impl Client {
     async fn thread_fork(self: &Arc<Self>, params: Value) -> Result<Reply, RpcErr> {
         let p: wire::ThreadForkParams = parse(params, "thread/fork params")?;
         let sid = self.sid_of(&p.thread_id).await?;
-        let mut q = json!({"session_id": sid});
+        let mut q = rpc::ForkParams {
+            session_id: sid.clone(),
+            ..Default::default()
+        };
         if let Some(t) = &p.last_turn_id {
             let src = self.read(&sid).await?;
             let seq = src
@@ -544,9 +543,9 @@ impl Client {
                 .ended_seq
                 .get(t)
                 .ok_or_else(|| RpcErr::params(format!("no ended turn `{t}` in this thread")))?;
-            q["to_seq"] = json!(seq);
+            q.to_seq = Some(*seq);
         }
-        let forked = self.shared.call(method::FORK, q).await?;
+        let forked = self.shared.call(method::FORK, &q).await?;
         let child = forked["child_session_id"]
             .as_str()
             .unwrap_or_default()
@@ -577,14 +576,13 @@ impl Client {
         let mut cursor = p.cursor.clone();
         let mut data: Vec<Thread> = vec![];
         let next = loop {
-            let mut q = json!({"limit": limit, "include_archived": archived});
-            if let Some(c) = &cwd {
-                q["workspace"] = json!(c);
-            }
-            if let Some(c) = &cursor {
-                q["cursor"] = json!(c);
-            }
-            let r = self.shared.call(method::LIST, q).await?;
+            let q = rpc::ListParams {
+                workspace: cwd.clone(),
+                limit: Some(limit as usize),
+                include_archived: archived,
+                cursor: cursor.clone(),
+            };
+            let r = self.shared.call(method::LIST, &q).await?;
             for s in r["sessions"].as_array().into_iter().flatten() {
                 if archived && s["archived"] != json!(true) {
                     continue;
@@ -618,7 +616,12 @@ impl Client {
             .shared
             .call(
                 method::EVENTS,
-                json!({"session_id": sid, "types": ["user_message"], "limit": 8}),
+                &rpc::EventsParams {
+                    session_id: sid.to_string(),
+                    types: Some(vec!["user_message".to_string()]),
+                    limit: Some(8),
+                    after_seq: None,
+                },
             )
             .await
             .ok();
@@ -740,7 +743,13 @@ impl Client {
         let p: wire::ThreadSetNameParams = parse(params, "thread/name/set params")?;
         let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
         self.shared
-            .call(method::RENAME, json!({"session_id": sid, "title": p.name}))
+            .call(
+                method::RENAME,
+                &rpc::RenameParams {
+                    session_id: sid.clone(),
+                    title: p.name.clone(),
+                },
+            )
             .await?;
         // A loaded thread hears of it from its follower (the session_info event).
         let loaded = self.threads.lock().is_ok_and(|t| t.contains_key(&sid));
@@ -763,7 +772,7 @@ impl Client {
         } else {
             method::UNARCHIVE
         };
-        self.shared.call(m, json!({"session_id": sid})).await?;
+        self.shared.call(m, &session(&sid)).await?;
         if archive {
             return Ok((
                 json!({}),
@@ -781,7 +790,13 @@ impl Client {
         let p: wire::ThreadRef = parse(params, "thread/delete params")?;
         let (sid, uuid) = self.shared.resolve(&p.thread_id).await?;
         self.shared
-            .call(method::DELETE, json!({"session_id": sid}))
+            .call(
+                method::DELETE,
+                &rpc::DeleteParams {
+                    session_id: sid.clone(),
+                    purge: false,
+                },
+            )
             .await?;
         if let Ok(mut t) = self.threads.lock() {
             t.remove(&sid);
@@ -807,7 +822,11 @@ impl Client {
                 .shared
                 .call(
                     method::COMPACT,
-                    json!({"session_id": sid, "tail_events": tail}),
+                    &rpc::CompactParams {
+                        session_id: sid.clone(),
+                        tail_events: Some(tail),
+                        ..Default::default()
+                    },
                 )
                 .await?;
             if r["compactable"] != json!(false) {
@@ -861,7 +880,11 @@ impl Client {
         self.shared
             .call(
                 method::REVERT,
-                json!({"session_id": sid, "to_seq": started.saturating_sub(1)}),
+                &rpc::RevertParams {
+                    session_id: sid.clone(),
+                    to_seq: started.saturating_sub(1),
+                    ..Default::default()
+                },
             )
             .await?;
         let r = self.read(&sid).await?;
@@ -926,22 +949,21 @@ impl Client {
                 l.model = model.clone();
             }
         }
-        let mut q =
-            json!({"session_id": sid, "input": text, "permission_mode": mode, "wait": false});
-        if !images.is_empty() {
-            q["images"] = json!(images);
-        }
-        // The client's id for its message is agentd's idempotency key: a retried
-        // turn/start answers the turn already admitted instead of running it twice.
-        if let Some(id) = &p.client_user_message_id {
-            q["client_request_id"] = json!(id);
-        }
-        if let Some(m) = model.as_deref().and_then(picked_model) {
-            q["model"] = json!(m);
-        }
+        let q = rpc::TurnParams {
+            session_id: sid,
+            input: text,
+            permission_mode: Some(mode),
+            wait: Some(false),
+            images,
+            // The client's id for its message is agentd's idempotency key: a retried
+            // turn/start answers the turn already admitted instead of running it twice.
+            client_request_id: p.client_user_message_id.clone(),
+            model: model.as_deref().and_then(picked_model).map(str::to_string),
+            ..Default::default()
+        };
         // Codex's clients start the next turn on `turn/completed`; the daemon admits a
         // turn sent on seeing `turn_ended` (docs/protocol.md#turn-order).
-        let r = self.shared.call(method::TURN, q).await?;
+        let r = self.shared.call(method::TURN, &q).await?;
         let turn = Turn {
             id: r["turn_id"].as_str().unwrap_or_default().to_string(),
             items: vec![],
@@ -980,11 +1002,12 @@ impl Client {
                 ),
             ));
         }
-        let mut q = json!({"session_id": sid, "input": text});
-        if let Some(id) = &p.client_user_message_id {
-            q["client_request_id"] = json!(id);
-        }
-        let r = self.shared.call(method::STEER, q).await?;
+        let q = rpc::SteerParams {
+            session_id: sid,
+            input: text,
+            client_request_id: p.client_user_message_id.clone(),
+        };
+        let r = self.shared.call(method::STEER, &q).await?;
         let turn_id = r["turn_id"]
             .as_str()
             .map_or(p.expected_turn_id, str::to_string);
@@ -997,14 +1020,20 @@ impl Client {
         self.shared
             .call(
                 method::INTERRUPT,
-                json!({"session_id": sid, "reason": "codex_interrupt"}),
+                &rpc::InterruptParams {
+                    session_id: sid,
+                    reason: Some("codex_interrupt".into()),
+                },
             )
             .await?;
         Ok(json!({}))
     }
 
     async fn model_list(&self) -> Result<Value, RpcErr> {
-        let c = self.shared.call(method::MODELS, json!({})).await?;
+        let c = self
+            .shared
+            .call(method::MODELS, &rpc::ModelsParams::default())
+            .await?;
         let mut ids: Vec<(String, String, String)> = vec![];
         if let Some(m) = &self.shared.args.model {
             ids.push((m.clone(), m.clone(), "this bridge's --model".into()));
@@ -1089,7 +1118,10 @@ impl Client {
 /// mention as `@name (path)`, a skill as `$name`, one piece per line) and the images
 /// (`agentd/turn`'s `images`: a `data:` URL as `{data, mime_type}`, a local image as
 /// `{path}`; the daemon checks their bytes and limits).
-fn turn_input(input: &[wire::UserInput], what: &str) -> Result<(String, Vec<Value>), RpcErr> {
+fn turn_input(
+    input: &[wire::UserInput],
+    what: &str,
+) -> Result<(String, Vec<rpc::TurnImage>), RpcErr> {
     let mut text = String::new();
     let mut images = Vec::new();
     for i in input {
@@ -1105,7 +1137,11 @@ fn turn_input(input: &[wire::UserInput], what: &str) -> Result<(String, Vec<Valu
                         "{what}: a localImage without a path"
                     )));
                 }
-                images.push(json!({"path": path}));
+                images.push(rpc::TurnImage {
+                    path: Some(path.clone()),
+                    data: None,
+                    mime_type: None,
+                });
                 continue;
             }
             wire::UserInput::Mention { name, path } => format!("@{name} ({path})"),
@@ -1129,7 +1165,7 @@ fn turn_input(input: &[wire::UserInput], what: &str) -> Result<(String, Vec<Valu
 
 /// An `image` input's `url` as agentd's inline image: only `data:MIME;base64,…` URLs
 /// (the bytes travel with the request; agentd fetches nothing).
-fn image_of_url(url: Option<&str>, file_id: bool, what: &str) -> Result<Value, RpcErr> {
+fn image_of_url(url: Option<&str>, file_id: bool, what: &str) -> Result<rpc::TurnImage, RpcErr> {
     let refuse = |why: &str| RpcErr::params(format!("{what}: an image input {why}"));
     let Some(url) = url else {
         return Err(refuse(if file_id {
@@ -1146,11 +1182,11 @@ fn image_of_url(url: Option<&str>, file_id: bool, what: &str) -> Result<Value, R
     let Some(mime) = head.strip_suffix(";base64") else {
         return Err(refuse("must be a base64 data: URL"));
     };
-    let mut img = json!({"data": data});
-    if !mime.is_empty() {
-        img["mime_type"] = json!(mime);
-    }
-    Ok(img)
+    Ok(rpc::TurnImage {
+        path: None,
+        data: Some(data.to_string()),
+        mime_type: (!mime.is_empty()).then(|| mime.to_string()),
+    })
 }
 
 /// The error of a method agentd has no meaning for.

@@ -8,9 +8,9 @@
 //! events for its times).
 
 use super::map::{now_ms, ts_ms, Note};
-use super::shared::{parse, Shared};
+use super::shared::{parse, session, Shared};
 use agentctl::acp::params::RpcErr;
-use agentd_proto::rpc::method;
+use agentd_proto::rpc::{self, method};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -68,8 +68,16 @@ async fn thread_goal(c: &Shared, sid: &str, uuid: &str, goal: &Value) -> Option<
     let evs = c
         .call(
             method::EVENTS,
-            json!({"session_id": sid, "after_seq": set_seq.saturating_sub(1),
-                "types": ["goal_set", "goal_progress", "goal_ended"], "limit": 10_000}),
+            &rpc::EventsParams {
+                session_id: sid.to_string(),
+                after_seq: Some(set_seq.saturating_sub(1)),
+                limit: Some(10_000),
+                types: Some(
+                    ["goal_set", "goal_progress", "goal_ended"]
+                        .map(str::to_string)
+                        .to_vec(),
+                ),
+            },
         )
         .await
         .ok();
@@ -106,7 +114,7 @@ async fn thread_goal(c: &Shared, sid: &str, uuid: &str, goal: &Value) -> Option<
 
 /// The session's latest goal (`agentd/goal_get`'s `goal`, `null` when none).
 async fn latest(c: &Shared, sid: &str) -> Result<Value, RpcErr> {
-    let r = c.call(method::GOAL_GET, json!({"session_id": sid})).await?;
+    let r = c.call(method::GOAL_GET, &session(sid)).await?;
     Ok(r["goal"].clone())
 }
 
@@ -122,9 +130,7 @@ pub async fn get(c: &Shared, params: Value) -> Result<Value, RpcErr> {
 pub async fn clear(c: &Shared, params: Value) -> Result<Value, RpcErr> {
     let p: ThreadRef = parse(params, "thread/goal/clear params")?;
     let (sid, _) = c.resolve(&p.thread_id).await?;
-    let r = c
-        .call(method::GOAL_CLEAR, json!({"session_id": sid}))
-        .await?;
+    let r = c.call(method::GOAL_CLEAR, &session(&sid)).await?;
     Ok(json!({"cleared": r["cleared"] == json!(true)}))
 }
 
@@ -196,20 +202,22 @@ pub async fn set(c: &Shared, params: Value) -> Result<Value, RpcErr> {
             }
         }
     };
-    let mut q = json!({"session_id": sid, "objective": objective});
+    let mut q = rpc::GoalSetParams {
+        session_id: sid.clone(),
+        objective,
+        ..Default::default()
+    };
     match budget {
-        Some(Some(b)) => q["token_budget"] = json!(b),
+        Some(Some(b)) => q.token_budget = u64::try_from(b).ok(),
         Some(None) => {}
         // Unchanged: the budget of the goal this one replaces or resumes (not of a
         // cleared one: that thread has no goal).
         None if status_of(&current).is_some() => {
-            if let Some(b) = current["token_budget"].as_u64() {
-                q["token_budget"] = json!(b);
-            }
+            q.token_budget = current["token_budget"].as_u64();
         }
         None => {}
     }
-    c.call(method::GOAL_SET, q).await?;
+    c.call(method::GOAL_SET, &q).await?;
     let now = latest(c, &sid).await?;
     let goal = thread_goal(c, &sid, &uuid, &now)
         .await

@@ -4,12 +4,13 @@
 
 use crate::cli::AppServerArgs;
 use crate::daemon::{self, Target};
-use crate::rpc::Conn;
+use crate::rpc::{to_params, Conn};
 use agentctl::acp::params::RpcErr;
-use agentd_proto::rpc::method;
+use agentd_proto::rpc::{method, ResolveParams, SessionParams};
 use agentd_proto::session_uuid;
 use agentd_proto::{AgentError, ErrorKind};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -44,7 +45,10 @@ impl Shared {
         Ok(c)
     }
 
-    pub async fn call(&self, m: &str, params: Value) -> Result<Value, AgentError> {
+    /// Calls `m` on the daemon with `params`, one of `agentd_proto::rpc`'s param types
+    /// (the ones the daemon parses them with).
+    pub async fn call<P: Serialize>(&self, m: &str, params: &P) -> Result<Value, AgentError> {
+        let params = to_params(params)?;
         let c = self.conn().await?;
         let r = c.call(m, params).await;
         if matches!(&r, Err(e) if e.kind == ErrorKind::DaemonUnavailable) {
@@ -63,7 +67,7 @@ impl Shared {
                 thread_id.chars().take(64).collect::<String>()
             )));
         }
-        match self.call(method::RESOLVE, json!({"id": thread_id})).await {
+        match self.call(method::RESOLVE, &resolve(thread_id)).await {
             Ok(r) => Ok((
                 r["session_id"].as_str().unwrap_or_default().to_string(),
                 r["uuid"].as_str().unwrap_or_default().to_string(),
@@ -78,12 +82,24 @@ impl Shared {
 
     /// The UUID session `sid` shows as (its own when the daemon does not know it).
     pub async fn uuid_of(&self, sid: &str) -> String {
-        match self.call(method::RESOLVE, json!({"id": sid})).await {
+        match self.call(method::RESOLVE, &resolve(sid)).await {
             Ok(r) => r["uuid"]
                 .as_str()
                 .map_or_else(|| session_uuid::to_uuid(sid), str::to_string),
             Err(_) => session_uuid::to_uuid(sid),
         }
+    }
+}
+
+/// `agentd/resolve`'s params for `id`.
+fn resolve(id: &str) -> ResolveParams {
+    ResolveParams { id: id.to_string() }
+}
+
+/// `agentd/show`'s, the goal getters' and the session verbs' params: the session alone.
+pub fn session(sid: &str) -> SessionParams {
+    SessionParams {
+        session_id: sid.to_string(),
     }
 }
 

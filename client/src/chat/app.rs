@@ -6,10 +6,12 @@ use super::attach::PendingImage;
 use super::input::{Action, Editor};
 use crate::params::title_from_prompt;
 use crate::render::{self, one_line, relative_time};
+use crate::rpc::to_params;
 use crate::view::{args_summary, NoticeKind, TurnState, View};
-use agentd_proto::rpc::method;
+use agentd_proto::rpc::{self, method};
 use agentd_proto::{AgentError, ErrorKind};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -93,7 +95,11 @@ pub enum Tag {
 /// Something the loop must do for the app.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// A daemon call: its params are one of `agentd_proto::rpc`'s types as JSON (see
+    /// [`call`]).
     Call(Tag, &'static str, Value),
+    /// A call whose params could not be encoded: answered with the error as its reply.
+    Fail(Tag, AgentError),
     Respond(Value, Value),
     RespondError(Value, &'static str),
     Quit,
@@ -237,10 +243,14 @@ impl App {
         self.screen = Screen::Picker;
         self.picker_return = from_chat;
         self.picker_sel = 0;
-        vec![Effect::Call(
+        vec![call(
             Tag::List,
             method::LIST,
-            json!({"workspace": self.cwd.to_string_lossy(), "limit": 50}),
+            &rpc::ListParams {
+                workspace: Some(self.cwd.to_string_lossy().into_owned()),
+                limit: Some(50),
+                ..Default::default()
+            },
         )]
     }
 
@@ -248,24 +258,23 @@ impl App {
     pub fn create(&mut self) -> Vec<Effect> {
         self.screen = Screen::Chat;
         self.loading = true;
-        let mut p = json!({"workspace": self.cwd.to_string_lossy()});
-        if let Some(m) = &self.settings.model {
-            p["model"] = json!(m);
-        }
-        if let Some(s) = &self.settings.sandbox {
-            p["sandbox"] = s.clone();
-        }
-        vec![Effect::Call(Tag::Create, method::CREATE, p)]
+        let p = rpc::CreateParams {
+            workspace: self.cwd.to_string_lossy().into_owned(),
+            model: self.settings.model.clone(),
+            sandbox: self.settings.sandbox.clone(),
+            ..Default::default()
+        };
+        vec![call(Tag::Create, method::CREATE, &p)]
     }
 
     /// Attaches to `sid`: its newest history, then its live events.
     pub fn attach(&mut self, sid: &str) -> Vec<Effect> {
         let mut fx = Vec::new();
         if let Some(sub) = self.subscription.take() {
-            fx.push(Effect::Call(
+            fx.push(call(
                 Tag::Unsubscribe,
                 method::UNSUBSCRIBE,
-                json!({"subscription": sub}),
+                &rpc::UnsubscribeParams { subscription: sub },
             ));
         }
         self.screen = Screen::Chat;
@@ -277,28 +286,27 @@ impl App {
         self.loading = true;
         self.history_after = None;
         self.older_pending = false;
-        fx.push(Effect::Call(
-            Tag::Show,
-            method::SHOW,
-            json!({"session_id": sid}),
-        ));
+        fx.push(call(Tag::Show, method::SHOW, &session(sid)));
         fx
     }
 
     fn events_call(&self, after: Option<u64>) -> Effect {
-        let mut p = json!({"session_id": self.sid(), "limit": HISTORY_EVENTS});
-        if let Some(a) = after {
-            p["after_seq"] = json!(a);
-        }
-        Effect::Call(Tag::Events, method::EVENTS, p)
+        let p = rpc::EventsParams {
+            session_id: self.sid(),
+            after_seq: after,
+            limit: Some(HISTORY_EVENTS as usize),
+            types: None,
+        };
+        call(Tag::Events, method::EVENTS, &p)
     }
 
     fn subscribe_call(&self) -> Effect {
-        let mut p = json!({"session_id": self.sid(), "permissions": true});
-        if let Some(s) = self.view.last_seq {
-            p["after_seq"] = json!(s);
-        }
-        Effect::Call(Tag::Subscribe, method::SUBSCRIBE, p)
+        let p = rpc::SubscribeParams {
+            session_id: self.sid(),
+            after_seq: self.view.last_seq,
+            permissions: true,
+        };
+        call(Tag::Subscribe, method::SUBSCRIBE, &p)
     }
 
     /// The connection is gone: say so; what streamed comes back recorded.
@@ -569,17 +577,22 @@ impl App {
             return Vec::new();
         }
         self.hint = Some("interrupting…".into());
-        vec![Effect::Call(
+        vec![call(
             Tag::Interrupt,
             method::INTERRUPT,
-            json!({"session_id": self.sid(), "reason": "chat"}),
+            &rpc::InterruptParams {
+                session_id: self.sid(),
+                reason: Some("chat".into()),
+            },
         )]
     }
 
     /// A prompt's call, remembered until its reply so a lost connection can send it again.
-    fn prompt_call(&mut self, tag: Tag, method: &'static str, params: Value) -> Effect {
-        let call = Effect::Call(tag, method, params);
-        self.inflight.push(call.clone());
+    fn prompt_call<P: Serialize>(&mut self, tag: Tag, method: &'static str, params: &P) -> Effect {
+        let call = call(tag, method, params);
+        if matches!(call, Effect::Call(..)) {
+            self.inflight.push(call.clone());
+        }
         call
     }
 
@@ -592,23 +605,18 @@ impl App {
         format!("chat-{}-{nanos}-{}", std::process::id(), self.request_ids)
     }
 
-    fn turn_params(&mut self, input: &str) -> Value {
-        let id = self.request_id();
-        let mut p = json!({"session_id": self.sid(), "input": input, "wait": false,
-                           "client_request_id": id});
-        if let Some(m) = &self.settings.model {
-            p["model"] = json!(m);
+    fn turn_params(&mut self, input: &str) -> rpc::TurnParams {
+        rpc::TurnParams {
+            session_id: self.sid(),
+            input: input.to_string(),
+            wait: Some(false),
+            client_request_id: Some(self.request_id()),
+            model: self.settings.model.clone(),
+            permission_mode: self.settings.permission_mode.clone(),
+            reasoning_effort: self.settings.effort.clone(),
+            sandbox: self.settings.sandbox.clone(),
+            ..Default::default()
         }
-        if let Some(m) = &self.settings.permission_mode {
-            p["permission_mode"] = json!(m);
-        }
-        if let Some(e) = &self.settings.effort {
-            p["reasoning_effort"] = json!(e);
-        }
-        if let Some(s) = &self.settings.sandbox {
-            p["sandbox"] = s.clone();
-        }
-        p
     }
 
     fn submit(&mut self, queue: bool) -> Vec<Effect> {
@@ -639,55 +647,64 @@ impl App {
         }
         if queue {
             let mut p = self.turn_params(&text);
-            p["queue"] = json!(true);
+            p.queue = Some(true);
             self.with_images(&mut p);
-            return vec![self.prompt_call(Tag::Queue(text), method::TURN, p)];
+            return vec![self.prompt_call(Tag::Queue(text), method::TURN, &p)];
         }
         if self.running() {
-            let id = self.request_id();
-            let p = json!({"session_id": self.sid(), "input": text, "client_request_id": id});
-            return vec![self.prompt_call(Tag::Steer(text.clone()), method::STEER, p)];
+            let p = rpc::SteerParams {
+                session_id: self.sid(),
+                input: text.clone(),
+                client_request_id: Some(self.request_id()),
+            };
+            return vec![self.prompt_call(Tag::Steer(text), method::STEER, &p)];
         }
         let mut fx = Vec::new();
         if self.view.title.is_none() && self.view.items.is_empty() {
-            fx.push(Effect::Call(
+            fx.push(call(
                 Tag::Rename,
                 method::RENAME,
-                json!({"session_id": self.sid(), "title": title_from_prompt(&text)}),
+                &rpc::RenameParams {
+                    session_id: self.sid(),
+                    title: title_from_prompt(&text),
+                },
             ));
         }
         let mut p = self.turn_params(&text);
         self.with_images(&mut p);
-        fx.push(self.prompt_call(Tag::Turn(text), method::TURN, p));
+        fx.push(self.prompt_call(Tag::Turn(text), method::TURN, &p));
         fx
     }
 
     /// Moves the attached images into a turn's params (given back if it is refused).
-    fn with_images(&mut self, p: &mut Value) {
+    fn with_images(&mut self, p: &mut rpc::TurnParams) {
         self.sent_images = std::mem::take(&mut self.images);
-        if !self.sent_images.is_empty() {
-            p["images"] = super::attach::param(&self.sent_images);
-        }
+        p.images = super::attach::param(&self.sent_images);
     }
 
     fn command(&mut self, line: &str) -> Vec<Effect> {
         let (name, arg) = line.split_once(' ').unwrap_or((line, ""));
         let arg = arg.trim();
         let sid = self.sid();
-        let show = |what: &'static str, m: &'static str, p: Value| {
-            vec![Effect::Call(Tag::Show2(what), m, p)]
-        };
+        fn show<P: Serialize>(what: &'static str, m: &'static str, p: &P) -> Vec<Effect> {
+            vec![call(Tag::Show2(what), m, p)]
+        }
         match name {
             "/help" => {
                 self.info(help_text());
                 Vec::new()
             }
             "/quit" | "/exit" => vec![Effect::Quit],
-            "/model" if arg.is_empty() => show("models", method::MODELS, json!({})),
-            "/model" => vec![Effect::Call(
+            "/model" if arg.is_empty() => {
+                show("models", method::MODELS, &rpc::ModelsParams::default())
+            }
+            "/model" => vec![call(
                 Tag::Model(arg.to_string()),
                 method::PREFLIGHT,
-                json!({"model": arg}),
+                &rpc::PreflightParams {
+                    model: Some(arg.to_string()),
+                    provider: None,
+                },
             )],
             "/mode" => match arg {
                 "auto" | "ask" | "read_only" => {
@@ -724,35 +741,55 @@ impl App {
                 }
             },
             "/compact" => {
-                let mut p = json!({"session_id": sid});
+                let mut p = rpc::CompactParams {
+                    session_id: sid,
+                    ..Default::default()
+                };
                 if !arg.is_empty() {
-                    let n = arg.trim_start_matches("--tail").trim().parse::<u64>();
+                    let n = arg.trim_start_matches("--tail").trim().parse::<usize>();
                     match n {
-                        Ok(n) => p["tail_events"] = json!(n),
+                        Ok(n) => p.tail_events = Some(n),
                         Err(_) => {
                             self.error("usage: /compact [--tail N]");
                             return Vec::new();
                         }
                     }
                 }
-                show("compact", method::COMPACT, p)
+                show("compact", method::COMPACT, &p)
             }
             "/fork" => {
-                let mut p = json!({"session_id": sid});
+                let mut p = rpc::ForkParams {
+                    session_id: sid,
+                    ..Default::default()
+                };
                 if !arg.is_empty() {
                     match arg.parse::<u64>() {
-                        Ok(n) => p["to_seq"] = json!(n),
+                        Ok(n) => p.to_seq = Some(n),
                         Err(_) => {
                             self.error("usage: /fork [seq]");
                             return Vec::new();
                         }
                     }
                 }
-                vec![Effect::Call(Tag::Fork, method::FORK, p)]
+                vec![call(Tag::Fork, method::FORK, &p)]
             }
-            "/tree" => show("tree", method::TREE, json!({"session_id": sid})),
+            "/tree" => show(
+                "tree",
+                method::TREE,
+                &rpc::TreeParams {
+                    session_id: Some(sid),
+                    ..Default::default()
+                },
+            ),
             "/sessions" => self.open_picker(true),
-            "/diff" => show("diff", method::DIFF, json!({"session_id": sid})),
+            "/diff" => show(
+                "diff",
+                method::DIFF,
+                &rpc::DiffParams {
+                    session_id: sid,
+                    ..Default::default()
+                },
+            ),
             "/revert" => {
                 let to = if arg.is_empty() {
                     self.view.last_turn_seq.map(|s| s.saturating_sub(1))
@@ -763,7 +800,11 @@ impl App {
                     Some(to) => show(
                         "revert",
                         method::REVERT,
-                        json!({"session_id": sid, "to_seq": to}),
+                        &rpc::RevertParams {
+                            session_id: sid,
+                            to_seq: to,
+                            ..Default::default()
+                        },
                     ),
                     None => {
                         self.error("usage: /revert SEQ (no turn to revert yet)");
@@ -778,7 +819,10 @@ impl App {
             "/rename" => show(
                 "rename",
                 method::RENAME,
-                json!({"session_id": sid, "title": arg}),
+                &rpc::RenameParams {
+                    session_id: sid,
+                    title: arg.to_string(),
+                },
             ),
             "/export" => {
                 let path = if arg.is_empty() {
@@ -794,29 +838,43 @@ impl App {
                 show(
                     "export",
                     method::EXPORT,
-                    json!({"session_id": sid, "format": format,
-                           "output_path": path.to_string_lossy()}),
+                    &rpc::ExportParams {
+                        session_id: sid,
+                        format: format.to_string(),
+                        output_path: Some(path.to_string_lossy().into_owned()),
+                        install: None,
+                    },
                 )
             }
             "/mcp" => vec![
-                Effect::Call(
+                call(
                     Tag::Show2("mcp_servers"),
                     method::MCP_LIST,
-                    json!({"session_id": sid}),
+                    &rpc::McpListParams {
+                        session_id: Some(sid.clone()),
+                    },
                 ),
-                Effect::Call(
+                call(
                     Tag::Show2("mcp"),
                     method::MCP_TOOLS,
-                    json!({"session_id": sid}),
+                    &rpc::McpToolsParams {
+                        session_id: Some(sid),
+                        ..Default::default()
+                    },
                 ),
             ],
-            "/usage" => show("usage", method::USAGE, json!({"session_id": sid})),
-            "/goal" if arg.is_empty() => show("goal", method::GOAL_GET, json!({"session_id": sid})),
-            "/goal" if arg == "clear" => {
-                show("goal", method::GOAL_CLEAR, json!({"session_id": sid}))
-            }
+            "/usage" => show(
+                "usage",
+                method::USAGE,
+                &rpc::UsageParams {
+                    session_id: Some(sid),
+                    ..Default::default()
+                },
+            ),
+            "/goal" if arg.is_empty() => show("goal", method::GOAL_GET, &session(&sid)),
+            "/goal" if arg == "clear" => show("goal", method::GOAL_CLEAR, &session(&sid)),
             "/goal" => match goal_params(&sid, arg, self.settings.model.as_deref()) {
-                Ok(p) => show("goal", method::GOAL_SET, p),
+                Ok(p) => show("goal", method::GOAL_SET, &p),
                 Err(e) => {
                     self.error(e);
                     Vec::new()
@@ -839,12 +897,13 @@ impl App {
         }
         self.older_pending = true;
         let from = start.checked_sub(HISTORY_EVENTS);
-        let mut p = json!({"session_id": self.sid(), "limit": start - from.unwrap_or(0) + 1});
-        if let Some(f) = from {
-            p["after_seq"] = json!(f);
-            p["limit"] = json!(start - f);
-        }
-        vec![Effect::Call(Tag::Older(from), method::EVENTS, p)]
+        let p = rpc::EventsParams {
+            session_id: self.sid(),
+            after_seq: from,
+            limit: Some(from.map_or(start + 1, |f| start - f) as usize),
+            types: None,
+        };
+        vec![call(Tag::Older(from), method::EVENTS, &p)]
     }
 
     /// Puts an older page's items before the drawn ones.
@@ -946,11 +1005,13 @@ impl App {
                 counts
                     .into_iter()
                     .map(|(sid, n)| {
-                        let mut p = json!({"session_id": sid, "types": ["user_message"]});
-                        if n > 300 {
-                            p["after_seq"] = json!(n - 300);
-                        }
-                        Effect::Call(Tag::LastPrompt(sid), method::EVENTS, p)
+                        let p = rpc::EventsParams {
+                            session_id: sid.clone(),
+                            after_seq: (n > 300).then(|| n - 300),
+                            types: Some(vec!["user_message".to_string()]),
+                            limit: None,
+                        };
+                        call(Tag::LastPrompt(sid), method::EVENTS, &p)
                     })
                     .collect()
             }
@@ -1056,7 +1117,7 @@ impl App {
                 if e.kind == ErrorKind::NotRunning {
                     // The turn ended meanwhile: the prompt starts the next one.
                     let p = self.turn_params(&text);
-                    return vec![self.prompt_call(Tag::Turn(text), method::TURN, p)];
+                    return vec![self.prompt_call(Tag::Turn(text), method::TURN, &p)];
                 }
                 self.editor.set(&text);
                 if e.kind == ErrorKind::Unsupported {
@@ -1289,33 +1350,53 @@ impl App {
 
 /// `agentd/goal_set` params of `/goal [--max-turns N] [--budget TOKENS] OBJECTIVE`; the
 /// goal's turns use the model the chat picked (`/model`), if any.
-fn goal_params(sid: &str, arg: &str, model: Option<&str>) -> Result<Value, String> {
+fn goal_params(sid: &str, arg: &str, model: Option<&str>) -> Result<rpc::GoalSetParams, String> {
     const USAGE: &str =
         "usage: /goal [--max-turns N] [--budget TOKENS] OBJECTIVE | /goal | /goal clear";
-    let mut p = json!({"session_id": sid});
+    let mut p = rpc::GoalSetParams {
+        session_id: sid.to_string(),
+        model: model.map(str::to_string),
+        ..Default::default()
+    };
     let mut rest = arg.trim();
     loop {
-        let (key, field) = if let Some(r) = rest.strip_prefix("--max-turns") {
-            (r, "max_turns")
+        let (key, turns) = if let Some(r) = rest.strip_prefix("--max-turns") {
+            (r, true)
         } else if let Some(r) = rest.strip_prefix("--budget") {
-            (r, "token_budget")
+            (r, false)
         } else {
             break;
         };
         let key = key.trim_start();
         let (num, after) = key.split_once(' ').unwrap_or((key, ""));
-        let n: u64 = num.parse().map_err(|_| USAGE.to_string())?;
-        p[field] = json!(n);
+        if turns {
+            p.max_turns = Some(num.parse().map_err(|_| USAGE.to_string())?);
+        } else {
+            p.token_budget = Some(num.parse().map_err(|_| USAGE.to_string())?);
+        }
         rest = after.trim_start();
     }
     if rest.is_empty() {
         return Err(USAGE.into());
     }
-    p["objective"] = json!(rest);
-    if let Some(m) = model {
-        p["model"] = json!(m);
-    }
+    p.objective = rest.to_string();
     Ok(p)
+}
+
+/// The effect of a daemon call of `tag` with `params`, one of `agentd_proto::rpc`'s
+/// param types (the ones the daemon parses them with).
+fn call<P: Serialize>(tag: Tag, m: &'static str, params: &P) -> Effect {
+    match to_params(params) {
+        Ok(p) => Effect::Call(tag, m, p),
+        Err(e) => Effect::Fail(tag, e),
+    }
+}
+
+/// `agentd/show`'s and the goal getters' params: the session alone.
+fn session(sid: &str) -> rpc::SessionParams {
+    rpc::SessionParams {
+        session_id: sid.to_string(),
+    }
 }
 
 fn earlier_notice(after: u64) -> String {
@@ -1343,155 +1424,4 @@ pub fn help_text() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rpc::connection_lost;
-
-    fn attached() -> App {
-        let mut a = App::new("/w".into(), TurnSettings::default());
-        a.attach("s1");
-        a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 1})));
-        a
-    }
-
-    fn type_line(a: &mut App, text: &str) -> Vec<Effect> {
-        for c in text.chars() {
-            a.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
-        }
-        a.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))
-    }
-
-    #[test]
-    fn a_prompt_cut_by_a_lost_connection_is_sent_again_with_its_id() {
-        let mut a = attached();
-        let fx = type_line(&mut a, "hello");
-        let turn = fx
-            .iter()
-            .find(|f| matches!(f, Effect::Call(Tag::Turn(_), ..)))
-            .cloned()
-            .expect("a turn call");
-        let Effect::Call(tag, m, params) = &turn else {
-            unreachable!()
-        };
-        assert_eq!(*m, method::TURN);
-        assert_eq!(params["input"], "hello");
-        assert!(params["client_request_id"]
-            .as_str()
-            .unwrap()
-            .starts_with("chat-"));
-        a.on_disconnected();
-        let fx = a.on_reply(tag.clone(), Err(connection_lost("gone")));
-        assert!(fx.is_empty());
-        let fx = a.on_connected();
-        assert!(fx.contains(&turn), "{fx:?}");
-        // A second prompt gets a new id.
-        a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 2})));
-        a.on_reply(tag.clone(), Ok(json!({"status": "running"})));
-        let fx = type_line(&mut a, "again");
-        let Some(Effect::Call(_, _, p2)) = fx
-            .iter()
-            .find(|f| matches!(f, Effect::Call(Tag::Turn(_), ..)))
-        else {
-            panic!("{fx:?}")
-        };
-        assert_ne!(p2["client_request_id"], params["client_request_id"]);
-    }
-
-    #[test]
-    fn pgup_at_the_top_draws_the_page_before() {
-        let mut a = App::new("/w".into(), TurnSettings::default());
-        a.attach("s1");
-        let msg = |seq: u64| json!({"seq": seq, "type": "user_message", "data": {"text": format!("m{seq}")}});
-        let fx = a.on_reply(Tag::Show, Ok(json!({"last_seq": HISTORY_EVENTS + 2})));
-        assert!(matches!(&fx[..], [Effect::Call(Tag::Events, _, p)] if p["after_seq"] == 2));
-        let page: Vec<Value> = (3..=HISTORY_EVENTS + 2).map(msg).collect();
-        a.on_reply(Tag::Events, Ok(json!({"events": page})));
-        assert!(
-            matches!(&a.view.items[0], crate::view::Item::Notice { text, .. } if text.starts_with("3 earlier events"))
-        );
-        let fx = a.load_older();
-        let [Effect::Call(tag, _, p)] = &fx[..] else {
-            panic!("{fx:?}")
-        };
-        assert_eq!(p["limit"], 3);
-        assert!(p.get("after_seq").is_none());
-        a.on_reply(tag.clone(), Ok(json!({"events": [msg(0), msg(1), msg(2)]})));
-        let texts: Vec<String> = a
-            .view
-            .items
-            .iter()
-            .take(4)
-            .map(|i| match i {
-                crate::view::Item::User { text } => text.clone(),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(texts, ["m0", "m1", "m2", "m3"]);
-        assert!(a.load_older().is_empty(), "nothing older than seq 0");
-        // Live events still go after the last one.
-        a.on_event(&json!({"session_id": "s1", "seq": HISTORY_EVENTS + 3, "type": "user_message", "data": {"text": "live"}}));
-        assert!(
-            matches!(a.view.items.back(), Some(crate::view::Item::User { text }) if text == "live")
-        );
-    }
-
-    #[test]
-    fn ctrl_c_interrupts_clears_then_quits_twice_on_idle() {
-        let mut a = attached();
-        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
-        a.view
-            .apply(&json!({"seq": 1, "type": "turn_started", "data": {"turn_id": "t"}}));
-        let fx = a.on_key(ctrl_c);
-        assert!(matches!(&fx[..], [Effect::Call(Tag::Interrupt, m, _)] if *m == method::INTERRUPT));
-        a.view.apply(&json!({"seq": 2, "type": "turn_ended", "data": {"turn_id": "t", "status": "interrupted"}}));
-        a.editor.set("draft");
-        assert!(a.on_key(ctrl_c).is_empty());
-        assert!(a.editor.is_empty());
-        assert!(a.on_key(ctrl_c).is_empty());
-        assert_eq!(a.on_key(ctrl_c), vec![Effect::Quit]);
-    }
-
-    #[test]
-    fn permission_keys_answer_and_a_allows_for_the_session() {
-        let mut a = attached();
-        let req = json!({"session_id": "s1", "tool": "write_file", "args": {"path": "x"}});
-        a.on_request(json!(7), method::PERMISSION, &req);
-        let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
-        // `a` asks the daemon to remember the tool for the session: it asks no more.
-        assert_eq!(
-            fx,
-            vec![Effect::Respond(
-                json!(7),
-                json!({"decision": "allow_always"})
-            )]
-        );
-        assert!(a.permissions.is_empty());
-        // A subagent's request (the daemon routes it to its parent's client) is asked
-        // about, naming the subagent; one without a session is denied.
-        let child = json!({"session_id": "s2", "tool": "shell", "args": {"command": "ls"}});
-        assert!(a
-            .on_request(json!(8), method::PERMISSION, &child)
-            .is_empty());
-        assert_eq!(a.permissions[0].subagent.as_deref(), Some("s2"));
-        let fx = a.on_key(KeyEvent::new(KeyCode::Char('y'), KeyModifiers::NONE));
-        assert_eq!(
-            fx,
-            vec![Effect::Respond(json!(8), json!({"decision": "allow"}))]
-        );
-        let nobody = json!({"tool": "shell", "args": {}});
-        assert_eq!(
-            a.on_request(json!(9), method::PERMISSION, &nobody),
-            vec![Effect::Respond(json!(9), json!({"decision": "deny"}))]
-        );
-        let grant = json!({"session_id": "s1", "tool": "shell", "args": {"command": "x"}, "sandbox_grant": {"network": "host"}});
-        a.on_request(json!(10), method::PERMISSION, &grant);
-        let fx = a.on_key(KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE));
-        assert_eq!(
-            fx,
-            vec![Effect::Respond(
-                json!(10),
-                json!({"decision": "allow", "scope": "session"})
-            )]
-        );
-    }
-}
+mod tests;

@@ -27,10 +27,14 @@ impl PendingImage {
 }
 
 /// `agentd/turn`'s `images` for `images`: `[{path}]`.
-pub fn param(images: &[PendingImage]) -> serde_json::Value {
+pub fn param(images: &[PendingImage]) -> Vec<agentd_proto::rpc::TurnImage> {
     images
         .iter()
-        .map(|i| serde_json::json!({"path": i.path}))
+        .map(|i| agentd_proto::rpc::TurnImage {
+            path: Some(i.path.to_string_lossy().into_owned()),
+            data: None,
+            mime_type: None,
+        })
         .collect()
 }
 

@@ -234,6 +234,7 @@ async fn event_loop(
             for fx in pending.drain(..) {
                 match fx {
                     Effect::Quit => return 0,
+                    Effect::Fail(tag, e) => next.extend(app.on_reply(tag, Err(e))),
                     Effect::Call(tag, method, params) => match &conn {
                         Some(c) => {
                             let c = c.clone();
