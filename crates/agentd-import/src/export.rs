@@ -1172,8 +1172,8 @@ mod tests {
                 let kept = if peer == Peer::Codex { None } else { title };
                 let back_title = back
                     .iter()
-                    .filter_map(|e| e.data.get("title").and_then(Value::as_str))
-                    .last();
+                    .rev()
+                    .find_map(|e| e.data.get("title").and_then(Value::as_str));
                 assert_eq!(back_title, kept, "{peer:?}");
                 let again = export(peer, &back, &ctx()).unwrap();
                 assert_eq!(again.bytes, x.bytes, "{peer:?} {title:?}: a fixed point");
