@@ -215,17 +215,7 @@ fn mark_open(turns: &TurnManager, sid: &str, open: bool) {
     if agentd_proto::session_id::validate(sid).is_err() {
         return;
     }
-    let dir = markers_dir(turns);
-    let path = dir.join(sid);
-    let res = if open {
-        std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, b""))
-    } else {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
-    };
-    if let Err(e) = res {
+    if let Err(e) = super::set_marker(&markers_dir(turns), sid, open) {
         tracing::warn!(session = sid, error = %e, "open-goal marker not updated");
     }
 }

@@ -263,18 +263,8 @@ impl TurnManager {
         if agentd_proto::session_id::validate(sid).is_err() {
             return;
         }
-        let dir = self.markers_dir();
-        let path = dir.join(sid);
         let _g = self.markers.lock().unwrap_or_else(|p| p.into_inner());
-        let res = if running {
-            std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, b""))
-        } else {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
-        };
-        if let Err(e) = res {
+        if let Err(e) = set_marker(&self.markers_dir(), sid, running) {
             tracing::warn!(session = sid, error = %e, "running-turn marker not updated");
         }
     }
@@ -1303,6 +1293,20 @@ impl TurnManager {
             if r.wait_done(INTERRUPT_WAIT).await.is_none() {
                 tracing::warn!(turn = %r.turn_id, "turn did not record its end before shutdown");
             }
+        }
+    }
+}
+
+/// Creates (`on`) or removes the empty marker file `dir/sid`; a marker already gone is
+/// no error. Shared by the running-turn and open-goal markers.
+pub(crate) fn set_marker(dir: &std::path::Path, sid: &str, on: bool) -> std::io::Result<()> {
+    let path = dir.join(sid);
+    if on {
+        std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, b""))
+    } else {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
         }
     }
 }
