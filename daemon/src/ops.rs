@@ -697,8 +697,13 @@ pub async fn import(
 pub async fn import_with(
     registry: &Arc<Registry>,
     p: agentd_proto::rpc::ImportParams,
-    imported_from_extra: serde_json::Map<String, Value>,
+    mut imported_from_extra: serde_json::Map<String, Value>,
 ) -> Result<ImportOutcome, AgentError> {
+    // agentd's clock, not the source's: what tells several imports of one source apart
+    // (the earliest holds its UUID, docs/protocol.md#session-uuids).
+    imported_from_extra
+        .entry("imported_at")
+        .or_insert_with(|| json!(agentd_proto::event::now_ts()));
     let format = crate::import::Format::parse_choice(&p.format)?;
     let src = std::path::PathBuf::from(&p.path);
     if !src.is_absolute() {

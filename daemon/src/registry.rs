@@ -52,6 +52,10 @@ pub struct SessionMeta {
     /// sessions by UUID (`session_started.data.imported_from.session_id`): the recorded
     /// alias `agentd/resolve` answers to (docs/protocol.md#session-uuids).
     pub imported_uuid: Option<String>,
+    /// When agentd imported it (`session_started.data.imported_from.imported_at`, agentd's
+    /// clock): what orders several imports of one source. `created_at` is the source's own
+    /// start, the same for every import of it.
+    pub imported_at: Option<String>,
 }
 
 impl SessionMeta {
@@ -75,6 +79,7 @@ impl SessionMeta {
             deleted: false,
             own_uuid: agentd_proto::session_uuid::to_uuid(sid),
             imported_uuid: None,
+            imported_at: None,
         };
         if let Some(ev) = first {
             meta.workspace = ev.str_field("workspace").unwrap_or_default().to_string();
@@ -93,12 +98,11 @@ impl SessionMeta {
                 meta.parent_call_id = ev.str_field("parent_call_id").map(str::to_string);
             }
             if ev.event_type() == EventType::SessionStarted {
-                meta.imported_uuid = ev
-                    .data
-                    .get("imported_from")
-                    .and_then(|f| f.get("session_id"))
-                    .and_then(|v| v.as_str())
-                    .and_then(agentd_proto::session_uuid::canonical);
+                let from = ev.data.get("imported_from");
+                let field = |k: &str| from.and_then(|f| f.get(k)).and_then(|v| v.as_str());
+                meta.imported_uuid =
+                    field("session_id").and_then(agentd_proto::session_uuid::canonical);
+                meta.imported_at = field("imported_at").map(str::to_string);
             }
         }
         meta

@@ -28,10 +28,7 @@ pub fn aliases(index: &HashMap<String, SessionMeta>) -> HashMap<&str, &str> {
         let Some(u) = m.imported_uuid.as_deref() else {
             continue;
         };
-        let earlier = |o: &SessionMeta| {
-            (m.created_at.as_str(), m.session_id.as_str())
-                < (o.created_at.as_str(), o.session_id.as_str())
-        };
+        let earlier = |o: &SessionMeta| imported_order(m) < imported_order(o);
         match held.get(u) {
             Some(o) if !earlier(o) => {}
             _ => {
@@ -46,6 +43,13 @@ pub fn aliases(index: &HashMap<String, SessionMeta>) -> HashMap<&str, &str> {
     held.into_iter()
         .map(|(u, m)| (u, m.session_id.as_str()))
         .collect()
+}
+
+/// What orders the imports of one source: when agentd imported each (a Log written before
+/// `imported_at` was recorded falls back to its first event's time), then the session id.
+fn imported_order(m: &SessionMeta) -> (&str, &str) {
+    let at = m.imported_at.as_deref().unwrap_or(m.created_at.as_str());
+    (at, m.session_id.as_str())
 }
 
 /// The live session whose own UUID is `uuid` (canonical form).
@@ -131,6 +135,7 @@ mod tests {
             deleted: false,
             own_uuid: session_uuid::to_uuid(sid),
             imported_uuid: imported.map(str::to_string),
+            imported_at: None,
         }
     }
 
@@ -179,5 +184,27 @@ mod tests {
         );
         assert!(resolve(&index, "0b7e5f4e-34a6-4a0e-9b4b-2c1f1f0a9c11").is_none());
         assert!(resolve(&index, "not-a-session").is_none());
+    }
+
+    /// Two imports of one source share its start time (`created_at`), and ids made in the
+    /// same second sort by their random suffix: the one agentd imported first holds the
+    /// alias, whatever its id.
+    #[test]
+    fn the_first_imported_holds_the_alias_when_the_source_start_is_shared() {
+        let first = "20261127T050000-ffffff";
+        let again = "20261127T050000-000001";
+        let mut a = meta(first, "2025-01-01T00:00:00Z", Some(CX));
+        a.imported_at = Some("2026-11-27T05:00:00.100000Z".into());
+        let mut b = meta(again, "2025-01-01T00:00:00Z", Some(CX));
+        b.imported_at = Some("2026-11-27T05:00:00.200000Z".into());
+        let index: HashMap<String, SessionMeta> = [b, a]
+            .into_iter()
+            .map(|m| (m.session_id.clone(), m))
+            .collect();
+        assert_eq!(resolve(&index, CX).unwrap().session_id, first);
+        assert_eq!(
+            resolve(&index, again).unwrap().uuid,
+            session_uuid::to_uuid(again)
+        );
     }
 }
