@@ -163,6 +163,14 @@ impl Cgroup {
         })
     }
 
+    /// The directory a process can be created in (`CLONE_INTO_CGROUP`): v2 only.
+    pub fn v2_dir(&self) -> Option<PathBuf> {
+        match self.hierarchy {
+            Hierarchy::V2(_) => self.dirs.first().cloned(),
+            Hierarchy::V1 { .. } => None,
+        }
+    }
+
     /// The `cgroup.procs` files the helper writes itself into.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
