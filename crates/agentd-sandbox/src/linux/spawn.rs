@@ -847,9 +847,9 @@ impl Sandbox {
 /// ([`Prepared::finish`]). Without namespaces, every one (nothing else holds them). With
 /// namespaces they are read-only mounts, but a mount is dropped when the host replaces
 /// the file beneath it (the user's own `git config` renames a new `.git/config` over it)
-/// and the command can then write the file until it ends: those that exist are saved
-/// too (a missing `hooks`/`info` the helper creates and mounts). Only where the command
-/// may write the workspace.
+/// and the command can then write the file until it ends: those that exist are pinned
+/// (a descriptor each, nothing read), and one replaced during the command is put back
+/// from the inode pinned. Only where the command may write the workspace.
 fn saved_before(
     namespaces: bool,
     mode: Mode,
@@ -859,7 +859,7 @@ fn saved_before(
     if !namespaces {
         Some(super::restore::Snapshot::take(protected, writable))
     } else if mode == Mode::WorkspaceWrite {
-        Some(super::restore::Snapshot::take_existing(protected, writable))
+        Some(super::restore::Snapshot::take_pinned(protected, writable))
     } else {
         None
     }
@@ -977,10 +977,16 @@ fn unix_sockets_fact(plan: &Plan, landlock_abi: i32) -> String {
         )
     };
     if plan.namespaces {
-        let what = if plan.network == crate::policy::Network::None {
-            "host sockets covered or emptied away (private /tmp, empty /run)"
-        } else {
+        let what = if plan.network != crate::policy::Network::None {
             "container engines' sockets covered"
+        } else if landlock_abi >= 9 {
+            "host sockets covered or emptied away (private /tmp, empty /run); any other \
+             outside the writable roots refused (Landlock), one bound after the command \
+             started included"
+        } else {
+            "host sockets covered or emptied away (private /tmp, empty /run), as listed when \
+             the command started: one bound on the host after that, outside /run, /tmp and \
+             the hidden set, is not covered (Landlock ABI < 9 cannot refuse it)"
         };
         format!("{what}{granted}")
     } else if plan.refuse_unix {
