@@ -174,6 +174,11 @@ fn a_goal_stops_when_its_token_budget_is_spent() {
     assert_eq!(ended["data"]["tokens_used"], 105);
     let mut c = d.connect();
     assert_eq!(of_type(&events(&mut c, &sid), "turn_started").len(), 1);
+    // A turn after the goal ended spends its own tokens, not the goal's.
+    user_turn(&d, &sid, "thanks");
+    let g = c.call_ok("agentd/goal_get", json!({"session_id": sid}));
+    assert_eq!(g["goal"]["status"], "ended", "{g}");
+    assert_eq!(g["goal"]["tokens_used"], 105, "{g}");
 }
 
 /// Interrupting a goal's turn ends the goal (`interrupted`); `--clear` on a goal that

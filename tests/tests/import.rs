@@ -203,7 +203,8 @@ fn pi_fixtures_import_fold_compact_and_fork() {
     }
 }
 
-/// Importing the same file twice gives two sessions with the same content.
+/// Importing the same file twice gives two sessions with the same content; only when
+/// agentd imported each differs, in the order it did.
 #[test]
 fn importing_twice_gives_two_sessions_with_the_same_events() {
     let d = daemon();
@@ -220,13 +221,18 @@ fn importing_twice_gives_two_sessions_with_the_same_events() {
     let a = ctl(&d, &args);
     let b = ctl(&d, &args);
     assert_ne!(a["session_id"], b["session_id"]);
-    let strip = |sid: &Value| -> Vec<(Value, Value)> {
-        events(&d, sid.as_str().unwrap())
+    let mut at = Vec::new();
+    let mut strip = |sid: &Value| -> Vec<(Value, Value)> {
+        let mut evs: Vec<(Value, Value)> = events(&d, sid.as_str().unwrap())
             .into_iter()
             .map(|e| (e["type"].clone(), e["data"].clone()))
-            .collect()
+            .collect();
+        let from = evs[0].1["imported_from"].as_object_mut().unwrap();
+        at.push(from.remove("imported_at").expect("imported_at"));
+        evs
     };
     assert_eq!(strip(&a["session_id"]), strip(&b["session_id"]));
+    assert!(at[0].as_str().unwrap() < at[1].as_str().unwrap(), "{at:?}");
 }
 
 #[test]

@@ -1,6 +1,12 @@
 //! The in-memory model of a workspace that makes a snapshot cheap: every file of the
 //! last snapshot with its stat data (size, mtime, ctime, inode, mode) and object id.
 //!
+//! Every read goes through descriptors ([`crate::at`]): the workspace is opened once per
+//! scan, each directory below it from its parent's descriptor and each file from its
+//! directory's, never following a symlink, so a command that swaps a directory for a
+//! symlink mid-scan cannot make the daemon read (and store, and later write back) a
+//! file from outside the workspace.
+//!
 //! A full scan walks the workspace honouring `.gitignore` files and `.git/info/exclude`
 //! (git's rules: the deepest file decides, an ignored directory is not entered; matched
 //! with the `ignore` crate's gitignore matcher), never following a symlink and never
@@ -13,15 +19,17 @@
 //! Racy files: a file modified within [`RACY_NS`] of the moment it was hashed may
 //! change again with the same stat data, so it is hashed again at the next scan.
 
+use super::at;
 use super::objects::{push_entry, Oid, Store, MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE};
 use super::Skipped;
 use crate::SnapshotConfig;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
 use std::ops::Bound;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -38,16 +46,32 @@ struct Stat {
 }
 
 impl Stat {
-    fn of(m: &std::fs::Metadata) -> Stat {
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    fn of(st: &libc::stat) -> Stat {
         Stat {
-            size: m.size(),
-            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-            ino: m.ino(),
-            mode: m.mode(),
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+            ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+            ino: st.st_ino as u64,
+            mode: st.st_mode as u32,
         }
     }
 }
+
+impl Stat {
+    /// `mode_t` is narrower than `u32` on some platforms.
+    #[allow(clippy::unnecessary_cast)]
+    fn is_link(&self) -> bool {
+        self.mode & libc::S_IFMT as u32 == libc::S_IFLNK as u32
+    }
+}
+
+/// A directory deeper than this below the workspace is not entered (each level holds a
+/// descriptor while the scan is below it); what the model had there is kept.
+const MAX_DEPTH: usize = 256;
+
+/// An ignore file larger than this is not read (as if it were unreadable).
+const MAX_IGNORE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -71,7 +95,7 @@ pub(crate) use watch::Watch;
 mod watch {
     use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
     use std::collections::{BTreeSet, HashMap};
-    use std::path::Path;
+    use std::os::fd::OwnedFd;
 
     pub struct Watch {
         ino: Inotify,
@@ -95,7 +119,6 @@ mod watch {
             | WatchMask::MOVED_TO
             | WatchMask::DELETE_SELF
             | WatchMask::MOVE_SELF
-            | WatchMask::DONT_FOLLOW
             | WatchMask::ONLYDIR
             | WatchMask::EXCL_UNLINK
     }
@@ -109,9 +132,15 @@ mod watch {
             })
         }
 
-        /// Watches `dir` (workspace-relative prefix `rel`); false at the system's limit.
-        pub fn add(&mut self, dir: &Path, rel: &[u8]) -> bool {
-            match self.ino.watches().add(dir, watch_mask()) {
+        /// Watches the directory held by `dir` (workspace-relative prefix `rel`), named
+        /// by its descriptor so the watch is on that very directory; false at the
+        /// system's limit (or with no `/proc`).
+        pub fn add(&mut self, dir: &OwnedFd, rel: &[u8]) -> bool {
+            match self
+                .ino
+                .watches()
+                .add(crate::at::proc_path(dir), watch_mask())
+            {
                 Ok(wd) => {
                     self.dirs.insert(wd, rel.to_vec());
                     true
@@ -176,7 +205,7 @@ mod watch {
 #[cfg(not(target_os = "linux"))]
 mod watch {
     use std::collections::BTreeSet;
-    use std::path::Path;
+    use std::os::fd::OwnedFd;
 
     /// No file watch outside Linux: every snapshot scans the workspace.
     #[derive(Debug)]
@@ -186,7 +215,7 @@ mod watch {
         pub fn new() -> Option<Watch> {
             None
         }
-        pub fn add(&mut self, _dir: &Path, _rel: &[u8]) -> bool {
+        pub fn add(&mut self, _dir: &OwnedFd, _rel: &[u8]) -> bool {
             match *self {}
         }
         pub fn drain(
@@ -250,17 +279,6 @@ impl<'a> Budget<'a> {
             now_ns: now_ns(),
             hashed: 0,
         }
-    }
-
-    /// A budget for a partial rescan, which needs the workspace to still be there.
-    fn for_rescan(ws: &Path, cfg: &'a SnapshotConfig) -> std::io::Result<Self> {
-        if !ws.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{} is not a directory", ws.display()),
-            ));
-        }
-        Ok(Budget::new(cfg))
     }
 }
 
@@ -339,8 +357,9 @@ impl Model {
         cfg: &SnapshotConfig,
         watched: bool,
     ) -> std::io::Result<Outcome> {
+        let root = at::open_root(ws)?;
         if watched && self.tree.is_some() {
-            if let Some(out) = self.scan_watched(ws, exclude, cfg)? {
+            if let Some(out) = self.scan_watched(&root, ws, exclude, cfg)? {
                 return Ok(out);
             }
         }
@@ -351,11 +370,11 @@ impl Model {
         self.generation += 1;
         let mut changed = Vec::new();
         let mut stack = Vec::new();
-        if let Some(g) = exclude.and_then(|x| self.ignore_file(x, ws)) {
+        if let Some(g) = exclude.and_then(|x| self.exclude_file(&root, ws, x)) {
             stack.push(g);
         }
         let mut rel = Vec::new();
-        self.walk(ws, &mut rel, &mut stack, &mut changed, &mut b)?;
+        self.walk(root, ws, &mut rel, 0, &mut stack, &mut changed, &mut b)?;
         let gen = self.generation;
         let gone: Vec<Vec<u8>> = self
             .files
@@ -377,93 +396,117 @@ impl Model {
         Ok(out)
     }
 
-    /// One directory of a full scan: `rel` is its workspace-relative prefix (`""` or
-    /// ending in `/`), `stack` the ignore files in force, outermost first.
+    /// One directory of a full scan, read through `dir` (its descriptor; `path` names
+    /// it for the ignore matchers only): `rel` is its workspace-relative prefix (`""` or
+    /// ending in `/`), `depth` its number of components, `stack` the ignore files in
+    /// force, outermost first.
+    #[allow(clippy::too_many_arguments)]
     fn walk(
         &mut self,
-        dir: &Path,
+        dir: OwnedFd,
+        path: &Path,
         rel: &mut Vec<u8>,
+        depth: usize,
         stack: &mut Vec<Arc<Gitignore>>,
         changed: &mut Vec<String>,
         b: &mut Budget,
     ) -> std::io::Result<()> {
-        self.watch_dir(dir, rel);
-        let rd = match std::fs::read_dir(dir) {
-            Ok(rd) => rd,
+        self.watch_dir(&dir, rel);
+        let names = match at::list(&dir) {
+            Ok(names) => names,
             // The workspace itself must be there; a subdirectory may vanish or be closed.
             Err(e) if rel.is_empty() => return Err(e),
             Err(e) => {
-                b.warn(Path::new(std::ffi::OsStr::from_bytes(rel)), &e);
+                b.warn(Path::new(OsStr::from_bytes(rel)), &e);
                 self.keep_under(rel);
                 return Ok(());
             }
         };
-        let mut entries: Vec<(std::ffi::OsString, std::fs::FileType, std::fs::DirEntry)> =
-            Vec::new();
-        for e in rd {
-            let Ok(e) = e else { continue };
-            let name = e.file_name();
+        let base = rel.len();
+        let mut entries: Vec<(std::ffi::OsString, libc::stat)> = Vec::new();
+        for name in names {
             if name == ".git" {
                 continue;
             }
-            if let Ok(ft) = e.file_type() {
-                entries.push((name, ft, e));
+            // Relative to the open directory, never following a symlink.
+            match at::stat_at(&dir, &name) {
+                Ok(Some(st)) => entries.push((name, st)),
+                // Gone since the listing.
+                Ok(None) => {}
+                Err(e) => {
+                    rel.truncate(base);
+                    rel.extend_from_slice(name.as_bytes());
+                    b.warn(Path::new(OsStr::from_bytes(rel)), &e);
+                    let gen = self.generation;
+                    if let Some(old) = self.files.get_mut(rel.as_slice()) {
+                        old.seen = gen;
+                    }
+                    rel.push(b'/');
+                    self.keep_under(rel);
+                }
             }
         }
+        rel.truncate(base);
         entries.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
-        let pushed = match entries
+        let pushed = entries
             .iter()
-            .find(|(n, ft, _)| n == ".gitignore" && ft.is_file())
-        {
-            Some(_) => match self.ignore_file(&dir.join(".gitignore"), dir) {
+            .any(|(n, st)| n == ".gitignore" && at::is_file(st))
+            && match self.ignore_file(
+                &dir,
+                OsStr::new(".gitignore"),
+                &path.join(".gitignore"),
+                path,
+            ) {
                 Some(g) => {
                     stack.push(g);
                     true
                 }
                 None => false,
-            },
-            None => false,
-        };
-        let base = rel.len();
-        for (name, ft, entry) in entries {
-            let is_dir = ft.is_dir();
-            if !(is_dir || ft.is_file() || ft.is_symlink()) {
+            };
+        for (name, st) in entries {
+            let is_dir = at::is_dir(&st);
+            if !(is_dir || at::is_file(&st) || at::is_link(&st)) {
                 continue;
             }
-            if !stack.is_empty() && ignored_by(stack, &dir.join(&name), is_dir) {
+            let child = path.join(&name);
+            if !stack.is_empty() && ignored_by(stack, &child, is_dir) {
                 continue;
             }
             rel.truncate(base);
             rel.extend_from_slice(name.as_bytes());
             if is_dir {
                 rel.push(b'/');
-                self.walk(&dir.join(&name), rel, stack, changed, b)?;
+                let sub = if depth >= MAX_DEPTH {
+                    Err(std::io::Error::other(format!(
+                        "deeper than {MAX_DEPTH} directories: not scanned"
+                    )))
+                } else {
+                    at::open_at(&dir, &name, libc::O_RDONLY | libc::O_DIRECTORY)
+                };
+                match sub {
+                    Ok(fd) => self.walk(fd, &child, rel, depth + 1, stack, changed, b)?,
+                    // Gone, or swapped for a symlink or a file since it was listed: what
+                    // the model had under it stays until a scan can read it.
+                    Err(e) => {
+                        b.warn(Path::new(OsStr::from_bytes(rel)), &e);
+                        self.keep_under(rel);
+                    }
+                }
                 continue;
             }
             let gen = self.generation;
-            // Relative to the open directory, never following a symlink.
-            let meta = match entry.metadata() {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    b.warn(Path::new(std::ffi::OsStr::from_bytes(rel)), &e);
-                    if let Some(old) = self.files.get_mut(rel.as_slice()) {
-                        old.seen = gen;
-                    }
-                    continue;
-                }
-            };
+            let stat = Stat::of(&st);
             if let Some(old) = self.files.get_mut(rel.as_slice()) {
-                if old.stat == Stat::of(&meta) && !old.racy {
+                if old.stat == stat && !old.racy {
                     old.seen = gen;
                     continue;
                 }
             }
             let k = rel.clone();
-            let relp = PathBuf::from(std::ffi::OsStr::from_bytes(&k));
+            let relp = PathBuf::from(OsStr::from_bytes(&k));
             // Skipped or unreadable without an earlier version: left out (an earlier entry
             // is swept as gone).
-            if let Some(mut e) = self.resolve(dir.join(&name).as_path(), &relp, &k, &meta, b) {
+            if let Some(mut e) = self.resolve(&dir, &name, &relp, &k, stat, b) {
                 e.seen = gen;
                 let same = self
                     .files
@@ -505,23 +548,50 @@ impl Model {
         }
     }
 
-    /// The parsed ignore file at `path` (patterns relative to `root`), re-read only when
-    /// its stat data changed; `None` when it is missing or unreadable.
-    fn ignore_file(&mut self, path: &Path, root: &Path) -> Option<Arc<Gitignore>> {
-        let meta = std::fs::metadata(path).ok()?;
-        let stat = Stat::of(&meta);
+    /// The parsed ignore file `name` in `dir` (named `path`, its patterns relative to
+    /// `root`), re-read only when its stat data changed; `None` when it is missing,
+    /// unreadable, too large or not a regular file (a symlinked `.gitignore` is not
+    /// followed, as git does not).
+    fn ignore_file(
+        &mut self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+        root: &Path,
+    ) -> Option<Arc<Gitignore>> {
+        let st = at::stat_at(dir, name).ok()??;
+        if !at::is_file(&st) {
+            return None;
+        }
+        let stat = Stat::of(&st);
         if let Some((s, g)) = self.ignores.get(path) {
             if *s == stat {
                 return g.clone();
             }
         }
-        let mut gb = GitignoreBuilder::new(root);
-        let g = match gb.add(path) {
-            None => gb.build().ok().map(Arc::new),
-            Some(_) => None,
+        let g = match at::read_file_at(dir, name, MAX_IGNORE_BYTES) {
+            Ok((_, body)) if body.len() as u64 <= MAX_IGNORE_BYTES => {
+                parse_ignore(&body, path, root)
+            }
+            _ => None,
         };
         self.ignores.insert(path.to_path_buf(), (stat, g.clone()));
         g
+    }
+
+    /// The repository's exclude file `x` (under `ws`, read beneath the workspace).
+    fn exclude_file(&mut self, root: &OwnedFd, ws: &Path, x: &Path) -> Option<Arc<Gitignore>> {
+        let rel = x.strip_prefix(ws).ok()?;
+        let dir = at::open_dir_beneath(root, rel.parent()?).ok()?;
+        self.ignore_file(&dir, rel.file_name()?, x, ws)
+    }
+
+    /// The stat data of the exclude file `x`, read as [`Model::exclude_file`] reads it.
+    fn exclude_stat(root: &OwnedFd, ws: &Path, x: &Path) -> Option<Stat> {
+        let rel = x.strip_prefix(ws).ok()?;
+        let dir = at::open_dir_beneath(root, rel.parent()?).ok()?;
+        let st = at::stat_at(&dir, rel.file_name()?).ok()??;
+        at::is_file(&st).then(|| Stat::of(&st))
     }
 
     /// Rescans only `paths` (workspace-relative, plain). `Ok(None)` when they cannot be
@@ -542,10 +612,11 @@ impl Model {
         {
             return Ok(None);
         }
-        let mut b = Budget::for_rescan(ws, cfg)?;
+        let root = at::open_root(ws)?;
+        let mut b = Budget::new(cfg);
         let mut changed = Vec::new();
         for rel in paths {
-            if !self.update_path(ws, exclude, rel, &mut b, &mut changed) {
+            if !self.update_path(&root, ws, exclude, rel, &mut b, &mut changed) {
                 return Ok(None);
             }
         }
@@ -554,10 +625,12 @@ impl Model {
         self.finish(changed, b).map(Some)
     }
 
-    /// Brings the entry of one workspace-relative file path up to date. `false` when the
-    /// path is a directory now (the caller scans it as one).
+    /// Brings the entry of one workspace-relative file path up to date, reading it
+    /// beneath `root`. `false` when the path is a directory now (the caller scans it as
+    /// one).
     fn update_path(
         &mut self,
+        root: &OwnedFd,
         ws: &Path,
         exclude: Option<&Path>,
         rel: &Path,
@@ -565,30 +638,53 @@ impl Model {
         changed: &mut Vec<String>,
     ) -> bool {
         let k = key(rel);
+        let Some(name) = rel.file_name() else {
+            return false;
+        };
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let mut dir = None;
         let meta = if rel.components().any(|c| c.as_os_str() == ".git")
-            || !real_dirs(ws, rel)
-            || self.ignored(ws, rel, exclude)
+            || self.ignored(root, ws, rel, exclude)
         {
             None
         } else {
-            match std::fs::symlink_metadata(ws.join(rel)) {
-                Ok(m) if m.is_dir() => return false,
-                Ok(m) => Some(m),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            match at::open_dir_beneath(root, parent) {
+                Ok(d) => match at::stat_at(&d, name) {
+                    Ok(Some(st)) if at::is_dir(&st) => return false,
+                    Ok(Some(st)) => {
+                        dir = Some(d);
+                        Some(st)
+                    }
+                    Ok(None) => None,
+                    Err(err) => {
+                        b.warn(rel, &err);
+                        return true;
+                    }
+                },
+                // A directory on the way is gone, or a symlink or a file now: nothing
+                // of the workspace is at `rel`.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV)
+                    ) =>
+                {
+                    None
+                }
                 Err(err) => {
                     b.warn(rel, &err);
                     return true;
                 }
             }
         };
-        if let (Some(m), Some(old)) = (&meta, self.files.get(&k)) {
-            if old.stat == Stat::of(m) && !old.racy {
+        if let (Some(st), Some(old)) = (&meta, self.files.get(&k)) {
+            if old.stat == Stat::of(st) && !old.racy {
                 return true;
             }
         }
-        let entry = match &meta {
-            Some(m) if m.is_file() || m.file_type().is_symlink() => {
-                self.resolve(&ws.join(rel), rel, &k, m, b)
+        let entry = match (&meta, &dir) {
+            (Some(st), Some(d)) if at::is_file(st) || at::is_link(st) => {
+                self.resolve(d, name, rel, &k, Stat::of(st), b)
             }
             _ => None,
         };
@@ -609,29 +705,49 @@ impl Model {
     }
 
     /// The ignore files in force inside the directory `rel_dir` (outermost first), or
-    /// `None` when it or a directory above it is ignored.
+    /// `None` when it or a directory above it is ignored. Each directory on the way is
+    /// opened from its parent's descriptor; past one that cannot be (gone, or a symlink
+    /// now), no further ignore file is read.
     fn stack_for(
         &mut self,
+        root: &OwnedFd,
         ws: &Path,
         rel_dir: &Path,
         exclude: Option<&Path>,
     ) -> Option<Vec<Arc<Gitignore>>> {
         let mut stack = Vec::new();
-        if let Some(g) = exclude.and_then(|x| self.ignore_file(x, ws)) {
+        if let Some(g) = exclude.and_then(|x| self.exclude_file(root, ws, x)) {
             stack.push(g);
         }
         let mut dir = ws.to_path_buf();
-        if let Some(g) = self.ignore_file(&dir.join(".gitignore"), &dir) {
+        let gi = OsStr::new(".gitignore");
+        if let Some(g) = self.ignore_file(root, gi, &dir.join(gi), &dir) {
             stack.push(g);
         }
+        let mut cur: Option<OwnedFd> = None;
+        let mut lost = false;
         for c in rel_dir.components() {
             let child = dir.join(c.as_os_str());
             if ignored_by(&stack, &child, true) {
                 return None;
             }
             dir = child;
-            if let Some(g) = self.ignore_file(&dir.join(".gitignore"), &dir) {
-                stack.push(g);
+            if lost {
+                continue;
+            }
+            let next = at::open_at(
+                cur.as_ref().unwrap_or(root),
+                c.as_os_str(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            );
+            match next {
+                Ok(fd) => {
+                    if let Some(g) = self.ignore_file(&fd, gi, &dir.join(gi), &dir) {
+                        stack.push(g);
+                    }
+                    cur = Some(fd);
+                }
+                Err(_) => lost = true,
             }
         }
         Some(stack)
@@ -640,9 +756,9 @@ impl Model {
     /// Whether git would ignore the file `rel`: the `.gitignore` of each directory on the
     /// way (the deepest deciding) and the exclude file; a file under an ignored directory
     /// is ignored.
-    fn ignored(&mut self, ws: &Path, rel: &Path, exclude: Option<&Path>) -> bool {
+    fn ignored(&mut self, root: &OwnedFd, ws: &Path, rel: &Path, exclude: Option<&Path>) -> bool {
         let parent = rel.parent().unwrap_or(Path::new(""));
-        match self.stack_for(ws, parent, exclude) {
+        match self.stack_for(root, ws, parent, exclude) {
             None => true,
             Some(stack) => ignored_by(&stack, &ws.join(rel), false),
         }
@@ -653,13 +769,14 @@ impl Model {
     /// the workspace itself moved).
     fn scan_watched(
         &mut self,
+        root: &OwnedFd,
         ws: &Path,
         exclude: Option<&Path>,
         cfg: &SnapshotConfig,
     ) -> std::io::Result<Option<Outcome>> {
         // The exclude file lives in `.git`, which is not watched.
         if let Some(x) = exclude {
-            let now = std::fs::metadata(x).ok().map(|m| Stat::of(&m));
+            let now = Model::exclude_stat(root, ws, x);
             if now != self.ignores.get(x).map(|(s, _)| *s) {
                 return Ok(None);
             }
@@ -677,7 +794,7 @@ impl Model {
         if files.len() + dirs.len() > MAX_WATCHED_CHANGES {
             return Ok(None);
         }
-        let mut b = Budget::for_rescan(ws, cfg)?;
+        let mut b = Budget::new(cfg);
         let mut changed = Vec::new();
         // Directories created, deleted or moved: rescanned whole (watches added for new
         // ones), and whatever was under them and is gone, swept.
@@ -690,14 +807,14 @@ impl Model {
             }
             self.generation += 1;
             let gen = self.generation;
-            let rel = PathBuf::from(std::ffi::OsStr::from_bytes(d));
-            let abs = ws.join(&rel);
-            let real =
-                real_dirs(ws, &rel) && std::fs::symlink_metadata(&abs).is_ok_and(|m| m.is_dir());
-            if real {
-                if let Some(mut stack) = self.stack_for(ws, &rel, exclude) {
+            let rel = PathBuf::from(OsStr::from_bytes(d));
+            // Still a directory, reached without a symlink on the way.
+            if let Ok(fd) = at::open_dir_beneath(root, &rel) {
+                if let Some(mut stack) = self.stack_for(root, ws, &rel, exclude) {
                     let mut r = prefix.clone();
-                    self.walk(&abs, &mut r, &mut stack, &mut changed, &mut b)?;
+                    let depth = rel.components().count();
+                    let abs = ws.join(&rel);
+                    self.walk(fd, &abs, &mut r, depth, &mut stack, &mut changed, &mut b)?;
                 }
             }
             let gone: Vec<Vec<u8>> = self
@@ -717,8 +834,8 @@ impl Model {
             if done.iter().any(|p| f.starts_with(p)) {
                 continue;
             }
-            let rel = PathBuf::from(std::ffi::OsStr::from_bytes(f));
-            if !self.update_path(ws, exclude, &rel, &mut b, &mut changed) {
+            let rel = PathBuf::from(OsStr::from_bytes(f));
+            if !self.update_path(root, ws, exclude, &rel, &mut b, &mut changed) {
                 return Ok(None);
             }
         }
@@ -727,9 +844,10 @@ impl Model {
         self.finish(changed, b).map(Some)
     }
 
-    /// Starts watching `dir` (workspace-relative prefix `rel`); a watch that cannot be
-    /// added (the system's limit) turns watching off until the next full scan.
-    fn watch_dir(&mut self, dir: &Path, rel: &[u8]) {
+    /// Starts watching the directory `dir` (workspace-relative prefix `rel`); a watch
+    /// that cannot be added (the system's limit) turns watching off until the next full
+    /// scan.
+    fn watch_dir(&mut self, dir: &OwnedFd, rel: &[u8]) {
         let Some(w) = self.watch.as_mut() else {
             return;
         };
@@ -738,57 +856,70 @@ impl Model {
         }
     }
 
-    /// The entry for a file found at `rel`: the model's own when its stat data is
-    /// unchanged, else hashed anew within the caps (`None`: skipped or unreadable).
+    /// The entry for the file `name` in `dir` (workspace-relative `rel`, listed with
+    /// `stat`): the model's own when its stat data is unchanged, else read through its
+    /// own descriptor and hashed anew within the caps (`None`: skipped or unreadable).
     fn resolve(
         &mut self,
-        full: &Path,
+        dir: &OwnedFd,
+        name: &OsStr,
         rel: &Path,
         k: &[u8],
-        meta: &std::fs::Metadata,
+        stat: Stat,
         b: &mut Budget,
     ) -> Option<Entry> {
-        let stat = Stat::of(meta);
         if let Some(old) = self.files.get(k) {
             if old.stat == stat && !old.racy {
                 return Some(old.clone());
             }
         }
-        let link = meta.file_type().is_symlink();
+        let link = stat.is_link();
+        let too_large = |b: &mut Budget, bytes: u64, reason: &'static str| {
+            b.skipped.push(Skipped {
+                path: rel.to_string_lossy().into_owned(),
+                bytes,
+                reason,
+            });
+        };
         if !link {
-            let reason = if stat.size > b.cfg.max_file_bytes {
-                Some("file_too_large")
-            } else if b.total.saturating_add(stat.size) > b.cfg.max_snapshot_bytes {
-                Some("snapshot_too_large")
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                b.skipped.push(Skipped {
-                    path: rel.to_string_lossy().into_owned(),
-                    bytes: stat.size,
-                    reason,
-                });
+            if stat.size > b.cfg.max_file_bytes {
+                too_large(b, stat.size, "file_too_large");
                 return None;
             }
-            b.total += stat.size;
+            if b.total.saturating_add(stat.size) > b.cfg.max_snapshot_bytes {
+                too_large(b, stat.size, "snapshot_too_large");
+                return None;
+            }
         }
         b.hashed += 1;
-        let (mode, body) = if link {
-            match std::fs::read_link(full) {
-                Ok(t) => (MODE_LINK, t.as_os_str().as_bytes().to_vec()),
+        let (mode, body, stat) = if link {
+            match at::read_link_at(dir, name) {
+                Ok(t) => (MODE_LINK, t, stat),
                 Err(err) => return b.keep_old(self, rel, k, &err),
             }
         } else {
-            match std::fs::read(full) {
-                Ok(body) => (
-                    if stat.mode & 0o100 != 0 {
+            match at::read_file_at(dir, name, b.cfg.max_file_bytes) {
+                Ok((st, body)) => {
+                    // The stat data of what was read, which may have grown since it was
+                    // listed.
+                    let st = Stat::of(&st);
+                    let len = body.len() as u64;
+                    if len > b.cfg.max_file_bytes {
+                        too_large(b, st.size.max(len), "file_too_large");
+                        return None;
+                    }
+                    if b.total.saturating_add(len) > b.cfg.max_snapshot_bytes {
+                        too_large(b, len, "snapshot_too_large");
+                        return None;
+                    }
+                    b.total += len;
+                    let mode = if st.mode & 0o100 != 0 {
                         MODE_EXEC
                     } else {
                         MODE_FILE
-                    },
-                    body,
-                ),
+                    };
+                    (mode, body, st)
+                }
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
                 Err(err) => return b.keep_old(self, rel, k, &err),
             }
@@ -885,19 +1016,21 @@ fn write_tree(
     Ok(oid)
 }
 
-/// Whether every directory on the way to `rel` is a real directory (no symlink is
-/// followed out of the workspace).
-fn real_dirs(ws: &Path, rel: &Path) -> bool {
-    let mut cur = ws.to_path_buf();
-    let comps: Vec<_> = rel.components().collect();
-    for c in &comps[..comps.len().saturating_sub(1)] {
-        cur.push(c.as_os_str());
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.is_dir() => {}
-            _ => return false,
-        }
+/// The ignore file `body` read from `path` (patterns relative to `root`), parsed as the
+/// `ignore` crate reads one from disk (a leading BOM dropped); `None` when any line is
+/// not understood, as an unreadable file is.
+fn parse_ignore(body: &[u8], path: &Path, root: &Path) -> Option<Arc<Gitignore>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut gb = GitignoreBuilder::new(root);
+    for (i, line) in text.lines().enumerate() {
+        let line = if i == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        };
+        gb.add_line(Some(path.to_path_buf()), line).ok()?;
     }
-    true
+    gb.build().ok().map(Arc::new)
 }
 
 /// Whether the innermost ignore file with an opinion on `path` ignores it.

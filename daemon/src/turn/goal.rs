@@ -68,7 +68,7 @@ pub struct Goal {
     /// `goal_ended`'s data once ended.
     pub ended: Option<Value>,
     pub turns_used: u32,
-    /// Provider tokens (input + output) recorded since `goal_set`.
+    /// Provider tokens (input + output) recorded from `goal_set` until the goal ended.
     pub tokens_used: u64,
     pub failures_in_row: u32,
     /// The latest turn started after `goal_set` that ended: (turn_id, status, reason).
@@ -174,7 +174,9 @@ pub fn latest(st: &SessionState) -> Option<Goal> {
                 g.last_progressed = ev.str_field("turn_id").map(str::to_string);
             }
             EventType::GoalEnded if e.str_field("goal_id") == Some(g.goal_id.clone()) => {
+                // What follows is no longer the goal's: its turns and tokens stop here.
                 g.ended = Some(e.event().data);
+                break;
             }
             _ => {}
         }

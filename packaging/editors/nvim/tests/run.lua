@@ -218,6 +218,19 @@ test("a slow answer streams into the transcript and :AgentdInterrupt stops it", 
   local b = vim.api.nvim_get_current_buf()
   wait_line(b, "… assistant (streaming)", true)
   wait_line(b, "^    Once upon")
+  -- A resubscription (as after a lagged notice) gets the step's text again as one
+  -- catch-up delta: the streaming area shows it once, not after what it already had.
+  local sid = cur_buf_name():match("^agentd://session/(.*)$")
+  local t = transcript.by_sid[sid]
+  local before = t.stream.text
+  t:on_event({ type = "lagged" })
+  wait_line(b, "^state: live")
+  wait_for("streamed text after the resubscription", function()
+    return t.stream ~= nil and #t.stream.text > #before
+  end)
+  local shown = table.concat(lines(b), "\n")
+  local _, times = shown:gsub("Once upon", "")
+  assert(times == 1, "the streamed text shows " .. times .. " times:\n" .. dump(b))
   cmd("AgentdPrompt a second prompt while the first runs")
   wait_for("the busy message", function()
     return noted("a turn is already running in ")

@@ -250,6 +250,12 @@ function Transcript:subscribe()
   end
   self.live = false
   self.subscribing = true
+  -- The new subscription sends what the running step streamed so far as one catch-up
+  -- delta (docs/api.md, "Late joiners"): the text shown until now would show twice.
+  if self.stream then
+    self:clear_stream_lines()
+    self.stream = nil
+  end
   -- Only the latest subscribe call counts; an older one that still succeeds is dropped,
   -- so no event (and no text delta) arrives twice.
   self.sub_gen = (self.sub_gen or 0) + 1
