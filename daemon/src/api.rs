@@ -659,6 +659,7 @@ pub fn summary(meta: &SessionMeta, uuid: String) -> SessionSummary {
         fork_root_session_id: meta.fork_root_session_id.clone(),
         relation: meta.relation.clone(),
         parent_call_id: meta.parent_call_id.clone(),
+        subagent_depth: meta.subagent_depth,
         archived: meta.archived,
     }
 }

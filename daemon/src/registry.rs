@@ -56,6 +56,9 @@ pub struct SessionMeta {
     /// clock): what orders several imports of one source. `created_at` is the source's own
     /// start, the same for every import of it.
     pub imported_at: Option<String>,
+    /// A subagent's depth below its interactive ancestor (`session_started.data.
+    /// subagent_depth`: 1 for a child the `task` tool made, 2 for its child, …).
+    pub subagent_depth: Option<u64>,
 }
 
 impl SessionMeta {
@@ -80,6 +83,7 @@ impl SessionMeta {
             own_uuid: agentd_proto::session_uuid::to_uuid(sid),
             imported_uuid: None,
             imported_at: None,
+            subagent_depth: None,
         };
         if let Some(ev) = first {
             meta.workspace = ev.str_field("workspace").unwrap_or_default().to_string();
@@ -96,6 +100,7 @@ impl SessionMeta {
                 meta.relation = Some("subagent".into());
                 meta.parent_session_id = ev.str_field("parent_session_id").map(str::to_string);
                 meta.parent_call_id = ev.str_field("parent_call_id").map(str::to_string);
+                meta.subagent_depth = ev.data.get("subagent_depth").and_then(|v| v.as_u64());
             }
             if ev.event_type() == EventType::SessionStarted {
                 let from = ev.data.get("imported_from");

@@ -136,6 +136,7 @@ mod tests {
             own_uuid: session_uuid::to_uuid(sid),
             imported_uuid: imported.map(str::to_string),
             imported_at: None,
+            subagent_depth: None,
         }
     }
 

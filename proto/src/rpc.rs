@@ -150,6 +150,9 @@ pub struct SessionSummary {
     /// The parent's `task` call that created this subagent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_call_id: Option<String>,
+    /// A subagent's depth: 1 for a child the `task` tool made, 2 for its child, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_depth: Option<u64>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub archived: bool,
 }

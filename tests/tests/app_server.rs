@@ -1677,3 +1677,80 @@ async fn subagents_are_listed_as_spawned_threads_of_their_parent() {
         .await;
     assert_eq!(ids(&both).len(), 2);
 }
+
+/// With `[subagents] max_depth = 2`, a subagent's own subagent is a spawned thread of
+/// that subagent, one level deeper, in the list and when read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_subagent_is_spawned_one_level_deeper() {
+    let mock = MockProvider::start(|_, body| {
+        let (user, tools) = last_user_and_tool_results(body);
+        let answer = |t: &str| Reply::Complete(chat_text(t));
+        let delegate = |id: &str, prompt: &str, title: &str| {
+            Reply::Complete(chat_tools(&[(
+                id,
+                "task",
+                json!({"prompt": prompt, "title": title}),
+            )]))
+        };
+        match (user.as_str(), tools.first()) {
+            ("Read the deepest note", _) => answer("It says 42."),
+            ("Search the notes", None) => delegate("call_g", "Read the deepest note", "deep"),
+            ("Search the notes", Some(t)) => answer(&format!("Grandchild said: {t}")),
+            (_, None) => delegate("call_c", "Search the notes", "search"),
+            (_, Some(t)) => answer(&format!("Child said: {t}")),
+        }
+    });
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&format!("{}\n[subagents]\nmax_depth = 2\n", mock.config()))
+        .start();
+    let b = Bridge::start(&d, &[]);
+    let mut c = Checked::new(&b).await;
+    let started = c
+        .ok(
+            "thread/start",
+            json!({"cwd": d.workspace(), "approvalPolicy": "never"}),
+        )
+        .await;
+    let parent = started["thread"]["id"].as_str().unwrap().to_string();
+    let notes = run_turn(&mut c, &parent, "Delegate the search").await;
+    let answer = notes
+        .iter()
+        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| p["item"]["text"].clone())
+        .next_back();
+    assert_eq!(
+        answer,
+        Some(json!("Child said: Grandchild said: It says 42."))
+    );
+
+    let spawned = c
+        .ok(
+            "thread/list",
+            json!({"sourceKinds": ["subAgentThreadSpawn"]}),
+        )
+        .await;
+    let by_name = |name: &str| -> Value {
+        spawned["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no spawned thread named {name}: {spawned}"))
+    };
+    let (child, grandchild) = (by_name("search"), by_name("deep"));
+    assert_eq!(
+        child["source"],
+        json!({"subAgent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}})
+    );
+    assert_eq!(
+        grandchild["source"],
+        json!({"subAgent": {"thread_spawn": {"parent_thread_id": child["id"], "depth": 2}}})
+    );
+    let read = c
+        .ok("thread/read", json!({"threadId": grandchild["id"]}))
+        .await;
+    assert_eq!(read["thread"]["source"], grandchild["source"]);
+    c.check_seen();
+}

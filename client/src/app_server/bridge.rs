@@ -104,11 +104,12 @@ fn source_kinds(kinds: Option<&[String]>) -> (bool, bool) {
     }
 }
 
-/// A thread's `SessionSource`.
-fn source_of(subagent: bool, parent: Option<&str>) -> Value {
-    match (subagent, parent) {
-        (true, Some(p)) => {
-            json!({"subAgent": {"thread_spawn": {"parent_thread_id": p, "depth": 1}}})
+/// A thread's `SessionSource`: a subagent's (`depth` as the daemon recorded it, 1 for a
+/// Log that does not say), else an interactive thread's.
+fn source_of(subagent_depth: Option<u64>, parent: Option<&str>) -> Value {
+    match (subagent_depth, parent) {
+        (Some(depth), Some(p)) => {
+            json!({"subAgent": {"thread_spawn": {"parent_thread_id": p, "depth": depth}}})
         }
         _ => json!("appServer"),
     }
@@ -149,8 +150,9 @@ struct Read {
     uuid: String,
     parent_uuid: Option<String>,
     root_uuid: Option<String>,
-    /// For a subagent (`relation: "subagent"`): its parent session.
+    /// For a subagent (`relation: "subagent"`): its parent session and its depth.
     subagent_of: Option<String>,
+    subagent_depth: Option<u64>,
     workspace: PathBuf,
     title: Option<String>,
     created: i64,
@@ -298,6 +300,7 @@ impl Client {
             parent_uuid: None,
             root_uuid: None,
             subagent_of: None,
+            subagent_depth: None,
             workspace: workspace.clone(),
             title: show["title"].as_str().map(str::to_string),
             created: 0,
@@ -328,6 +331,7 @@ impl Client {
                         r.provider = data["provider"].as_str().map(str::to_string);
                         if data["relation"] == "subagent" {
                             r.subagent_of = data["parent_session_id"].as_str().map(str::to_string);
+                            r.subagent_depth = Some(data["subagent_depth"].as_u64().unwrap_or(1));
                         }
                     }
                     Some("session_fork") => {
@@ -402,7 +406,7 @@ impl Client {
             path: None,
             cwd: r.workspace.to_string_lossy().into_owned(),
             cli_version: env!("CARGO_PKG_VERSION").to_string(),
-            source: source_of(r.subagent_of.is_some(), r.parent_uuid.as_deref()),
+            source: source_of(r.subagent_depth, r.parent_uuid.as_deref()),
             project_id: None,
             name: r.title.clone().filter(|t| !t.is_empty()),
             turns,
@@ -647,10 +651,11 @@ impl Client {
             None => None,
         };
         let subagent = s["relation"] == "subagent";
+        let depth = subagent.then(|| s["subagent_depth"].as_u64().unwrap_or(1));
         Thread {
             id: uuid,
             session_id: root,
-            source: source_of(subagent, parent.as_deref()),
+            source: source_of(depth, parent.as_deref()),
             forked_from_id: parent.filter(|_| !subagent),
             preview,
             ephemeral: false,
