@@ -1,7 +1,12 @@
 //! Set-up overhead of the command sandbox: `true` run plainly and through the helper
 //! (full: namespaces, mounts, Landlock, seccomp; and degraded: no namespaces), in
 //! alternating rounds, p50 and p90 of each. `cargo bench -p agentd-sandbox`.
-//! `AGENTD_BENCH_RUNS` sets the runs per configuration (default 200).
+//! `AGENTD_BENCH_RUNS` sets the runs per configuration (default 200);
+//! `AGENTD_BENCH_GAP_MS` a pause before each sandboxed run (default 0), as between a
+//! model's commands: moving a process into a cgroup v1 is fast only right after another
+//! move, so back-to-back runs hide what a command after a pause pays. With
+//! `--features trace` it also prints where the time goes: the median of each stage
+//! (the time from the mark before it), daemon and helper side, per level.
 
 #[cfg(target_os = "linux")]
 fn main() {
@@ -15,27 +20,45 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    let gap = Duration::from_millis(
+        std::env::var("AGENTD_BENCH_GAP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ws = dir.path().canonicalize().unwrap();
     let helper = env!("CARGO_BIN_EXE_sandbox-helper-test");
-    let full = Sandbox::new(helper.into(), Knobs::default());
-    let degraded = Sandbox::new(
-        helper.into(),
-        Knobs {
-            force_no_userns: true,
-            ..Default::default()
-        },
-    );
+    // agentd's home, as the daemon sets it up: hidden from commands, holding the cache
+    // layers and the degraded level's private TMPDIRs.
+    let home_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let home = home_dir.path().canonicalize().unwrap();
+    let sandbox = |knobs| {
+        Sandbox::new(helper.into(), knobs)
+            .with_cache_layers(home.join("sandbox-caches"))
+            .with_tmp_dirs(home.join("sandbox-tmp"))
+    };
+    let full = sandbox(Knobs::default());
+    let degraded = sandbox(Knobs {
+        force_no_userns: true,
+        ..Default::default()
+    });
     assert_eq!(full.probe().level, "full", "{:?}", full.probe());
     let inputs = Inputs {
         workspace: ws.clone(),
         home: std::env::var_os("HOME").map(Into::into),
         env: std::env::vars().collect(),
+        agentd_dirs: vec![home.clone()],
         ..Default::default()
     };
     let policy = effective(&inputs);
+    // Per level: the runs' stage marks (feature `trace`).
+    type Runs = Vec<Vec<(String, u64)>>;
+    let traces: std::cell::RefCell<[Runs; 2]> = Default::default();
     let sandboxed = |sb: &Sandbox| {
+        std::thread::sleep(gap);
         let t = Instant::now();
+        let t0 = agentd_sandbox::trace::now_ns();
         let req = CommandRequest {
             policy: &policy,
             on_unavailable: OnUnavailable::Refuse,
@@ -49,16 +72,28 @@ fn main() {
         // parent's copy of the report pipe, whose EOF the degraded level waits for (up
         // to 10 s a run otherwise).
         let mut cmd = std::mem::replace(&mut p.command, Command::new("true"));
+        let spawn = agentd_sandbox::trace::now_ns();
         let st = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .status()
             .unwrap();
+        let exited = agentd_sandbox::trace::now_ns();
         drop(cmd);
         assert!(st.success());
         let facts = p.finish(b"");
         assert!(facts.get("error").is_none(), "{facts}");
-        t.elapsed()
+        let elapsed = t.elapsed();
+        if let Some(m) = facts.get("marks") {
+            let mut marks: Vec<(String, u64)> = serde_json::from_value(m.clone()).unwrap();
+            marks.push(("bench: helper spawned".into(), spawn));
+            marks.push(("bench: command exited, helper reaped".into(), exited));
+            marks.sort_by_key(|m| m.1);
+            marks.insert(0, ("start".into(), t0));
+            let level = usize::from(sb.knobs().force_no_userns);
+            traces.borrow_mut()[level].push(marks);
+        }
+        elapsed
     };
     let plain = || {
         let t = Instant::now();
@@ -82,7 +117,11 @@ fn main() {
         v.sort();
         v[((v.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0
     };
-    println!("setup overhead of `true`, {runs} alternating runs each (ms)");
+    println!(
+        "setup overhead of `true`, {runs} alternating runs each, {} ms before each \
+         sandboxed run (ms)",
+        gap.as_millis()
+    );
     println!("{:<28} {:>8} {:>8}", "configuration", "p50", "p90");
     for (name, v) in [
         ("unsandboxed", &mut a),
@@ -96,6 +135,37 @@ fn main() {
         "full minus unsandboxed p50: {:.2} ms",
         pct(&mut b, 0.5) - pct(&mut a, 0.5)
     );
+    for (level, runs) in ["full", "degraded"].iter().zip(traces.borrow().iter()) {
+        if runs.is_empty() {
+            continue;
+        }
+        // Stage names in the order of the first run; each stage's time is from the
+        // mark before it, in that run.
+        let mut stages: Vec<(String, Vec<u64>)> = Vec::new();
+        for marks in runs {
+            for w in marks.windows(2) {
+                let d = w[1].1.saturating_sub(w[0].1);
+                match stages.iter_mut().find(|s| s.0 == w[1].0) {
+                    Some(s) => s.1.push(d),
+                    None => stages.push((w[1].0.clone(), vec![d])),
+                }
+            }
+        }
+        println!("\n{level} level, time to each mark from the previous one (ms)");
+        println!("  {:<44} {:>8} {:>8} {:>8}", "stage", "p50", "p90", "mean");
+        let mut sum = 0.0;
+        for (name, mut v) in stages {
+            v.sort();
+            let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1e6;
+            let mean = v.iter().sum::<u64>() as f64 / v.len() as f64 / 1e6;
+            sum += mean;
+            println!("  {name:<44} {:>8.3} {:>8.3} {mean:>8.3}", at(0.5), at(0.9));
+        }
+        println!(
+            "  {:<44} {:>8} {:>8} {sum:>8.3}",
+            "total (sum of means)", "", ""
+        );
+    }
 }
 
 #[cfg(not(target_os = "linux"))]

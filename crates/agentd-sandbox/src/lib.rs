@@ -7,6 +7,7 @@
 //! - [`hints`]: denials recognized in output, with the grant that would allow them.
 //! - [`macos`]: the Seatbelt profile generator.
 //! - [`plan`]: the daemon ↔ helper wire.
+//! - [`trace`]: stage marks of a command's set-up, for profiling (feature `trace`).
 //! - `linux`: the helper (namespaces, mounts, Landlock, seccomp), the daemon-side
 //!   builder, cgroups and the socket peer check.
 //!
@@ -21,6 +22,7 @@ pub mod hints;
 pub mod macos;
 pub mod plan;
 pub mod policy;
+pub mod trace;
 
 #[cfg(target_os = "linux")]
 pub mod linux;

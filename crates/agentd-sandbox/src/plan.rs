@@ -45,8 +45,14 @@ pub struct Plan {
     pub tmp_dir: Option<PathBuf>,
     pub landlock: bool,
     pub seccomp: bool,
-    /// `cgroup.procs` files the helper joins before anything else.
+    /// `cgroup.procs` files the helper joins before anything else (unless
+    /// `cgroup_dir` is used).
     pub cgroup_procs: Vec<PathBuf>,
+    /// cgroup v2: the command's cgroup directory. The helper creates its first child in
+    /// it (`clone3` with `CLONE_INTO_CGROUP`) instead of joining `cgroup_procs`, which
+    /// costs an RCU grace period; `cgroup_procs` when the kernel refuses `clone3`.
+    #[serde(default)]
+    pub cgroup_dir: Option<PathBuf>,
     /// `RLIMIT_NPROC` for the command (non-root without a cgroup).
     pub nproc: Option<u64>,
     /// Build the namespaces and mounts, then exit 0 without running anything.
@@ -123,6 +129,9 @@ pub struct Report {
     #[serde(default)]
     pub sockets_covered: usize,
     pub cgroup: bool,
+    /// The helper's stage marks (feature `trace` only; see [`crate::trace`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: crate::trace::Marks,
     /// Set when the helper failed; nothing ran.
     pub error: Option<String>,
 }

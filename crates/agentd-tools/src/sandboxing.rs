@@ -33,7 +33,8 @@ pub fn install(helper: PathBuf, socket: PathBuf, home: PathBuf, config: PathBuf,
         _ => dirs.push(config),
     }
     let sandbox = agentd_sandbox::Sandbox::new(helper, agentd_sandbox::Knobs::parse(knobs))
-        .with_cache_layers(dirs[0].join("sandbox-caches"));
+        .with_cache_layers(dirs[0].join("sandbox-caches"))
+        .with_tmp_dirs(dirs[0].join("sandbox-tmp"));
     let _ = RUNTIME.set(Arc::new(Runtime {
         sandbox,
         socket,

@@ -367,6 +367,14 @@ fn host_ipc_terminals_shm_sockets_and_other_commands_tmp_are_out_of_reach() {
                 .find_map(|l| l.strip_prefix("tmpdir="))
                 .expect("TMPDIR printed")
                 .to_string();
+            // In agentd's home, hidden anyway, not below the crowded system `/tmp`
+            // (where hiding it cost a Landlock rule for each of `/tmp`'s entries).
+            let home = d.home().canonicalize().unwrap();
+            assert!(
+                Path::new(&tmpdir).starts_with(home.join("sandbox-tmp")),
+                "{tmpdir} not in {}",
+                home.display()
+            );
             let other = Path::new(&tmpdir).parent().unwrap().join("cmd-other");
             std::fs::create_dir_all(&other).unwrap();
             std::fs::write(other.join("secret"), "OTHER-TMP-SECRET").unwrap();

@@ -126,10 +126,17 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl Cgroup {
     pub fn create(h: &Hierarchy, pids_max: u64, memory_max: u64) -> io::Result<Cgroup> {
+        // A random part too: a daemon killed before it removed its cgroups leaves them
+        // behind, and a later daemon given the same pid would otherwise fail to make
+        // its own (and run the command without limits).
+        let mut r = [0u8; 4];
+        // SAFETY: getrandom fills the buffer.
+        unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
         let name = format!(
-            "cmd-{}-{}",
+            "cmd-{}-{}-{:08x}",
             std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
+            SEQ.fetch_add(1, Ordering::Relaxed),
+            u32::from_ne_bytes(r)
         );
         let mut dirs = Vec::new();
         match h {
@@ -161,6 +168,14 @@ impl Cgroup {
             pids_max,
             memory_max,
         })
+    }
+
+    /// The directory a process can be created in (`CLONE_INTO_CGROUP`): v2 only.
+    pub fn v2_dir(&self) -> Option<PathBuf> {
+        match self.hierarchy {
+            Hierarchy::V2(_) => self.dirs.first().cloned(),
+            Hierarchy::V1 { .. } => None,
+        }
     }
 
     /// The `cgroup.procs` files the helper writes itself into.

@@ -185,7 +185,7 @@ const DEGRADED_TERMINALS: &[&str] = &["/dev/tty", "/dev/ptmx", "/dev/pts", "/dev
 /// writable roots, the private tmp and the terminal devices; no TCP bind/connect when
 /// the network is `none`; abstract sockets and signals scoped to the sandbox.
 /// Returns the kernel ABI and the status.
-pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
+pub fn landlock(plan: &Plan, marks: &mut crate::trace::Marks) -> Result<(i32, String), String> {
     let abi = ABI::V10;
     let kernel_abi = landlock_abi();
     let mut ruleset = Ruleset::default()
@@ -211,6 +211,7 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
         h
     };
     let read = beneath_except(Path::new("/"), &hidden);
+    crate::trace::mark(marks, "landlock: read set walked");
     // Connecting to a pathname Unix socket is a right of its own from ABI 9: with
     // network `host` every socket outside the hidden set, with `none` only those
     // beneath the writable roots and the private tmp (below), plus the granted ones.
@@ -220,6 +221,7 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
         AccessFs::from_read(abi)
     };
     rs = add_paths(rs, &read, read_access, abi)?;
+    crate::trace::mark(marks, "landlock: read rules added");
     let granted: Vec<PathBuf> = plan
         .sockets
         .iter()
@@ -257,6 +259,7 @@ pub fn landlock(plan: &Plan) -> Result<(i32, String), String> {
         }
     }
     rs = add_paths(rs, &write, AccessFs::from_all(abi), abi)?;
+    crate::trace::mark(marks, "landlock: write rules added");
     let status = rs.restrict_self().map_err(|e| e.to_string())?;
     let s = match status.ruleset {
         RulesetStatus::FullyEnforced => "fully_enforced",

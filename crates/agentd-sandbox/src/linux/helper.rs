@@ -4,31 +4,36 @@
 //! Process shape with namespaces:
 //!
 //! ```text
-//! helper (outer)      joins the cgroup, unshare(user|mnt|pid|ipc|uts[|net]), maps ids,
-//!   └─ pid 1 (reaper) fresh /proc, mount plan, waits for the command; its exit takes
-//!        │             every process left in the pid namespace down with it
+//! helper (outer)      joins the cgroup (v1 only), unshare(user|mnt|pid|ipc|uts[|net]),
+//!   │                  maps ids
+//!   └─ pid 1 (reaper) created in the cgroup (v2), fresh /proc, mount plan, waits for the
+//!        │             command; its exit takes every process left in the pid namespace
+//!        │             down with it
 //!        └─ command    setsid, caps dropped, no_new_privs, Landlock, seccomp, execve
 //! ```
 //!
 //! Without namespaces (degraded):
 //!
 //! ```text
-//! helper (outer)      subreaper; killed with its process group to end the command
-//!   └─ guard          own process group, subreaper; on the command's exit or the outer
-//!        │             helper's death (parent-death signal) kills every descendant
+//! helper (outer)      joins the cgroup (v1 only); subreaper; killed with its process
+//!   │                  group to end the command
+//!   └─ guard          created in the cgroup (v2); own process group, subreaper; on the
+//!        │             command's exit or the outer helper's death (parent-death
+//!        │             signal) kills every descendant
 //!        └─ command    caps dropped, no_new_privs, Landlock, seccomp, execve
 //! ```
 //!
 //! The helper is single-threaded, so it may allocate freely between fork and exec.
 
-use super::{confine, mounts};
+use super::{clone, confine, mounts};
 use crate::plan::{
     Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
 };
 use crate::policy::Network;
+use crate::trace::mark;
 use std::ffi::CString;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -71,6 +76,7 @@ fn exit_code(status: libc::c_int) -> i32 {
 /// Runs the helper. Never returns.
 pub fn helper_main() -> ! {
     let mut report = Report::default();
+    mark(&mut report.marks, "helper: started");
     // SAFETY: PLAN_FD was set up by the daemon; from_raw_fd takes ownership and closes it.
     let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
     let mut buf = Vec::new();
@@ -90,23 +96,58 @@ pub fn helper_main() -> ! {
         libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
         libc::close(PLAN_FD);
     }
+    mark(&mut report.marks, "helper: plan read");
     if plan.holder {
         hold_namespaces(report)
     }
-    for procs in &plan.cgroup_procs {
-        match std::fs::write(procs, "0") {
-            Ok(()) => report.cgroup = true,
-            Err(e) => fail(&mut report, format!("joining {}: {e}", procs.display())),
+    // cgroup v2: the first child (pid 1, or the guard) is created in the command's
+    // cgroup, and the command below it; this process stays out. Otherwise it moves
+    // itself in first, which costs an RCU grace period (see `clone.rs`).
+    let cgroup = match &plan.cgroup_dir {
+        Some(dir) if clone::clone3_available() => match clone::open_cgroup(dir) {
+            Ok(fd) => Some(fd),
+            Err(e) => fail(&mut report, format!("opening {}: {e}", dir.display())),
+        },
+        _ => {
+            for procs in &plan.cgroup_procs {
+                match std::fs::write(procs, "0") {
+                    Ok(()) => report.cgroup = true,
+                    Err(e) => fail(&mut report, format!("joining {}: {e}", procs.display())),
+                }
+            }
+            None
         }
-    }
+    };
+    mark(&mut report.marks, "helper: cgroup joined");
     confine::set_rlimits();
     if let Some(n) = plan.nproc {
         confine::set_nproc(n);
     }
     if plan.namespaces {
-        with_namespaces(&plan, report)
+        with_namespaces(&plan, report, cgroup.as_ref())
     } else {
-        degraded(&plan, report)
+        degraded(&plan, report, cgroup.as_ref())
+    }
+}
+
+/// `fork`, the child created in the command's cgroup when `cgroup` is given (the
+/// report says so in the child); fails the set-up when that is refused.
+fn fork_child(report: &mut Report, cgroup: Option<&OwnedFd>) -> libc::pid_t {
+    let Some(cg) = cgroup else {
+        // SAFETY: the helper is single-threaded; the child runs our code only.
+        return unsafe { libc::fork() };
+    };
+    // SAFETY: as for fork above.
+    match unsafe { clone::fork_into(cg) } {
+        Ok(0) => {
+            report.cgroup = true;
+            0
+        }
+        Ok(pid) => pid,
+        Err(e) => fail(
+            report,
+            format!("creating the command's process in its cgroup: {e}"),
+        ),
     }
 }
 
@@ -185,7 +226,7 @@ fn hold_namespaces(mut report: Report) -> ! {
     unsafe { libc::_exit(0) }
 }
 
-fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
+fn with_namespaces(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) -> ! {
     // SAFETY: getuid/getgid never fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut shared_net = false;
@@ -202,6 +243,7 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
             );
         }
         shared_net = true;
+        mark(&mut report.marks, "ns: network namespace joined");
     }
     // SAFETY: closing descriptors we no longer need (EBADF when absent).
     unsafe {
@@ -228,6 +270,7 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
     if unsafe { libc::unshare(flags) } != 0 {
         fail(&mut report, format!("unshare: {}", errno()));
     }
+    mark(&mut report.marks, "ns: unshare");
     report.namespaces = names.into_iter().map(String::from).collect();
     write_maps(&mut report, uid, gid);
     if plan.network == Network::None && !shared_net && plan.loopback {
@@ -238,8 +281,8 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
     if let Err(e) = mounts::make_private() {
         fail(&mut report, format!("making mounts private: {e}"));
     }
-    // SAFETY: single-threaded process; the child only runs our code until exec.
-    let pid = unsafe { libc::fork() };
+    mark(&mut report.marks, "ns: ids mapped, mounts private");
+    let pid = fork_child(&mut report, cgroup);
     if pid < 0 {
         fail(&mut report, format!("fork: {}", errno()));
     }
@@ -262,6 +305,7 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
         unsafe { libc::_exit(exit_code(status)) }
     }
     // pid 1 of the new namespace.
+    mark(&mut report.marks, "pid 1: forked");
     // SAFETY: plain prctl; the parent is the outer helper.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
@@ -271,6 +315,7 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
         Err(_) => "host".into(),
     };
     let _ = mounts::set_hostname();
+    mark(&mut report.marks, "pid 1: /proc mounted");
     if let Err(e) = mounts::apply(plan, &mut report) {
         fail(&mut report, e);
     }
@@ -285,6 +330,7 @@ fn with_namespaces(plan: &Plan, mut report: Report) -> ! {
         fail(&mut report, format!("fork: {}", errno()));
     }
     if child == 0 {
+        mark(&mut report.marks, "command: forked");
         // SAFETY: setsid has no preconditions; a new session has no controlling
         // terminal, so TIOCSTI has no target even before seccomp.
         unsafe { libc::setsid() };
@@ -313,7 +359,7 @@ fn reap_until(child: libc::pid_t) -> ! {
     }
 }
 
-fn degraded(plan: &Plan, mut report: Report) -> ! {
+fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) -> ! {
     report.level = "degraded".into();
     report.proc = "host".into();
     // SAFETY: getpid never fails; prctl takes plain integers. The outer helper is a
@@ -323,12 +369,12 @@ fn degraded(plan: &Plan, mut report: Report) -> ! {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         libc::getpid()
     };
-    // SAFETY: single-threaded; the child runs our code only.
-    let guard = unsafe { libc::fork() };
+    let guard = fork_child(&mut report, cgroup);
     if guard < 0 {
         fail(&mut report, format!("fork: {}", errno()));
     }
     if guard == 0 {
+        mark(&mut report.marks, "guard: forked");
         guard_main(plan, report, outer);
     }
     // SAFETY: closing our copy of the report descriptor.
@@ -384,6 +430,7 @@ fn guard_main(plan: &Plan, mut report: Report, outer: libc::pid_t) -> ! {
         fail(&mut report, format!("fork: {}", errno()));
     }
     if child == 0 {
+        mark(&mut report.marks, "command: forked");
         // SAFETY: restoring the mask we inherited; prctl takes plain integers; a new
         // session has no controlling terminal (no `/dev/tty` of the daemon's).
         unsafe {
@@ -522,13 +569,15 @@ fn run_command(plan: &Plan, mut report: Report) -> ! {
     let mut envp: Vec<*const libc::c_char> = envs.iter().map(|a| a.as_ptr()).collect();
     envp.push(std::ptr::null());
 
+    mark(&mut report.marks, "command: argv and env built");
     report.caps_dropped = confine::drop_caps();
     report.no_new_privs = confine::no_new_privs();
     if !report.no_new_privs {
         fail(&mut report, "no_new_privs could not be set".into());
     }
+    mark(&mut report.marks, "command: caps dropped");
     if plan.landlock {
-        match confine::landlock(plan) {
+        match confine::landlock(plan, &mut report.marks) {
             Ok((abi, status)) => {
                 report.landlock_abi = abi;
                 report.landlock = status;
@@ -539,12 +588,14 @@ fn run_command(plan: &Plan, mut report: Report) -> ! {
         report.landlock = "off".into();
         report.landlock_abi = confine::landlock_abi();
     }
+    mark(&mut report.marks, "command: landlock");
     if plan.seccomp {
         if let Err(e) = confine::seccomp(plan) {
             fail(&mut report, format!("seccomp: {e}"));
         }
         report.seccomp = true;
     }
+    mark(&mut report.marks, "command: seccomp");
     write_report(&report);
     // SAFETY: all pointers are NUL-terminated strings kept alive above; arrays end in
     // a null pointer.

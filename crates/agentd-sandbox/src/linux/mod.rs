@@ -2,6 +2,7 @@
 //! daemon-side builder, per-command cgroups and the socket peer check.
 
 pub mod cgroup;
+pub mod clone;
 pub mod confine;
 pub mod freeze;
 pub mod helper;

@@ -10,6 +10,7 @@
 //! instead, which is stricter, and is reported.
 
 use crate::plan::{Plan, Report};
+use crate::trace::mark;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -516,10 +517,13 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
         }
     }
     drop(keep);
+    mark(&mut report.marks, "mounts: private /tmp");
     private_devices().map_err(|e| format!("private devices: {e}"))?;
+    mark(&mut report.marks, "mounts: devpts, /dev/shm");
     if plan.network == crate::policy::Network::None {
         private_run(plan).map_err(|e| format!("private /run: {e}"))?;
     }
+    mark(&mut report.marks, "mounts: /run");
     // Before the hidden set covers agentd's home, where the upper layers live.
     for (layer, fds) in plan.cache_layers.iter().zip(layers) {
         match overlay(layer, fds) {
@@ -533,6 +537,7 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
             }
         }
     }
+    mark(&mut report.marks, "mounts: cache layers");
     for h in &plan.hidden {
         match hide(h) {
             Ok(()) => report.hidden_mounted += 1,
@@ -540,7 +545,9 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
             Err(e) => return Err(format!("hiding {}: {e}", h.display())),
         }
     }
+    mark(&mut report.marks, "mounts: hidden set");
     cover_sockets(plan, report)?;
+    mark(&mut report.marks, "mounts: host sockets covered");
     for p in &plan.pinned {
         match pin(p) {
             Ok(()) => report.pinned.push(p.clone()),
@@ -549,8 +556,10 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
             Err(e) => return Err(format!("pinning {}: {e}", p.display())),
         }
     }
+    mark(&mut report.marks, "mounts: .git pinned");
     for p in &plan.protected {
         protect(p, &plan.writable, report)?;
     }
+    mark(&mut report.marks, "mounts: protected paths");
     Ok(())
 }

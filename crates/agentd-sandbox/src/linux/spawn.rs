@@ -8,6 +8,7 @@ use super::confine;
 use crate::hints;
 use crate::plan::{Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
 use crate::policy::{EffectivePolicy, Mode, OnUnavailable};
+use crate::trace::mark;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -130,10 +131,13 @@ pub struct Sandbox {
     /// [`NETNS_KEPT`] are held. Unused (each command gets its own) when Landlock cannot
     /// scope abstract sockets (ABI < 6).
     netns: Mutex<Vec<(PathBuf, NetNs)>>,
-    /// Degraded: the 0700 directory (random name, in the system temp dir) holding each
-    /// command's private `TMPDIR`; Landlock hides it from commands, so one command never
-    /// sees another's.
+    /// Degraded: the 0700 directory (random name) holding each command's private
+    /// `TMPDIR`; Landlock hides it from commands, so one command never sees another's.
+    /// It lies in [`Sandbox::with_tmp_dirs`]'s directory (agentd's home, hidden
+    /// anyway), else in the system temp dir.
     tmp_parent: OnceLock<Option<PathBuf>>,
+    /// Where [`Sandbox::tmp_parent`] goes; `None`: the system temp dir.
+    tmp_base: Option<PathBuf>,
     /// Where the per-workspace upper layers of granted caches live (agentd's home, which
     /// commands never see); `None`: granted caches are read-only.
     cache_layers: Option<PathBuf>,
@@ -163,6 +167,9 @@ pub struct Prepared {
     degraded: bool,
     /// A long-running command (an MCP server) between requests; see [`Prepared::enter`].
     between: Between,
+    /// The set-up's stage marks, the daemon's and (once read) the helper's (feature
+    /// `trace` only).
+    marks: crate::trace::Marks,
 }
 
 /// A long-running command's state between requests (degraded level: stopped).
@@ -312,8 +319,21 @@ impl Sandbox {
             cgroups: OnceLock::new(),
             netns: Mutex::new(Vec::new()),
             tmp_parent: OnceLock::new(),
+            tmp_base: None,
             cache_layers: None,
         }
+    }
+
+    /// Keeps degraded commands' private `TMPDIR`s below `dir` (agentd's home, which
+    /// commands never see) rather than in the system temp dir. Landlock can only grant,
+    /// so hiding a directory means a rule for each of its siblings: below a crowded
+    /// `/tmp` (thousands of other programs' entries) that is most of a command's set-up
+    /// time, below a directory already hidden it costs nothing. What an earlier daemon
+    /// on this home left there is removed when the first command needs it (one daemon
+    /// per home).
+    pub fn with_tmp_dirs(mut self, dir: PathBuf) -> Sandbox {
+        self.tmp_base = Some(dir);
+        self
     }
 
     /// Keeps the upper layers of granted caches in `dir` (one per workspace and cache).
@@ -357,11 +377,24 @@ impl Sandbox {
         self.tmp_parent
             .get_or_init(|| {
                 use std::os::unix::fs::DirBuilderExt;
-                let d = std::env::temp_dir().join(format!(
-                    "agentd-sbx-{}-{}",
-                    std::process::id(),
-                    rand_suffix()
-                ));
+                let name = format!("agentd-sbx-{}-{}", std::process::id(), rand_suffix());
+                let d = match &self.tmp_base {
+                    Some(base) => {
+                        std::fs::DirBuilder::new()
+                            .recursive(true)
+                            .mode(0o700)
+                            .create(base)
+                            .ok()?;
+                        // Left by an earlier daemon on this home (a crash).
+                        if let Ok(rd) = std::fs::read_dir(base) {
+                            for e in rd.flatten() {
+                                let _ = std::fs::remove_dir_all(e.path());
+                            }
+                        }
+                        base.join(name)
+                    }
+                    None => std::env::temp_dir().join(name),
+                };
                 std::fs::DirBuilder::new().mode(0o700).create(&d).ok()?;
                 d.canonicalize().ok()
             })
@@ -571,6 +604,8 @@ impl Sandbox {
     /// Builds the command for `req`: sandboxed, or unconfined when the mode is
     /// `full_access` or the sandbox is unavailable and `on_unavailable = "warn"`.
     pub fn prepare(&self, req: &CommandRequest<'_>) -> Result<Prepared, Unavailable> {
+        let mut marks = crate::trace::Marks::new();
+        mark(&mut marks, "daemon: prepare");
         let p = req.policy;
         let mut facts = serde_json::Map::new();
         facts.insert("mode".into(), json!(p.mode.as_str()));
@@ -605,6 +640,7 @@ impl Sandbox {
                 writable: Vec::new(),
                 degraded: false,
                 between: Between::default(),
+                marks: Vec::new(),
             }
         };
         if p.mode == Mode::FullAccess {
@@ -641,10 +677,13 @@ impl Sandbox {
         let mut writable: Vec<PathBuf> = canonical_existing(&p.writable_roots);
         let hidden = canonical_existing(&p.hidden);
         writable.retain(|r| !hidden.iter().any(|h| r.starts_with(h)));
+        mark(&mut marks, "daemon: roots and hidden set resolved");
         let walk = walk_roots(p, &writable);
         let git_env = crate::git::Env::from_process();
         let mut scan = crate::git::scan(&writable, &walk, &git_env);
+        mark(&mut marks, "daemon: git scan");
         let protected = protect_set(p, &mut scan, &writable);
+        mark(&mut marks, "daemon: protect set");
         if p.mode == Mode::WorkspaceWrite {
             for g in scan.extra_roots.clone() {
                 if !hidden.iter().any(|h| g.starts_with(h)) && !writable.contains(&g) {
@@ -718,9 +757,17 @@ impl Sandbox {
         if let Some(parent) = self.tmp_parent().filter(|_| !namespaces) {
             hidden.push(parent.clone());
         }
+        mark(&mut marks, "daemon: caches and TMPDIR");
         let cgroup = self
             .hierarchy()
             .and_then(|h| Cgroup::create(h, req.limits.pids_max, req.limits.memory_max).ok());
+        mark(&mut marks, "daemon: cgroup made");
+        let cover_sockets = if namespaces {
+            host_sockets(p.network, &hidden, &sockets, &writable, &cwd)
+        } else {
+            Vec::new()
+        };
+        mark(&mut marks, "daemon: host sockets listed");
         let mut env: Vec<(String, String)> =
             p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let tmp_env = tmp_dir
@@ -743,6 +790,7 @@ impl Sandbox {
             landlock: true,
             seccomp: true,
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            cgroup_dir: cgroup.as_ref().and_then(|c| c.v2_dir()),
             // SAFETY: geteuid never fails.
             nproc: (cgroup.is_none() && unsafe { libc::geteuid() } != 0)
                 .then_some(req.limits.pids_max),
@@ -751,11 +799,7 @@ impl Sandbox {
             holder: false,
             fail_setup: self.knobs.fail_setup,
             sockets: sockets.clone(),
-            cover_sockets: if namespaces {
-                host_sockets(p.network, &hidden, &sockets, &writable, &cwd)
-            } else {
-                Vec::new()
-            },
+            cover_sockets,
             loopback: namespaces && p.network == crate::policy::Network::None,
             refuse_unix: !namespaces && sockets.is_empty(),
             cache_layers,
@@ -769,6 +813,7 @@ impl Sandbox {
             join_net: ns.is_some(),
             ..plan
         };
+        mark(&mut marks, "daemon: network namespace");
         facts.insert(
             "unix_sockets".into(),
             json!(unix_sockets_fact(&plan, probe.landlock_abi)),
@@ -820,7 +865,10 @@ impl Sandbox {
         } else {
             report.try_clone().ok()
         };
+        let restore = (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable));
+        mark(&mut marks, "daemon: helper command built");
         Ok(Prepared {
+            marks,
             guard_alive,
             command,
             facts,
@@ -828,7 +876,7 @@ impl Sandbox {
             tmp_dir,
             cgroup,
             policy: p.clone(),
-            restore: (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable)),
+            restore,
             protected,
             writable,
             degraded: !namespaces,
@@ -1047,6 +1095,7 @@ impl Prepared {
                 if r.sockets_covered > 0 {
                     facts.insert("sockets_covered".into(), json!(r.sockets_covered));
                 }
+                self.marks.extend(r.marks);
             }
             None => {
                 facts.insert("error".into(), json!("the sandbox helper reported nothing"));
@@ -1167,8 +1216,10 @@ impl Prepared {
     /// directory, and returns `data.sandbox` with what the helper reported and the
     /// denials recognized in `output`.
     pub fn finish(mut self, output: &[u8]) -> Value {
+        mark(&mut self.marks, "daemon: finish");
         self.absorb_report();
         self.wait_guard();
+        mark(&mut self.marks, "daemon: report read, guard done");
         let mut facts = std::mem::take(&mut self.facts);
         if let Some(cg) = self.cgroup.take() {
             let (oom, pids) = cg.events();
@@ -1179,6 +1230,7 @@ impl Prepared {
         if let Some(t) = self.tmp_dir.take() {
             let _ = std::fs::remove_dir_all(t);
         }
+        mark(&mut self.marks, "daemon: cgroup and TMPDIR removed");
         let text = String::from_utf8_lossy(output);
         let mut denials = json!(hints::denials(&text, &self.policy, &self.protected));
         // The audit goes first: what it moves aside, the restore below may then put back
@@ -1211,6 +1263,12 @@ impl Prepared {
             }
         }
         facts.insert("denials".into(), denials);
+        mark(&mut self.marks, "daemon: audited and restored");
+        if cfg!(feature = "trace") {
+            let mut marks = std::mem::take(&mut self.marks);
+            marks.sort_by_key(|m| m.1);
+            facts.insert("marks".into(), json!(marks));
+        }
         Value::Object(facts)
     }
 
