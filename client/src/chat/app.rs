@@ -176,6 +176,8 @@ pub struct App {
     /// The transcript starts after this seq (`None`: at the session's start).
     pub history_after: Option<u64>,
     older_pending: bool,
+    /// Attaching: `agentd/show` goes once the subscription is answered.
+    status_wanted: bool,
     /// Images attached with `/image`, sent with the next prompt that starts a turn.
     pub images: Vec<PendingImage>,
     /// The images of the turn last sent, given back if the daemon refuses it.
@@ -216,6 +218,7 @@ impl App {
             retry: Vec::new(),
             history_after: None,
             older_pending: false,
+            status_wanted: false,
             images: Vec::new(),
             sent_images: Vec::new(),
             inflight: Vec::new(),
@@ -290,15 +293,17 @@ impl App {
         self.history_after = None;
         self.older_pending = false;
         // The newest page and then the live events, answered from the Log's end even
-        // while the daemon still loads a long session; `show` (whether a turn runs)
-        // waits for the whole session and only sets the status line.
+        // while the daemon still loads a long session. `show` (whether a turn runs)
+        // waits for the whole session and only sets the status line: it goes once the
+        // subscription is answered, since a request that waits for the load holds back
+        // every later one (docs/chat.md#attaching).
         let p = rpc::EventsParams {
             session_id: sid.to_string(),
             tail: Some(HISTORY_EVENTS as usize),
             ..Default::default()
         };
+        self.status_wanted = true;
         fx.push(call(Tag::Tail, method::EVENTS, &p));
-        fx.push(call(Tag::Show, method::SHOW, &session(sid)));
         fx
     }
 
@@ -1121,6 +1126,9 @@ impl App {
             (Tag::Subscribe, Ok(v)) => {
                 self.loading = false;
                 self.subscription = v.get("subscription").cloned().or(Some(v));
+                if std::mem::take(&mut self.status_wanted) {
+                    return vec![call(Tag::Show, method::SHOW, &session(&self.sid()))];
+                }
                 Vec::new()
             }
             (Tag::Turn(text), Err(e)) => {

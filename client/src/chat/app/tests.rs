@@ -188,7 +188,7 @@ fn goal_and_model_commands_send_the_daemons_param_types() {
 fn attaching_draws_the_newest_page_then_follows_and_shows_a_running_turn() {
     let mut a = App::new("/w".into(), TurnSettings::default());
     let fx = a.attach("s1");
-    let [Effect::Call(Tag::Tail, m, p), Effect::Call(Tag::Show, _, _)] = &fx[..] else {
+    let [Effect::Call(Tag::Tail, m, p)] = &fx[..] else {
         panic!("{fx:?}")
     };
     assert_eq!(*m, method::EVENTS);
@@ -208,6 +208,15 @@ fn attaching_draws_the_newest_page_then_follows_and_shows_a_running_turn() {
         "{fx:?}"
     );
     assert!(a.history_after.is_none(), "the whole session is drawn");
+    // `show` waits for the whole session: asked only once the subscription stands.
+    let fx = a.on_reply(Tag::Subscribe, Ok(json!({"subscription": 1})));
+    assert!(
+        matches!(&fx[..], [Effect::Call(Tag::Show, m, p)] if *m == method::SHOW && p["session_id"] == "s1"),
+        "{fx:?}"
+    );
+    assert!(a
+        .on_reply(Tag::Subscribe, Ok(json!({"subscription": 2})))
+        .is_empty());
     // `show` answered from an older state than the view's: its status is stale.
     a.view
         .apply(&json!({"seq": 2, "type": "assistant_message", "data": {"text": "a"}}));
