@@ -392,6 +392,9 @@ pub struct SteerParams {
     pub input: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
+    /// Images that go with the input, as `agentd/turn`'s `images` take them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<TurnImage>,
 }
 
 /// `agentd/goal_set`: an objective the daemon keeps starting turns for until the model

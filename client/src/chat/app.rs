@@ -636,15 +636,6 @@ impl App {
         if text.starts_with('/') {
             return self.command(text.trim());
         }
-        if !self.images.is_empty() && !queue && self.running() {
-            // Images go with a turn of their own: queued, never steered in.
-            self.editor.set(&text);
-            self.hint = Some(
-                "images go with a new turn: Alt+Enter queues it, Esc interrupts, /image clear drops them"
-                    .into(),
-            );
-            return Vec::new();
-        }
         if queue {
             let mut p = self.turn_params(&text);
             p.queue = Some(true);
@@ -652,10 +643,12 @@ impl App {
             return vec![self.prompt_call(Tag::Queue(text), method::TURN, &p)];
         }
         if self.running() {
+            self.sent_images = std::mem::take(&mut self.images);
             let p = rpc::SteerParams {
                 session_id: self.sid(),
                 input: text.clone(),
                 client_request_id: Some(self.request_id()),
+                images: super::attach::param(&self.sent_images),
             };
             return vec![self.prompt_call(Tag::Steer(text), method::STEER, &p)];
         }
@@ -1115,11 +1108,16 @@ impl App {
             }
             (Tag::Steer(text), Err(e)) => {
                 if e.kind == ErrorKind::NotRunning {
-                    // The turn ended meanwhile: the prompt starts the next one.
-                    let p = self.turn_params(&text);
+                    // The turn ended meanwhile: the prompt starts the next one, with the
+                    // images it carried.
+                    let mut p = self.turn_params(&text);
+                    p.images = super::attach::param(&self.sent_images);
                     return vec![self.prompt_call(Tag::Turn(text), method::TURN, &p)];
                 }
                 self.editor.set(&text);
+                if !self.sent_images.is_empty() && self.images.is_empty() {
+                    self.images = std::mem::take(&mut self.sent_images);
+                }
                 if e.kind == ErrorKind::Unsupported {
                     self.hint = Some(
                         "this daemon cannot steer a running turn: wait for it (Esc interrupts)"
@@ -1131,6 +1129,7 @@ impl App {
                 Vec::new()
             }
             (Tag::Steer(_), Ok(_)) => {
+                self.sent_images.clear();
                 self.hint = Some("sent to the running turn".into());
                 Vec::new()
             }
