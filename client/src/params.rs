@@ -128,6 +128,7 @@ pub fn events_params(
         after_seq,
         limit: None,
         types: (!types.is_empty()).then(|| types.to_vec()),
+        tail: None,
     })
 }
 

@@ -320,6 +320,7 @@ impl Client {
                 after_seq: after,
                 limit: Some(PAGE),
                 types: None,
+                tail: None,
             };
             let page = self.shared.call(method::EVENTS, &q).await?;
             let events = page["events"].as_array().cloned().unwrap_or_default();
@@ -623,6 +624,7 @@ impl Client {
                 &rpc::EventsParams {
                     session_id: sid.to_string(),
                     types: Some(vec!["user_message".to_string()]),
+                    tail: None,
                     limit: Some(8),
                     after_seq: None,
                 },
