@@ -1157,3 +1157,31 @@ fn decode(b: &[u8], repo_id: (u64, u64)) -> Option<(Oid, BTreeMap<Vec<u8>, Entry
     }
     r.0.is_empty().then_some((tree, files))
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod watch_tests {
+    use super::*;
+
+    #[test]
+    fn a_full_scan_leaves_a_watch_and_a_watched_scan_reads_only_what_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        for d in 0..3 {
+            std::fs::create_dir_all(ws.join(format!("d{d}"))).unwrap();
+            for f in 0..5 {
+                std::fs::write(ws.join(format!("d{d}/f{f}")), "x").unwrap();
+            }
+        }
+        let objects = t.path().join("objects");
+        std::fs::create_dir_all(&objects).unwrap();
+        let mut m = Model::new(objects, (0, 0));
+        let cfg = SnapshotConfig::default();
+        m.scan_all(&ws, None, &cfg, false).unwrap();
+        assert!(m.watch.is_some(), "no directory watch after a full scan");
+        std::fs::write(ws.join("d1/f2"), "changed").unwrap();
+        let out = m.scan_all(&ws, None, &cfg, true).unwrap();
+        assert_eq!(out.changed, vec!["d1/f2"]);
+        // Only the changed file was looked at (a full scan would re-hash the racy ones).
+        assert_eq!(out.hashed, 1, "{out:?}");
+    }
+}
