@@ -55,6 +55,7 @@ seeds() {
         import_opencode) echo "$peers/opencode-1.18.33" ;;
         import_gemini) echo "$peers/gemini-cli-0.61.0" ;;
         import_auto) echo "$peers" ;;
+        export_roundtrip) echo "$peers/claude-code-2.1.332" "$peers/codex-0.171.0" "$peers/pi-1.6.0" "$peers/pi-1.6.0-retry" "$peers/gemini-cli-0.61.0-resume" ;;
     esac
     # Inputs that once failed, kept as seeds.
     [ -d "fuzz/regressions/$1" ] && echo "fuzz/regressions/$1"
@@ -62,13 +63,13 @@ seeds() {
 }
 max_len() {
     case "$1" in
-        log | ndjson | import_*) echo 65536 ;;
+        log | ndjson | import_* | export_roundtrip) echo 65536 ;;
         *) echo 4096 ;;
     esac
 }
 dict() {
     case "$1" in
-        log | ndjson | rpc_call | import_* | mcp_result | acp_mcp_servers | acp_params) echo "${json[@]}" ;;
+        log | ndjson | rpc_call | import_* | export_roundtrip | mcp_result | acp_mcp_servers | acp_params) echo "${json[@]}" ;;
         apply_patch) echo -dict=fuzz/dict/patch.dict ;;
     esac
 }

@@ -594,6 +594,10 @@ pub struct SteerArgs {
     pub session_id: String,
     /// The input for the running turn.
     pub input: String,
+    /// An image that goes with the input (PNG, JPEG, GIF or WebP, up to 20 MiB);
+    /// repeatable.
+    #[arg(long = "image", value_name = "PATH")]
+    pub images: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -167,6 +167,7 @@ async fn execute(cli: &Cli) -> Result<Outcome, AgentError> {
                 session_id: params::sid(&a.session_id)?,
                 input: a.input.clone(),
                 client_request_id: Some(agentctl::retry::new_request_id()),
+                images: params::images_param(&a.images)?,
             };
             let v = retried_call(&target, method::STEER, to_params(&p)?).await?;
             let text = format!(

@@ -103,7 +103,7 @@ pub fn turn_params(
 }
 
 /// `--image PATH`s as `images: [{path}]`, each made absolute (the daemon reads it).
-fn images_param(paths: &[std::path::PathBuf]) -> Result<Vec<rpc::TurnImage>, AgentError> {
+pub fn images_param(paths: &[std::path::PathBuf]) -> Result<Vec<rpc::TurnImage>, AgentError> {
     let mut out = Vec::new();
     for p in paths {
         let abs = std::path::absolute(p)
@@ -128,6 +128,7 @@ pub fn events_params(
         after_seq,
         limit: None,
         types: (!types.is_empty()).then(|| types.to_vec()),
+        tail: None,
     })
 }
 

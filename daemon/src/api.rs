@@ -13,7 +13,7 @@ use crate::peer::PeerHandle;
 pub use crate::register::{error_object, parse};
 use crate::register::{method, parse_str, to_value};
 use crate::registry::{Registry, SessionMeta};
-use crate::session::SessionHandle;
+use crate::session::{Reads, SessionHandle};
 use crate::store;
 use crate::turn::TurnManager;
 use agentd_proto::event::{new_event_id, now_ts};
@@ -301,8 +301,17 @@ pub fn methods(api: Api) -> Methods {
     let res = m.register_async_method(method::EVENTS, |params, api, _| async move {
         let run = async {
             let p: EventsParams = parse(&params)?;
+            let reads = match p.tail {
+                Some(_) if p.after_seq.is_some() || p.limit.is_some() => {
+                    return Err(AgentError::invalid_args(
+                        "tail gives the last events: it takes no after_seq or limit",
+                    ))
+                }
+                Some(n) => Reads::Last(n.clamp(1, MAX_EVENTS_PAGE), p.types.clone()),
+                None => Reads::After(p.after_seq),
+            };
             let h = api.registry.get(&p.session_id).await?;
-            h.query_blocking(move |st| events(st, &p)).await?
+            h.read_blocking(reads, move |st| events(st, &p)).await?
         };
         run.await.map_err(|e: AgentError| error_object(&e))
     });
@@ -724,22 +733,44 @@ fn show(st: &crate::session::SessionState, log_path: String) -> ShowResult {
     }
 }
 
+/// Most events in one `agentd/events` page.
+const MAX_EVENTS_PAGE: usize = 100_000;
+
 /// An `agentd/events` page (`EventsResult`) as JSON text.
 fn events(
     st: &crate::session::SessionState,
     p: &EventsParams,
 ) -> Result<Box<serde_json::value::RawValue>, AgentError> {
-    let limit = p.limit.unwrap_or(1000).clamp(1, 100_000);
+    let kept = |ev: &crate::history::stored::StoredEvent| {
+        p.types
+            .as_ref()
+            .is_none_or(|types| types.iter().any(|t| t == ev.kind()))
+    };
+    let (from, limit) = match p.tail {
+        // The last `n` kept events: from the end back to the n-th.
+        Some(n) => {
+            let n = n.clamp(1, MAX_EVENTS_PAGE);
+            let mut start = st.events.len();
+            let mut found = 0;
+            while start > 0 && found < n {
+                start -= 1;
+                found += usize::from(kept(&st.events[start]));
+            }
+            (&st.events[start..], n)
+        }
+        None => (
+            st.events_after(p.after_seq),
+            p.limit.unwrap_or(1000).clamp(1, MAX_EVENTS_PAGE),
+        ),
+    };
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     buf.extend_from_slice(b"{\"events\":[");
     let mut count = 0usize;
     let mut last: Option<u64> = None;
     let mut next = None;
-    for ev in st.events_after(p.after_seq) {
-        if let Some(types) = &p.types {
-            if !types.iter().any(|t| t == ev.kind()) {
-                continue;
-            }
+    for ev in from {
+        if !kept(ev) {
+            continue;
         }
         if count == limit {
             next = last;
@@ -783,10 +814,11 @@ async fn subscribe(
             api.turns.add_permission_peer(&p.session_id, peer.clone());
         }
     }
-    let (last_at_subscribe, streamed, mut rx) = match handle.query(|st| st.subscribe()).await {
-        Ok(x) => x,
-        Err(e) => return pending.reject(error_object(&e)).await,
-    };
+    let (last_at_subscribe, streamed, mut rx) =
+        match handle.read(Reads::Live, |st| st.subscribe()).await {
+            Ok(x) => x,
+            Err(e) => return pending.reject(error_object(&e)).await,
+        };
     let Ok(sink) = pending.accept().await else {
         return;
     };
@@ -795,11 +827,16 @@ async fn subscribe(
     if let (Some(mut cursor), Some(upto)) = (p.after_seq.map(Some), last_at_subscribe) {
         loop {
             let (page, last) = match handle
-                .query(move |st| st.backlog_page(cursor, upto, BACKLOG_PAGE, BACKLOG_PAGE_BYTES))
+                .read(Reads::After(cursor), move |st| {
+                    st.backlog_page(cursor, upto, BACKLOG_PAGE, BACKLOG_PAGE_BYTES)
+                })
                 .await
             {
                 Ok(page) => page,
-                Err(_) => return,
+                Err(_) => {
+                    load_failed(&sink, &handle, &p.session_id).await;
+                    return;
+                }
             };
             let Some(last) = last else {
                 break;
@@ -839,9 +876,18 @@ async fn subscribe(
             }
         }
     }
+    let mut actor_stopped = false;
     loop {
         tokio::select! {
             _ = sink.closed() => break,
+            // Subscribed while the session loaded (from its Log's tail) and the load
+            // then failed: this actor will send nothing more.
+            _ = handle.stopped(), if !actor_stopped => {
+                actor_stopped = true;
+                if load_failed(&sink, &handle, &p.session_id).await {
+                    break;
+                }
+            }
             msg = rx.recv() => match msg {
                 Ok(line) => {
                     if let Some(t) = skip_through {
@@ -871,6 +917,28 @@ async fn subscribe(
             }
         }
     }
+}
+
+/// When `handle`'s actor stopped because its load failed: tells the subscriber with a
+/// `lagged` notice (`reason: "load_failed"`, the error's kind) so it subscribes again
+/// from the last seq it has, which loads the session afresh or answers the error
+/// (docs/protocol.md#sessions-and-events). Returns whether it did.
+async fn load_failed(
+    sink: &jsonrpsee::SubscriptionSink,
+    handle: &SessionHandle,
+    sid: &str,
+) -> bool {
+    let Some(err) = handle.load_error() else {
+        return false;
+    };
+    let lagged = json!({"type": "lagged", "session_id": sid,
+        "data": {"missed": 0, "reason": "load_failed", "kind": err.kind.as_str()}});
+    if let Ok(raw) = serde_json::value::to_raw_value(&lagged) {
+        let _ = sink
+            .send_timeout(raw, std::time::Duration::from_secs(1))
+            .await;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -972,6 +1040,7 @@ mod tests {
             after_seq: None,
             limit: Some(3),
             types: None,
+            tail: None,
         };
         for (after, part, next) in [
             (None, &want[0..3], Some(2)),

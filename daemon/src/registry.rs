@@ -131,6 +131,9 @@ pub struct Registry {
     generation: AtomicU64,
     /// Sessions loaded at least once by this daemon process.
     loaded_once: dashmap::DashSet<String>,
+    /// Sessions whose last load failed: their next load answers no read before it ends
+    /// ([`SessionObserver::early_reads`]).
+    failed_loads: dashmap::DashSet<String>,
     /// Takes over a turn a crash left open (the turn manager installs it; see
     /// [`SessionObserver::open_turn`]): a hook handed down, so the registry never names
     /// the layer above it.
@@ -182,6 +185,7 @@ impl Registry {
             heads_mark: tokio::sync::Mutex::new(mark),
             generation: AtomicU64::new(1),
             loaded_once: dashmap::DashSet::new(),
+            failed_loads: dashmap::DashSet::new(),
             resumer: std::sync::OnceLock::new(),
             queue_starter: std::sync::OnceLock::new(),
         }))
@@ -430,6 +434,16 @@ impl SessionObserver for Registry {
     }
     fn first_load(&self, sid: &str) -> bool {
         self.mark_loaded(sid)
+    }
+    fn load_ended(&self, sid: &str, ok: bool) {
+        if ok {
+            self.failed_loads.remove(sid);
+        } else {
+            self.failed_loads.insert(sid.to_string());
+        }
+    }
+    fn early_reads(&self, sid: &str) -> bool {
+        !self.failed_loads.contains(sid)
     }
     fn open_turn(&self, handle: &SessionHandle, state: &SessionState, turn_id: &str) -> bool {
         match self.resumer.get() {

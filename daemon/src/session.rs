@@ -34,6 +34,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+mod tail;
+pub use tail::Reads;
+
 /// Capacity of a session's broadcast ring. A subscriber that falls this far behind is
 /// sent `lagged` and dropped; appends never wait for subscribers.
 pub const BROADCAST_CAPACITY: usize = 4096;
@@ -69,6 +72,15 @@ pub trait SessionObserver: Send + Sync + 'static {
     /// (`turn_queued`, not started nor withdrawn) that the observer starts, so a prompt
     /// queued behind a turn that ended just before a crash runs after the restart.
     fn queued_waiting(&self, handle: &SessionHandle);
+    /// A load of `sid` ended: `ok` or failed (after reads of its tail may have been
+    /// served, see [`Reads`]).
+    fn load_ended(&self, _sid: &str, _ok: bool) {}
+    /// Whether a load of `sid` may serve reads of its Log's tail before the whole Log is
+    /// folded: not after a load of it failed, until one succeeds, so a load that keeps
+    /// failing answers its error instead of tail reads over and over.
+    fn early_reads(&self, _sid: &str) -> bool {
+        true
+    }
     /// The session's current actor, loading it if needed: where a command goes when
     /// the actor it was sent to was evicted meanwhile.
     fn reopen(
@@ -152,7 +164,9 @@ enum Cmd {
         exec: Exec,
         reply: oneshot::Sender<Result<Option<AppendResult>, AgentError>>,
     },
-    Query(QueryFn, Exec),
+    /// A read of the state; with [`Reads`], one the Log's tail may answer while the
+    /// session loads.
+    Query(QueryFn, Exec, Option<Reads>),
     /// Runs a closure that moves the session's files away (delete); when it returns
     /// true the actor drops its Log writer and stops taking commands, so nothing can be
     /// written to the moved Log and the next call finds no session.
@@ -333,7 +347,34 @@ impl SessionHandle {
         &self,
         f: impl FnOnce(&SessionState) -> T + Send + 'static,
     ) -> Result<T, AgentError> {
-        self.query_on(Exec::Inline, f).await
+        self.query_on(Exec::Inline, None, f).await
+    }
+
+    /// [`query`](Self::query) for a read that needs only what `reads` names: while the
+    /// session loads, it is answered from the Log's tail when the tail holds that (and
+    /// no command before it waits for the load). `f` must read nothing of the state
+    /// but `events_after` (from `reads`' seq), `events`' end (for [`Reads::Last`]),
+    /// `last_seq` and `subscribe`.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        reads: Reads,
+        f: impl FnOnce(&SessionState) -> T + Send + 'static,
+    ) -> Result<T, AgentError> {
+        self.query_on(Exec::Inline, Some(reads), f).await
+    }
+
+    /// [`read`](Self::read) on the blocking pool (a page of events).
+    pub async fn read_blocking<T: Send + 'static>(
+        &self,
+        reads: Reads,
+        f: impl FnOnce(&SessionState) -> T + Send + 'static,
+    ) -> Result<T, AgentError> {
+        self.query_on(Exec::Blocking, Some(reads), f).await
+    }
+
+    /// Why this actor could not load its Log, once it has stopped for that reason.
+    pub fn load_error(&self) -> Option<&AgentError> {
+        self.load_error.get()
     }
 
     /// [`query`](Self::query) for work whose cost grows with the session or touches
@@ -343,12 +384,13 @@ impl SessionHandle {
         &self,
         f: impl FnOnce(&SessionState) -> T + Send + 'static,
     ) -> Result<T, AgentError> {
-        self.query_on(Exec::Blocking, f).await
+        self.query_on(Exec::Blocking, None, f).await
     }
 
     async fn query_on<T: Send + 'static>(
         &self,
         exec: Exec,
+        reads: Option<Reads>,
         f: impl FnOnce(&SessionState) -> T + Send + 'static,
     ) -> Result<T, AgentError> {
         let (reply, rx) = oneshot::channel();
@@ -357,6 +399,7 @@ impl SessionHandle {
                 let _ = reply.send(f(st));
             }),
             exec,
+            reads,
         );
         self.send(cmd).await?;
         rx.await
@@ -489,17 +532,24 @@ impl SessionState {
     /// What stands in the actor while its state is lent to the blocking pool: never
     /// read (the actor serves no command until the state is back).
     fn placeholder(of: &SessionState) -> SessionState {
+        let mut st = SessionState::empty(&of.id, PathBuf::new(), of.events_tx.clone());
+        st.next_seq = of.next_seq;
+        st
+    }
+
+    /// The state of a session with no events yet.
+    fn empty(id: &str, log_path: PathBuf, events_tx: Live) -> SessionState {
         SessionState {
-            id: of.id.clone(),
-            log_path: PathBuf::new(),
+            id: id.to_string(),
+            log_path,
             events: Vec::new(),
             fold: Fold::new(),
             checkpoint: CheckpointState::new(),
             corrupt_lines: Vec::new(),
             seq_anomalies: Vec::new(),
             running_turn: None,
-            next_seq: of.next_seq,
-            events_tx: of.events_tx.clone(),
+            next_seq: 0,
+            events_tx,
             pending_repair: Vec::new(),
             context: Default::default(),
             client_requests: Default::default(),
@@ -685,7 +735,8 @@ impl Reply {
     }
 }
 
-/// Starts the actor for `sid`; it loads the Log before serving any command.
+/// Starts the actor for `sid`; it loads the Log before serving any command but the
+/// reads its Log's tail answers meanwhile (see [`Reads`]).
 pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
     let (tx, rx) = mpsc::channel(MAX_BATCH_COMMANDS);
     let events = Live::new(BROADCAST_CAPACITY);
@@ -702,7 +753,18 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
     let actor_handle = handle.clone();
     tokio::spawn(async move {
         let sid = actor_handle.id.to_string();
-        match load(env.clone(), &sid, events).await {
+        let mut rx = rx;
+        let (tail_tx, tail_rx) = oneshot::channel();
+        let tail_tx = env.observer.early_reads(&sid).then_some(tail_tx);
+        let load = {
+            let (env, sid) = (env.clone(), sid.clone());
+            // Reading, parsing and folding a big Log is CPU work: keep it off the
+            // runtime's worker threads.
+            tokio::task::spawn_blocking(move || load_blocking(&env, &sid, events, tail_tx))
+        };
+        let (loaded, first) = tail::serve_while_loading(&mut rx, tail_rx, load).await;
+        env.observer.load_ended(&sid, loaded.is_ok());
+        match loaded {
             Ok((state, writer)) => {
                 let mut actor = Actor {
                     env: env.clone(),
@@ -715,7 +777,7 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
                     handle: actor_handle,
                 };
                 actor.after_load().await;
-                actor.run().await;
+                actor.run(first).await;
                 // `run` reported the stop to the observer: a new actor may open the Log.
                 let _ = stopped_tx.send(true);
             }
@@ -723,16 +785,21 @@ pub fn spawn(env: ActorEnv, sid: &str, generation: u64) -> SessionHandle {
                 let _ = actor_handle.load_error.set(err.clone());
                 env.observer.stopped(&sid, generation);
                 let _ = stopped_tx.send(true);
-                fail_all(rx, err).await;
+                fail_all(rx, first, err).await;
             }
         }
     });
     handle
 }
 
-async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
+async fn fail_all(mut rx: mpsc::Receiver<Cmd>, first: Option<Cmd>, err: AgentError) {
     rx.close();
-    while let Some(cmd) = rx.recv().await {
+    let mut next = first;
+    if next.is_none() {
+        next = rx.recv().await;
+    }
+    while let Some(cmd) = next.take() {
+        next = rx.recv().await;
         match cmd {
             Cmd::Append { reply, .. } => reply.send(Err(err.clone())),
             Cmd::Record { reply, .. } => {
@@ -743,42 +810,23 @@ async fn fail_all(mut rx: mpsc::Receiver<Cmd>, err: AgentError) {
     }
 }
 
-async fn load(
-    env: ActorEnv,
-    sid: &str,
-    events_tx: Live,
-) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
-    let sid = sid.to_string();
-    // Reading, parsing and folding a big Log is CPU work: keep it off the runtime's
-    // worker threads.
-    tokio::task::spawn_blocking(move || load_blocking(&env, &sid, events_tx))
-        .await
-        .map_err(|e| AgentError::internal(format!("load task: {e}")))?
-}
+/// What [`load_blocking`] returns.
+type Loaded = Result<(SessionState, Box<dyn LogAppender>), AgentError>;
 
+/// Loads the Log: first its tail, handed to `tail_tx` at once (when given) for the
+/// reads the actor serves meanwhile, then all of it.
 fn load_blocking(
     env: &ActorEnv,
     sid: &str,
     events_tx: Live,
-) -> Result<(SessionState, Box<dyn LogAppender>), AgentError> {
+    tail_tx: Option<oneshot::Sender<Option<tail::Tail>>>,
+) -> Loaded {
     let started = std::time::Instant::now();
-    let mut state = SessionState {
-        id: sid.to_string(),
-        log_path: env.home.log_path(sid)?,
-        events: Vec::new(),
-        fold: Fold::new(),
-        checkpoint: CheckpointState::new(),
-        corrupt_lines: Vec::new(),
-        seq_anomalies: Vec::new(),
-        running_turn: None,
-        next_seq: 0,
-        events_tx,
-        pending_repair: Vec::new(),
-        context: Default::default(),
-        client_requests: Default::default(),
-        queued: Vec::new(),
-        last_goal_set: None,
-    };
+    let log_path = env.home.log_path(sid)?;
+    if let Some(tx) = tail_tx {
+        let _ = tx.send(tail::Tail::read(env, sid, &log_path, &events_tx));
+    }
+    let mut state = SessionState::empty(sid, log_path, events_tx);
     // Each event is folded as it is parsed and then kept only as its line.
     let report = env.store.load_into(sid, &mut |ev, stored| {
         state.push(ev, stored);
@@ -957,9 +1005,10 @@ impl Actor {
         }
     }
 
-    async fn run(&mut self) {
+    /// Serves commands, `first` (one that waited for the load) before the queue's.
+    async fn run(&mut self, first: Option<Cmd>) {
         let idle = self.env.idle_evict.max(Duration::from_secs(1));
-        let mut deferred: Option<Cmd> = None;
+        let mut deferred: Option<Cmd> = first;
         loop {
             let cmd = match deferred.take() {
                 Some(c) => c,
@@ -978,8 +1027,8 @@ impl Actor {
             // The last batch is in the state before any command is served.
             self.settle().await;
             match cmd {
-                Cmd::Query(f, Exec::Inline) => f(&self.state),
-                Cmd::Query(f, Exec::Blocking) => {
+                Cmd::Query(f, Exec::Inline, _) => f(&self.state),
+                Cmd::Query(f, Exec::Blocking, _) => {
                     self.lend(f).await;
                 }
                 Cmd::Retire(f) => {

@@ -148,3 +148,88 @@ async fn race() {
     // The race was real: some calls went through while the directory was in place.
     assert!(read_ok > 0 && write_ok > 0, "no call ever succeeded");
 }
+
+/// `search` and `list_dir` walk directories: a directory swapped for a symlink to an
+/// outside one between the walk's listing and its reads must not make them list or
+/// search it. Outside holds a secret and a name found nowhere inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlink_swapped_during_search_and_list_dir_never_shows_outside() {
+    for walk in [false, true] {
+        tools::confine::force_component_walk(walk);
+        race_walks().await;
+    }
+    tools::confine::force_component_walk(false);
+}
+
+async fn race_walks() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let outside = std::fs::canonicalize(outside.path()).unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(work.join("d/sub")).unwrap();
+    std::fs::write(work.join("d/secret.txt"), "inside MARK\n").unwrap();
+    std::fs::write(work.join("d/sub/secret.txt"), "inside MARK\n").unwrap();
+    std::fs::create_dir_all(outside.join("sub")).unwrap();
+    for dir in [outside.clone(), outside.join("sub")] {
+        std::fs::write(dir.join("secret.txt"), "OUTSIDE SECRET MARK\n").unwrap();
+        std::fs::write(dir.join("only-outside.txt"), "OUTSIDE SECRET MARK\n").unwrap();
+    }
+    symlink(&outside, work.join("alt")).unwrap();
+    let ctx = ToolContext::new(&work, root.path().join("resources")).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flips = Arc::new(AtomicU64::new(0));
+    let flipper = {
+        let (stop, flips) = (stop.clone(), flips.clone());
+        let (d, alt) = (ctx.workspace.join("d"), ctx.workspace.join("alt"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                exchange(&d, &alt).expect("renameat2(RENAME_EXCHANGE)");
+                flips.fetch_add(1, Ordering::Relaxed);
+            }
+            if std::fs::symlink_metadata(&d)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+            {
+                exchange(&d, &alt).unwrap();
+            }
+        })
+    };
+    let (mut calls, mut found, mut listed) = (0u64, 0u64, 0u64);
+    while calls < MIN_CALLS || flips.load(Ordering::Relaxed) < MIN_FLIPS {
+        calls += 1;
+        for path in [".", "d", "alt"] {
+            let r = tools::run("search", &json!({"pattern": "MARK", "path": path}), &ctx).await;
+            if r.ok {
+                let text = r.output.unwrap_or_default();
+                assert!(
+                    !text.contains("OUTSIDE") && !text.contains("only-outside"),
+                    "search of {path} showed outside the workspace (call {calls}): {text}"
+                );
+                if text.contains("inside MARK") {
+                    found += 1;
+                }
+            }
+            let r = tools::run("list_dir", &json!({"path": path, "depth": 3}), &ctx).await;
+            if r.ok {
+                let text = r.output.unwrap_or_default();
+                assert!(
+                    !text.contains("only-outside"),
+                    "list_dir of {path} listed outside the workspace (call {calls}): {text}"
+                );
+                if text.contains("secret.txt") {
+                    listed += 1;
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    flipper.join().unwrap();
+    eprintln!(
+        "{}: {} flips, {calls} rounds: search found {found}, list_dir listed {listed}",
+        tools::confine::strategy(),
+        flips.load(Ordering::Relaxed)
+    );
+    assert!(found > 0 && listed > 0, "no call ever succeeded");
+}

@@ -8,6 +8,7 @@
 
 pub mod acp;
 pub mod config;
+pub mod export;
 pub mod framing;
 pub mod history;
 pub mod import;

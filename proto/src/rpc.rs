@@ -227,6 +227,11 @@ pub struct EventsParams {
     pub limit: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<Vec<String>>,
+    /// The page is the session's last `tail` events (of `types` when given), in seq
+    /// order; not with `after_seq` or `limit`. While the daemon loads a long session
+    /// it is answered from the Log's end (docs/chat.md#attaching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -392,6 +397,9 @@ pub struct SteerParams {
     pub input: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
+    /// Images that go with the input, as `agentd/turn`'s `images` take them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<TurnImage>,
 }
 
 /// `agentd/goal_set`: an objective the daemon keeps starting turns for until the model

@@ -680,13 +680,25 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         wrong["message"].as_str().unwrap().contains(&turn_id),
         "{wrong}"
     );
+    // With an image, which joins the turn with it. The approval is answered once the
+    // steer waits for the turn's next provider call, so that call carries it.
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
     let steer =
         c.ws.request(
             "turn/steer",
             json!({"threadId": thread, "expectedTurnId": turn_id, "clientUserMessageId": "steer-1",
-                "input": [{"type": "text", "text": "and keep it short", "text_elements": []}]}),
+                "input": [{"type": "text", "text": "and keep it short", "text_elements": []},
+                          {"type": "image", "url": format!("data:image/png;base64,{PNG_B64}")}]}),
         )
         .await;
+    tokio::task::block_in_place(|| {
+        sub.wait_event(
+            |e| is_type(e, "status") && e["data"]["steer_pending"] == true,
+            std::time::Duration::from_secs(60),
+        )
+        .expect("the steer waits for the next provider call")
+    });
     let started =
         c.ws.seen
             .iter()
@@ -704,6 +716,7 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
         .await;
     assert_eq!(done["item"]["status"], "declined");
     let steered = c.ws.response(steer).await;
+    assert!(steered["error"].is_null(), "{steered}");
     c.schemas.check("v2/TurnSteerResponse", &steered["result"]);
     assert_eq!(steered["result"]["turnId"], turn_id.as_str(), "{steered}");
     let shown = c
@@ -722,6 +735,10 @@ async fn ask_mode_approvals_go_to_the_client_and_its_answers_are_recorded() {
     assert_eq!(steers.len(), 1, "{steers:?}");
     assert_eq!(steers[0]["data"]["text"], "and keep it short");
     assert_eq!(steers[0]["data"]["turn_id"], turn_id.as_str());
+    assert_eq!(
+        steers[0]["data"]["images"][0]["mime"], "image/png",
+        "{steers:?}"
+    );
 
     // Accepted for the session: the daemon allows the tool from then on, asking no one.
     for answer in [Some("acceptForSession"), None] {

@@ -689,22 +689,22 @@ fn image_attaches_a_picture_to_the_next_prompt() {
     quit(p);
 }
 
-/// While a turn runs, a prompt with an attached image is not steered in (Enter keeps it
-/// and says so); Alt+Enter queues it with its image, and the queued turn's request
-/// carries the image.
+/// While a turn runs, Enter steers a prompt in with its attached image (the turn's next
+/// request carries it) and Alt+Enter queues one with its image (the queued turn's request
+/// carries it).
 #[test]
-fn an_image_prompt_typed_during_a_turn_is_queued_with_its_image() {
+fn an_image_prompt_typed_during_a_turn_is_steered_or_queued_with_its_image() {
     use agentd_tests::sse::{chat_text, MockProvider, Reply};
     const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let go_rx = std::sync::Mutex::new(go_rx);
-    let mock = MockProvider::start(move |n, _| {
-        if n == 0 {
+    let mock = MockProvider::start(move |n, _| match n {
+        0 => {
             let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(60));
             Reply::Complete(chat_text("First done."))
-        } else {
-            Reply::Complete(chat_text("Queued picture seen."))
         }
+        1 => Reply::Complete(chat_text("Steered picture seen.")),
+        _ => Reply::Complete(chat_text("Queued picture seen.")),
     });
     let d = Daemon::builder().config(&mock.config()).start();
     use base64::Engine;
@@ -720,23 +720,32 @@ fn an_image_prompt_typed_during_a_turn_is_queued_with_its_image() {
     p.line("/image shot.png");
     p.wait_for("[1 image(s): shot.png]", WAIT);
     p.line("look at this");
-    p.wait_for("images go with a new turn: Alt+Enter queues it", WAIT);
+    p.line("/image shot.png");
+    p.wait_for("[1 image(s): shot.png]", WAIT);
+    p.send("and this one later");
     p.send("\x1b\r");
-    p.wait_for("queued: look at this", WAIT);
+    p.wait_for("queued: and this one later", WAIT);
     go_tx.send(()).unwrap();
+    p.wait_for("Steered picture seen.", WAIT);
     p.wait_for("Queued picture seen.", WAIT);
-    let bodies = mock.wait_requests(2, WAIT);
-    let last_user = bodies[1]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|m| m["role"] == "user")
-        .unwrap()
-        .clone();
-    assert_eq!(
-        last_user["content"][1]["image_url"]["url"],
-        format!("data:image/png;base64,{PNG_B64}"),
-        "{last_user}"
-    );
+    let bodies = mock.wait_requests(3, WAIT);
+    for (body, text) in [
+        (&bodies[1], "look at this"),
+        (&bodies[2], "and this one later"),
+    ] {
+        let last_user = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|m| m["role"] == "user")
+            .unwrap()
+            .clone();
+        assert_eq!(last_user["content"][0]["text"], text, "{last_user}");
+        assert_eq!(
+            last_user["content"][1]["image_url"]["url"],
+            format!("data:image/png;base64,{PNG_B64}"),
+            "{last_user}"
+        );
+    }
     quit(p);
 }

@@ -693,6 +693,90 @@ fn a_queued_turn_keeps_its_images() {
     );
 }
 
+/// A steer with an image: the image is stored when the steer is taken, the steered
+/// `user_message` records its reference, the turn's next provider call carries it, and a
+/// retry with the same `client_request_id` but another image is a conflict. A bad image
+/// is refused before anything is recorded.
+#[test]
+fn a_steer_carries_its_images_into_the_next_provider_call() {
+    use agentd_tests::sse::{MockProvider, Reply};
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let mock = MockProvider::start(move |n, _| {
+        if n == 0 {
+            let _ = go_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(std::time::Duration::from_secs(60));
+            return Reply::Complete(chat_text("Looking."));
+        }
+        Reply::Complete(chat_text("Seen the picture."))
+    });
+    let d = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .config(&mock.config())
+        .start();
+    std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
+    std::fs::write(d.workspace().join("other.gif"), gif()).unwrap();
+    std::fs::write(d.workspace().join("notes.txt"), "not an image").unwrap();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d);
+    let mut sub = d.connect();
+    sub.subscribe(&sid, None);
+    c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "first", "wait": false}),
+    );
+    mock.wait_requests(1, std::time::Duration::from_secs(60));
+    let e = c.call(
+        "agentd/steer",
+        json!({"session_id": sid, "input": "this?", "images": [{"path": "notes.txt"}]}),
+    );
+    assert_eq!(e["error"]["data"]["kind"], "invalid_args", "{e}");
+    let mut sc = d.connect();
+    let sid2 = sid.clone();
+    let steer = std::thread::spawn(move || {
+        sc.call(
+            "agentd/steer",
+            json!({"session_id": sid2, "input": "look at this picture",
+                   "client_request_id": "st-img", "images": [{"path": "shot.png"}]}),
+        )
+    });
+    sub.wait_event(
+        |e| is_type(e, "status") && e["data"]["steer_pending"] == true,
+        std::time::Duration::from_secs(60),
+    )
+    .expect("the steer waits for the next provider call");
+    let conflict = c.call(
+        "agentd/steer",
+        json!({"session_id": sid, "input": "look at this picture",
+               "client_request_id": "st-img", "images": [{"path": "other.gif"}]}),
+    );
+    assert_eq!(conflict["error"]["data"]["kind"], "conflict", "{conflict}");
+    go_tx.send(()).unwrap();
+    let answered = steer.join().unwrap();
+    assert!(answered["result"]["seq"].is_u64(), "{answered}");
+    let bodies = mock.wait_requests(2, std::time::Duration::from_secs(60));
+    assert_eq!(sent_images("openai-chat", &bodies[0]), vec![]);
+    assert_eq!(
+        sent_images("openai-chat", &bodies[1]),
+        vec![("image/png".to_string(), b64_of(&png()))],
+        "{}",
+        bodies[1]
+    );
+    let refs = json!([{"sha256": sha(&png()), "mime": "image/png", "bytes": png().len()}]);
+    let steered: Vec<Value> = d
+        .log_lines(&sid)
+        .into_iter()
+        .filter(|e| is_type(e, "user_message") && e["data"]["steer"] == true)
+        .map(|e| e["data"].clone())
+        .collect();
+    assert_eq!(steered.len(), 1, "{steered:?}");
+    assert_eq!(steered[0]["text"], "look at this picture");
+    assert_eq!(steered[0]["images"], refs);
+    assert_eq!(stored_images(&d, &sid), vec![(sha(&png()), png())]);
+}
+
 fn b64_of(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }

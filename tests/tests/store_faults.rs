@@ -7,6 +7,8 @@
 //!   line;
 //! - a fsync that keeps failing keeps appends refused while reads go on serving;
 //! - a read error loading one Log leaves every other session serving;
+//! - a parse thread that panics loading a Log fails that load (`internal`,
+//!   `parse_panicked`) instead of loading the session without that part's events;
 //! - a failed sync among sessions syncing together fails only its own session's batch.
 
 use agentd_tests::{read_log_lines, Daemon, RpcConn};
@@ -196,6 +198,58 @@ fn read_error_loading_one_log_leaves_others_serving() {
     let shown = c.call_ok("agentd/show", json!({"session_id": A}));
     assert_eq!(shown["last_seq"], 2);
     assert!(append(&mut c, A, "a2").get("result").is_some());
+}
+
+#[test]
+fn a_parse_thread_that_panics_fails_the_load_and_loses_no_event() {
+    let mut d = Daemon::start();
+    let mut c = d.connect();
+    create(&d, &mut c, A);
+    create(&d, &mut c, B);
+    // Over 1 MiB, so a load parses A's Log in two parts on two threads: the rule below
+    // makes the second part's thread panic while the first one's events are fine.
+    let big = "x".repeat(700 << 10);
+    for text in ["first", big.as_str(), "last"] {
+        assert!(append(&mut c, A, text).get("result").is_some());
+    }
+    append(&mut c, B, "b");
+    drop(c);
+    let want = texts(&d, A);
+    let lines = read_log_lines(&d.log_path(A)).len();
+    let before = std::fs::read(d.log_path(A)).unwrap();
+    d.kill9();
+    let mut d2 = Daemon::builder()
+        .env("AGENTD_FAULTS", format!("parse:panic:2@{A}"))
+        .build();
+    std::fs::remove_dir_all(d2.home()).ok();
+    copy_dir(d.home(), d2.home());
+    d2.spawn();
+    d2.wait_ready(std::time::Duration::from_secs(30)).unwrap();
+    let mut c = d2.connect();
+    let r = c.call("agentd/show", json!({"session_id": A}));
+    assert_eq!(kind(&r), "internal", "{r}");
+    assert_eq!(
+        r.pointer("/error/data/details/reason"),
+        Some(&json!("parse_panicked")),
+        "{r}"
+    );
+    assert_eq!(
+        r.pointer("/error/data/details/session_id"),
+        Some(&json!(A)),
+        "{r}"
+    );
+    // Nothing was cut or rewritten, and B serves meanwhile.
+    assert_eq!(std::fs::read(d2.log_path(A)).unwrap(), before);
+    c.call_ok("agentd/show", json!({"session_id": B}));
+    assert!(append(&mut c, B, "b2").get("result").is_some());
+    // The next load has every event, and A takes appends after them.
+    let shown = c.call_ok("agentd/show", json!({"session_id": A}));
+    assert_eq!(shown["last_seq"], json!(lines - 1), "{shown}");
+    assert_eq!(shown["event_count"], json!(lines), "{shown}");
+    assert!(append(&mut c, A, "again").get("result").is_some());
+    let mut now = want.clone();
+    now.extend(["again".to_string(), "again!".to_string()]);
+    assert_eq!(texts(&d2, A), now);
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {

@@ -224,6 +224,7 @@ impl Bridge {
             after_seq: after,
             limit: Some(LOAD_PAGE),
             types: None,
+            tail: None,
         })?;
         let c = self.conn().await?;
         let r = c.call_raw(method::EVENTS, q).await;
@@ -1367,6 +1368,7 @@ impl Bridge {
                 after_seq: after,
                 limit: Some(LOAD_PAGE),
                 types: Some(vec!["turn_started".into(), "workspace_snapshot".into()]),
+                tail: None,
             };
             let page = self.call(method::EVENTS, &q).await?;
             let events = page["events"].as_array().map_or(&[][..], Vec::as_slice);

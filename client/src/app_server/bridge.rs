@@ -320,6 +320,7 @@ impl Client {
                 after_seq: after,
                 limit: Some(PAGE),
                 types: None,
+                tail: None,
             };
             let page = self.shared.call(method::EVENTS, &q).await?;
             let events = page["events"].as_array().cloned().unwrap_or_default();
@@ -623,6 +624,7 @@ impl Client {
                 &rpc::EventsParams {
                     session_id: sid.to_string(),
                     types: Some(vec!["user_message".to_string()]),
+                    tail: None,
                     limit: Some(8),
                     after_seq: None,
                 },
@@ -988,11 +990,6 @@ impl Client {
         let sid = self.sid_of(&p.thread_id).await?;
         self.loaded(&sid)?;
         let (text, images) = turn_input(&p.input, "turn/steer")?;
-        if !images.is_empty() {
-            return Err(RpcErr::params(
-                "turn/steer: images cannot join a running turn; send them with turn/start",
-            ));
-        }
         let running = self.threads.lock().ok().and_then(|t| {
             t.get(&sid)
                 .and_then(|l| l.turn.lock().ok()?.running.clone())
@@ -1011,6 +1008,7 @@ impl Client {
             session_id: sid,
             input: text,
             client_request_id: p.client_user_message_id.clone(),
+            images,
         };
         let r = self.shared.call(method::STEER, &q).await?;
         let turn_id = r["turn_id"]

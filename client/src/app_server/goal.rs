@@ -77,6 +77,7 @@ async fn thread_goal(c: &Shared, sid: &str, uuid: &str, goal: &Value) -> Option<
                         .map(str::to_string)
                         .to_vec(),
                 ),
+                tail: None,
             },
         )
         .await

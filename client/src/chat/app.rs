@@ -75,7 +75,10 @@ pub enum Tag {
     List,
     LastPrompt(String),
     Create,
+    /// `agentd/show` on attaching: whether a turn runs.
     Show,
+    /// The newest page of history on attaching (`agentd/events` with `tail`).
+    Tail,
     Events,
     Subscribe,
     Unsubscribe,
@@ -286,6 +289,15 @@ impl App {
         self.loading = true;
         self.history_after = None;
         self.older_pending = false;
+        // The newest page and then the live events, answered from the Log's end even
+        // while the daemon still loads a long session; `show` (whether a turn runs)
+        // waits for the whole session and only sets the status line.
+        let p = rpc::EventsParams {
+            session_id: sid.to_string(),
+            tail: Some(HISTORY_EVENTS as usize),
+            ..Default::default()
+        };
+        fx.push(call(Tag::Tail, method::EVENTS, &p));
         fx.push(call(Tag::Show, method::SHOW, &session(sid)));
         fx
     }
@@ -296,6 +308,7 @@ impl App {
             after_seq: after,
             limit: Some(HISTORY_EVENTS as usize),
             types: None,
+            tail: None,
         };
         call(Tag::Events, method::EVENTS, &p)
     }
@@ -636,15 +649,6 @@ impl App {
         if text.starts_with('/') {
             return self.command(text.trim());
         }
-        if !self.images.is_empty() && !queue && self.running() {
-            // Images go with a turn of their own: queued, never steered in.
-            self.editor.set(&text);
-            self.hint = Some(
-                "images go with a new turn: Alt+Enter queues it, Esc interrupts, /image clear drops them"
-                    .into(),
-            );
-            return Vec::new();
-        }
         if queue {
             let mut p = self.turn_params(&text);
             p.queue = Some(true);
@@ -652,10 +656,12 @@ impl App {
             return vec![self.prompt_call(Tag::Queue(text), method::TURN, &p)];
         }
         if self.running() {
+            self.sent_images = std::mem::take(&mut self.images);
             let p = rpc::SteerParams {
                 session_id: self.sid(),
                 input: text.clone(),
                 client_request_id: Some(self.request_id()),
+                images: super::attach::param(&self.sent_images),
             };
             return vec![self.prompt_call(Tag::Steer(text), method::STEER, &p)];
         }
@@ -902,6 +908,7 @@ impl App {
             after_seq: from,
             limit: Some(from.map_or(start + 1, |f| start - f) as usize),
             types: None,
+            tail: None,
         };
         vec![call(Tag::Older(from), method::EVENTS, &p)]
     }
@@ -1009,6 +1016,7 @@ impl App {
                             session_id: sid.clone(),
                             after_seq: (n > 300).then(|| n - 300),
                             types: Some(vec!["user_message".to_string()]),
+                            tail: None,
                             limit: None,
                         };
                         call(Tag::LastPrompt(sid), method::EVENTS, &p)
@@ -1040,18 +1048,38 @@ impl App {
                 }
             },
             (Tag::Show, Ok(v)) => {
+                // A running turn whose start is older than the drawn page; unless the
+                // view already holds events newer than this answer describes.
                 let last = v.get("last_seq").and_then(Value::as_u64);
-                if v.get("status").and_then(Value::as_str) == Some("running") {
+                let stale = self
+                    .view
+                    .last_seq
+                    .is_some_and(|seen| last.is_none_or(|l| seen > l));
+                if !stale
+                    && self.view.turn == TurnState::Idle
+                    && v.get("status").and_then(Value::as_str) == Some("running")
+                {
                     self.view.turn = TurnState::Running {
                         turn_id: String::new(),
                     };
                 }
-                let start = last.and_then(|l| l.checked_sub(HISTORY_EVENTS));
+                Vec::new()
+            }
+            (Tag::Tail, Ok(v)) => {
+                let events = v.get("events").and_then(Value::as_array);
+                let first = events
+                    .and_then(|e| e.first())
+                    .and_then(|e| e.get("seq"))
+                    .and_then(Value::as_u64);
+                let start = first.and_then(|f| f.checked_sub(1));
                 self.history_after = start;
                 if let Some(s) = start {
                     self.view.notice(NoticeKind::Info, earlier_notice(s));
                 }
-                vec![self.events_call(start)]
+                for e in events.into_iter().flatten() {
+                    self.view.apply(e);
+                }
+                vec![self.subscribe_call()]
             }
             (Tag::Older(from), Ok(v)) => {
                 let events = v
@@ -1115,11 +1143,16 @@ impl App {
             }
             (Tag::Steer(text), Err(e)) => {
                 if e.kind == ErrorKind::NotRunning {
-                    // The turn ended meanwhile: the prompt starts the next one.
-                    let p = self.turn_params(&text);
+                    // The turn ended meanwhile: the prompt starts the next one, with the
+                    // images it carried.
+                    let mut p = self.turn_params(&text);
+                    p.images = super::attach::param(&self.sent_images);
                     return vec![self.prompt_call(Tag::Turn(text), method::TURN, &p)];
                 }
                 self.editor.set(&text);
+                if !self.sent_images.is_empty() && self.images.is_empty() {
+                    self.images = std::mem::take(&mut self.sent_images);
+                }
                 if e.kind == ErrorKind::Unsupported {
                     self.hint = Some(
                         "this daemon cannot steer a running turn: wait for it (Esc interrupts)"
@@ -1131,6 +1164,7 @@ impl App {
                 Vec::new()
             }
             (Tag::Steer(_), Ok(_)) => {
+                self.sent_images.clear();
                 self.hint = Some("sent to the running turn".into());
                 Vec::new()
             }
@@ -1195,7 +1229,7 @@ impl App {
                 self.info(text);
                 Vec::new()
             }
-            (Tag::Subscribe | Tag::Events | Tag::Show | Tag::Create, Err(e)) => {
+            (Tag::Subscribe | Tag::Events | Tag::Tail | Tag::Show | Tag::Create, Err(e)) => {
                 self.loading = false;
                 if e.kind != ErrorKind::DaemonUnavailable {
                     self.error(format!("cannot attach: {}: {}", e.kind, e.message));

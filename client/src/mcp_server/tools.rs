@@ -389,6 +389,7 @@ pub fn plan(tool: &str, a: &Map<String, Value>) -> Result<Plan, AgentError> {
                 after_seq: a.after_seq,
                 limit: Some(limit),
                 types,
+                tail: None,
             })?;
             Ok(Plan::Show {
                 session_id: a.session_id,

@@ -142,7 +142,16 @@ fn read(events: &[Event]) -> Result<Conversation, AgentError> {
         warnings: Vec::new(),
     };
     let mut skipped: HashMap<&str, u64> = HashMap::new();
+    // Calls and results are paired as replay pairs them (docs/history-rules.md#replay):
+    // a result answers the pending call of its id, and a call reusing an earlier call's
+    // id (models that number their calls per step do) is another call. Every peer pairs
+    // a result with its call by id alone, so such a call gets an id of its own in the
+    // export, `<id>-2`, `<id>-3`, …; the first call of an id keeps it.
+    // The export's call ids: every one given so far, and call id → name.
+    let mut used: HashSet<String> = HashSet::new();
     let mut names: HashMap<String, String> = HashMap::new();
+    // The Log's call id → the export's id of the call awaiting its result.
+    let mut pending: HashMap<String, String> = HashMap::new();
     let mut answered: HashSet<String> = HashSet::new();
     // Index of the open step in `items`, while the model's side of it continues.
     let mut open: Option<usize> = None;
@@ -236,7 +245,14 @@ fn read(events: &[Event]) -> Result<Conversation, AgentError> {
                         reasoning.push((s(d, "dialect"), d["item"].clone()));
                     }
                     _ => {
-                        let id = s(d, "call_id");
+                        let logged = s(d, "call_id");
+                        let mut id = logged.clone();
+                        let mut n = 1;
+                        while !used.insert(id.clone()) {
+                            n += 1;
+                            id = format!("{logged}-{n}");
+                        }
+                        pending.insert(logged, id.clone());
                         names.insert(id.clone(), s(d, "name"));
                         calls.push(Call {
                             id,
@@ -265,11 +281,17 @@ fn read(events: &[Event]) -> Result<Conversation, AgentError> {
             }
             "tool_result" => {
                 open = None;
-                let id = s(d, "call_id");
-                if !answered.insert(id.clone()) {
-                    *skipped.entry("a second result of one call").or_default() += 1;
+                let logged = s(d, "call_id");
+                let Some(id) = pending.remove(&logged) else {
+                    let what = if used.contains(&logged) {
+                        "second results of one call"
+                    } else {
+                        "results without a call"
+                    };
+                    *skipped.entry(what).or_default() += 1;
                     continue;
-                }
+                };
+                answered.insert(id.clone());
                 let output = match d.get("output") {
                     Some(Value::String(o)) => o.clone(),
                     Some(Value::Null) | None => s(d, "error"),
@@ -1178,6 +1200,125 @@ mod tests {
                 let again = export(peer, &back, &ctx()).unwrap();
                 assert_eq!(again.bytes, x.bytes, "{peer:?} {title:?}: a fixed point");
             }
+        }
+    }
+
+    /// The calls (id, name, arguments) and results (call id, output, ok) of a Log.
+    #[allow(clippy::type_complexity)]
+    fn calls_and_results(
+        evs: &[Event],
+    ) -> (Vec<(String, String, Value)>, Vec<(String, String, bool)>) {
+        let calls = evs
+            .iter()
+            .filter(|e| e.kind == "tool_call")
+            .map(|e| {
+                (
+                    s(&e.data, "call_id"),
+                    s(&e.data, "name"),
+                    e.data["args"].clone(),
+                )
+            })
+            .collect();
+        let results = evs
+            .iter()
+            .filter(|e| e.kind == "tool_result")
+            .map(|e| {
+                (
+                    s(&e.data, "call_id"),
+                    s(&e.data, "output"),
+                    e.data["ok"] == true,
+                )
+            })
+            .collect();
+        (calls, results)
+    }
+
+    /// A model that numbers its calls per step reuses ids (`call_0` in every step), and
+    /// replay takes a reused id for another call. The export once paired results by id
+    /// across the whole Log (found by the `export_roundtrip` fuzz target, reproducer
+    /// fuzz/regressions/export_roundtrip/claude-tool-calls): the second call's result
+    /// was dropped as a second result of the first, an unanswered call reusing an
+    /// answered id got no result, and Claude Code's file held two `tool_use`s of one id,
+    /// of which the importer (like Claude Code) keeps the first. Every call now comes
+    /// back with its own result, the first of an id keeping it.
+    #[test]
+    fn a_reused_call_id_is_another_call_with_its_own_result() {
+        let call = |id: &str, cmd: &str| {
+            ev(
+                "tool_call",
+                json!({"call_id": id, "name": "shell", "args": {"command": cmd}}),
+            )
+        };
+        let result = |id: &str, out: &str| {
+            ev(
+                "tool_result",
+                json!({"call_id": id, "ok": true, "output": out}),
+            )
+        };
+        let evs = vec![
+            ev("session_started", json!({"workspace": "/w"})),
+            ev(
+                "user_message",
+                json!({"text": "list the files, then say where we are"}),
+            ),
+            call("call_0", "ls"),
+            result("call_0", "a.txt\n"),
+            call("call_0", "pwd"),
+            result("call_0", "/w\n"),
+            ev("assistant_message", json!({"text": "a.txt, in /w"})),
+            ev("user_message", json!({"text": "show a.txt"})),
+            call("call_0", "cat a.txt"),
+            // Interrupted: no result; a stray result of no call follows.
+            result("zz", "stray"),
+            ev("user_message", json!({"text": "go on"})),
+        ];
+        let interrupted = "[the call has no result in agentd's Log; it was interrupted]";
+        for peer in [Peer::ClaudeCode, Peer::Codex, Peer::Pi] {
+            let x = export(peer, &evs, &ctx()).unwrap();
+            let back = reimport(peer, &x.bytes).unwrap_or_else(|e| panic!("{peer:?}: {e:?}"));
+            let (name, key) = match peer {
+                Peer::ClaudeCode => ("Bash", "command"),
+                Peer::Codex => ("exec_command", "cmd"),
+                Peer::Pi => ("bash", "command"),
+            };
+            // Codex keeps a failure only as an exec output's exit-code header.
+            let interrupted = match peer {
+                Peer::Codex => format!("Process exited with code 1\nOutput:\n{interrupted}"),
+                _ => interrupted.to_string(),
+            };
+            let (calls, results) = calls_and_results(&back);
+            let want: Vec<(String, String, Value)> = [
+                ("call_0", "ls"),
+                ("call_0-2", "pwd"),
+                ("call_0-3", "cat a.txt"),
+            ]
+            .iter()
+            .map(|(id, cmd)| (id.to_string(), name.to_string(), json!({key: cmd})))
+            .collect();
+            assert_eq!(calls, want, "{peer:?}: the calls");
+            assert_eq!(
+                results,
+                [
+                    ("call_0".to_string(), "a.txt\n".to_string(), true),
+                    ("call_0-2".to_string(), "/w\n".to_string(), true),
+                    ("call_0-3".to_string(), interrupted, false),
+                ],
+                "{peer:?}: the results"
+            );
+            assert_eq!(
+                x.warnings,
+                [
+                    "1 tool call(s) had no result; each was given an error result saying so",
+                    "1 results without a call were left out: the peer has no place for them"
+                ],
+                "{peer:?}"
+            );
+            let again = export(peer, &back, &ctx()).unwrap();
+            assert_eq!(
+                calls_and_results(&reimport(peer, &again.bytes).unwrap()),
+                (calls, results),
+                "{peer:?}: a fixed point"
+            );
         }
     }
 

@@ -6,9 +6,13 @@
 //! Each workspace is walked both ways in the same run: from inotify watches (the
 //! default) and by `stat` only (the walk before watches). p50 and p90 of each. `cargo
 //! bench -p agentd-sandbox --bench git_scan`; `AGENTD_BENCH_RUNS` sets the rounds
-//! (default 300). Needs `git`.
+//! (default 300). Needs `git`. In the same rounds: what pinning the protected paths
+//! before a command and checking them after it costs at the full level (a read-only
+//! mount is dropped when the host replaces the file beneath it), against saving their
+//! contents as the degraded level does.
 
 use agentd_sandbox::git::{audit, scan, use_watches, Env};
+use agentd_sandbox::linux::restore::Snapshot;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -135,7 +139,12 @@ fn main() {
 
     // [big, plain] x [watched, stat], then big with an edit x [watched, stat]: wall and
     // CPU samples.
-    let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![Default::default(); 6];
+    let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![Default::default(); 10];
+    let protected = |ws: &PathBuf| {
+        let roots = vec![ws.clone()];
+        (scan(&roots, &roots, &env).protected, roots)
+    };
+    let saved = [protected(&big), protected(&plain)];
     let mut g = Vec::new();
     for i in 0..runs {
         for (k, (ws, watched)) in [(&big, true), (&plain, true), (&big, false), (&plain, false)]
@@ -152,6 +161,25 @@ fn main() {
             let (w, c) = edited(&big);
             samples[k].0.push(w);
             samples[k].1.push(c);
+        }
+        // The protected paths saved before a command and checked after it (nothing
+        // changed: nothing put back).
+        for (k, (paths, roots), pinned) in [
+            (6, &saved[0], true),
+            (7, &saved[1], true),
+            (8, &saved[0], false),
+            (9, &saved[1], false),
+        ] {
+            let (t, c) = (Instant::now(), cpu());
+            let snap = if pinned {
+                Snapshot::take_pinned(paths, roots)
+            } else {
+                Snapshot::take_existing(paths, roots)
+            };
+            let back = snap.restore();
+            samples[k].0.push(t.elapsed());
+            samples[k].1.push(cpu() - c);
+            assert!(back.is_empty(), "{back:?}");
         }
         // Asking git instead: one `git config` per repository (fewer rounds: slow).
         if i % 10 == 0 {
@@ -181,6 +209,10 @@ fn main() {
         "one plain repository (baseline), stat walk",
         "20 nested repositories..., a file written between scan and audit, inotify watches",
         "20 nested repositories..., a file written between scan and audit, stat walk",
+        "protected paths pinned before + checked after (full), 20 nested repositories...",
+        "protected paths pinned before + checked after (full), one plain repository",
+        "protected paths saved before + checked after (degraded), 20 nested repositories...",
+        "protected paths saved before + checked after (degraded), one plain repository",
     ];
     for (name, (w, c)) in names.iter().zip(samples.iter_mut()) {
         println!(

@@ -4,10 +4,15 @@
 //! `AGENTD_FAULTS` is a comma-separated list of rules
 //! `OP:FAULT:NTH[:TIMES][@MATCH][#TEXT]`:
 //! - `OP`: `write` (a batch's write to a Log), `fsync` (its `fdatasync`, and the sync of
-//!   a Log being recovered), `read` (a block read while loading a Log);
+//!   a Log being recovered), `read` (a block read while loading a Log), `parse` (a
+//!   thread parsing a part of a block while loading a Log);
 //! - `FAULT`: `eio`, `enospc`, `short` (for `write`: half the bytes are written, then
-//!   `ENOSPC`), or `kill` (for `write`, on either store: the daemon kills itself with
-//!   SIGKILL before the batch is written, a crash at an exact point of a turn);
+//!   `ENOSPC`), `kill` (for `write`, on either store: the daemon kills itself with
+//!   SIGKILL before the batch is written, a crash at an exact point of a turn), or
+//!   `panic` (for `parse`, and the only fault of `parse`: the parse thread panics, as a
+//!   bug in the parser would), or `hold` (for `read`: the load waits, before that read,
+//!   until a writer opens and closes the FIFO `<home>/fault-hold` a test made, so the
+//!   test acts while the Log is half loaded; no FIFO, no wait);
 //! - `NTH`: the 1-based count of matching calls at which the rule fires, `TIMES` how many
 //!   matching calls in a row fail from there (default 1);
 //! - `MATCH`: only calls on a path containing this text count (a session id);
@@ -28,6 +33,7 @@ pub enum Op {
     Write,
     Fsync,
     Read,
+    Parse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +42,8 @@ pub enum Fault {
     Enospc,
     Short,
     Kill,
+    Panic,
+    Hold,
 }
 
 impl Fault {
@@ -43,7 +51,7 @@ impl Fault {
         std::io::Error::from_raw_os_error(match self {
             Fault::Eio => libc::EIO,
             Fault::Enospc | Fault::Short => libc::ENOSPC,
-            Fault::Kill => libc::EINTR,
+            Fault::Kill | Fault::Panic | Fault::Hold => libc::EINTR,
         })
     }
 }
@@ -78,6 +86,7 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
         "write" => Op::Write,
         "fsync" => Op::Fsync,
         "read" => Op::Read,
+        "parse" => Op::Parse,
         o => return Err(format!("fault rule {s:?}: unknown op {o:?}")),
     };
     let fault = match parts[1] {
@@ -85,6 +94,8 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
         "enospc" => Fault::Enospc,
         "short" => Fault::Short,
         "kill" => Fault::Kill,
+        "panic" => Fault::Panic,
+        "hold" => Fault::Hold,
         f => return Err(format!("fault rule {s:?}: unknown fault {f:?}")),
     };
     let num = |t: &str| {
@@ -97,6 +108,12 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
         return Err(format!(
             "fault rule {s:?}: kill and #TEXT are for write only"
         ));
+    }
+    if fault == Fault::Hold && op != Op::Read {
+        return Err(format!("fault rule {s:?}: hold is for read only"));
+    }
+    if (fault == Fault::Panic) != (op == Op::Parse) {
+        return Err(format!("fault rule {s:?}: panic is the one fault of parse"));
     }
     Ok(Rule {
         op,
@@ -144,6 +161,26 @@ pub fn active() -> bool {
 /// rules are [`kill_point`]'s).
 pub fn check(op: Op, path: &Path) -> Option<Fault> {
     check_in(op, &path.to_string_lossy(), None, false)
+}
+
+/// A `hold` fault on the Log at `log` (`<home>/sessions/<sid>.ndjson`): waits until a
+/// writer opens and closes the FIFO `<home>/fault-hold`; returns at once without one.
+pub fn hold(log: &Path) {
+    let Some(home) = log.parent().and_then(Path::parent) else {
+        return;
+    };
+    let fifo = home.join("fault-hold");
+    let is_fifo = std::fs::symlink_metadata(&fifo)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()));
+    if !is_fifo {
+        tracing::warn!(fifo = %fifo.display(), "AGENTD_FAULTS hold: no FIFO, not holding");
+        return;
+    }
+    tracing::warn!(fifo = %fifo.display(), "AGENTD_FAULTS hold: waiting for the FIFO's writer");
+    // Opening a FIFO to read blocks until a writer opens it; reading ends when it closes.
+    if let Ok(mut f) = std::fs::File::open(&fifo) {
+        let _ = std::io::copy(&mut f, &mut std::io::sink());
+    }
 }
 
 /// Before a batch of `bytes` is written to the Log at `at` (a file path, or a
@@ -212,6 +249,11 @@ mod tests {
             (r[1].op, r[1].fault, r[1].times),
             (Op::Write, Fault::Short, 5)
         );
+        let p = parse("parse:panic:2@sid-1").unwrap();
+        assert_eq!(
+            (p[0].op, p[0].fault, p[0].nth),
+            (Op::Parse, Fault::Panic, 2)
+        );
         for bad in [
             "fsync:eio",
             "sync:eio:1",
@@ -220,6 +262,9 @@ mod tests {
             "read:eio:x",
             "fsync:kill:1",
             "read:eio:1#x",
+            "parse:eio:1",
+            "read:panic:1",
+            "write:hold:1",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -96,6 +96,15 @@ impl LogStore for FileStore {
     ) -> Result<LoadReport, AgentError> {
         load_log_into(&self.home, sid, sink)
     }
+    fn load_tail(
+        &self,
+        sid: &str,
+        max_events: usize,
+        max_bytes: u64,
+        min_len: u64,
+    ) -> Option<crate::LogTail> {
+        crate::read_tail(&self.home, sid, max_events, max_bytes, min_len)
+    }
     fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError> {
         open_appender(&self.home.log_path(sid)?)
     }

@@ -36,7 +36,7 @@ pub use commit::{
     no_outcome, outcome, set_group_sync, AfterWrite, WriteOutcome, WriterThread, COMMIT_THREADS,
 };
 pub use filestore::{create_atomic, read_head, recover_writer, FileStore, LogFile, LogWriter};
-pub use load::{load_log, load_log_into, LoadReport};
+pub use load::{load_log, load_log_into, read_tail, LoadReport, LogTail};
 
 use agentd_history::stored::StoredEvent;
 use agentd_proto::{session_id, AgentError, ErrorKind, Event};
@@ -132,6 +132,20 @@ pub trait LogStore: Send + Sync + 'static {
             sink(ev, stored);
         }
         Ok(report)
+    }
+    /// The Log's last `max_events` valid events (about `max_bytes` of it at most), read
+    /// from its end without loading the rest: what a session answers while the whole
+    /// Log loads (see [`read_tail`]). `None` (the default) when the store does not
+    /// offer it, the Log is shorter than `min_len` or the read failed: then nothing is
+    /// answered before the load.
+    fn load_tail(
+        &self,
+        _sid: &str,
+        _max_events: usize,
+        _max_bytes: u64,
+        _min_len: u64,
+    ) -> Option<LogTail> {
+        None
     }
     /// The append side of a Log that exists.
     fn open_appender(&self, sid: &str) -> Result<Box<dyn LogAppender>, AgentError>;

@@ -72,8 +72,10 @@ pub fn load_log_into(
     let mut pending: Option<Parsed> = None;
     let mut next_seq: Option<u64> = None;
     loop {
-        if let Some(f) = crate::fault::check(crate::fault::Op::Read, &path) {
-            return Err(read_failed("read log", &f.error(), sid));
+        match crate::fault::check(crate::fault::Op::Read, &path) {
+            Some(crate::fault::Fault::Hold) => crate::fault::hold(&path),
+            Some(f) => return Err(read_failed("read log", &f.error(), sid)),
+            None => {}
         }
         let n = (&mut file)
             .take(BLOCK as u64)
@@ -81,11 +83,12 @@ pub fn load_log_into(
             .map_err(|e| read_failed("read log", &e, sid))?;
         let complete = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
         if complete > 0 {
-            let block = parse_block(&buf[..complete], &mut cursor, || {
+            let block = parse_block(&buf[..complete], &mut cursor, &path, || {
                 if let Some(prev) = pending.take() {
                     deliver(prev, &mut next_seq, &mut report, sink);
                 }
-            });
+            })
+            .map_err(|at| parse_panicked(sid, at))?;
             pending = Some(block);
             buf.drain(..complete);
         }
@@ -109,6 +112,102 @@ pub fn load_log_into(
     }
     report.bytes = cursor.offset;
     Ok(report)
+}
+
+/// A parse thread panicked on the part of the Log starting at `byte_offset`: the load
+/// fails (kind `internal`, `details.reason: "parse_panicked"`) rather than going on
+/// without that part's events. Nothing is cut or rewritten; the next load tries again.
+fn parse_panicked(sid: &str, byte_offset: u64) -> AgentError {
+    AgentError::internal(format!(
+        "loading the Log failed: the parser stopped on the part starting at byte {byte_offset} \
+         (an agentd bug; the Log is left as it is)"
+    ))
+    .with_details(json!({
+        "session_id": sid,
+        "reason": "parse_panicked",
+        "byte_offset": byte_offset,
+    }))
+}
+
+/// The newest complete lines of a Log, read from its end without reading the rest (see
+/// [`read_tail`]).
+#[derive(Debug, Default)]
+pub struct LogTail {
+    /// The Log's last valid events (at most the number asked for), in file order, each
+    /// with its stored form.
+    pub events: Vec<(Event, StoredEvent)>,
+    /// The lines read reach the Log's first byte: `events` are all of its events.
+    pub from_start: bool,
+}
+
+/// Reads the last `max_events` complete lines of a Log (at most about `max_bytes` of
+/// it) from its end: what a session serves while its whole Log loads
+/// (docs/chat.md#attaching). Read-only: bytes after the last newline are a torn tail
+/// the load cuts and are never events here, complete lines that are not valid events
+/// are skipped as the load skips them (it reports them). `None` when the Log is
+/// shorter than `min_len` (its load is quick) or cannot be read; the load then answers
+/// everything and reports why.
+pub fn read_tail(
+    home: &Home,
+    sid: &str,
+    max_events: usize,
+    max_bytes: u64,
+    min_len: u64,
+) -> Option<LogTail> {
+    use std::io::{Seek, SeekFrom};
+    let path = home.log_path(sid).ok()?;
+    let mut file = std::fs::File::open(&path).ok()?;
+    let len = file.metadata().ok()?.len();
+    if len < min_len {
+        return None;
+    }
+    let mut window: u64 = (256u64 << 10).min(max_bytes.max(1));
+    loop {
+        // One byte before the window too: whether its first line starts at the window.
+        let start = len.saturating_sub(window).saturating_sub(1);
+        let mut buf = vec![0u8; usize::try_from(len - start).ok()?];
+        file.seek(SeekFrom::Start(start)).ok()?;
+        file.read_exact(&mut buf).ok()?;
+        let end = memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1);
+        let mut begin = match start {
+            0 => 0,
+            _ => memchr::memchr(b'\n', &buf[..end]).map_or(end, |i| i + 1),
+        };
+        // Only the last `max_events` lines are parsed.
+        let mut lines = 0;
+        for nl in memchr::memrchr_iter(b'\n', &buf[begin..end]).skip(1) {
+            lines += 1;
+            if lines == max_events {
+                begin += nl + 1;
+                break;
+            }
+        }
+        let whole = start == 0 && begin == 0;
+        let enough = lines >= max_events;
+        if enough || whole || window >= max_bytes || start == 0 {
+            let bytes = &buf[begin..end];
+            let (parsed, _corrupt) = parse_chunk(bytes, 0, 1);
+            let chunk: Option<std::sync::Arc<str>> =
+                std::str::from_utf8(bytes).ok().map(Into::into);
+            let mut events: Vec<(Event, StoredEvent)> = parsed
+                .into_iter()
+                .map(|(ev, at)| {
+                    let line = at.and_then(|r| Line::new(chunk.as_ref()?, r));
+                    let stored = match line {
+                        Some(l) => StoredEvent::new(&ev, l),
+                        None => StoredEvent::of(&ev),
+                    };
+                    (ev, stored)
+                })
+                .collect();
+            let from_start = whole;
+            if events.len() > max_events {
+                events.drain(..events.len() - max_events);
+            }
+            return Some(LogTail { events, from_start });
+        }
+        window = window.saturating_mul(4).min(max_bytes);
+    }
 }
 
 /// Where parsing stands between blocks.
@@ -136,8 +235,15 @@ type ParsedPart = (
 
 /// Parses the complete lines of a block, split over the available cores for big
 /// blocks since JSON parsing dominates a cold load. `meanwhile` runs on the calling
-/// thread while the parse threads work (the previous block's fold).
-fn parse_block(bytes: &[u8], cursor: &mut ParseCursor, meanwhile: impl FnOnce()) -> Parsed {
+/// thread while the parse threads work (the previous block's fold). A parse thread
+/// that panics fails the block with the byte offset of its part: its events are never
+/// silently dropped.
+fn parse_block(
+    bytes: &[u8],
+    cursor: &mut ParseCursor,
+    path: &std::path::Path,
+    meanwhile: impl FnOnce(),
+) -> Result<Parsed, u64> {
     const PARALLEL_MIN: usize = 1 << 20;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -169,19 +275,38 @@ fn parse_block(bytes: &[u8], cursor: &mut ParseCursor, meanwhile: impl FnOnce())
     let parts = std::thread::scope(|s| {
         let handles: Vec<_> = chunks
             .iter()
-            .map(|&(off, line, chunk)| s.spawn(move || parse_chunk(chunk, off, line)))
+            .map(|&(off, line, chunk)| {
+                let h = s.spawn(move || {
+                    use crate::fault::{check, Fault, Op};
+                    if check(Op::Parse, path) == Some(Fault::Panic) {
+                        panic!("AGENTD_FAULTS: a parse thread panics");
+                    }
+                    parse_chunk(chunk, off, line)
+                });
+                (off, h)
+            })
             .collect();
         meanwhile();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    Parsed {
+        // Every thread is joined (the scope would join the rest anyway); the first
+        // part that panicked fails the block.
+        let mut failed = None;
+        let mut parts = Vec::with_capacity(handles.len());
+        for (off, h) in handles {
+            match h.join() {
+                Ok(part) => parts.push(part),
+                Err(_) => failed = failed.or(Some(off as u64)),
+            }
+        }
+        match failed {
+            Some(off) => Err(off),
+            None => Ok(parts),
+        }
+    })?;
+    Ok(Parsed {
         chunk: std::str::from_utf8(bytes).ok().map(Into::into),
         base,
         parts,
-    }
+    })
 }
 
 /// Hands a parsed block's events to `sink` in file order, noting seq anomalies.
@@ -293,6 +418,62 @@ mod tests {
         assert_eq!(report.bytes, complete);
         assert_eq!(report.torn.as_ref().unwrap().0, 6);
         assert_eq!(fs::metadata(&path).unwrap().len(), complete);
+    }
+
+    #[test]
+    fn a_tail_is_the_loads_last_events_without_the_torn_bytes() {
+        let (_d, home) = home();
+        let path = home.log_path("t").unwrap();
+        let pad = "é".repeat(150);
+        let mut text = String::new();
+        for seq in 0..3000u64 {
+            if seq == 2990 {
+                text.push_str("{not json}\n\n");
+            }
+            text.push_str(&format!(
+                r#"{{"id":"{seq:016x}","session_id":"t","seq":{seq},"ts":"t","type":"user_message","data":{{"text":"{pad}"}}}}"#
+            ));
+            text.push('\n');
+        }
+        assert!(text.len() > 1 << 20, "more than the first window");
+        text.push_str("{\"torn");
+        fs::write(&path, &text).unwrap();
+        let lines = |evs: &[(Event, StoredEvent)]| -> Vec<(u64, String)> {
+            evs.iter()
+                .map(|(e, s)| (e.seq, s.line().to_string()))
+                .collect()
+        };
+        let some = read_tail(&home, "t", 100, 16 << 20, 0).unwrap();
+        let most = read_tail(&home, "t", 2500, 16 << 20, 0).unwrap();
+        let all = read_tail(&home, "t", 10_000, 16 << 20, 0).unwrap();
+        let capped = read_tail(&home, "t", 2500, 64 << 10, 0).unwrap();
+        // Read-only: the torn bytes are still there for the load to quarantine.
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        let mut loaded = Vec::new();
+        let report = load_log_into(&home, "t", &mut |e, s| loaded.push((e, s))).unwrap();
+        assert_eq!(report.torn.as_ref().unwrap().0, 6);
+        let want = lines(&loaded);
+        // The corrupt and blank lines count among the last 100 lines, not as events.
+        assert_eq!(lines(&some.events), want[want.len() - 98..]);
+        assert!(!some.from_start);
+        assert_eq!(lines(&most.events), want[want.len() - 2498..]);
+        assert!(!most.from_start);
+        assert_eq!(lines(&all.events), want);
+        assert!(all.from_start);
+        // At the byte cap: fewer events, still the newest ones.
+        let n = capped.events.len();
+        assert!(n > 10 && n < 2500, "{n}");
+        assert_eq!(lines(&capped.events), want[want.len() - n..]);
+        assert!(!capped.from_start);
+        // A Log that is only a torn line has no events.
+        fs::write(home.log_path("u").unwrap(), "{\"torn").unwrap();
+        let none = read_tail(&home, "u", 10, 1 << 20, 0).unwrap();
+        assert!(none.events.is_empty() && none.from_start);
+        assert!(read_tail(&home, "missing", 10, 1 << 20, 0).is_none());
+        assert!(
+            read_tail(&home, "t", 10, 1 << 20, text.len() as u64 + 1).is_none(),
+            "short"
+        );
     }
 
     #[test]

@@ -302,6 +302,43 @@ pub fn stat_entry(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<libc::stat>>
     }
 }
 
+/// The entries of the directory `dir` (without `.` and `..`), each with its
+/// `fstatat(AT_SYMLINK_NOFOLLOW)` data; one gone since the listing is left out. Read
+/// through a fresh descriptor of the same directory, never by path.
+pub fn list_entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, libc::stat)>> {
+    use std::os::unix::ffi::OsStringExt;
+    let own = openat(dir, OsStr::new("."), libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+    // SAFETY: fdopendir takes the descriptor over; closedir below releases both.
+    let d = unsafe { libc::fdopendir(own.as_raw_fd()) };
+    if d.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    std::mem::forget(own);
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `d` is a live DIR stream owned here; each dirent is copied before the
+        // next readdir.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: `d_name` is NUL-terminated within the entry readdir returned.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) }.to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsString::from_vec(name.to_vec()));
+        }
+    }
+    // SAFETY: `d` came from fdopendir and is closed once.
+    unsafe { libc::closedir(d) };
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        if let Some(st) = stat_entry(dir, &n)? {
+            out.push((n, st));
+        }
+    }
+    Ok(out)
+}
+
 /// Creates a new file `name` in `dir` (`O_EXCL | O_NOFOLLOW`, mode 0600).
 pub fn create_new(dir: &OwnedFd, name: &OsStr) -> io::Result<std::fs::File> {
     let fd = openat(

@@ -250,9 +250,15 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
         ))
         .with_details(json!({"path": given})));
     }
+    // Listed through descriptors beneath the workspace: a directory swapped for a
+    // symlink while the listing runs is neither entered nor listed through.
+    let (root, rel) = anchor(ctx, &dir, &given)?;
+    let fd = confine::open_beneath_no_symlinks(&root, rel, libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|e| open_error(&e, "directory", &given))?;
     let mut lines = Vec::new();
     let mut truncated = false;
     walk(
+        &fd,
         &dir,
         "",
         depth,
@@ -280,7 +286,10 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
     ))
 }
 
+/// One directory of a listing, read through `fd` (`dir` names it for the hidden set).
+#[allow(clippy::too_many_arguments)]
 fn walk(
+    fd: &OwnedFd,
     dir: &Path,
     prefix: &str,
     depth: u32,
@@ -289,32 +298,40 @@ fn walk(
     given: &str,
     hidden: &[std::path::PathBuf],
 ) -> Result<(), AgentError> {
-    let rd = std::fs::read_dir(dir).map_err(|e| io_error(&e, "directory", given))?;
-    let mut entries: Vec<(String, std::fs::FileType)> = Vec::new();
-    for entry in rd {
-        // An entry vanishing mid-listing is not an error worth failing the call for.
-        let Ok(entry) = entry else { continue };
-        let Ok(ft) = entry.file_type() else { continue };
-        entries.push((entry.file_name().to_string_lossy().into_owned(), ft));
-    }
+    let listed = confine::list_entries(fd).map_err(|e| io_error(&e, "directory", given))?;
+    // An entry vanishing mid-listing is not an error worth failing the call for.
+    let mut entries: Vec<(std::ffi::OsString, libc::mode_t)> = listed
+        .into_iter()
+        .map(|(n, st)| (n, st.st_mode & libc::S_IFMT))
+        .collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, ft) in entries {
+    for (os_name, kind) in entries {
+        let name = os_name.to_string_lossy().into_owned();
         if out.len() >= MAX_LIST_ENTRIES {
             *truncated = true;
             return Ok(());
         }
         let rel = format!("{prefix}{name}");
         // What the sandbox hides is not listed either.
-        if hidden.iter().any(|h| dir.join(&name).starts_with(h)) {
+        if hidden.iter().any(|h| dir.join(&os_name).starts_with(h)) {
             continue;
         }
-        if ft.is_symlink() {
+        if kind == libc::S_IFLNK {
             out.push(format!("{rel}@"));
-        } else if ft.is_dir() {
+        } else if kind == libc::S_IFDIR {
             out.push(format!("{rel}/"));
             if depth > 1 && name != ".git" {
+                // Swapped for a symlink or gone since it was listed: not entered.
+                let Ok(sub) = confine::open_beneath_no_symlinks(
+                    fd,
+                    Path::new(&os_name),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                ) else {
+                    continue;
+                };
                 walk(
-                    &dir.join(&name),
+                    &sub,
+                    &dir.join(&os_name),
                     &format!("{rel}/"),
                     depth - 1,
                     out,

@@ -6,13 +6,21 @@
 //! outside the workspace. The optional `glob` only narrows the set of files; unlike
 //! ripgrep's `-g` it never re-includes an ignored file. Order is deterministic: entries
 //! are walked sorted by file name, lines in file order.
+//!
+//! The walk names files by path, and a command may swap a directory for a symlink to
+//! one outside while it runs; so each file is opened beneath a descriptor of the
+//! workspace with no symlink followed (`confine::open_beneath_no_symlinks`), checked to
+//! be a regular file on its own descriptor, and read through it: a name the walk found
+//! outside either is not there inside or is the workspace's own file.
 
-use super::workspace::{relative_uri, resolve, Resolve};
+use super::confine;
+use super::workspace::{io_error, relative_uri, resolve, Resolve};
 use super::{with_output, ToolContext, ToolOutcome};
 use agentd_base::text::clip_chars;
 use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
 use serde_json::json;
+use std::io::Read;
 
 pub const DEFAULT_MAX_RESULTS: usize = 100;
 pub const MAX_RESULTS: usize = 1000;
@@ -67,6 +75,7 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
         }
     };
 
+    let ws = confine::open_root(&ctx.workspace).map_err(|e| io_error(&e, "workspace", &given))?;
     let walker = ignore::WalkBuilder::new(&root)
         .require_git(false)
         .follow_links(false)
@@ -97,7 +106,7 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
                 continue;
             }
         }
-        let Ok(bytes) = std::fs::read(path) else {
+        let Some(bytes) = read_beneath(&ws, &ctx.workspace, path) else {
             continue;
         };
         if memchr::memchr(0, &bytes[..bytes.len().min(BINARY_PROBE)]).is_some() {
@@ -135,4 +144,32 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
         &raw,
         ctx,
     ))
+}
+
+/// The regular file at `path` (under `workspace`), opened beneath `ws` with no symlink
+/// followed and read through its descriptor, up to the size cap; `None` for anything
+/// else (gone, swapped, not a regular file, too large, unreadable).
+fn read_beneath(
+    ws: &std::os::fd::OwnedFd,
+    workspace: &std::path::Path,
+    path: &std::path::Path,
+) -> Option<Vec<u8>> {
+    let rel = path.strip_prefix(workspace).ok()?;
+    let fd = confine::open_beneath_no_symlinks(
+        ws,
+        rel,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )
+    .ok()?;
+    let mut f = std::fs::File::from(fd);
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_SEARCH_FILE_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.by_ref()
+        .take(MAX_SEARCH_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    (bytes.len() as u64 <= MAX_SEARCH_FILE_BYTES).then_some(bytes)
 }

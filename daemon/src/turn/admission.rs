@@ -72,6 +72,15 @@ pub(super) fn behind_queue(sid: &str, first: &str, queued: usize) -> AgentError 
     .with_next_actions(&[&format!("agentctl turn --queue {sid} ...")])
 }
 
+/// The answer to a `client_request_id` used again with other params.
+pub(super) fn conflict(session_id: &str, client_request_id: &str) -> AgentError {
+    AgentError::new(
+        ErrorKind::Conflict,
+        "this client_request_id was already used with other params",
+    )
+    .with_details(json!({"session_id": session_id, "client_request_id": client_request_id}))
+}
+
 /// The steers of `steers` still to record. A retry whose first copy the Log already
 /// holds (it came in the instant that copy was on its way there, taken for recording
 /// but not yet applied) is answered with that record's seq instead of being recorded
@@ -104,11 +113,7 @@ pub(super) async fn unrecorded_steers(h: &SessionHandle, steers: Vec<Steer>) -> 
                 last_seq: r.seq,
                 ids: Vec::new(),
             })),
-            Some((k, _, _)) => s.reply.send(Err(AgentError::new(
-                ErrorKind::Conflict,
-                "this client_request_id was already used with other params",
-            )
-            .with_details(json!({"session_id": h.id.to_string(), "client_request_id": k})))),
+            Some((k, _, _)) => s.reply.send(Err(conflict(&h.id, k))),
             None => rest.push(s),
         }
     }
@@ -162,6 +167,7 @@ mod tests {
             let (tx, rx) = oneshot::channel();
             let s = Steer {
                 text: "also this".into(),
+                images: None,
                 key: Some((id.to_string(), hash.to_string())),
                 reply: SteerReplies(vec![tx]),
             };

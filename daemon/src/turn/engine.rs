@@ -618,6 +618,9 @@ impl Runner<'_> {
             .iter()
             .map(|s| {
                 let mut d = json!({"text": s.text, "steer": true, "turn_id": self.turn_id});
+                if let Some(refs) = &s.images {
+                    d["images"] = refs.clone();
+                }
                 if let Some((id, hash)) = &s.key {
                     d["client_request_id"] = json!(id);
                     d["request_hash"] = json!(hash);

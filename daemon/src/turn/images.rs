@@ -128,6 +128,29 @@ pub fn store(
     Ok(Value::Array(refs))
 }
 
+/// A steer's images, read and checked as a turn's are (`prepare`, against the session's
+/// workspace); none for none.
+pub async fn prepare_for(
+    h: &crate::session::SessionHandle,
+    images: &[agentd_proto::rpc::TurnImage],
+) -> Result<Vec<Prepared>, AgentError> {
+    if images.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ws = h.query(|st| st.workspace().to_string()).await?;
+    let list = images.to_vec();
+    crate::filesystem::blocking(move || prepare(&list, Path::new(&ws))).await?
+}
+
+/// The digests of prepared images, in order: what a request's idempotency hash covers
+/// of them.
+pub fn digests(images: &[Prepared]) -> Vec<String> {
+    images
+        .iter()
+        .map(|i| crate::text::sha256_hex(&i.bytes))
+        .collect()
+}
+
 /// A built-in tool result's images (`read_file` of an image, stored as the session's
 /// resources) kept in the Log store too when it keeps images itself (PostgreSQL), so
 /// any daemon of it can send them again. A failure leaves them in the resources only

@@ -132,6 +132,8 @@ pub struct RunningTurn {
 /// right before its next provider call, then answered.
 pub(crate) struct Steer {
     pub text: String,
+    /// The references of its images, stored already (`images::store`).
+    pub images: Option<serde_json::Value>,
     /// `(client_request_id, request_hash)`.
     pub key: Option<(String, String)>,
     pub reply: SteerReplies,
@@ -659,14 +661,15 @@ impl TurnManager {
         if p.input.trim().is_empty() {
             return Err(AgentError::invalid_args("input must not be empty"));
         }
+        let prepared = images::prepare_for(&h, &p.images).await?;
         let key = match &p.client_request_id {
             Some(id) => {
                 agentd_proto::rpc::validate_client_request_id(id)?;
-                let hash = crate::text::sha256_hex(
-                    json!(["steer", p.session_id, p.input])
-                        .to_string()
-                        .as_bytes(),
-                );
+                let mut req = json!(["steer", p.session_id, p.input]);
+                if !prepared.is_empty() {
+                    req = json!(["steer", p.session_id, p.input, images::digests(&prepared)]);
+                }
+                let hash = crate::text::sha256_hex(req.to_string().as_bytes());
                 Some((id.clone(), hash))
             }
             None => None,
@@ -680,11 +683,7 @@ impl TurnManager {
                 .await?;
             if let Some(req) = known {
                 if &req.hash != hash {
-                    return Err(AgentError::new(
-                        ErrorKind::Conflict,
-                        "this client_request_id was already used with other params",
-                    )
-                    .with_details(json!({"session_id": p.session_id, "client_request_id": id})));
+                    return Err(admission::conflict(&p.session_id, id));
                 }
                 return Ok(
                     json!({"session_id": p.session_id, "turn_id": req.turn_id, "seq": req.seq}),
@@ -707,32 +706,44 @@ impl TurnManager {
         if admission::wait_if_ending(&h, &r).await {
             return Err(not_running());
         }
+        // A retry with other params waiting already is refused before its images are
+        // stored; the rest are stored now, referenced from the steered `user_message`.
+        let waiting_other = |v: &Vec<Steer>| {
+            key.as_ref().is_some_and(|(id, hash)| {
+                v.iter()
+                    .any(|s| s.key.as_ref().is_some_and(|(k, h)| k == id && h != hash))
+            })
+        };
+        let conflict =
+            || admission::conflict(&p.session_id, p.client_request_id.as_deref().unwrap_or(""));
+        if r.steers.lock().is_ok_and(|v| waiting_other(&v)) {
+            return Err(conflict());
+        }
+        let stored = match prepared.is_empty() {
+            true => None,
+            false => Some(images::store_queued(&self.registry, &p.session_id, prepared).await?),
+        };
         let (tx, rx) = oneshot::channel();
         let retry_of_waiting = match r.steers.lock() {
             Ok(mut v) => {
                 // A retry of a steer still waiting for the next provider call (its
                 // connection dropped): it waits for the same recording.
-                let same = key.as_ref().and_then(|(id, hash)| {
+                if waiting_other(&v) {
+                    return Err(conflict());
+                }
+                let same = key.as_ref().and_then(|(id, _)| {
                     v.iter_mut()
                         .find(|s| s.key.as_ref().is_some_and(|(k, _)| k == id))
-                        .map(|s| (s, hash))
                 });
                 match same {
-                    Some((s, hash)) if s.key.as_ref().is_some_and(|(_, h)| h != hash) => {
-                        return Err(AgentError::new(
-                            ErrorKind::Conflict,
-                            "this client_request_id was already used with other params",
-                        )
-                        .with_details(json!({"session_id": p.session_id,
-                                             "client_request_id": p.client_request_id})));
-                    }
-                    Some((s, _)) => {
+                    Some(s) => {
                         s.reply.0.push(tx);
                         true
                     }
                     None => {
                         v.push(Steer {
                             text: p.input.clone(),
+                            images: stored,
                             key,
                             reply: SteerReplies(vec![tx]),
                         });

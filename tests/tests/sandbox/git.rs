@@ -761,3 +761,104 @@ fn a_workspace_that_is_home_warns_and_refuses_auto() {
     );
     assert_eq!(r["status"], "completed", "{r}");
 }
+
+/// The user's own `git config` on the host while a command runs renames a new
+/// `.git/config` over the old one, which drops the read-only mount over it in the
+/// command's mount namespace (the full level). A command that waits for that moment and
+/// then writes `core.fsmonitor` into the config (and tries a hook) has its write put back
+/// after it ends, recorded as a `protected` denial: the user's next git runs nothing.
+/// The degraded level, which has no mounts, puts it back the same way.
+#[test]
+fn a_config_the_user_rewrites_mid_command_is_put_back_after_the_command() {
+    use std::io::Write;
+    for (force, level) in LEVELS {
+        let r = repo(true);
+        let fifo = r.ws.join("go.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo (coreutils) is needed");
+        assert!(made.success());
+        let ready = r.ws.join("ready");
+        let before = std::fs::read_to_string(r.ws.join(".git/config")).unwrap();
+        let d = r.daemon(force);
+        let mut c = d.connect();
+        let sid = r.session(&mut c, &r.ws);
+        // Held open (read-write: never blocks) until the turn ended, so the line the
+        // host writes waits in the pipe whenever the command opens it.
+        let mut release = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        let host = {
+            let (ws, home, ready) = (r.ws.clone(), r.o.home.clone(), ready.clone());
+            let mut release = release.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                while !ready.exists() && std::time::Instant::now() < end {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                let seen = ready.exists();
+                // The user's git, outside the sandbox: `config.lock` renamed over
+                // `.git/config`.
+                let set = host_git(&ws, &home, &["config", "user.name", "Host User"]);
+                release.write_all(b"go\n").unwrap();
+                (seen, set.status.success())
+            })
+        };
+        let cmd = format!(
+            "printf %s {payload} > fsm && chmod +x fsm
+             touch ready
+             read line < go.fifo
+             printf '[core]\\n\\tfsmonitor = %s/fsm\\n' \"$PWD\" >> .git/config 2>/dev/null && echo PLANTED-CONFIG
+             printf %s {payload} > .git/hooks/pre-commit 2>/dev/null && chmod +x .git/hooks/pre-commit && echo PLANTED-HOOK
+             true",
+            payload = q(Path::new(&r.payload())),
+        );
+        let (t, evs) = turn_calling(
+            &d,
+            &mut c,
+            &sid,
+            &[("shell", json!({"command": cmd, "timeout_s": 150}))],
+            json!({}),
+        );
+        let _ = release.write_all(b"go\n");
+        let (seen, set) = host.join().unwrap();
+        assert!(seen, "{level}: the command never got to wait");
+        assert!(set, "{level}: the user's git config failed");
+        assert_eq!(t["status"], "completed", "{level}: {t}");
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .expect("a tool_result")["data"]
+            .clone();
+        assert_eq!(res["sandbox"]["level"], level, "{res:#}");
+        let cfg = std::fs::read_to_string(r.ws.join(".git/config")).unwrap();
+        assert!(!cfg.contains("fsmonitor"), "{level}: {cfg}\n{res:#}");
+        assert!(!r.ws.join(".git/hooks/pre-commit").exists(), "{level}");
+        if output(&res).contains("PLANTED-CONFIG") {
+            // The write landed in the command's view: it is put back, as it was when
+            // the command started, and the model and the user are told.
+            assert_eq!(cfg, before, "{level}");
+            let protected: Vec<&Value> = res["sandbox"]["denials"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["kind"] == "protected")
+                .collect();
+            assert!(
+                protected
+                    .iter()
+                    .any(|d| d["path"].as_str().unwrap_or("").ends_with(".git/config")),
+                "{level}: {res:#}"
+            );
+        }
+        drop(c);
+        let mut d = d;
+        d.shutdown(std::time::Duration::from_secs(20));
+        drop(d);
+        r.user_git_runs_nothing(&r.ws, level);
+    }
+}

@@ -203,3 +203,80 @@ fn a_server_on_loopback_works_with_network_none_and_reaches_nothing_outside() {
         );
     }
 }
+
+/// A socket the host binds while a command runs (a database restarted, a tool started by
+/// the user), outside `/run` and `/tmp`: not in the list the daemon covered when the
+/// command started. Refused at the degraded level (no `socket(AF_UNIX)`) and, at the
+/// full level, by Landlock where it limits connects by path (ABI 9+). Below that the
+/// command's record says that such a socket is not covered (docs/threat-model.md).
+#[test]
+fn a_socket_bound_on_the_host_during_a_command_is_refused_or_the_limit_is_recorded() {
+    use std::io::Write;
+    for (level, force) in LEVELS {
+        let o = outside();
+        let late = o.root.join("late/agent.sock");
+        std::fs::create_dir_all(late.parent().unwrap()).unwrap();
+        let d = at_level(&o, force).start();
+        let fifo = d.workspace().join("go.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo (coreutils) is needed");
+        assert!(made.success());
+        let ready = d.workspace().join("ready");
+        // Held open read-write until the command ended: the line written waits in the
+        // pipe whenever the command opens it.
+        let mut release = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        let host = {
+            let (ready, late) = (ready.clone(), late.clone());
+            let mut release = release.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                while !ready.exists() && std::time::Instant::now() < end {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                let seen = ready.exists();
+                let l = listen(&late);
+                release.write_all(b"go\n").unwrap();
+                (seen, l)
+            })
+        };
+        let probe = q(&bin("sandbox-probe"));
+        let cmd = format!(
+            "touch ready; read line < go.fifo; {probe} unix {late} | sed s/^/late-/",
+            late = q(&late)
+        );
+        let r = run(&d, "none", &cmd);
+        let _ = release.write_all(b"go\n");
+        let (seen, l) = host.join().unwrap();
+        assert!(seen, "{level}: the command never got to wait: {r:#}");
+        let text = super::output(&r);
+        let at = format!("{level}, landlock {}", r["sandbox"]["landlock"]);
+        assert_eq!(r["sandbox"]["level"], level, "{at}: {r:#}");
+        let got = line(&text, "late-unix").to_string();
+        let fact = r["sandbox"]["unix_sockets"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let abi = r["sandbox"]["landlock"]["abi"].as_i64().unwrap_or(0);
+        if level == "degraded" || abi >= 9 {
+            assert_ne!(got, "late-unix: ok", "{at}: {text}");
+            assert!(!reached(&l), "{at}: the late socket was reached");
+        } else {
+            assert!(
+                fact.contains("one bound on the host after that") && fact.contains("ABI < 9"),
+                "{at}: the record hides that a late socket is not covered: {r:#}"
+            );
+        }
+        if level == "full" && abi >= 9 {
+            assert!(
+                fact.contains("one bound after the command started included"),
+                "{at}: {fact}"
+            );
+        }
+    }
+}

@@ -59,10 +59,12 @@ fn pgup_at_the_top_draws_the_page_before() {
     a.attach("s1");
     let msg =
         |seq: u64| json!({"seq": seq, "type": "user_message", "data": {"text": format!("m{seq}")}});
-    let fx = a.on_reply(Tag::Show, Ok(json!({"last_seq": HISTORY_EVENTS + 2})));
-    assert!(matches!(&fx[..], [Effect::Call(Tag::Events, _, p)] if p["after_seq"] == 2));
     let page: Vec<Value> = (3..=HISTORY_EVENTS + 2).map(msg).collect();
-    a.on_reply(Tag::Events, Ok(json!({"events": page})));
+    let fx = a.on_reply(Tag::Tail, Ok(json!({"events": page})));
+    assert!(
+        matches!(&fx[..], [Effect::Call(Tag::Subscribe, _, p)] if p["after_seq"] == HISTORY_EVENTS + 2),
+        "{fx:?}"
+    );
     assert!(
         matches!(&a.view.items[0], crate::view::Item::Notice { text, .. } if text.starts_with("3 earlier events"))
     );
@@ -180,4 +182,42 @@ fn goal_and_model_commands_send_the_daemons_param_types() {
         panic!("one fork call, got {fx:?}")
     };
     assert_eq!(*p, json!({"session_id": "s1", "to_seq": 7}));
+}
+
+#[test]
+fn attaching_draws_the_newest_page_then_follows_and_shows_a_running_turn() {
+    let mut a = App::new("/w".into(), TurnSettings::default());
+    let fx = a.attach("s1");
+    let [Effect::Call(Tag::Tail, m, p), Effect::Call(Tag::Show, _, _)] = &fx[..] else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(*m, method::EVENTS);
+    assert_eq!(p["tail"], HISTORY_EVENTS);
+    assert!(
+        p.get("after_seq").is_none() && p.get("limit").is_none(),
+        "{p}"
+    );
+    let fx = a.on_reply(
+        Tag::Tail,
+        Ok(json!({"events": [
+            {"seq": 0, "type": "session_started", "data": {"workspace": "/w"}},
+            {"seq": 1, "type": "user_message", "data": {"text": "hi"}}]})),
+    );
+    assert!(
+        matches!(&fx[..], [Effect::Call(Tag::Subscribe, _, p)] if p["after_seq"] == 1),
+        "{fx:?}"
+    );
+    assert!(a.history_after.is_none(), "the whole session is drawn");
+    // `show` answered from an older state than the view's: its status is stale.
+    a.view
+        .apply(&json!({"seq": 2, "type": "assistant_message", "data": {"text": "a"}}));
+    a.on_reply(Tag::Show, Ok(json!({"last_seq": 1, "status": "running"})));
+    assert_eq!(a.view.turn, TurnState::Idle);
+    // Current: a turn runs whose start is not on the page.
+    a.on_reply(Tag::Show, Ok(json!({"last_seq": 2, "status": "running"})));
+    assert!(matches!(a.view.turn, TurnState::Running { .. }));
+    a.view.apply(
+        &json!({"seq": 3, "type": "turn_ended", "data": {"turn_id": "t", "status": "completed"}}),
+    );
+    assert_eq!(a.view.turn, TurnState::Idle);
 }

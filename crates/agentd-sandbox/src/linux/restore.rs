@@ -12,6 +12,18 @@
 //! time below a directory descriptor after that (`O_NOFOLLOW`, `O_EXCL` on create,
 //! `unlinkat`, `symlinkat`). A directory swapped for a symlink at any moment makes the
 //! restore of that path fail and be reported; it never reads or writes through the link.
+//!
+//! At the full level the protected paths are read-only mounts, which hold unless the host
+//! replaces a path beneath its mount (the user's `git config` renames a new
+//! `.git/config` over it): the kernel then drops the mount in the command's namespace.
+//! Reading every protected file before each command would cost milliseconds on a
+//! workspace of many repositories, so [`Snapshot::take_pinned`] keeps only a descriptor
+//! of each (and its identity); after the command, a path whose inode is still the one
+//! pinned was never writable, and one replaced is put back from the pinned inode: a
+//! file's old inode was under the read-only mount until it left the name, so nothing in
+//! the sandbox wrote it; a directory's entries are taken from the old directory only if
+//! their ctime is older than the snapshot (the old directory may have been renamed where
+//! the command could write), the others left out.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -267,6 +279,25 @@ fn put_at(dir: RawFd, name: &OsStr, s: &Saved) -> io::Result<()> {
     }
 }
 
+/// A descriptor of the file or directory `name` in `dir` and its identity; `None` for
+/// anything else (saved by content instead) or when it cannot be opened.
+fn pin_at(dir: RawFd, name: &OsStr) -> Option<Before> {
+    let st = lstat_at(dir, name).ok()?;
+    let flags = match kind(&st) {
+        libc::S_IFREG => libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        libc::S_IFDIR => libc::O_RDONLY | libc::O_DIRECTORY,
+        _ => return None,
+    };
+    let fd = open_beneath(dir, Path::new(name), flags).ok()?;
+    let st = fstat(fd.as_raw_fd()).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    Some(Before::Pinned {
+        fd,
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+    })
+}
+
 /// A descriptor of the writable root `root` (a directory, not a symlink).
 fn pin(root: &Path) -> io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -277,6 +308,15 @@ fn pin(root: &Path) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
+/// What a protected path was before the command.
+#[derive(Debug)]
+enum Before {
+    /// Its contents.
+    Saved(Saved),
+    /// Under a read-only mount: the inode that was there (a descriptor) and its identity.
+    Pinned { fd: OwnedFd, dev: u64, ino: u64 },
+}
+
 /// One protected path: where it is shown, its writable root (an index into the pinned
 /// root descriptors), its place below that root, and what it was.
 #[derive(Debug)]
@@ -285,7 +325,15 @@ struct Entry {
     root: usize,
     parent: PathBuf,
     name: OsString,
-    before: Saved,
+    before: Before,
+}
+
+/// How [`Snapshot::take_with`] records each path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    All,
+    Existing,
+    Pinned,
 }
 
 /// The protected paths as they were before a command.
@@ -293,23 +341,136 @@ struct Entry {
 pub struct Snapshot {
     roots: Vec<OwnedFd>,
     saved: Vec<Entry>,
+    /// `CLOCK_REALTIME_COARSE` when the snapshot was taken: a ctime before it is a change
+    /// made before the command (ctimes come from the same coarse clock or later).
+    taken: (i64, i64),
+}
+
+fn fstat(fd: RawFd) -> io::Result<libc::stat> {
+    // SAFETY: stat is plain data; fstat overwrites it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a descriptor we hold, into a valid buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn coarse_now() -> (i64, i64) {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) };
+    (t.tv_sec, t.tv_nsec)
+}
+
+/// Whether `st` was last changed before `taken`.
+#[allow(clippy::unnecessary_cast)] // the field types differ between architectures
+fn older(st: &libc::stat, taken: (i64, i64)) -> bool {
+    (st.st_ctime as i64, st.st_ctime_nsec as i64) < taken
+}
+
+/// The regular file `fd` as it is now, if it did not change while read (and, with
+/// `taken`, not since then either): `Opaque` otherwise, or past [`MAX_FILE`].
+fn read_unchanged(fd: OwnedFd, taken: Option<(i64, i64)>) -> Saved {
+    let Ok(a) = fstat(fd.as_raw_fd()) else {
+        return Saved::Opaque;
+    };
+    if kind(&a) != libc::S_IFREG || taken.is_some_and(|t| !older(&a, t)) {
+        return Saved::Opaque;
+    }
+    let raw = fd.as_raw_fd();
+    let mut b = Vec::new();
+    let mut off: i64 = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: pread into a buffer of its size, at an offset (the file position of a
+        // shared descriptor is left alone).
+        let n = unsafe { libc::pread(raw, chunk.as_mut_ptr().cast(), chunk.len(), off) };
+        if n < 0 {
+            return Saved::Opaque;
+        }
+        if n == 0 {
+            break;
+        }
+        b.extend_from_slice(&chunk[..n as usize]);
+        off += n as i64;
+        if b.len() as u64 > MAX_FILE {
+            return Saved::Opaque;
+        }
+    }
+    match fstat(raw) {
+        Ok(z) if (z.st_ctime, z.st_ctime_nsec) == (a.st_ctime, a.st_ctime_nsec) => {
+            Saved::File(b, a.st_mode & 0o7777)
+        }
+        _ => Saved::Opaque,
+    }
+}
+
+/// A directory as it was before `taken`, read from its old inode: entries changed since
+/// (by anyone who could reach the old directory under another name) are left out.
+fn saved_before(dir: RawFd, taken: (i64, i64), depth: usize, budget: &mut usize) -> Saved {
+    let mut out = BTreeMap::new();
+    for n in list(dir).unwrap_or_default() {
+        if *budget == 0 {
+            break;
+        }
+        *budget -= 1;
+        let Ok(st) = lstat_at(dir, &n) else { continue };
+        if !older(&st, taken) {
+            continue;
+        }
+        let s = match kind(&st) {
+            libc::S_IFREG => match open_beneath(
+                dir,
+                Path::new(&n),
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+            ) {
+                Ok(fd) => read_unchanged(fd, Some(taken)),
+                Err(_) => Saved::Opaque,
+            },
+            libc::S_IFLNK => readlink_at(dir, &n).map_or(Saved::Opaque, Saved::Link),
+            libc::S_IFDIR if depth < 4 => match open_dir(dir, Path::new(&n)) {
+                Ok(fd) => saved_before(fd.as_raw_fd(), taken, depth + 1, budget),
+                Err(_) => Saved::Opaque,
+            },
+            _ => Saved::Opaque,
+        };
+        // Left out rather than put back half: an entry not there is removed.
+        if !matches!(s, Saved::Opaque) {
+            out.insert(n, s);
+        }
+    }
+    Saved::Dir(out)
 }
 
 impl Snapshot {
     /// Pins each writable root that holds a protected path and saves those paths.
     pub fn take(protected: &[PathBuf], roots: &[PathBuf]) -> Snapshot {
-        Snapshot::take_with(protected, roots, false)
+        Snapshot::take_with(protected, roots, Take::All)
     }
 
     /// As [`Snapshot::take`], but only the paths that exist: where read-only mounts
     /// cover the protected paths and the helper creates the missing `hooks`/`info`
     /// directories, what a mount can lose (the host replacing the file beneath it).
     pub fn take_existing(protected: &[PathBuf], roots: &[PathBuf]) -> Snapshot {
-        Snapshot::take_with(protected, roots, true)
+        Snapshot::take_with(protected, roots, Take::Existing)
     }
 
-    fn take_with(protected: &[PathBuf], roots: &[PathBuf], existing_only: bool) -> Snapshot {
-        let mut snap = Snapshot::default();
+    /// As [`Snapshot::take_existing`], but files and directories are pinned, not read:
+    /// where read-only mounts cover them, only a path the host replaced during the
+    /// command can have been written, and it is put back from the inode pinned here.
+    pub fn take_pinned(protected: &[PathBuf], roots: &[PathBuf]) -> Snapshot {
+        Snapshot::take_with(protected, roots, Take::Pinned)
+    }
+
+    fn take_with(protected: &[PathBuf], roots: &[PathBuf], how: Take) -> Snapshot {
+        let mut snap = Snapshot {
+            taken: coarse_now(),
+            ..Snapshot::default()
+        };
         let mut pinned: Vec<(PathBuf, usize)> = Vec::new();
         for p in protected {
             let Some(root) = roots
@@ -334,14 +495,25 @@ impl Snapshot {
                     snap.roots.len() - 1
                 }
             };
-            let before = match open_dir(snap.roots[idx].as_raw_fd(), parent) {
-                Ok(d) => save_at(d.as_raw_fd(), name, 0, &mut MAX_ENTRIES.clone()),
+            let Ok(d) = open_dir(snap.roots[idx].as_raw_fd(), parent) else {
                 // Not reachable without a symlink now: nothing to put back later.
-                Err(_) => Saved::Opaque,
-            };
-            if before == Saved::Opaque || (existing_only && before == Saved::Absent) {
                 continue;
-            }
+            };
+            let pinned = if how == Take::Pinned {
+                pin_at(d.as_raw_fd(), name)
+            } else {
+                None
+            };
+            let before = match pinned {
+                Some(p) => p,
+                None => {
+                    let s = save_at(d.as_raw_fd(), name, 0, &mut MAX_ENTRIES.clone());
+                    if s == Saved::Opaque || (how != Take::All && s == Saved::Absent) {
+                        continue;
+                    }
+                    Before::Saved(s)
+                }
+            };
             snap.saved.push(Entry {
                 path: p.clone(),
                 root: idx,
@@ -362,18 +534,52 @@ impl Snapshot {
             let what = match open_dir(root, &e.parent) {
                 Err(_) => "changed; not restored: a directory on its path was replaced".to_string(),
                 Ok(dir) => {
-                    let now = save_at(dir.as_raw_fd(), &e.name, 0, &mut MAX_ENTRIES.clone());
-                    if now == e.before {
+                    let dir = dir.as_raw_fd();
+                    let before = match &e.before {
+                        Before::Saved(s) => s.clone(),
+                        Before::Pinned { fd, dev, ino } => {
+                            // Still the inode pinned: its mount held, nothing could write.
+                            #[allow(clippy::unnecessary_cast)]
+                            if lstat_at(dir, &e.name).is_ok_and(|st| {
+                                (st.st_dev as u64, st.st_ino as u64) == (*dev, *ino)
+                            }) {
+                                continue;
+                            }
+                            self.pinned_contents(fd)
+                        }
+                    };
+                    let now = save_at(dir, &e.name, 0, &mut MAX_ENTRIES.clone());
+                    if now == before {
                         continue;
                     }
-                    match put_at(dir.as_raw_fd(), &e.name, &e.before) {
-                        Ok(()) => "changed by the command; restored".to_string(),
-                        Err(err) => format!("changed; restoring failed: {err}"),
+                    if before == Saved::Opaque {
+                        "replaced; not restored: what was there cannot be read back".to_string()
+                    } else {
+                        match put_at(dir, &e.name, &before) {
+                            Ok(()) => "changed by the command; restored".to_string(),
+                            Err(err) => format!("changed; restoring failed: {err}"),
+                        }
                     }
                 }
             };
             out.push((e.path.clone(), what));
         }
         out
+    }
+
+    /// What a pinned path held before the command: a file's old inode as it is (only
+    /// the host could write it), a directory's entries unchanged since the snapshot.
+    fn pinned_contents(&self, fd: &OwnedFd) -> Saved {
+        let Ok(st) = fstat(fd.as_raw_fd()) else {
+            return Saved::Opaque;
+        };
+        match kind(&st) {
+            libc::S_IFREG => match fd.try_clone() {
+                Ok(fd) => read_unchanged(fd, None),
+                Err(_) => Saved::Opaque,
+            },
+            libc::S_IFDIR => saved_before(fd.as_raw_fd(), self.taken, 0, &mut MAX_ENTRIES.clone()),
+            _ => Saved::Opaque,
+        }
     }
 }

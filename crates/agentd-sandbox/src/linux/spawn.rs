@@ -865,7 +865,7 @@ impl Sandbox {
         } else {
             report.try_clone().ok()
         };
-        let restore = (!namespaces).then(|| super::restore::Snapshot::take(&protected, &writable));
+        let restore = saved_before(namespaces, p.mode, &protected, &writable);
         mark(&mut marks, "daemon: helper command built");
         Ok(Prepared {
             marks,
@@ -888,6 +888,48 @@ impl Sandbox {
                 git_init: p.git_init,
             }),
         })
+    }
+}
+
+/// The protected paths as they are before the command, to be put back after it
+/// ([`Prepared::finish`]). Without namespaces, every one (nothing else holds them). With
+/// namespaces they are read-only mounts, but a mount is dropped when the host replaces
+/// the file beneath it (the user's own `git config` renames a new `.git/config` over it)
+/// and the command can then write the file until it ends: those that exist are pinned
+/// (a descriptor each, nothing read), and one replaced during the command is put back
+/// from the inode pinned. Only where the command may write the workspace.
+fn saved_before(
+    namespaces: bool,
+    mode: Mode,
+    protected: &[PathBuf],
+    writable: &[PathBuf],
+) -> Option<super::restore::Snapshot> {
+    if !namespaces {
+        Some(super::restore::Snapshot::take(protected, writable))
+    } else if mode == Mode::WorkspaceWrite {
+        Some(super::restore::Snapshot::take_pinned(protected, writable))
+    } else {
+        None
+    }
+}
+
+/// The hint of a protected path the command changed (`what`: what the restore did). With
+/// namespaces it could only have been written after the host replaced it while the
+/// command ran, and what the user changed then is put back too.
+fn protected_hint(path: &Path, what: &str, degraded: bool) -> String {
+    if degraded {
+        format!(
+            "{} is protected by the sandbox (git hooks and config run code outside it): {what}",
+            path.display()
+        )
+    } else {
+        format!(
+            "{} is protected by the sandbox (git hooks and config run code outside it): {what} \
+             (it was replaced outside the sandbox while the command ran, which lifts its \
+             read-only mount; it is kept as it was before the command, so a change made to it \
+             outside the sandbox meanwhile must be made again)",
+            path.display()
+        )
     }
 }
 
@@ -983,10 +1025,16 @@ fn unix_sockets_fact(plan: &Plan, landlock_abi: i32) -> String {
         )
     };
     if plan.namespaces {
-        let what = if plan.network == crate::policy::Network::None {
-            "host sockets covered or emptied away (private /tmp, empty /run)"
-        } else {
+        let what = if plan.network != crate::policy::Network::None {
             "container engines' sockets covered"
+        } else if landlock_abi >= 9 {
+            "host sockets covered or emptied away (private /tmp, empty /run); any other \
+             outside the writable roots refused (Landlock), one bound after the command \
+             started included"
+        } else {
+            "host sockets covered or emptied away (private /tmp, empty /run), as listed when \
+             the command started: one bound on the host after that, outside /run, /tmp and \
+             the hidden set, is not covered (Landlock ABI < 9 cannot refuse it)"
         };
         format!("{what}{granted}")
     } else if plan.refuse_unix {
@@ -1049,16 +1097,6 @@ impl Prepared {
     /// The command to spawn, taken out for a caller that spawns it itself (a
     /// long-running MCP server); this `Prepared` stays the guard of what it runs in.
     pub fn take_command(&mut self) -> Command {
-        // With namespaces the protected paths are read-only mounts; but a mount is
-        // dropped when the host replaces the file beneath it (the user's own `git
-        // config` renames a new `.git/config` over it), so a command that lives long
-        // gets them saved and put back around each request too.
-        if self.restore.is_none() && self.report.is_some() && self.git.is_some() {
-            self.restore = Some(super::restore::Snapshot::take_existing(
-                &self.protected,
-                &self.writable,
-            ));
-        }
         std::mem::replace(&mut self.command, Command::new("/"))
     }
 
@@ -1202,10 +1240,7 @@ impl Prepared {
                 snap.restore()
                     .into_iter()
                     .map(|(path, what)| {
-                        format!(
-                            "[sandbox] {} is protected by the sandbox (git hooks and config run code outside it): {what}",
-                            path.display()
-                        )
+                        format!("[sandbox] {}", protected_hint(&path, &what, self.degraded))
                     })
                     .collect()
             })
@@ -1254,10 +1289,7 @@ impl Prepared {
                     d.push(json!({
                         "kind": "protected",
                         "path": path,
-                        "hint": format!(
-                            "{} is protected by the sandbox (git hooks and config run code outside it): {what}",
-                            path.display()
-                        ),
+                        "hint": protected_hint(&path, &what, self.degraded),
                     }));
                 }
             }
