@@ -5,7 +5,8 @@
 //! Invariants, for every peer: the export of an imported session succeeds and never
 //! panics; what it writes imports without error as that peer's format, opens with
 //! `session_started` and replays balanced; import(export(x)) keeps x's conversation (its
-//! prompts and answers, in order, byte-equal; as many tool calls, each with a result);
+//! prompts and answers, in order, byte-equal; every call, with its name and arguments
+//! (an agentd tool's mapped to the peer's nearest) and its result's text and ok);
 //! and a second export and import change nothing (a fixed point: prompts, answers, calls
 //! with ids, names and arguments, results with text and ok).
 
@@ -53,6 +54,47 @@ fn conv(events: &[Event]) -> Conv {
         }
     }
     c
+}
+
+/// agentd's own tools, whose names and arguments the export maps to the peer's nearest
+/// tool (docs/moving-sessions.md, "Exporting"); any other call keeps both.
+const AGENTD_TOOLS: [&str; 8] = [
+    "read_file",
+    "list_dir",
+    "search",
+    "write_file",
+    "edit_file",
+    "shell",
+    "memory_apply",
+    "apply_patch",
+];
+
+/// What the export gives a call the Log holds no result for.
+const NO_RESULT: &str = "[the call has no result in agentd's Log; it was interrupted]";
+
+/// Each call's result (output, ok), paired as replay pairs them: a result answers the
+/// pending call of its id; a call reusing an id is another call.
+fn results_by_call(events: &[Event]) -> Vec<Option<(String, bool)>> {
+    let s = |d: &Value, k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut out = Vec::new();
+    let mut pending: BTreeMap<String, usize> = BTreeMap::new();
+    for e in events {
+        let d = &e.data;
+        match e.kind.as_str() {
+            "tool_call" => {
+                pending.insert(s(d, "call_id"), out.len());
+                out.push(None);
+            }
+            "tool_result" => {
+                if let Some(i) = pending.remove(&s(d, "call_id")) {
+                    let ok = d.get("ok").and_then(Value::as_bool).unwrap_or(false);
+                    out[i] = Some((s(d, "output"), ok));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Imports the file at `src` as `format`; `None` when the importer refuses it.
@@ -121,10 +163,39 @@ pub fn run(data: &[u8]) {
             original.calls.len(),
             "{peer:?}: tool calls"
         );
-        for (id, _, _) in &first.calls {
-            assert!(
-                first.results.contains_key(id),
-                "{peer:?}: call {id} has no result"
+        // Each call comes back with its name and arguments (an agentd tool's are the
+        // peer's nearest tool's) and its result: the same text and ok, or, for a call
+        // the Log holds no result for, an error result saying so. Codex has no error
+        // flag on a result: a failure without an exit code line gets one.
+        let before = results_by_call(&x);
+        let after = results_by_call(&y1);
+        for (i, ((_, name, args), (id, back_name, back_args))) in
+            original.calls.iter().zip(&first.calls).enumerate()
+        {
+            if !AGENTD_TOOLS.contains(&name.as_str()) {
+                assert_eq!(
+                    (back_name, back_args),
+                    (name, args),
+                    "{peer:?}: call {i} ({id}): name and arguments"
+                );
+            }
+            let (output, ok) = before[i]
+                .clone()
+                .unwrap_or_else(|| (NO_RESULT.to_string(), false));
+            let output = match peer {
+                Peer::Codex
+                    if !ok
+                        && !output.contains("Process exited with code ")
+                        && !output.contains("Exit code: ") =>
+                {
+                    format!("Process exited with code 1\nOutput:\n{output}")
+                }
+                _ => output,
+            };
+            assert_eq!(
+                after[i],
+                Some((output, ok)),
+                "{peer:?}: call {i} ({id}): its result"
             );
         }
         let y2 = export_import(peer, &y1, &path);
