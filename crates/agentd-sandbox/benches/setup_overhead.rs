@@ -4,7 +4,9 @@
 //! `AGENTD_BENCH_RUNS` sets the runs per configuration (default 200);
 //! `AGENTD_BENCH_GAP_MS` a pause before each sandboxed run (default 0), as between a
 //! model's commands: moving a process into a cgroup v1 is fast only right after another
-//! move, so back-to-back runs hide what a command after a pause pays. With
+//! move, so back-to-back runs hide what a command after a pause pays;
+//! `AGENTD_BENCH_HELPER` the helper executable (default: this crate's small test helper;
+//! the daemon runs itself, `target/release/agentd`, which takes longer to start). With
 //! `--features trace` it also prints where the time goes: the median of each stage
 //! (the time from the mark before it), daemon and helper side, per level.
 
@@ -28,7 +30,9 @@ fn main() {
     );
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ws = dir.path().canonicalize().unwrap();
-    let helper = env!("CARGO_BIN_EXE_sandbox-helper-test");
+    let helper = std::env::var("AGENTD_BENCH_HELPER")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sandbox-helper-test").to_string());
+    let helper = helper.as_str();
     // agentd's home, as the daemon sets it up: hidden from commands, holding the cache
     // layers and the degraded level's private TMPDIRs.
     let home_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -119,7 +123,7 @@ fn main() {
     };
     println!(
         "setup overhead of `true`, {runs} alternating runs each, {} ms before each \
-         sandboxed run (ms)",
+         sandboxed run, helper {helper} (ms)",
         gap.as_millis()
     );
     println!("{:<28} {:>8} {:>8}", "configuration", "p50", "p90");

@@ -366,3 +366,58 @@ fn a_symlinked_hooks_dir_still_starts_and_stays_protected() {
         "{facts:#}"
     );
 }
+
+/// The degraded level's private `TMPDIR`s live below the directory the daemon names
+/// (agentd's home): what an earlier daemon left there is removed at the first command,
+/// a command's `TMPDIR` is its own (a sibling's content is out of reach), and it is
+/// gone once the command finished.
+#[test]
+fn degraded_tmpdirs_live_in_the_daemons_directory_and_go_with_their_command() {
+    let e = env();
+    let agentd_home = e.home.parent().unwrap().join("agentd-home");
+    let base = agentd_home.join("sandbox-tmp");
+    let stale = base.join("agentd-sbx-1-stale");
+    std::fs::create_dir_all(stale.join("cmd-old")).unwrap();
+    std::fs::write(stale.join("cmd-old/secret"), "LEFT-BY-A-CRASH").unwrap();
+    let sb = sandbox(Knobs {
+        force_no_userns: true,
+        ..Default::default()
+    })
+    .with_tmp_dirs(base.clone());
+    let mut i = inputs(&e);
+    i.agentd_dirs = vec![agentd_home.clone()];
+    let (code, out, facts) = run(
+        &sb,
+        &i,
+        &e.ws,
+        r#"echo mine > "$TMPDIR/f" && cat "$TMPDIR/f"; echo "tmpdir:$TMPDIR""#,
+    );
+    assert_eq!(code, 0, "{out}\n{facts:#}");
+    assert_eq!(facts["level"], "degraded", "{facts:#}");
+    assert!(out.contains("mine"), "{out}");
+    let tmpdir = PathBuf::from(
+        out.lines()
+            .find_map(|l| l.strip_prefix("tmpdir:"))
+            .expect("TMPDIR printed"),
+    );
+    assert!(
+        tmpdir.starts_with(base.canonicalize().unwrap()),
+        "{tmpdir:?}"
+    );
+    assert!(!stale.exists(), "an earlier daemon's directory was kept");
+    assert!(!tmpdir.exists(), "the TMPDIR outlived its command");
+    // A sibling (another command's, made here by hand) is out of reach.
+    let sibling = tmpdir.parent().unwrap().join("cmd-other");
+    std::fs::create_dir_all(&sibling).unwrap();
+    std::fs::write(sibling.join("secret"), "OTHER-COMMAND").unwrap();
+    let script = format!(
+        "cat {s}/secret; ls {p}; echo x > {s}/planted && echo PLANTED; echo done",
+        s = sibling.display(),
+        p = sibling.parent().unwrap().display()
+    );
+    let (_, out, _) = run(&sb, &i, &e.ws, &script);
+    assert!(out.contains("done"), "{out}");
+    assert!(!out.contains("OTHER-COMMAND"), "{out}");
+    assert!(!out.contains("PLANTED"), "{out}");
+    assert!(!out.lines().any(|l| l.trim() == "cmd-other"), "{out}");
+}

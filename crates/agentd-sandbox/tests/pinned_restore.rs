@@ -135,3 +135,32 @@ fn a_hooks_directory_replaced_on_the_host_is_put_back_without_what_changed_since
         "[core]\n\tbare = false\n"
     );
 }
+
+/// Past the descriptors one snapshot may hold, paths are saved by content: a workspace
+/// with more protected files than that still has every replaced one put back.
+#[test]
+fn more_protected_files_than_descriptors_held_are_all_put_back() {
+    let (_t, ws) = setup();
+    let files: Vec<PathBuf> = (0..100)
+        .map(|i| {
+            let p = ws.join(format!("inc{i:03}.gitconfig"));
+            std::fs::write(&p, format!("[user]\n\tname = n{i}\n")).unwrap();
+            p
+        })
+        .collect();
+    let snap = Snapshot::take_pinned(&files, std::slice::from_ref(&ws));
+    for (i, p) in files.iter().enumerate() {
+        let lock = p.with_extension("lock");
+        std::fs::write(&lock, format!("[core]\n\tfsmonitor = /evil{i}\n")).unwrap();
+        std::fs::rename(&lock, p).unwrap();
+    }
+    let back = snap.restore();
+    assert_eq!(back.len(), files.len(), "{back:?}");
+    for (i, p) in files.iter().enumerate() {
+        assert_eq!(
+            std::fs::read_to_string(p).unwrap(),
+            format!("[user]\n\tname = n{i}\n"),
+            "{p:?}"
+        );
+    }
+}

@@ -175,6 +175,19 @@ pub fn is_link(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFLNK
 }
 
+/// The [`Kind`] of what `st` describes.
+pub fn kind_of(st: &libc::stat) -> Kind {
+    if is_dir(st) {
+        Kind::Dir
+    } else if is_file(st) {
+        Kind::File
+    } else if is_link(st) {
+        Kind::Link
+    } else {
+        Kind::Other
+    }
+}
+
 /// The regular file `name` in `dir`: its stat data (of the descriptor read) and at most
 /// `limit + 1` bytes of it (more than `limit`: the caller's cap was passed). Anything
 /// but a regular file is refused with `EINVAL`, before a byte is read.
@@ -214,9 +227,22 @@ pub fn read_link_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The names in the directory `dir` (without `.` and `..`), read through a duplicate of
-/// its descriptor.
-pub fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+/// The kind of a directory entry as `readdir` tells it (`d_type`): a hint that spares a
+/// `stat` of entries the scan skips; every open still refuses a symlink and checks the
+/// kind on the descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Link,
+    Other,
+    /// The file system does not say: `stat` it.
+    Unknown,
+}
+
+/// The names in the directory `dir` (without `.` and `..`) with their [`Kind`], read
+/// through a fresh descriptor of it.
+pub fn list(dir: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
     let dup = open_at(dir, OsStr::new("."), libc::O_RDONLY | libc::O_DIRECTORY)?;
     // SAFETY: `fdopendir` takes the descriptor over; `closedir` below releases both.
     let d = unsafe { libc::fdopendir(dup.as_raw_fd()) };
@@ -239,7 +265,15 @@ pub fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
         // SAFETY: `d_name` is NUL-terminated within the entry readdir returned.
         let name = unsafe { CStr::from_ptr((*e).d_name.as_ptr()) }.to_bytes();
         if name != b"." && name != b".." {
-            out.push(OsString::from_vec(name.to_vec()));
+            // SAFETY: as above.
+            let kind = match unsafe { (*e).d_type } {
+                libc::DT_DIR => Kind::Dir,
+                libc::DT_REG => Kind::File,
+                libc::DT_LNK => Kind::Link,
+                libc::DT_UNKNOWN => Kind::Unknown,
+                _ => Kind::Other,
+            };
+            out.push((OsString::from_vec(name.to_vec()), kind));
         }
     };
     // SAFETY: `d` came from fdopendir and is closed once.

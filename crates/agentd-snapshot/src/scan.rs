@@ -423,34 +423,31 @@ impl Model {
             }
         };
         let base = rel.len();
-        let mut entries: Vec<(std::ffi::OsString, libc::stat)> = Vec::new();
-        for name in names {
+        let mut entries: Vec<(std::ffi::OsString, at::Kind)> = Vec::new();
+        for (name, kind) in names {
             if name == ".git" {
                 continue;
             }
-            // Relative to the open directory, never following a symlink.
-            match at::stat_at(&dir, &name) {
-                Ok(Some(st)) => entries.push((name, st)),
-                // Gone since the listing.
-                Ok(None) => {}
-                Err(e) => {
-                    rel.truncate(base);
-                    rel.extend_from_slice(name.as_bytes());
-                    b.warn(Path::new(OsStr::from_bytes(rel)), &e);
-                    let gen = self.generation;
-                    if let Some(old) = self.files.get_mut(rel.as_slice()) {
-                        old.seen = gen;
+            let kind = match kind {
+                // Relative to the open directory, never following a symlink.
+                at::Kind::Unknown => match at::stat_at(&dir, &name) {
+                    Ok(Some(st)) => at::kind_of(&st),
+                    // Gone since the listing.
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.keep_entry(rel, base, &name, &e, b);
+                        continue;
                     }
-                    rel.push(b'/');
-                    self.keep_under(rel);
-                }
-            }
+                },
+                k => k,
+            };
+            entries.push((name, kind));
         }
         rel.truncate(base);
         entries.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
         let pushed = entries
             .iter()
-            .any(|(n, st)| n == ".gitignore" && at::is_file(st))
+            .any(|(n, k)| n == ".gitignore" && *k == at::Kind::File)
             && match self.ignore_file(
                 &dir,
                 OsStr::new(".gitignore"),
@@ -463,9 +460,9 @@ impl Model {
                 }
                 None => false,
             };
-        for (name, st) in entries {
-            let is_dir = at::is_dir(&st);
-            if !(is_dir || at::is_file(&st) || at::is_link(&st)) {
+        for (name, kind) in entries {
+            let is_dir = kind == at::Kind::Dir;
+            if !matches!(kind, at::Kind::Dir | at::Kind::File | at::Kind::Link) {
                 continue;
             }
             let child = path.join(&name);
@@ -494,6 +491,16 @@ impl Model {
                 }
                 continue;
             }
+            // Relative to the open directory, never following a symlink.
+            let st = match at::stat_at(&dir, &name) {
+                Ok(Some(st)) if at::is_file(&st) || at::is_link(&st) => st,
+                // Gone, or no longer a file or a symlink: swept as gone.
+                Ok(_) => continue,
+                Err(e) => {
+                    self.keep_entry(rel, base, &name, &e, b);
+                    continue;
+                }
+            };
             let gen = self.generation;
             let stat = Stat::of(&st);
             if let Some(old) = self.files.get_mut(rel.as_slice()) {
@@ -523,6 +530,28 @@ impl Model {
             stack.pop();
         }
         Ok(())
+    }
+
+    /// Keeps the entry `name` of the directory `rel[..base]` (and all under it) as the
+    /// model has it: it could not be stat-ed.
+    fn keep_entry(
+        &mut self,
+        rel: &mut Vec<u8>,
+        base: usize,
+        name: &OsStr,
+        e: &std::io::Error,
+        b: &mut Budget,
+    ) {
+        rel.truncate(base);
+        rel.extend_from_slice(name.as_bytes());
+        b.warn(Path::new(OsStr::from_bytes(rel)), e);
+        let gen = self.generation;
+        if let Some(old) = self.files.get_mut(rel.as_slice()) {
+            old.seen = gen;
+        }
+        rel.push(b'/');
+        self.keep_under(rel);
+        rel.truncate(base);
     }
 
     /// Keeps every entry under `prefix` as it is (a directory that could not be read).
@@ -1127,4 +1156,32 @@ fn decode(b: &[u8], repo_id: (u64, u64)) -> Option<(Oid, BTreeMap<Vec<u8>, Entry
         );
     }
     r.0.is_empty().then_some((tree, files))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod watch_tests {
+    use super::*;
+
+    #[test]
+    fn a_full_scan_leaves_a_watch_and_a_watched_scan_reads_only_what_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        for d in 0..3 {
+            std::fs::create_dir_all(ws.join(format!("d{d}"))).unwrap();
+            for f in 0..5 {
+                std::fs::write(ws.join(format!("d{d}/f{f}")), "x").unwrap();
+            }
+        }
+        let objects = t.path().join("objects");
+        std::fs::create_dir_all(&objects).unwrap();
+        let mut m = Model::new(objects, (0, 0));
+        let cfg = SnapshotConfig::default();
+        m.scan_all(&ws, None, &cfg, false).unwrap();
+        assert!(m.watch.is_some(), "no directory watch after a full scan");
+        std::fs::write(ws.join("d1/f2"), "changed").unwrap();
+        let out = m.scan_all(&ws, None, &cfg, true).unwrap();
+        assert_eq!(out.changed, vec!["d1/f2"]);
+        // Only the changed file was looked at (a full scan would re-hash the racy ones).
+        assert_eq!(out.hashed, 1, "{out:?}");
+    }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 const SECRET: &str = "OUTSIDE SECRET, never in a snapshot";
 const MIN_FLIPS: u64 = 5_000;
-const MIN_ROUNDS: u64 = 240;
+const MIN_ROUNDS: u64 = 150;
 
 /// Atomically exchanges two directory entries.
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {

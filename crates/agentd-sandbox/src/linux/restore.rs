@@ -35,6 +35,10 @@ use std::path::{Path, PathBuf};
 const MAX_FILE: u64 = 1 << 20;
 const MAX_ENTRIES: usize = 512;
 const MAX_DEPTH: usize = 64;
+/// Descriptors one [`Snapshot::take_pinned`] holds at most while its command runs (a
+/// daemon runs many commands at once under one descriptor limit); the paths past it are
+/// saved by content instead.
+const MAX_PINNED: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Saved {
@@ -472,6 +476,7 @@ impl Snapshot {
             ..Snapshot::default()
         };
         let mut pinned: Vec<(PathBuf, usize)> = Vec::new();
+        let mut held = 0usize;
         for p in protected {
             let Some(root) = roots
                 .iter()
@@ -499,11 +504,12 @@ impl Snapshot {
                 // Not reachable without a symlink now: nothing to put back later.
                 continue;
             };
-            let pinned = if how == Take::Pinned {
+            let pinned = if how == Take::Pinned && held < MAX_PINNED {
                 pin_at(d.as_raw_fd(), name)
             } else {
                 None
             };
+            held += usize::from(pinned.is_some());
             let before = match pinned {
                 Some(p) => p,
                 None => {
