@@ -877,6 +877,9 @@ async fn subscribe(
         }
     }
     let mut actor_stopped = false;
+    // Why the subscription ends, when it is because the subscriber fell behind: the
+    // `lagged` notice's data.
+    let mut behind = None;
     loop {
         tokio::select! {
             _ = sink.closed() => break,
@@ -903,17 +906,34 @@ async fn subscribe(
                     let Ok(raw) = serde_json::value::RawValue::from_string(line.to_string()) else { continue };
                     // A subscriber that stops reading altogether is dropped after a
                     // while instead of holding its session loaded forever.
-                    if sink.send_timeout(raw, SUBSCRIBER_STALL).await.is_err() { break; }
+                    match sink.send_timeout(raw, SUBSCRIBER_STALL).await {
+                        Ok(()) => {}
+                        Err(jsonrpsee::SendTimeoutError::Timeout(_)) => {
+                            behind = Some(json!({"missed": 1, "reason": "stalled"}));
+                            break;
+                        }
+                        Err(_) => break,
+                    }
                 }
                 Err(RecvError::Lagged(n)) => {
-                    let lagged = json!({"type": "lagged", "session_id": &p.session_id, "data": {"missed": n}});
-                    // Best effort: a subscriber this far behind may not be reading at all.
-                    if let Ok(raw) = serde_json::value::to_raw_value(&lagged) {
-                        let _ = sink.send_timeout(raw, std::time::Duration::from_secs(1)).await;
-                    }
+                    behind = Some(json!({"missed": n}));
                     break;
                 }
                 Err(RecvError::Closed) => break,
+            }
+        }
+    }
+    if let Some(data) = behind {
+        // The session is let go now; the notice waits until the subscriber reads again
+        // (or its connection closes), so one that was only slow always learns it must
+        // subscribe again from the last seq it has.
+        drop(rx);
+        drop(handle);
+        let lagged = json!({"type": "lagged", "session_id": &p.session_id, "data": data});
+        if let Ok(raw) = serde_json::value::to_raw_value(&lagged) {
+            tokio::select! {
+                _ = sink.send(raw) => {}
+                _ = sink.closed() => {}
             }
         }
     }
