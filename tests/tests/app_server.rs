@@ -153,6 +153,15 @@ fn sid_of(uuid: &str) -> String {
 
 /// Starts a turn and waits for its `turn/completed`; returns the notifications' params
 /// of that turn, in order, as `(method, params)`.
+/// The texts of the agent messages a turn's notifications completed, in order.
+fn answers(notes: &[(String, Value)]) -> Vec<Value> {
+    notes
+        .iter()
+        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
+        .map(|(_, p)| p["item"]["text"].clone())
+        .collect()
+}
+
 async fn run_turn(c: &mut Checked, thread: &str, text: &str) -> Vec<(String, Value)> {
     let from = c.ws.seen.len();
     let r = c
@@ -1076,10 +1085,7 @@ async fn provider_colon_model_reaches_that_provider() {
     assert_eq!(first["data"]["model"], "m-beta", "{first}");
 
     let notes = run_turn(&mut c, &thread, "hi").await;
-    let answer = notes
-        .iter()
-        .find(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
-        .map(|(_, p)| p["item"]["text"].clone());
+    let answer = answers(&notes).first().cloned();
     assert_eq!(answer, Some(json!("from the thread's model")), "{notes:?}");
 
     // turn/start's own `model` for this turn.
@@ -1322,10 +1328,7 @@ async fn an_imported_codex_thread_answers_to_the_id_codex_knew() {
         // A turn on it: an ordinary agentd turn, its notifications under the Codex id.
         let notes = run_turn(&mut c, CODEX_ID, "continue from agentd").await;
         assert!(notes.iter().all(|(_, p)| p["threadId"] == CODEX_ID));
-        let answer = notes
-            .iter()
-            .find(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
-            .map(|(_, p)| p["item"]["text"].clone());
+        let answer = answers(&notes).first().cloned();
         assert_eq!(answer, Some(json!("Streamed answer number one.")));
         assert!(log_events(&d, &sid)
             .iter()
@@ -1637,11 +1640,7 @@ async fn subagents_are_listed_as_spawned_threads_of_their_parent() {
         .await;
     let parent = started["thread"]["id"].as_str().unwrap().to_string();
     let notes = run_turn(&mut c, &parent, "Delegate the search").await;
-    let answer = notes
-        .iter()
-        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
-        .map(|(_, p)| p["item"]["text"].clone())
-        .next_back();
+    let answer = answers(&notes).last().cloned();
     assert_eq!(answer, Some(json!("Child said: The magic number is 42.")));
 
     let ids = |v: &Value| -> Vec<String> {
@@ -1731,11 +1730,7 @@ async fn a_subagents_subagent_is_spawned_one_level_deeper() {
         .await;
     let parent = started["thread"]["id"].as_str().unwrap().to_string();
     let notes = run_turn(&mut c, &parent, "Delegate the search").await;
-    let answer = notes
-        .iter()
-        .filter(|(m, p)| m == "item/completed" && p["item"]["type"] == "agentMessage")
-        .map(|(_, p)| p["item"]["text"].clone())
-        .next_back();
+    let answer = answers(&notes).last().cloned();
     assert_eq!(
         answer,
         Some(json!("Child said: Grandchild said: It says 42."))

@@ -626,13 +626,22 @@ fn a_provider_without_images_gets_descriptions_only() {
     );
 }
 
-/// A turn with images queued behind a running one: its images are stored when it is
-/// queued (`turn_queued` records their references, never the bytes), and when it starts
-/// its prompt reaches the provider with them.
-#[test]
-fn a_queued_turn_keeps_its_images() {
+/// A daemon whose provider holds its first request until `go` is sent (answering
+/// `first`, every later one `then`), with `shot.png` in the workspace and a session whose
+/// turn "first" has reached that request.
+struct Held {
+    mock: agentd_tests::sse::MockProvider,
+    d: Daemon,
+    c: RpcConn,
+    sid: String,
+    go: std::sync::mpsc::Sender<()>,
+    /// `agentd/turn`'s answer for "first".
+    started: Value,
+}
+
+fn first_turn_held(first: &'static str, then: &'static str) -> Held {
     use agentd_tests::sse::{MockProvider, Reply};
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
     let go_rx = std::sync::Mutex::new(go_rx);
     let mock = MockProvider::start(move |n, _| {
         if n == 0 {
@@ -640,8 +649,9 @@ fn a_queued_turn_keeps_its_images() {
                 .lock()
                 .unwrap()
                 .recv_timeout(std::time::Duration::from_secs(60));
+            return Reply::Complete(chat_text(first));
         }
-        Reply::Complete(chat_text("Seen."))
+        Reply::Complete(chat_text(then))
     });
     let d = Daemon::builder()
         .env("AGENTD_DURABILITY", "none")
@@ -650,12 +660,35 @@ fn a_queued_turn_keeps_its_images() {
     std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
     let mut c = d.connect();
     let sid = create(&mut c, &d);
-    let r = c.call_ok(
+    let started = c.call_ok(
         "agentd/turn",
         json!({"session_id": sid, "input": "first", "wait": false}),
     );
-    assert_eq!(r["status"], "running", "{r}");
     mock.wait_requests(1, std::time::Duration::from_secs(60));
+    Held {
+        mock,
+        d,
+        c,
+        sid,
+        go,
+        started,
+    }
+}
+
+/// A turn with images queued behind a running one: its images are stored when it is
+/// queued (`turn_queued` records their references, never the bytes), and when it starts
+/// its prompt reaches the provider with them.
+#[test]
+fn a_queued_turn_keeps_its_images() {
+    let Held {
+        mock,
+        d,
+        mut c,
+        sid,
+        go: go_tx,
+        started: r,
+    } = first_turn_held("Seen.", "Seen.");
+    assert_eq!(r["status"], "running", "{r}");
     let r = c.call_ok(
         "agentd/turn",
         json!({"session_id": sid, "input": "then this picture", "queue": true,
@@ -699,35 +732,18 @@ fn a_queued_turn_keeps_its_images() {
 /// is refused before anything is recorded.
 #[test]
 fn a_steer_carries_its_images_into_the_next_provider_call() {
-    use agentd_tests::sse::{MockProvider, Reply};
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let go_rx = std::sync::Mutex::new(go_rx);
-    let mock = MockProvider::start(move |n, _| {
-        if n == 0 {
-            let _ = go_rx
-                .lock()
-                .unwrap()
-                .recv_timeout(std::time::Duration::from_secs(60));
-            return Reply::Complete(chat_text("Looking."));
-        }
-        Reply::Complete(chat_text("Seen the picture."))
-    });
-    let d = Daemon::builder()
-        .env("AGENTD_DURABILITY", "none")
-        .config(&mock.config())
-        .start();
-    std::fs::write(d.workspace().join("shot.png"), png()).unwrap();
+    let Held {
+        mock,
+        d,
+        mut c,
+        sid,
+        go: go_tx,
+        ..
+    } = first_turn_held("Looking.", "Seen the picture.");
     std::fs::write(d.workspace().join("other.gif"), gif()).unwrap();
     std::fs::write(d.workspace().join("notes.txt"), "not an image").unwrap();
-    let mut c = d.connect();
-    let sid = create(&mut c, &d);
     let mut sub = d.connect();
     sub.subscribe(&sid, None);
-    c.call_ok(
-        "agentd/turn",
-        json!({"session_id": sid, "input": "first", "wait": false}),
-    );
-    mock.wait_requests(1, std::time::Duration::from_secs(60));
     let e = c.call(
         "agentd/steer",
         json!({"session_id": sid, "input": "this?", "images": [{"path": "notes.txt"}]}),
