@@ -411,7 +411,7 @@ impl Sandbox {
         self.probe.get_or_init(|| self.run_probe())
     }
 
-    fn hierarchy(&self) -> Option<&Hierarchy> {
+    pub(super) fn hierarchy(&self) -> Option<&Hierarchy> {
         self.cgroups.get_or_init(cgroup::detect).as_ref()
     }
 
@@ -578,6 +578,7 @@ impl Sandbox {
         std::fs::File::from(plan_w).write_all(&text)?;
         let (pr, rw) = (plan_r.as_raw_fd(), rep_w.as_raw_fd());
         let ns_fds = ns.as_ref().map(|n| (n.0.as_raw_fd(), n.1.as_raw_fd()));
+        let line = super::lifeline::read_end();
         let mut cmd = Command::new(&self.helper);
         cmd.arg(HELPER_ARG).env_clear().current_dir("/");
         // The closure owns the descriptors (the namespaces' too) so they live until
@@ -595,7 +596,7 @@ impl Sandbox {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                Ok(())
+                super::lifeline::install(line)
             });
         }
         Ok((cmd, rep_r))
