@@ -151,16 +151,19 @@ pub fn digests(images: &[Prepared]) -> Vec<String> {
         .collect()
 }
 
-/// A built-in tool result's images (`read_file` of an image, stored as the session's
-/// resources) kept in the Log store too when it keeps images itself (PostgreSQL), so
-/// any daemon of it can send them again. A failure leaves them in the resources only
-/// (this daemon still sends them; another sends their description).
+/// A tool result's images (`read_file` of an image, an MCP tool's image content; both
+/// stored as the session's resources) kept in the Log store too when it keeps images
+/// itself (PostgreSQL), so any daemon of it can send them again. Only the images a
+/// request may send are kept ([`image_refs`]). A failure leaves them in the resources
+/// only (this daemon still sends them; another sends their description).
+///
+/// [`image_refs`]: crate::history::replay::image_refs
 pub async fn keep_result_images(
     logs: std::sync::Arc<dyn crate::store::LogStore>,
     dir: std::path::PathBuf,
     data: &Value,
 ) {
-    let list: Vec<(String, String)> = crate::history::replay::user_image_refs(data)
+    let list: Vec<(String, String)> = crate::history::replay::image_refs(data)
         .into_iter()
         .map(|i| (i.sha256, i.mime))
         .collect();
