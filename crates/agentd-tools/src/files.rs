@@ -548,7 +548,7 @@ fn remove_file(ctx: &ToolContext, path: &Path, given: &str) -> Result<(), AgentE
     };
     let parent = confine::open_parent_for_write(&root, parent_rel, 0o777 & !user_umask())
         .map_err(|e| open_error(&e, "directory for", given))?;
-    if let Some(st) = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))? {
+    if let Some(st) = confine::stat_at(&parent, name).map_err(|e| io_error(&e, "file", given))? {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(
                 AgentError::invalid_args(format!("`{given}` is a directory"))
@@ -597,7 +597,7 @@ fn atomic_write(
     let dir_mode = 0o777 & !user_umask();
     let parent = confine::open_parent_for_write(&root, parent_rel, dir_mode)
         .map_err(|e| open_error(&e, "directory for", given))?;
-    let existing = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))?;
+    let existing = confine::stat_at(&parent, name).map_err(|e| io_error(&e, "file", given))?;
     if let Some(st) = &existing {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(
