@@ -335,17 +335,6 @@ pub fn sweep(h: &Hierarchy, owners: Owners) -> Swept {
     out
 }
 
-impl super::spawn::Sandbox {
-    /// Sweeps per-command cgroups left behind ([`sweep`]); nothing where this daemon
-    /// makes no cgroups. The daemon calls it with [`Owners::Gone`] at start, before it
-    /// runs any command, and with [`Owners::Own`] when it shuts down.
-    pub fn sweep_cgroups(&self, owners: Owners) -> Swept {
-        self.hierarchy()
-            .map(|h| sweep(h, owners))
-            .unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

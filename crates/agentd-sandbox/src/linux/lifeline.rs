@@ -212,12 +212,14 @@ mod tests {
                 .spawn()
                 .expect("sleep")
         };
-        let quick = spawn("0");
+        let mut quick = spawn("0");
         let got = wait_child(quick.id() as i32, Some(r.as_raw_fd()));
         assert!(
             matches!(got, Waited::Exited(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
             "{got:?}"
         );
+        // Reaped by wait_child already: std's own wait finds nothing left.
+        assert!(quick.wait().is_err());
         let mut slow = spawn("30");
         let pid = slow.id() as i32;
         let closer = std::thread::spawn(move || drop(w));
@@ -229,10 +231,11 @@ mod tests {
         slow.kill().unwrap();
         let _ = slow.wait();
         // Without a lifeline it is a plain wait.
-        let quick = spawn("0");
+        let mut quick = spawn("0");
         assert!(matches!(
             wait_child(quick.id() as i32, None),
             Waited::Exited(_)
         ));
+        assert!(quick.wait().is_err());
     }
 }

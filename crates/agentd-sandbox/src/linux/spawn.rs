@@ -411,8 +411,18 @@ impl Sandbox {
         self.probe.get_or_init(|| self.run_probe())
     }
 
-    pub(super) fn hierarchy(&self) -> Option<&Hierarchy> {
+    fn hierarchy(&self) -> Option<&Hierarchy> {
         self.cgroups.get_or_init(cgroup::detect).as_ref()
+    }
+
+    /// Sweeps per-command cgroups left behind ([`cgroup::sweep`]); nothing where this
+    /// daemon makes no cgroups. The daemon calls it with [`cgroup::Owners::Gone`] at
+    /// start, before it runs any command, and with [`cgroup::Owners::Own`] when it
+    /// shuts down.
+    pub fn sweep_cgroups(&self, owners: cgroup::Owners) -> cgroup::Swept {
+        self.hierarchy()
+            .map(|h| cgroup::sweep(h, owners))
+            .unwrap_or_default()
     }
 
     fn run_probe(&self) -> Probe {
