@@ -208,7 +208,9 @@ fn a_killed_daemon_takes_everything_sandboxed_with_it(level: &str, force: Option
     let server = mcp_entry("boxed", "sandbox = true\n");
     let mut d = at_level(&o, force, &server).start();
     let ws = d.workspace().canonicalize().unwrap();
-    let mark = format!("8{}.{}", u8::from(force.is_some()), std::process::id());
+    // A day's sleep: it must not end on its own, however slow the machine. The fraction
+    // makes it this test's.
+    let mark = format!("8640{}.{}", u8::from(force.is_some()), std::process::id());
     let mut c = d.connect();
     let sid = create(&mut c, &d, None);
     let command = format!(
@@ -289,7 +291,7 @@ fn a_killed_daemon_takes_everything_sandboxed_with_it(level: &str, force: Option
     let other_pid = other.pid().unwrap();
     let mut c2 = other.connect();
     let sid2 = create(&mut c2, &other, None);
-    let mark2 = format!("9{}.{}", u8::from(force.is_some()), std::process::id());
+    let mark2 = format!("8641{}.{}", u8::from(force.is_some()), std::process::id());
     start_turn(
         &other,
         &mut c2,
