@@ -6,29 +6,9 @@
 
 #![cfg(target_os = "linux")]
 
+use agentd_fsat::swap::Swapper;
 use agentd_sandbox::linux::restore::Snapshot;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-fn exchange(a: &Path, b: &Path) -> bool {
-    let (a, b) = (
-        CString::new(a.as_os_str().as_bytes()).unwrap(),
-        CString::new(b.as_os_str().as_bytes()).unwrap(),
-    );
-    // SAFETY: renameat2 with NUL-terminated paths.
-    unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        ) == 0
-    }
-}
 
 fn outside_listing(out: &Path) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::fs::read_dir(out)
@@ -60,52 +40,30 @@ fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
     let roots = [ws.clone()];
     let expected = outside_listing(&out);
 
-    let stop = AtomicBool::new(false);
-    let flips = AtomicU64::new(0);
+    let mut flips = 0u64;
     let mut restores = 0u64;
     let mut redirected = 0u64;
-    std::thread::scope(|s| {
-        for _ in 0..500 {
-            // Set up with `.git` the directory: the original, then the command's writes.
-            if std::fs::symlink_metadata(&git)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-            {
-                assert!(exchange(&git, &alt));
-            }
-            std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
-            let _ = std::fs::remove_file(git.join("hooks/pre-commit"));
-            let snap = Snapshot::take(&protected, &roots);
-            std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
-            std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
-            stop.store(false, Ordering::SeqCst);
-            let flipper = s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    if exchange(&git, &alt) {
-                        flips.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-            let report = snap.restore();
-            stop.store(true, Ordering::SeqCst);
-            flipper.join().unwrap();
-            restores += 1;
-            if report.iter().any(|(_, w)| w.contains("not restored")) {
-                redirected += 1;
-            }
-            let now = outside_listing(&out);
-            assert_eq!(
-                now,
-                expected,
-                "after {restores} restores and {} swaps: {report:?}",
-                flips.load(Ordering::Relaxed)
-            );
+    for _ in 0..500 {
+        // Set up with `.git` the directory (the swapper leaves it so): the original,
+        // then the command's writes.
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+        let _ = std::fs::remove_file(git.join("hooks/pre-commit"));
+        let snap = Snapshot::take(&protected, &roots);
+        std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+        let flipper = Swapper::start(&git, &alt);
+        let report = snap.restore();
+        flips += flipper.stop();
+        restores += 1;
+        if report.iter().any(|(_, w)| w.contains("not restored")) {
+            redirected += 1;
         }
-    });
-    assert!(flips.load(Ordering::Relaxed) > 0, "the race never ran");
-    eprintln!(
-        "{restores} restores, {} swaps, {redirected} refused on a replaced path",
-        flips.load(Ordering::Relaxed)
-    );
+        let now = outside_listing(&out);
+        assert_eq!(
+            now, expected,
+            "after {restores} restores and {flips} swaps: {report:?}"
+        );
+    }
+    assert!(flips > 0, "the race never ran");
+    eprintln!("{restores} restores, {flips} swaps, {redirected} refused on a replaced path");
 }
