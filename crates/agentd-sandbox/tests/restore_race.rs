@@ -25,6 +25,16 @@ fn outside_listing(out: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
+    // Both strategies on this kernel: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`,
+    // then the `O_NOFOLLOW` component walk used where the kernel lacks it.
+    for walk in [false, true] {
+        agentd_fsat::force_component_walk(walk);
+        race(walk);
+    }
+    agentd_fsat::force_component_walk(false);
+}
+
+fn race(walk: bool) {
     let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let base = base.path().canonicalize().unwrap();
     let ws = base.join("ws");
@@ -43,6 +53,7 @@ fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
     let mut flips = 0u64;
     let mut restores = 0u64;
     let mut redirected = 0u64;
+    let mut restored = 0u64;
     for _ in 0..500 {
         // Set up with `.git` the directory (the swapper leaves it so): the original,
         // then the command's writes.
@@ -58,6 +69,12 @@ fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
         if report.iter().any(|(_, w)| w.contains("not restored")) {
             redirected += 1;
         }
+        if report
+            .iter()
+            .any(|(_, w)| w == "changed by the command; restored")
+        {
+            restored += 1;
+        }
         let now = outside_listing(&out);
         assert_eq!(
             now, expected,
@@ -65,5 +82,25 @@ fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
         );
     }
     assert!(flips > 0, "the race never ran");
-    eprintln!("{restores} restores, {flips} swaps, {redirected} refused on a replaced path");
+    eprintln!(
+        "component walk {walk}: {restores} restores, {flips} swaps, {redirected} refused on \
+         a replaced path, {restored} restored"
+    );
+    // The race did not merely make every restore fail: with `.git` in place, they work.
+    assert!(
+        restored > 0,
+        "no restore succeeded in {restores} rounds (walk {walk})"
+    );
+    std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+    let _ = std::fs::remove_file(git.join("hooks/pre-commit"));
+    let snap = Snapshot::take(&protected, &roots);
+    std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+    std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+    let report = snap.restore();
+    assert_eq!(report.len(), 2, "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+    assert!(!git.join("hooks/pre-commit").exists(), "{report:?}");
 }
