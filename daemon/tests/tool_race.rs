@@ -13,8 +13,13 @@ const MIN_FLIPS: u64 = 5_000;
 /// Tool calls of each kind, at least.
 const MIN_CALLS: u64 = 1_000;
 
+/// The open strategy is one switch for the whole process: each test holds this while it
+/// runs under the strategy it set, so the other's switch cannot change it meanwhile.
+static STRATEGY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlink_swapped_during_tool_calls_never_escapes() {
+    let _one = STRATEGY.lock().await;
     // Both strategies on this kernel: `openat2(RESOLVE_BENEATH)`, then the
     // `O_NOFOLLOW` component walk used where the kernel lacks it.
     for walk in [false, true] {
@@ -108,6 +113,7 @@ async fn race() {
 /// search it. Outside holds a secret and a name found nowhere inside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlink_swapped_during_search_and_list_dir_never_shows_outside() {
+    let _one = STRATEGY.lock().await;
     for walk in [false, true] {
         tools::confine::force_component_walk(walk);
         race_walks().await;
