@@ -20,7 +20,8 @@
 //!
 //! Its users: the file tools (`agentd-tools`' `confine`), the snapshot scan
 //! (docs/snapshots.md#how-a-snapshot-reads), and the sandbox's mounts and its restore of
-//! protected paths (docs/sandbox.md). It depends on `libc` only.
+//! protected paths (docs/sandbox.md). It depends on `libc` only. With the feature
+//! `test-support`, [`swap`] holds the swapping thread of its users' race tests.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io::{self, Read};
@@ -485,6 +486,9 @@ pub fn sync_dir(dir: impl AsFd) -> io::Result<()> {
     // SAFETY: a valid descriptor.
     check(unsafe { libc::fsync(dir.as_fd().as_raw_fd()) })
 }
+
+#[cfg(all(feature = "test-support", target_os = "linux"))]
+pub mod swap;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,8 @@
 //! operation goes through descriptors: each writable root is opened once, when the
 //! snapshot is taken (before the command runs; a command cannot rename its roots), and
 //! every path below it is opened from that descriptor with
-//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, one name at a
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (one component
+//! at a time with `O_NOFOLLOW` where the kernel has no openat2; `agentd-fsat`), one name at a
 //! time below a directory descriptor after that (`O_NOFOLLOW`, `O_EXCL` on create,
 //! `unlinkat`, `symlinkat`). A directory swapped for a symlink at any moment makes the
 //! restore of that path fail and be reported; it never reads or writes through the link.
