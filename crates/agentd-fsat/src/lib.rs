@@ -21,7 +21,7 @@
 //! Its users: the file tools (`agentd-tools`' `confine`), the snapshot scan
 //! (docs/snapshots.md#how-a-snapshot-reads), and the sandbox's mounts and its restore of
 //! protected paths (docs/sandbox.md). It depends on `libc` only. With the feature
-//! `test-support`, [`swap`] holds the swapping thread of its users' race tests.
+//! `test-support`, its `swap` module holds the swapping thread of its users' race tests.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io::{self, Read};

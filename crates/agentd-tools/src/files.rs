@@ -12,7 +12,7 @@
 
 use super::confine;
 use super::workspace::{io_error, relative_uri, resolve, Resolve};
-use super::{user_umask, with_output, Artifact, ToolContext, ToolOutcome};
+use super::{lines_outcome, user_umask, with_output, Artifact, ToolContext, ToolOutcome};
 use agentd_base::text::sha256_hex;
 use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
@@ -267,23 +267,12 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
         &given,
         &ctx.paths.hidden,
     )?;
-    let mut out = if lines.is_empty() {
-        "(empty directory)".to_string()
-    } else {
-        lines.join("\n")
-    };
-    if truncated {
-        out.push_str(&format!(
-            "\n…[listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory or lower depth]"
-        ));
-    }
-    let raw = out.clone().into_bytes();
-    Ok(with_output(
-        ToolOutcome::success(String::new()),
-        &out,
-        &raw,
-        ctx,
-    ))
+    let cut = truncated.then(|| {
+        format!(
+            "…[listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory or lower depth]"
+        )
+    });
+    Ok(lines_outcome(&lines, "(empty directory)", cut, ctx))
 }
 
 /// One directory of a listing, read through `fd` (`dir` names it for the hidden set).
