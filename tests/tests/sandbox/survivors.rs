@@ -382,6 +382,49 @@ fn a_killed_daemon_takes_everything_sandboxed_with_it(level: &str, force: Option
     );
 }
 
+/// A hook (docs/hooks.md) runs under the session's sandbox like `shell`: one that is still
+/// running when the daemon is killed, with what it detached, goes with the daemon.
+#[test]
+fn a_killed_daemon_takes_a_running_hook_with_it() {
+    for (level, force) in [("full", None), ("degraded", Some("no_userns"))] {
+        let o = outside();
+        let mark = format!("8642{}.{}", u8::from(force.is_some()), std::process::id());
+        let hook = format!(
+            "[[hooks.pre_tool_use]]\ntimeout_s = 600\ncommand = '''setsid sleep {mark} \
+             >/dev/null 2>&1 </dev/null & sleep {mark}'''\n"
+        );
+        let mut d = at_level(&o, force, &hook).start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        start_turn(
+            &d,
+            &mut c,
+            &sid,
+            &[("shell", json!({"command": "echo the-call"}))],
+        );
+        let is_mark = |p: i32| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && cmdline(p).contains(&mark)
+        };
+        let leaves = wait_until("the hook and its setsid child", || {
+            let sleeps = host_pids(is_mark);
+            (sleeps.len() == 2).then_some(sleeps)
+        });
+        let pinned = lineage(&leaves, d.pid().unwrap() as i32);
+        assert!(
+            pinned.iter().any(|p| p.what.contains("__sandbox-exec")),
+            "{level}: the hook runs without a sandbox helper: {:?}",
+            pinned.iter().map(|p| &p.what).collect::<Vec<_>>()
+        );
+        d.kill9();
+        let left = survivors(pinned, Instant::now() + WAIT);
+        assert!(
+            left.is_empty(),
+            "{level}: a hook outlived the killed daemon: {left:#?}"
+        );
+    }
+}
+
 #[test]
 fn a_killed_daemon_takes_its_sandboxed_processes_and_cgroups_with_it_full() {
     a_killed_daemon_takes_everything_sandboxed_with_it("full", None);
