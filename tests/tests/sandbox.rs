@@ -15,6 +15,8 @@ mod git;
 mod hooks;
 #[path = "sandbox/sockets.rs"]
 mod sockets;
+#[path = "sandbox/spare.rs"]
+mod spare;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the

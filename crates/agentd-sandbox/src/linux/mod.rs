@@ -9,4 +9,5 @@ pub mod helper;
 pub mod mounts;
 pub mod peer;
 pub mod restore;
+pub mod spare;
 pub mod spawn;
