@@ -14,22 +14,8 @@
 
 mod support;
 
-use serde_json::{json, Value};
-use support::{env_usize, start, Conn};
-
-fn ts_micros(ts: &str) -> i128 {
-    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
-        .expect("event ts");
-    t.unix_timestamp_nanos() / 1000
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
-}
+use serde_json::json;
+use support::{env_usize, iteration_gaps, list_dir_turns, percentile, start, turn_events, Conn};
 
 /// One turn of `iters` calls on `sid`; pushes its iteration gaps (ms) and the hook
 /// runs' durations (ms).
@@ -41,26 +27,9 @@ fn turn(
     gaps: &mut Vec<f64>,
     hooks: &mut Vec<f64>,
 ) {
-    let before = c.call("agentd/show", json!({"session_id": sid}))["last_seq"]
-        .as_u64()
-        .expect("last_seq");
-    let r = c.call(
-        "agentd/turn",
-        json!({"session_id": sid, "input": format!("bench turn {k}"), "max_iterations": iters + 1}),
-    );
-    assert_eq!(r["status"], "completed", "{r}");
-    let evs = c.call(
-        "agentd/events",
-        json!({"session_id": sid, "after_seq": before, "types": ["tool_result", "hook_run"]}),
-    );
-    let evs = evs["events"].as_array().expect("events");
-    let stamps: Vec<i128> = evs
-        .iter()
-        .filter(|e| e["type"] == "tool_result")
-        .map(|e| ts_micros(e["ts"].as_str().expect("ts")))
-        .collect();
-    assert_eq!(stamps.len(), iters, "one tool_result per iteration");
-    gaps.extend(stamps.windows(2).map(|w| (w[1] - w[0]) as f64 / 1000.0));
+    let input = format!("bench turn {k}");
+    let (evs, _) = turn_events(c, sid, &input, iters, &["tool_result", "hook_run"]);
+    gaps.extend(iteration_gaps(&evs, iters));
     for e in evs.iter().filter(|e| e["type"] == "hook_run") {
         assert_eq!(e["data"]["verdict"], "allow", "{e}");
         hooks.push(e["data"]["duration_ms"].as_f64().unwrap_or(f64::NAN));
@@ -86,22 +55,7 @@ fn main() {
     let turns = env_usize("BENCH_TURNS", 10);
     let iters = env_usize("BENCH_ITERS", 10);
     let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).expect("workspace");
-    for i in 0..10 {
-        std::fs::write(ws.join(format!("f{i}.txt")), "x\n").expect("workspace file");
-    }
-    let mut steps: Vec<Value> = (0..iters)
-        .map(|_| json!({"tool_calls": [{"name": "list_dir", "args": {"path": "."}}]}))
-        .collect();
-    steps.push(json!({"text": "done"}));
-    let script = dir.path().join("bench.json");
-    std::fs::write(
-        &script,
-        serde_json::to_vec(&json!({"rules": [{"steps": steps}]})).expect("script"),
-    )
-    .expect("write script");
-    let model = format!("script:{}", script.display());
+    let (ws, model) = list_dir_turns(dir.path(), iters);
     let (_plain, mut plain) = start(&dir.path().join("plain"), "");
     let (_hooked, mut hooked) = start(
         &dir.path().join("hooked"),

@@ -18,7 +18,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::path::Path;
-use support::{env_usize, start, Conn, Daemon};
+use support::{env_usize, iteration_gaps, percentile, start, turn_events, Conn, Daemon};
 
 fn workspace(dir: &Path, files: usize) {
     for i in 0..files {
@@ -29,20 +29,6 @@ fn workspace(dir: &Path, files: usize) {
         std::fs::write(sub.join(format!("f{i}.txt")), format!("file {i}\n")).expect("file");
     }
     std::fs::create_dir_all(dir.join("bench")).expect("bench dir");
-}
-
-fn ts_micros(ts: &str) -> i128 {
-    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
-        .expect("event ts");
-    t.unix_timestamp_nanos() / 1000
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
 }
 
 /// One side of the comparison: a daemon, its session, and the gaps measured so far.
@@ -75,20 +61,8 @@ impl Side {
 
     /// Runs one turn; records its iteration gaps unless `warmup`.
     fn turn(&mut self, input: &str, iters: usize, warmup: bool) {
-        let before = self.c.call("agentd/show", json!({"session_id": self.sid}))["last_seq"]
-            .as_u64()
-            .expect("last_seq");
-        let r = self.c.call(
-            "agentd/turn",
-            json!({"session_id": self.sid, "input": input, "max_iterations": iters + 1}),
-        );
-        assert_eq!(r["status"], "completed", "{r}");
-        let evs = self.c.call(
-            "agentd/events",
-            json!({"session_id": self.sid, "after_seq": before,
-                "types": ["tool_result", "workspace_snapshot"]}),
-        );
-        let evs = evs["events"].as_array().expect("events").clone();
+        let types = ["tool_result", "workspace_snapshot"];
+        let (evs, _) = turn_events(&mut self.c, &self.sid, input, iters, &types);
         for e in &evs {
             if e["type"] == "workspace_snapshot" {
                 assert!(e["data"]["tree"].is_string(), "snapshot failed: {e}");
@@ -97,14 +71,7 @@ impl Side {
         if warmup {
             return;
         }
-        let stamps: Vec<i128> = evs
-            .iter()
-            .filter(|e| e["type"] == "tool_result")
-            .map(|e| ts_micros(e["ts"].as_str().expect("ts")))
-            .collect();
-        assert_eq!(stamps.len(), iters, "one tool_result per iteration");
-        self.gaps
-            .extend(stamps.windows(2).map(|w| (w[1] - w[0]) as f64 / 1000.0));
+        self.gaps.extend(iteration_gaps(&evs, iters));
         self.before_ms.extend(
             evs.iter()
                 .filter(|e| e["data"]["reason"] == "before")

@@ -23,7 +23,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::Instant;
-use support::{env_usize, start, Conn};
+use support::{env_usize, iteration_gaps, list_dir_turns, percentile, start, turn_events, Conn};
 
 /// Appends `(events - 1) / 4` groups (session_started is already there), 250 groups
 /// per call, then compacts once.
@@ -96,20 +96,6 @@ fn chat_server(iters: usize) -> String {
     base
 }
 
-fn ts_micros(ts: &str) -> i128 {
-    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
-        .expect("event ts");
-    t.unix_timestamp_nanos() / 1000
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -117,22 +103,7 @@ fn main() {
     let turns = env_usize("BENCH_TURNS", 5);
     let iters = env_usize("BENCH_ITERS", 20);
     let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).expect("workspace");
-    for i in 0..10 {
-        std::fs::write(ws.join(format!("f{i}.txt")), "x\n").expect("workspace file");
-    }
-    let mut steps: Vec<Value> = (0..iters)
-        .map(|_| json!({"tool_calls": [{"name": "list_dir", "args": {"path": "."}}]}))
-        .collect();
-    steps.push(json!({"text": "done"}));
-    let script = dir.path().join("bench.json");
-    std::fs::write(
-        &script,
-        serde_json::to_vec(&json!({"rules": [{"steps": steps}]})).expect("script"),
-    )
-    .expect("write script");
-    let model = format!("script:{}", script.display());
+    let (ws, model) = list_dir_turns(dir.path(), iters);
     let (_daemon, mut c) = start(dir.path(), "");
     println!(
         "turn_overhead: {turns} turns × {iters} tool iterations per session size, durability none"
@@ -183,28 +154,10 @@ fn run_turns(c: &mut Conn, sid: &str, size: usize, turns: usize, iters: usize, f
     let mut gaps = Vec::new();
     let mut wall = Vec::new();
     for k in 0..turns {
-        let before = c.call("agentd/show", json!({"session_id": sid}))["last_seq"]
-            .as_u64()
-            .expect("last_seq");
-        let t = Instant::now();
-        let r = c.call(
-            "agentd/turn",
-            json!({"session_id": sid, "input": format!("bench turn {k}"), "max_iterations": iters + 1}),
-        );
-        wall.push(t.elapsed().as_secs_f64() * 1000.0 / (iters + 1) as f64);
-        assert_eq!(r["status"], "completed", "{r}");
-        let evs = c.call(
-            "agentd/events",
-            json!({"session_id": sid, "after_seq": before, "types": ["tool_result"]}),
-        );
-        let stamps: Vec<i128> = evs["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .map(|e| ts_micros(e["ts"].as_str().expect("ts")))
-            .collect();
-        assert_eq!(stamps.len(), iters, "one tool_result per iteration");
-        gaps.extend(stamps.windows(2).map(|w| (w[1] - w[0]) as f64 / 1000.0));
+        let input = format!("bench turn {k}");
+        let (evs, took) = turn_events(c, sid, &input, iters, &["tool_result"]);
+        wall.push(took.as_secs_f64() * 1000.0 / (iters + 1) as f64);
+        gaps.extend(iteration_gaps(&evs, iters));
     }
     gaps.sort_by(|a, b| a.total_cmp(b));
     wall.sort_by(|a, b| a.total_cmp(b));

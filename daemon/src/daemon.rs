@@ -39,6 +39,10 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let _lock = lock_home(&home)?;
     // Temp files of creates cut short by a crash; only safe to remove under the lock.
     let swept = crate::sweep::sweep_leftovers(&home);
+    // Per-command cgroups of daemons killed before they removed them; before any command
+    // of ours runs (docs/sandbox.md#when-the-daemon-dies).
+    #[cfg(target_os = "linux")]
+    crate::tools::sandboxing::sweep_cgroups(agentd_sandbox::Owners::Gone);
     let mut activation = opts.activation;
     let (listener, managed_by) =
         activation::listener(&mut activation, &opts.socket, || bind_socket(&opts.socket))?;
@@ -107,6 +111,13 @@ pub async fn run(opts: Options) -> Result<(), String> {
     // MCP servers go after the turns that used them ended durably, each as a whole
     // process group, in parallel.
     turns.mcp.stop_all().await;
+    // Whatever is still in one of our per-command cgroups (a hook, a command cut by the
+    // interrupts above) is killed and the cgroups go.
+    #[cfg(target_os = "linux")]
+    let _ = tokio::task::spawn_blocking(|| {
+        crate::tools::sandboxing::sweep_cgroups(agentd_sandbox::Owners::Own)
+    })
+    .await;
     stop_serving.cancel();
     let _ = server.await;
     // Nobody can connect any more: the socket file goes now, before the last commits.

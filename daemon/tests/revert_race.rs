@@ -8,34 +8,9 @@
 use agentd::snapshot::RestoreOp;
 use agentd::tools;
 use agentd::undo::write::apply;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use agentd_fsat::swap::Swapper;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// Atomically exchanges two directory entries (`renameat2(RENAME_EXCHANGE)`).
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    let a = CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
 
 const MIN_FLIPS: u64 = 5_000;
 const MIN_APPLIES: u64 = 500;
@@ -76,25 +51,8 @@ fn race() {
     // `alt` leads outside; swapping it with `d` makes `d/...` point outside.
     symlink(&outside, work.join("alt")).unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let flips = Arc::new(AtomicU64::new(0));
-    let flipper = {
-        let (stop, flips) = (stop.clone(), flips.clone());
-        let (d, alt) = (work.join("d"), work.join("alt"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                exchange(&d, &alt).expect("renameat2(RENAME_EXCHANGE)");
-                flips.fetch_add(1, Ordering::Relaxed);
-            }
-            if std::fs::symlink_metadata(&d)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-            {
-                exchange(&d, &alt).unwrap();
-            }
-        })
-    };
+    // `d` and the symlink trade places until stopped; `d` is the directory again after.
+    let flipper = Swapper::start(&work.join("d"), &work.join("alt"));
     let ops = vec![
         RestoreOp::File {
             path: "d/config".into(),
@@ -115,7 +73,7 @@ fn race() {
         },
     ];
     let (mut applies, mut ok) = (0u64, 0u64);
-    while applies < MIN_APPLIES || flips.load(Ordering::Relaxed) < MIN_FLIPS {
+    while applies < MIN_APPLIES || flipper.flips() < MIN_FLIPS {
         applies += 1;
         for op in &ops {
             if apply(&work, std::slice::from_ref(op), 0o022).is_ok() {
@@ -128,8 +86,7 @@ fn race() {
             "a revert changed the directory outside (apply {applies})"
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    flipper.join().unwrap();
+    flipper.stop();
     assert_eq!(listing(&outside), before);
     // The race did not merely make every write fail: with `d` a directory, they go
     // through.

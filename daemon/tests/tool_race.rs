@@ -4,43 +4,22 @@
 //! tool may read, create or change a file outside the workspace.
 
 use agentd::tools::{self, ToolContext};
+use agentd_fsat::swap::Swapper;
 use serde_json::json;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// Atomically exchanges two directory entries (`renameat2(RENAME_EXCHANGE)`).
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    let a = CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
 
 /// Flips at least this many times while the tools run.
 const MIN_FLIPS: u64 = 5_000;
 /// Tool calls of each kind, at least.
 const MIN_CALLS: u64 = 1_000;
 
+/// The open strategy is one switch for the whole process: each test holds this while it
+/// runs under the strategy it set, so the other's switch cannot change it meanwhile.
+static STRATEGY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlink_swapped_during_tool_calls_never_escapes() {
+    let _one = STRATEGY.lock().await;
     // Both strategies on this kernel: `openat2(RESOLVE_BENEATH)`, then the
     // `O_NOFOLLOW` component walk used where the kernel lacks it.
     for walk in [false, true] {
@@ -64,29 +43,11 @@ async fn race() {
     symlink(&outside, work.join("alt")).unwrap();
     let ctx = ToolContext::new(&work, root.path().join("resources")).unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let flips = Arc::new(AtomicU64::new(0));
-    let flipper = {
-        let (stop, flips) = (stop.clone(), flips.clone());
-        let (d, alt) = (ctx.workspace.join("d"), ctx.workspace.join("alt"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                exchange(&d, &alt).expect("renameat2(RENAME_EXCHANGE)");
-                flips.fetch_add(1, Ordering::Relaxed);
-            }
-            // Leave `d` as the real directory.
-            if std::fs::symlink_metadata(&d)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-            {
-                exchange(&d, &alt).unwrap();
-            }
-        })
-    };
+    // `d` and the symlink trade places until stopped; `d` is the directory again after.
+    let flipper = Swapper::start(&ctx.workspace.join("d"), &ctx.workspace.join("alt"));
 
     let (mut calls, mut read_ok, mut write_ok, mut edit_ok) = (0u64, 0u64, 0u64, 0u64);
-    while calls < MIN_CALLS || flips.load(Ordering::Relaxed) < MIN_FLIPS {
+    while calls < MIN_CALLS || flipper.flips() < MIN_FLIPS {
         calls += 1;
         let r = tools::run("read_file", &json!({"path": "d/secret.txt"}), &ctx).await;
         if r.ok {
@@ -138,9 +99,7 @@ async fn race() {
             .collect();
         assert!(stray.is_empty(), "files appeared outside: {stray:?}");
     }
-    stop.store(true, Ordering::Relaxed);
-    flipper.join().unwrap();
-    let flips = flips.load(Ordering::Relaxed);
+    let flips = flipper.stop();
     eprintln!(
         "{}: {flips} flips, {calls} rounds: read ok {read_ok}, write ok {write_ok}, edit ok {edit_ok}",
         tools::confine::strategy()
@@ -154,6 +113,7 @@ async fn race() {
 /// search it. Outside holds a secret and a name found nowhere inside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlink_swapped_during_search_and_list_dir_never_shows_outside() {
+    let _one = STRATEGY.lock().await;
     for walk in [false, true] {
         tools::confine::force_component_walk(walk);
         race_walks().await;
@@ -177,27 +137,10 @@ async fn race_walks() {
     symlink(&outside, work.join("alt")).unwrap();
     let ctx = ToolContext::new(&work, root.path().join("resources")).unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let flips = Arc::new(AtomicU64::new(0));
-    let flipper = {
-        let (stop, flips) = (stop.clone(), flips.clone());
-        let (d, alt) = (ctx.workspace.join("d"), ctx.workspace.join("alt"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                exchange(&d, &alt).expect("renameat2(RENAME_EXCHANGE)");
-                flips.fetch_add(1, Ordering::Relaxed);
-            }
-            if std::fs::symlink_metadata(&d)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-            {
-                exchange(&d, &alt).unwrap();
-            }
-        })
-    };
+    // `d` and the symlink trade places until stopped; `d` is the directory again after.
+    let flipper = Swapper::start(&ctx.workspace.join("d"), &ctx.workspace.join("alt"));
     let (mut calls, mut found, mut listed) = (0u64, 0u64, 0u64);
-    while calls < MIN_CALLS || flips.load(Ordering::Relaxed) < MIN_FLIPS {
+    while calls < MIN_CALLS || flipper.flips() < MIN_FLIPS {
         calls += 1;
         for path in [".", "d", "alt"] {
             let r = tools::run("search", &json!({"pattern": "MARK", "path": path}), &ctx).await;
@@ -224,12 +167,10 @@ async fn race_walks() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    flipper.join().unwrap();
+    let flips = flipper.stop();
     eprintln!(
-        "{}: {} flips, {calls} rounds: search found {found}, list_dir listed {listed}",
-        tools::confine::strategy(),
-        flips.load(Ordering::Relaxed)
+        "{}: {flips} flips, {calls} rounds: search found {found}, list_dir listed {listed}",
+        tools::confine::strategy()
     );
     assert!(found > 0 && listed > 0, "no call ever succeeded");
 }

@@ -175,6 +175,21 @@ async fn list_dir_sorted_marks_dirs_and_respects_depth() {
     );
     let o = w.run("list_dir", json!({"path": "a"})).await;
     assert_eq!(out(&o), "inner/\nz.rs");
+    std::fs::create_dir(w.path("empty")).unwrap();
+    let o = w.run("list_dir", json!({"path": "empty"})).await;
+    assert_eq!(out(&o), "(empty directory)");
+    // A listing past its entry cap stops there and says so after the entries.
+    for i in 0..1005 {
+        w.write(&format!("many/f{i:04}"), "");
+    }
+    let o = w.run("list_dir", json!({"path": "many"})).await;
+    let (listed, note) = out(&o).rsplit_once('\n').unwrap();
+    assert_eq!(listed.lines().count(), 1000);
+    assert!(listed.starts_with("f0000\nf0001\n"), "{listed}");
+    assert_eq!(
+        note,
+        "…[listing stopped at 1000 entries; list a subdirectory or lower depth]"
+    );
     assert_eq!(
         err_kind(&w.run("list_dir", json!({"path": "b.txt"})).await),
         ErrorKind::InvalidArgs

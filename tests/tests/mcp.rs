@@ -1228,3 +1228,96 @@ fn tool_result_images_reach_each_wire() {
         assert_balanced(&mut c, &sid);
     }
 }
+
+/// On the PostgreSQL store an MCP tool's image is kept in the store's `images` table
+/// too, so another daemon of the database (its own home, without the first one's
+/// resources) that takes the session over sends the image itself in its next request,
+/// not only the placeholder line.
+#[test]
+fn an_mcp_image_reaches_the_provider_from_another_daemon_of_the_database() {
+    use base64::Engine;
+    let url = agentd_tests::pg::PgServer::shared().create_db();
+    let provider = |base: &str| {
+        format!(
+            "default_provider = \"p\"\n[providers.p]\nkind = \"anthropic\"\nbase_url = \"{}\"\n\
+             model = \"m1\"\ncontext_window = 100000\n",
+            base.trim_end_matches("/v1")
+        )
+    };
+    let (base, server) = sse_server(image_steps("anthropic"));
+    let mut a = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .env("AGENTD_STORE", &url)
+        .config(&format!("{}{}", provider(&base), everything_entry()))
+        .start();
+    let mut c = a.connect();
+    c.set_call_timeout(Duration::from_secs(60));
+    let sid = c.call_ok("agentd/create", json!({"workspace": a.workspace()}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "show me the image"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(server.join().unwrap().len(), 2);
+    let evs = events(&mut c, &sid);
+    let img = result_of(&evs, IMAGE_TOOL, 0);
+    let media = &img["mcp"]["media"][0];
+    let sha = media["resource"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("resources/"))
+        .unwrap_or_else(|| panic!("no resource: {img}"))
+        .to_string();
+    let rows = a.store_images().expect("a PostgreSQL store");
+    assert_eq!(
+        rows.len(),
+        1,
+        "one image row: {:?}",
+        rows.iter().map(|r| &r.0).collect::<Vec<_>>()
+    );
+    let (row_sha, png) = &rows[0];
+    assert_eq!(row_sha, &sha);
+    assert_eq!(&png[1..4], b"PNG");
+    assert_eq!(png.len() as u64, media["bytes"].as_u64().unwrap());
+    let placeholder = img["output"].as_str().unwrap().to_string();
+    drop(c);
+    assert!(a
+        .shutdown(Duration::from_secs(30))
+        .expect("a stops")
+        .success());
+
+    // Another daemon of the database, with a home of its own: its resources are empty.
+    let (base, server) = sse_server(vec![image_steps("anthropic").remove(1)]);
+    let b = Daemon::builder()
+        .env("AGENTD_DURABILITY", "none")
+        .env("AGENTD_STORE", &url)
+        .config(&provider(&base))
+        .start();
+    let mut c = b.connect();
+    c.set_call_timeout(Duration::from_secs(60));
+    let r = c.call_ok(
+        "agentd/turn",
+        json!({"session_id": sid, "input": "and once more"}),
+    );
+    assert_eq!(r["status"], "completed", "{r}");
+    let bodies = server.join().unwrap();
+    let result = bodies[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result in {}", bodies[0]));
+    let b64 = base64::engine::general_purpose::STANDARD.encode(png);
+    assert_eq!(
+        result["content"],
+        json!([
+            {"type": "text", "text": placeholder},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+        ]),
+        "{}",
+        bodies[0]
+    );
+}

@@ -17,6 +17,8 @@ mod hooks;
 mod sockets;
 #[path = "sandbox/spare.rs"]
 mod spare;
+#[path = "sandbox/survivors.rs"]
+mod survivors;
 
 /// Files outside the daemon's temp dir: the private `/tmp` of a sandbox would hide
 /// anything under `/tmp`, so the "outside" and the fake home live elsewhere to test the

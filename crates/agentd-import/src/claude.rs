@@ -19,7 +19,6 @@
 //! `subagent_event` (stored and shown, never replayed), in file order.
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufReader;
 
 use agentd_proto::AgentError;
 use serde::Deserialize;
@@ -250,7 +249,7 @@ pub(super) fn import(
     ctx: &ImportContext,
 ) -> Result<ImportReport, AgentError> {
     let path = src.path.clone();
-    let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, src.file));
+    let mut reader = LineReader::file(src.file);
     let mut sink = Sink::new(out, &ctx.session_id);
 
     let mut p1 = Pass1::default();
@@ -330,15 +329,8 @@ pub(super) fn import(
         }
     }
     st.flush(&mut sink)?;
-    if st.images > 0 {
-        sink.warn(format!(
-            "{} image(s) were not imported; a placeholder names each",
-            st.images
-        ));
-    }
-    let mut report = sink.finish()?;
-    report.source_lines = source_lines;
-    Ok(report)
+    sink.warn_images(st.images);
+    sink.finish(source_lines)
 }
 
 impl Pass1 {
@@ -637,7 +629,7 @@ impl State {
     ) -> Result<(), AgentError> {
         // Events this line wrote decide its bucket; a flush writes an earlier message's
         // (already accounted for), so `before` is taken again after one.
-        let mut before = sink.report.imported;
+        let mut before = sink.written();
         let sidechain = obj.get("isSidechain").and_then(Value::as_bool) == Some(true);
         let kind = str_of(&obj, "type").unwrap_or("");
         if sidechain {
@@ -650,12 +642,12 @@ impl State {
                 }
                 "user" => {
                     self.flush(sink)?;
-                    before = sink.report.imported;
+                    before = sink.written();
                     self.user(sink, no, &obj, rescued)?;
                 }
                 "system" => {
                     self.flush(sink)?;
-                    before = sink.report.imported;
+                    before = sink.written();
                     match str_of(&obj, "subtype") {
                         Some("compact_boundary") => {
                             sink.account(Disposition::Metadata);
@@ -676,9 +668,7 @@ impl State {
                 ),
             }
         }
-        if sink.report.imported > before {
-            sink.account(Disposition::Imported);
-        }
+        sink.account_if_imported(before);
         Ok(())
     }
 
@@ -845,7 +835,7 @@ impl State {
             );
             return Ok(());
         }
-        let before = sink.report.imported;
+        let before = sink.written();
         let mut texts: Vec<String> = Vec::new();
         match content {
             Some(Value::String(s)) => texts.push(s.clone()),
@@ -883,7 +873,7 @@ impl State {
                 sink.emit("user_message", json!({"text": text, "import_line": no}), ts)?;
             }
         }
-        if sink.report.imported == before {
+        if sink.written() == before {
             sink.skip(
                 no,
                 "Claude Code user record with nothing to import (no text, or tool results without a matching call; see warnings)",

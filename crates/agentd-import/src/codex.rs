@@ -10,7 +10,6 @@
 //! A rollout is linear, so one pass suffices.
 
 use std::collections::HashSet;
-use std::io::BufReader;
 
 use agentd_proto::AgentError;
 use serde_json::{json, Map, Value};
@@ -28,7 +27,7 @@ pub(super) fn import(
     ctx: &ImportContext,
 ) -> Result<ImportReport, AgentError> {
     let path = src.path.clone();
-    let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, src.file));
+    let mut reader = LineReader::file(src.file);
     let mut sink = Sink::new(out, &ctx.session_id);
     let not_codex = |why: &str| {
         AgentError::invalid_args(format!("{} is not a codex rollout: {why}", path.display()))
@@ -78,15 +77,8 @@ pub(super) fn import(
             st.line(&mut sink, no, obj)?;
         }
     }
-    if st.images > 0 {
-        sink.warn(format!(
-            "{} image(s) were not imported; a placeholder names each",
-            st.images
-        ));
-    }
-    let mut report = sink.finish()?;
-    report.source_lines = source_lines;
-    Ok(report)
+    sink.warn_images(st.images);
+    sink.finish(source_lines)
 }
 
 /// The exit code codex's exec tools print in an output's header lines
@@ -168,7 +160,7 @@ impl State {
             _ => &empty,
         };
         let ptype = str_of(payload, "type").unwrap_or("?");
-        let before = sink.report.imported;
+        let before = sink.written();
         match str_of(&obj, "type").unwrap_or("") {
             "session_meta" => {
                 sink.count("session_meta");
@@ -233,9 +225,7 @@ impl State {
                 );
             }
         }
-        if sink.report.imported > before {
-            sink.account(Disposition::Imported);
-        }
+        sink.account_if_imported(before);
         Ok(())
     }
 

@@ -15,7 +15,6 @@
 //! writes) are duplicates and are not imported twice.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::BufReader;
 
 use agentd_proto::AgentError;
 use serde_json::{json, Map, Value};
@@ -39,7 +38,7 @@ pub(super) fn import(
     ctx: &ImportContext,
 ) -> Result<ImportReport, AgentError> {
     let path = src.path.clone();
-    let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, src.file));
+    let mut reader = LineReader::file(src.file);
     let mut sink = Sink::new(out, &ctx.session_id);
     let mut h = Header::default();
     let mut msgs: Vec<Msg> = Vec::new();
@@ -177,10 +176,10 @@ pub(super) fn import(
     // Per source line: imported something, or the first reason one of its messages gave.
     let mut fate: HashMap<u64, Result<(), String>> = HashMap::new();
     for m in &msgs {
-        let before = sink.report.imported;
+        let before = sink.written();
         let why = st.message(&mut sink, m)?;
         let e = fate.entry(m.line).or_insert_with(|| Err(String::new()));
-        if sink.report.imported > before {
+        if sink.written() > before {
             *e = Ok(());
         } else if let Err(r) = e {
             if r.is_empty() {
@@ -213,9 +212,7 @@ pub(super) fn import(
             .entry("functionResponse:repeated".to_string())
             .or_insert(0) += st.dup_responses;
     }
-    let mut report = sink.finish()?;
-    report.source_lines = source_lines;
-    Ok(report)
+    sink.finish(source_lines)
 }
 
 #[derive(Default)]

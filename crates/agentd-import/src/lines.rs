@@ -101,6 +101,13 @@ impl<R: BufRead> LineReader<R> {
     }
 }
 
+impl LineReader<io::BufReader<std::fs::File>> {
+    /// A source file, read in 1 MiB chunks.
+    pub fn file(f: std::fs::File) -> Self {
+        LineReader::new(io::BufReader::with_capacity(1 << 20, f))
+    }
+}
+
 impl<R: BufRead + Seek> LineReader<R> {
     /// Positions the reader so that the next line read starts at `offset` and is numbered
     /// `no`. Seeks only when needed, so walking lines in file order costs no seeks.

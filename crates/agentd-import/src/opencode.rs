@@ -666,7 +666,7 @@ impl<'w> Converter<'w> {
                 .cloned()
                 .or_else(|| ts.cloned());
             let pts = pts.as_ref();
-            let before = self.sink.report.imported;
+            let before = self.sink.written();
             match self.count_part(p).as_str() {
                 "step-start" => {
                     self.sink.account(Disposition::Metadata);
@@ -725,9 +725,7 @@ impl<'w> Converter<'w> {
                     continue;
                 }
             }
-            if self.sink.report.imported > before {
-                self.sink.account(Disposition::Imported);
-            } else {
+            if !self.sink.account_if_imported(before) {
                 self.sink
                     .skip(no, "opencode part with nothing to import (see warnings)");
             }
@@ -815,9 +813,7 @@ impl<'w> Converter<'w> {
                 "{n} attached file(s) were not imported; a placeholder names each"
             ));
         }
-        let mut report = self.sink.finish()?;
-        report.source_lines = records;
-        Ok(report)
+        self.sink.finish(records)
     }
 }
 

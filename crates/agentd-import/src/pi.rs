@@ -17,7 +17,6 @@
 //! message stands in for its target.
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufReader;
 
 use agentd_proto::AgentError;
 use serde::Deserialize;
@@ -36,7 +35,7 @@ pub(super) fn import(
     ctx: &ImportContext,
 ) -> Result<ImportReport, AgentError> {
     let path = src.path.clone();
-    let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, src.file));
+    let mut reader = LineReader::file(src.file);
     let mut sink = Sink::new(out, &ctx.session_id);
 
     let header = read_header(&mut reader, &path)?;
@@ -75,15 +74,8 @@ pub(super) fn import(
     } else {
         source_lines = import_tree(&mut reader, &mut sink, &mut st)?;
     }
-    if st.images > 0 {
-        sink.warn(format!(
-            "{} image(s) were not imported; a placeholder names each",
-            st.images
-        ));
-    }
-    let mut report = sink.finish()?;
-    report.source_lines = source_lines;
-    Ok(report)
+    sink.warn_images(st.images);
+    sink.finish(source_lines)
 }
 
 fn read_header<R: std::io::BufRead>(
@@ -306,7 +298,7 @@ impl State {
         obj: Map<String, Value>,
     ) -> Result<(), AgentError> {
         let ts = obj.get("timestamp").cloned();
-        let before = sink.report.imported;
+        let before = sink.written();
         if let Some((edit_line, replacement)) =
             str_of(&obj, "id").and_then(|id| self.edits.remove(id))
         {
@@ -331,9 +323,7 @@ impl State {
                     }
                 }
             }
-            if sink.report.imported > before {
-                sink.account(Disposition::Imported);
-            } else {
+            if !sink.account_if_imported(before) {
                 sink.skip(
                     no,
                     format!("removed from pi's context by the context_edit at line {edit_line}"),
@@ -457,9 +447,7 @@ impl State {
             },
             other => sink.skip(no, format!("unknown pi entry type {:?}", clip(other))),
         }
-        if sink.report.imported > before {
-            sink.account(Disposition::Imported);
-        }
+        sink.account_if_imported(before);
         Ok(())
     }
 

@@ -8,7 +8,6 @@
 //! posture marker's workspace) and every source seq moves up by one; an agentd Log's own
 //! `session_started` is kept and marked as imported instead.
 
-use std::io::BufReader;
 use std::path::Path;
 
 use agentd_proto::event::validate_draft;
@@ -28,7 +27,7 @@ pub(super) fn import(
     ctx: &ImportContext,
 ) -> Result<ImportReport, AgentError> {
     let path = src.path.clone();
-    let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, src.file));
+    let mut reader = LineReader::file(src.file);
     let mut sink = Sink::new(out, &ctx.session_id);
     let mut st = State::default();
     let mut source_lines = 0;
@@ -68,9 +67,7 @@ pub(super) fn import(
             st.with_resources
         ));
     }
-    let mut report = sink.finish()?;
-    report.source_lines = source_lines;
-    Ok(report)
+    sink.finish(source_lines)
 }
 
 fn not_pixir(path: &Path, why: &str) -> AgentError {

@@ -133,6 +133,32 @@ impl<'w> Sink<'w> {
         }
     }
 
+    /// The events written so far: taken before a source line is handled, for
+    /// [`Sink::account_if_imported`].
+    pub fn written(&self) -> u64 {
+        self.report.imported
+    }
+
+    /// Accounts the line being handled as imported when it wrote an event since `before`
+    /// ([`Sink::written`]); whether it did.
+    pub fn account_if_imported(&mut self, before: u64) -> bool {
+        let wrote = self.report.imported > before;
+        if wrote {
+            self.account(Disposition::Imported);
+        }
+        wrote
+    }
+
+    /// Warns that `n` images of the source were left out (each has a placeholder in its
+    /// text); nothing when there were none.
+    pub fn warn_images(&mut self, n: u64) {
+        if n > 0 {
+            self.warn(format!(
+                "{n} image(s) were not imported; a placeholder names each"
+            ));
+        }
+    }
+
     pub fn account(&mut self, d: Disposition) {
         let t = &mut self.report.lines;
         match d {
@@ -150,10 +176,12 @@ impl<'w> Sink<'w> {
         self.report.warnings.push(w.into());
     }
 
-    /// Flushes and returns the report with aggregate warnings added.
-    pub fn finish(mut self) -> Result<ImportReport, AgentError> {
+    /// Flushes and returns the report with aggregate warnings added and the number of
+    /// lines (or records) the source had.
+    pub fn finish(mut self, source_lines: u64) -> Result<ImportReport, AgentError> {
         self.out.flush().map_err(write_failed)?;
         let mut r = self.report;
+        r.source_lines = source_lines;
         if self.capped_outputs > 0 {
             r.warnings.push(format!(
                 "{} tool output(s) longer than {TOOL_OUTPUT_CAP} bytes were cut",
@@ -244,7 +272,7 @@ mod tests {
             Some(&json!(7.5)),
         )
         .unwrap();
-        let r = sink.finish().unwrap();
+        let r = sink.finish(0).unwrap();
         assert_eq!(r.imported, 2);
         assert!(r.warnings.iter().any(|w| w.contains("did not parse")));
         let lines: Vec<Event> = String::from_utf8(buf)

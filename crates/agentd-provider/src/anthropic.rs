@@ -7,11 +7,11 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Input, Step, Wire,
-    WireFormat,
+    self, cut_short, parse_data, render_input, u64_at, Attempt, HttpCall, Input, Request, Step,
+    Wire, WireFormat,
 };
-use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
-use agentd_proto::replay::{Dialect, ReplayItem, ToolSpec};
+use super::{OutputItem, ProviderResponse, StreamEvent, Usage};
+use agentd_proto::replay::{Dialect, ReplayItem};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -43,18 +43,10 @@ fn limits(max_output_tokens: Option<u32>, effort: Option<&str>) -> (u32, Option<
     }
 }
 
-pub(crate) fn build(
-    base: &str,
-    model: &str,
-    items: &[ReplayItem],
-    tools: &[ToolSpec],
-    max_output_tokens: Option<u32>,
-    effort: Option<&str>,
-    key: Option<&str>,
-) -> HttpCall {
+fn build(req: &Request<'_>, items: &[ReplayItem]) -> HttpCall {
     let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    let (max_tokens, thinking) = limits(max_output_tokens, effort);
+    body.insert("model".into(), json!(req.model));
+    let (max_tokens, thinking) = limits(req.max_output_tokens, effort(req));
     body.insert("max_tokens".into(), json!(max_tokens));
     if let Some(t) = thinking {
         body.insert("thinking".into(), t);
@@ -64,33 +56,25 @@ pub(crate) fn build(
             body.insert(k, v);
         }
     }
-    if !tools.is_empty() {
-        body.insert("tools".into(), render_tools(tools, Dialect::Anthropic));
+    if !req.tools.is_empty() {
+        body.insert("tools".into(), render_tools(req.tools, Dialect::Anthropic));
     }
     body.insert("stream".into(), json!(true));
     // A Value always serializes.
     let body = serde_json::to_vec(&Value::Object(body)).unwrap_or_default();
-    call(base, body, key)
+    call(req, body)
 }
 
 /// [`build`] for an input already rendered: `members` are the body's `system` and
 /// `messages` members as JSON text in pieces (`context::RenderedItems::input`), put
 /// where `build` puts them, so both give the same bytes.
-fn build_rendered(
-    base: &str,
-    model: &str,
-    members: &[bytes::Bytes],
-    tools: &[ToolSpec],
-    max_output_tokens: Option<u32>,
-    effort: Option<&str>,
-    key: Option<&str>,
-) -> HttpCall {
+fn build_rendered(req: &Request<'_>, members: &[bytes::Bytes]) -> HttpCall {
     let len: usize = members.iter().map(bytes::Bytes::len).sum();
     let mut body = Vec::with_capacity(len + 4096);
     body.extend_from_slice(b"{\"model\":");
-    let _ = serde_json::to_writer(&mut body, model);
+    let _ = serde_json::to_writer(&mut body, req.model);
     body.extend_from_slice(b",\"max_tokens\":");
-    let (max_tokens, thinking) = limits(max_output_tokens, effort);
+    let (max_tokens, thinking) = limits(req.max_output_tokens, effort(req));
     let _ = serde_json::to_writer(&mut body, &max_tokens);
     if let Some(t) = thinking {
         body.extend_from_slice(b",\"thinking\":");
@@ -100,21 +84,25 @@ fn build_rendered(
     for m in members {
         body.extend_from_slice(m);
     }
-    if !tools.is_empty() {
+    if !req.tools.is_empty() {
         body.extend_from_slice(b",\"tools\":");
-        let _ = serde_json::to_writer(&mut body, &render_tools(tools, Dialect::Anthropic));
+        let _ = serde_json::to_writer(&mut body, &render_tools(req.tools, Dialect::Anthropic));
     }
     body.extend_from_slice(b",\"stream\":true}");
-    call(base, body, key)
+    call(req, body)
 }
 
-fn call(base: &str, body: Vec<u8>, key: Option<&str>) -> HttpCall {
+fn effort<'a>(req: &Request<'a>) -> Option<&'a str> {
+    req.cfg.reasoning_effort.as_deref()
+}
+
+fn call(req: &Request<'_>, body: Vec<u8>) -> HttpCall {
     let mut headers = vec![("anthropic-version", "2023-06-01".to_string())];
-    if let Some(k) = key {
+    if let Some(k) = req.key {
         headers.push(("x-api-key", k.to_string()));
     }
     HttpCall {
-        url: format!("{base}/v1/messages"),
+        url: format!("{}/v1/messages", req.base),
         headers,
         body: body.into(),
     }
@@ -139,17 +127,6 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    pub(crate) fn new(provider: &str, model: &str) -> Self {
-        Decoder {
-            provider: provider.to_string(),
-            model: model.to_string(),
-            blocks: BTreeMap::new(),
-            usage: Map::new(),
-            stop_reason: None,
-            stopped: false,
-        }
-    }
-
     /// Later usage reports (message_delta) update the counts message_start gave.
     fn merge_usage(&mut self, u: Option<&Value>) {
         if let Some(Value::Object(m)) = u {
@@ -167,14 +144,20 @@ fn index_of(v: &Value) -> u64 {
 }
 
 impl wire::Decoder for Decoder {
+    fn new(provider: &str, model: &str) -> Self {
+        Decoder {
+            provider: provider.to_string(),
+            model: model.to_string(),
+            blocks: BTreeMap::new(),
+            usage: Map::new(),
+            stop_reason: None,
+            stopped: false,
+        }
+    }
+
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
         let v = parse_data(ev, &self.provider)?;
-        let ty = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(&ev.event)
-            .to_string();
-        match ty.as_str() {
+        match wire::event_type(&v, ev) {
             "message_start" => {
                 if let Some(m) = v.pointer("/message/model").and_then(Value::as_str) {
                     self.model = m.to_string();
@@ -310,16 +293,15 @@ impl wire::Decoder for Decoder {
         let input = u64_at(&u, &["input_tokens"])
             .saturating_add(cache_read)
             .saturating_add(u64_at(&u, &["cache_creation_input_tokens"]));
-        let output_tokens = u64_at(&u, &["output_tokens"]);
         Ok(ProviderResponse {
             output,
-            usage: Usage {
+            usage: wire::with_total(Usage {
                 input_tokens: input,
                 cached_tokens: cache_read,
-                output_tokens,
+                output_tokens: u64_at(&u, &["output_tokens"]),
                 reasoning_tokens: 0,
-                total_tokens: input.saturating_add(output_tokens),
-            },
+                total_tokens: 0,
+            }),
             model: self.model.clone(),
             stop_reason: self.stop_reason.clone(),
         })
@@ -332,24 +314,10 @@ pub(crate) struct Anthropic;
 impl WireFormat for Anthropic {
     type Decoder = Decoder;
     const WIRE: Wire = Wire::Anthropic;
-    fn build(
-        base: &str,
-        model: &str,
-        input: Input<'_>,
-        tools: &[ToolSpec],
-        max_output_tokens: Option<u32>,
-        cfg: &ProviderConfig,
-        key: Option<&str>,
-    ) -> HttpCall {
-        let effort = cfg.reasoning_effort.as_deref();
-        match input {
-            Input::Items(items) => build(base, model, items, tools, max_output_tokens, effort, key),
-            Input::Rendered(members) => {
-                build_rendered(base, model, members, tools, max_output_tokens, effort, key)
-            }
+    fn build(req: &Request<'_>) -> HttpCall {
+        match req.input {
+            Input::Items(items) => build(req, items),
+            Input::Rendered(members) => build_rendered(req, members),
         }
-    }
-    fn decoder(provider: &str, model: &str) -> Decoder {
-        Decoder::new(provider, model)
     }
 }

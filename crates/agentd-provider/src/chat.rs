@@ -8,42 +8,34 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Input, Step, Wire, WireFormat,
+    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Request, Step, Wire, WireFormat,
 };
-use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
-use agentd_proto::replay::{Dialect, ToolSpec};
+use super::{OutputItem, ProviderResponse, StreamEvent, Usage};
+use agentd_proto::replay::Dialect;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
-pub(crate) fn build(
-    base: &str,
-    model: &str,
-    input: Input<'_>,
-    tools: &[ToolSpec],
-    max_output_tokens: Option<u32>,
-    reasoning_effort: Option<&str>,
-    key: Option<&str>,
-) -> HttpCall {
+fn build(req: &Request<'_>) -> HttpCall {
     let mut body = Map::new();
-    body.insert("model".into(), json!(model));
+    body.insert("model".into(), json!(req.model));
     // Its place in the body; filled by `body_with_input`.
     body.insert("messages".into(), Value::Null);
-    if !tools.is_empty() {
-        body.insert("tools".into(), render_tools(tools, Dialect::Chat));
+    if !req.tools.is_empty() {
+        body.insert("tools".into(), render_tools(req.tools, Dialect::Chat));
     }
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    if let Some(n) = max_output_tokens {
+    if let Some(n) = req.max_output_tokens {
         body.insert("max_tokens".into(), json!(n));
     }
     // OpenAI's reasoning models take it; a server that does not is configured without.
-    if let Some(e) = reasoning_effort {
+    if let Some(e) = &req.cfg.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(e));
     }
     HttpCall {
-        url: format!("{base}/chat/completions"),
-        headers: bearer(key),
-        body: wire::body_with_input(body, "messages", input, Wire::Chat),
+        url: format!("{}/chat/completions", req.base),
+        headers: bearer(req.key),
+        body: wire::body_with_input(body, "messages", req.input, Wire::Chat),
     }
 }
 
@@ -65,8 +57,8 @@ pub(crate) struct Decoder {
     done: bool,
 }
 
-impl Decoder {
-    pub(crate) fn new(provider: &str, model: &str) -> Self {
+impl wire::Decoder for Decoder {
+    fn new(provider: &str, model: &str) -> Self {
         Decoder {
             provider: provider.to_string(),
             model: model.to_string(),
@@ -78,9 +70,7 @@ impl Decoder {
             done: false,
         }
     }
-}
 
-impl wire::Decoder for Decoder {
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
         if ev.data.trim() == "[DONE]" {
             self.done = true;
@@ -190,16 +180,13 @@ impl wire::Decoder for Decoder {
             });
         }
         let u = self.usage.take().unwrap_or(Value::Null);
-        let mut usage = Usage {
+        let usage = wire::with_total(Usage {
             input_tokens: u64_at(&u, &["prompt_tokens"]),
             cached_tokens: u64_at(&u, &["prompt_tokens_details", "cached_tokens"]),
             output_tokens: u64_at(&u, &["completion_tokens"]),
             reasoning_tokens: u64_at(&u, &["completion_tokens_details", "reasoning_tokens"]),
             total_tokens: u64_at(&u, &["total_tokens"]),
-        };
-        if usage.total_tokens == 0 {
-            usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
-        }
+        });
         Ok(ProviderResponse {
             output,
             usage,
@@ -215,19 +202,7 @@ pub(crate) struct Chat;
 impl WireFormat for Chat {
     type Decoder = Decoder;
     const WIRE: Wire = Wire::Chat;
-    fn build(
-        base: &str,
-        model: &str,
-        input: Input<'_>,
-        tools: &[ToolSpec],
-        max_output_tokens: Option<u32>,
-        cfg: &ProviderConfig,
-        key: Option<&str>,
-    ) -> HttpCall {
-        let effort = cfg.reasoning_effort.as_deref();
-        build(base, model, input, tools, max_output_tokens, effort, key)
-    }
-    fn decoder(provider: &str, model: &str) -> Decoder {
-        Decoder::new(provider, model)
+    fn build(req: &Request<'_>) -> HttpCall {
+        build(req)
     }
 }

@@ -8,7 +8,7 @@
 //! ever placed in a request header; error texts are scrubbed of it as a last guard.
 
 use super::sse::SseParser;
-use super::wire::{Attempt, Decoder, HttpCall, Input, Step, Wire, WireFormat};
+use super::wire::{self, Attempt, Decoder, HttpCall, Input, Step, Wire, WireFormat};
 use super::{
     classify_provider_error, ProviderConfig, ProviderFailure, ProviderRequest, ProviderResponse,
     StreamEvent,
@@ -92,15 +92,15 @@ impl HttpProvider {
             }
             _ => cfg,
         };
-        let call = F::build(
-            &base,
-            &model,
+        let call = F::build(&wire::Request {
+            base: &base,
+            model: &model,
             input,
-            &req.tools,
-            max_out,
+            tools: &req.tools,
+            max_output_tokens: max_out,
             cfg,
-            key.as_deref(),
-        );
+            key: key.as_deref(),
+        });
         Ok((call, model, key))
     }
 
@@ -127,7 +127,9 @@ impl HttpProvider {
         let max_retries = cfg.max_retries();
         let mut retries = 0u32;
         loop {
-            let result = driver.attempt(&call, F::decoder(&cfg.name, &model)).await;
+            let result = driver
+                .attempt(&call, F::Decoder::new(&cfg.name, &model))
+                .await;
             let failed = match result {
                 Ok(resp) => return Ok(resp),
                 Err(a) => a,

@@ -9,36 +9,28 @@
 use super::dialect::{parse_args, render_tools};
 use super::sse::SseEvent;
 use super::wire::{
-    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Input, Step, Wire, WireFormat,
+    self, bearer, cut_short, parse_data, u64_at, Attempt, HttpCall, Request, Step, Wire, WireFormat,
 };
-use super::{OutputItem, ProviderConfig, ProviderResponse, StreamEvent, Usage};
-use agentd_proto::replay::{Dialect, ToolSpec};
+use super::{OutputItem, ProviderResponse, StreamEvent, Usage};
+use agentd_proto::replay::Dialect;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
-pub(crate) fn build(
-    base: &str,
-    model: &str,
-    input: Input<'_>,
-    tools: &[ToolSpec],
-    max_output_tokens: Option<u32>,
-    cfg: &ProviderConfig,
-    key: Option<&str>,
-) -> HttpCall {
+fn build(req: &Request<'_>) -> HttpCall {
     let mut body = Map::new();
-    body.insert("model".into(), json!(model));
+    body.insert("model".into(), json!(req.model));
     // Its place in the body; filled by `body_with_input`.
     body.insert("input".into(), Value::Null);
-    if !tools.is_empty() {
-        body.insert("tools".into(), render_tools(tools, Dialect::Responses));
+    if !req.tools.is_empty() {
+        body.insert("tools".into(), render_tools(req.tools, Dialect::Responses));
     }
     body.insert("stream".into(), json!(true));
     // agentd's Log is the memory; nothing is left on the provider's side.
     body.insert("store".into(), json!(false));
-    if let Some(n) = max_output_tokens {
+    if let Some(n) = req.max_output_tokens {
         body.insert("max_output_tokens".into(), json!(n));
     }
-    if let Some(effort) = &cfg.reasoning_effort {
+    if let Some(effort) = &req.cfg.reasoning_effort {
         body.insert(
             "reasoning".into(),
             json!({"effort": effort, "summary": "auto"}),
@@ -47,9 +39,9 @@ pub(crate) fn build(
         body.insert("include".into(), json!(["reasoning.encrypted_content"]));
     }
     HttpCall {
-        url: format!("{base}/responses"),
-        headers: bearer(key),
-        body: wire::body_with_input(body, "input", input, Wire::Responses),
+        url: format!("{}/responses", req.base),
+        headers: bearer(req.key),
+        body: wire::body_with_input(body, "input", req.input, Wire::Responses),
     }
 }
 
@@ -68,17 +60,6 @@ pub(crate) struct Decoder {
     completed: Option<Value>,
 }
 
-impl Decoder {
-    pub(crate) fn new(provider: &str, model: &str) -> Self {
-        Decoder {
-            provider: provider.to_string(),
-            model: model.to_string(),
-            slots: BTreeMap::new(),
-            completed: None,
-        }
-    }
-}
-
 fn index_of(v: &Value) -> u64 {
     v.get("output_index").and_then(Value::as_u64).unwrap_or(0)
 }
@@ -88,14 +69,18 @@ fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 impl wire::Decoder for Decoder {
+    fn new(provider: &str, model: &str) -> Self {
+        Decoder {
+            provider: provider.to_string(),
+            model: model.to_string(),
+            slots: BTreeMap::new(),
+            completed: None,
+        }
+    }
+
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt> {
         let v = parse_data(ev, &self.provider)?;
-        let ty = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(&ev.event)
-            .to_string();
-        match ty.as_str() {
+        match wire::event_type(&v, ev) {
             "response.output_item.added" => {
                 let slot = self.slots.entry(index_of(&v)).or_default();
                 slot.added = v.get("item").cloned().unwrap_or(Value::Null);
@@ -184,16 +169,13 @@ impl wire::Decoder for Decoder {
             }
         }
         let u = resp.get("usage").cloned().unwrap_or(Value::Null);
-        let mut usage = Usage {
+        let usage = wire::with_total(Usage {
             input_tokens: u64_at(&u, &["input_tokens"]),
             cached_tokens: u64_at(&u, &["input_tokens_details", "cached_tokens"]),
             output_tokens: u64_at(&u, &["output_tokens"]),
             reasoning_tokens: u64_at(&u, &["output_tokens_details", "reasoning_tokens"]),
             total_tokens: u64_at(&u, &["total_tokens"]),
-        };
-        if usage.total_tokens == 0 {
-            usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
-        }
+        });
         let stop_reason = match resp.get("status").and_then(Value::as_str) {
             Some("incomplete") => resp
                 .pointer("/incomplete_details/reason")
@@ -275,18 +257,7 @@ pub(crate) struct Responses;
 impl WireFormat for Responses {
     type Decoder = Decoder;
     const WIRE: Wire = Wire::Responses;
-    fn build(
-        base: &str,
-        model: &str,
-        input: Input<'_>,
-        tools: &[ToolSpec],
-        max_output_tokens: Option<u32>,
-        cfg: &ProviderConfig,
-        key: Option<&str>,
-    ) -> HttpCall {
-        build(base, model, input, tools, max_output_tokens, cfg, key)
-    }
-    fn decoder(provider: &str, model: &str) -> Decoder {
-        Decoder::new(provider, model)
+    fn build(req: &Request<'_>) -> HttpCall {
+        build(req)
     }
 }

@@ -6,7 +6,9 @@
 //! `anthropic` implement it without knowing the driver.
 
 use super::sse::SseEvent;
-use super::{classify_provider_error, dialect, ProviderConfig, ProviderResponse, StreamEvent};
+use super::{
+    classify_provider_error, dialect, ProviderConfig, ProviderResponse, StreamEvent, Usage,
+};
 use agentd_proto::replay::{ReplayItem, ToolSpec};
 use agentd_proto::{AgentError, ErrorKind};
 use serde_json::{json, Map, Value};
@@ -16,16 +18,20 @@ use std::time::Duration;
 pub(crate) trait WireFormat {
     type Decoder: Decoder + Send;
     const WIRE: Wire;
-    fn build(
-        base: &str,
-        model: &str,
-        input: Input<'_>,
-        tools: &[ToolSpec],
-        max_output_tokens: Option<u32>,
-        cfg: &ProviderConfig,
-        key: Option<&str>,
-    ) -> HttpCall;
-    fn decoder(provider: &str, model: &str) -> Self::Decoder;
+    fn build(req: &Request<'_>) -> HttpCall;
+}
+
+/// What one request is built from.
+pub(crate) struct Request<'a> {
+    /// The provider's base URL (`ProviderConfig::base_url`).
+    pub base: &'a str,
+    pub model: &'a str,
+    pub input: Input<'a>,
+    pub tools: &'a [ToolSpec],
+    pub max_output_tokens: Option<u32>,
+    /// The provider's settings, with the turn's reasoning effort in place.
+    pub cfg: &'a ProviderConfig,
+    pub key: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +96,9 @@ impl Attempt {
 
 /// One wire format's stream decoder.
 pub(crate) trait Decoder {
+    /// A decoder for one attempt against `provider`, expecting `model` until the stream
+    /// names the model that answers.
+    fn new(provider: &str, model: &str) -> Self;
     fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<Step, Attempt>;
     /// Called after `Step::Done`, or at end of stream with `at_eof` (the decoder decides
     /// whether what it saw is a complete response).
@@ -182,6 +191,13 @@ pub(crate) fn parse_data(ev: &SseEvent, provider: &str) -> Result<Value, Attempt
     })
 }
 
+/// An event's type: its data's `type`, else the SSE event name.
+pub(crate) fn event_type<'a>(data: &'a Value, ev: &'a SseEvent) -> &'a str {
+    data.get("type")
+        .and_then(Value::as_str)
+        .unwrap_or(&ev.event)
+}
+
 /// The stream ended without the wire format's completion event.
 pub(crate) fn cut_short(provider: &str, expected: &str) -> Attempt {
     Attempt::retry(
@@ -196,6 +212,15 @@ pub(crate) fn cut_short(provider: &str, expected: &str) -> Attempt {
 pub(crate) fn bearer(key: Option<&str>) -> Vec<(&'static str, String)> {
     key.map(|k| vec![("authorization", format!("Bearer {k}"))])
         .unwrap_or_default()
+}
+
+/// `usage` with its total, where the stream gave none, as input plus output (provider
+/// numbers are untrusted: saturating, never overflowing).
+pub(crate) fn with_total(mut usage: Usage) -> Usage {
+    if usage.total_tokens == 0 {
+        usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+    }
+    usage
 }
 
 pub(crate) fn u64_at(v: &Value, path: &[&str]) -> u64 {

@@ -9,7 +9,8 @@
 //! - [`plan`]: the daemon ↔ helper wire.
 //! - [`trace`]: stage marks of a command's set-up, for profiling (feature `trace`).
 //! - `linux`: the helper (namespaces, mounts, Landlock, seccomp), the daemon-side
-//!   builder, cgroups and the socket peer check.
+//!   builder, cgroups (and their sweep), the lifeline that ends sandboxed processes with
+//!   the daemon, and the socket peer check.
 //!
 //! The daemon binary calls [`is_helper_invocation`] / [`helper_main`] first thing in
 //! `main`: the sandbox helper is the daemon re-executed with [`plan::HELPER_ARG`].
@@ -34,6 +35,7 @@ pub use policy::{
 
 #[cfg(target_os = "linux")]
 pub use linux::{
+    cgroup::{Owners, Swept},
     helper::{helper_main, is_helper_invocation},
     peer::{is_sandboxed_peer, sandboxed_peer},
     spawn::{CommandRequest, Knobs, Limits, Prepared, Probe, Sandbox, Unavailable},

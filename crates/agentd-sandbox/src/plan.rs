@@ -19,6 +19,11 @@ pub const REPORT_FD: i32 = 4;
 /// open by the daemon) instead of creating a network namespace per command.
 pub const NS_USER_FD: i32 = 5;
 pub const NS_NET_FD: i32 = 6;
+/// The read end of the daemon's lifeline (see `linux::lifeline`): a pipe whose write end
+/// only the daemon holds. The outer helper watches it together with its child; its
+/// hang-up means the daemon is gone, and the helper ends the command. Never passed on to
+/// the command (close-on-exec, and closed in the helper's children).
+pub const LIFELINE_FD: i32 = 7;
 /// Exit status of the helper when it could not build the sandbox.
 pub const SETUP_FAILED: i32 = 125;
 

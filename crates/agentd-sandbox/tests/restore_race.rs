@@ -6,29 +6,9 @@
 
 #![cfg(target_os = "linux")]
 
+use agentd_fsat::swap::Swapper;
 use agentd_sandbox::linux::restore::Snapshot;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-fn exchange(a: &Path, b: &Path) -> bool {
-    let (a, b) = (
-        CString::new(a.as_os_str().as_bytes()).unwrap(),
-        CString::new(b.as_os_str().as_bytes()).unwrap(),
-    );
-    // SAFETY: renameat2 with NUL-terminated paths.
-    unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        ) == 0
-    }
-}
 
 fn outside_listing(out: &Path) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::fs::read_dir(out)
@@ -45,6 +25,16 @@ fn outside_listing(out: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
+    // Both strategies on this kernel: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`,
+    // then the `O_NOFOLLOW` component walk used where the kernel lacks it.
+    for walk in [false, true] {
+        agentd_fsat::force_component_walk(walk);
+        race(walk);
+    }
+    agentd_fsat::force_component_walk(false);
+}
+
+fn race(walk: bool) {
     let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let base = base.path().canonicalize().unwrap();
     let ws = base.join("ws");
@@ -60,52 +50,57 @@ fn a_git_dir_swapped_for_a_symlink_during_the_restore_never_redirects_it() {
     let roots = [ws.clone()];
     let expected = outside_listing(&out);
 
-    let stop = AtomicBool::new(false);
-    let flips = AtomicU64::new(0);
+    let mut flips = 0u64;
     let mut restores = 0u64;
     let mut redirected = 0u64;
-    std::thread::scope(|s| {
-        for _ in 0..500 {
-            // Set up with `.git` the directory: the original, then the command's writes.
-            if std::fs::symlink_metadata(&git)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-            {
-                assert!(exchange(&git, &alt));
-            }
-            std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
-            let _ = std::fs::remove_file(git.join("hooks/pre-commit"));
-            let snap = Snapshot::take(&protected, &roots);
-            std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
-            std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
-            stop.store(false, Ordering::SeqCst);
-            let flipper = s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    if exchange(&git, &alt) {
-                        flips.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-            let report = snap.restore();
-            stop.store(true, Ordering::SeqCst);
-            flipper.join().unwrap();
-            restores += 1;
-            if report.iter().any(|(_, w)| w.contains("not restored")) {
-                redirected += 1;
-            }
-            let now = outside_listing(&out);
-            assert_eq!(
-                now,
-                expected,
-                "after {restores} restores and {} swaps: {report:?}",
-                flips.load(Ordering::Relaxed)
-            );
+    let mut restored = 0u64;
+    for _ in 0..500 {
+        // Set up with `.git` the directory (the swapper leaves it so): the original,
+        // then the command's writes.
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+        let _ = std::fs::remove_file(git.join("hooks/pre-commit"));
+        let snap = Snapshot::take(&protected, &roots);
+        std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+        let flipper = Swapper::start(&git, &alt);
+        let report = snap.restore();
+        flips += flipper.stop();
+        restores += 1;
+        if report.iter().any(|(_, w)| w.contains("not restored")) {
+            redirected += 1;
         }
-    });
-    assert!(flips.load(Ordering::Relaxed) > 0, "the race never ran");
+        if report
+            .iter()
+            .any(|(_, w)| w == "changed by the command; restored")
+        {
+            restored += 1;
+        }
+        let now = outside_listing(&out);
+        assert_eq!(
+            now, expected,
+            "after {restores} restores and {flips} swaps: {report:?}"
+        );
+    }
+    assert!(flips > 0, "the race never ran");
     eprintln!(
-        "{restores} restores, {} swaps, {redirected} refused on a replaced path",
-        flips.load(Ordering::Relaxed)
+        "component walk {walk}: {restores} restores, {flips} swaps, {redirected} refused on \
+         a replaced path, {restored} restored"
     );
+    // The race did not merely make every restore fail: with `.git` in place, they work.
+    assert!(
+        restored > 0,
+        "no restore succeeded in {restores} rounds (walk {walk})"
+    );
+    std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+    let _ = std::fs::remove_file(git.join("hooks/pre-commit"));
+    let snap = Snapshot::take(&protected, &roots);
+    std::fs::write(git.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+    std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+    let report = snap.restore();
+    assert_eq!(report.len(), 2, "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+    assert!(!git.join("hooks/pre-commit").exists(), "{report:?}");
 }

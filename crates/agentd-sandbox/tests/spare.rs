@@ -342,7 +342,7 @@ async fn a_waiting_spare_holds_nothing_and_goes_when_released() {
         .spare_pid(std::time::Duration::from_secs(60))
         .expect("a spare after the first command");
     // What a cold helper starts with: no environment, `/`, stdio on /dev/null, and
-    // nothing else but its socket to the daemon.
+    // nothing else but its socket to the daemon and the daemon's lifeline (fd 7).
     let proc_ = PathBuf::from(format!("/proc/{pid}"));
     assert_eq!(std::fs::read(proc_.join("environ")).unwrap(), b"");
     assert_eq!(
@@ -362,17 +362,17 @@ async fn a_waiting_spare_holds_nothing_and_goes_when_released() {
     let shape: Vec<(u32, bool)> = fds
         .iter()
         .map(|(n, to)| {
-            (
-                *n,
-                to == "/dev/null" || (*n == 3 && to.starts_with("socket:")),
-            )
+            let ok = match n {
+                0..=2 => to == "/dev/null",
+                3 => to.starts_with("socket:"),
+                7 => to.starts_with("pipe:"),
+                _ => false,
+            };
+            (*n, ok)
         })
         .collect();
-    assert_eq!(
-        shape,
-        [(0, true), (1, true), (2, true), (3, true)],
-        "{fds:?}"
-    );
+    let want = [(0, true), (1, true), (2, true), (3, true), (7, true)];
+    assert_eq!(shape, want, "{fds:?}");
     let cgroups = agentd_cgroups(pid);
     // SAFETY: geteuid never fails.
     if unsafe { libc::geteuid() } == 0 {

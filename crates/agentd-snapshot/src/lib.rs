@@ -22,7 +22,7 @@
 //! - The user's repository is never touched: snapshots never enter a `.git`, and every
 //!   git command runs with the shadow `GIT_DIR` and an explicit `GIT_INDEX_FILE` (see
 //!   [`git::Git`]).
-//! - The workspace is read through descriptors only ([`at`]): no symlink is followed
+//! - The workspace is read through descriptors only ([`agentd_fsat`]): no symlink is followed
 //!   and nothing outside the workspace is read, whatever a command changes mid-scan
 //!   (docs/snapshots.md#how-a-snapshot-reads).
 //! - One snapshot or git command at a time per shadow repository (an in-process lock
@@ -33,12 +33,11 @@
 //! - Trees are never pruned (`gc.auto = 0`), so every tree a Log names stays readable
 //!   until the shadow repository is rebuilt after corruption.
 
-pub mod at;
 pub mod git;
 pub mod objects;
 pub mod scan;
 
-pub use at::force_component_walk;
+pub use agentd_fsat::force_component_walk;
 
 use git::{split_nul, Git, GitError};
 use scan::Model;

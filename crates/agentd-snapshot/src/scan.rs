@@ -1,7 +1,7 @@
 //! The in-memory model of a workspace that makes a snapshot cheap: every file of the
 //! last snapshot with its stat data (size, mtime, ctime, inode, mode) and object id.
 //!
-//! Every read goes through descriptors ([`crate::at`]): the workspace is opened once per
+//! Every read goes through descriptors ([`agentd_fsat`]): the workspace is opened once per
 //! scan, each directory below it from its parent's descriptor and each file from its
 //! directory's, never following a symlink, so a command that swaps a directory for a
 //! symlink mid-scan cannot make the daemon read (and store, and later write back) a
@@ -19,10 +19,10 @@
 //! Racy files: a file modified within [`RACY_NS`] of the moment it was hashed may
 //! change again with the same stat data, so it is hashed again at the next scan.
 
-use super::at;
 use super::objects::{push_entry, Oid, Store, MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE};
 use super::Skipped;
 use crate::SnapshotConfig;
+use agentd_fsat as fsat;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 use std::collections::{BTreeMap, HashMap};
@@ -139,7 +139,7 @@ mod watch {
             match self
                 .ino
                 .watches()
-                .add(crate::at::proc_path(dir), watch_mask())
+                .add(agentd_fsat::proc_path(dir), watch_mask())
             {
                 Ok(wd) => {
                     self.dirs.insert(wd, rel.to_vec());
@@ -357,7 +357,7 @@ impl Model {
         cfg: &SnapshotConfig,
         watched: bool,
     ) -> std::io::Result<Outcome> {
-        let root = at::open_root(ws)?;
+        let root = fsat::open_root(ws)?;
         if watched && self.tree.is_some() {
             if let Some(out) = self.scan_watched(&root, ws, exclude, cfg)? {
                 return Ok(out);
@@ -412,7 +412,7 @@ impl Model {
         b: &mut Budget,
     ) -> std::io::Result<()> {
         self.watch_dir(&dir, rel);
-        let names = match at::list(&dir) {
+        let names = match fsat::list(&dir) {
             Ok(names) => names,
             // The workspace itself must be there; a subdirectory may vanish or be closed.
             Err(e) if rel.is_empty() => return Err(e),
@@ -423,15 +423,15 @@ impl Model {
             }
         };
         let base = rel.len();
-        let mut entries: Vec<(std::ffi::OsString, at::Kind)> = Vec::new();
+        let mut entries: Vec<(std::ffi::OsString, fsat::Kind)> = Vec::new();
         for (name, kind) in names {
             if name == ".git" {
                 continue;
             }
             let kind = match kind {
                 // Relative to the open directory, never following a symlink.
-                at::Kind::Unknown => match at::stat_at(&dir, &name) {
-                    Ok(Some(st)) => at::kind_of(&st),
+                fsat::Kind::Unknown => match fsat::stat_at(&dir, &name) {
+                    Ok(Some(st)) => fsat::kind_of(&st),
                     // Gone since the listing.
                     Ok(None) => continue,
                     Err(e) => {
@@ -447,7 +447,7 @@ impl Model {
         entries.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
         let pushed = entries
             .iter()
-            .any(|(n, k)| n == ".gitignore" && *k == at::Kind::File)
+            .any(|(n, k)| n == ".gitignore" && *k == fsat::Kind::File)
             && match self.ignore_file(
                 &dir,
                 OsStr::new(".gitignore"),
@@ -461,8 +461,8 @@ impl Model {
                 None => false,
             };
         for (name, kind) in entries {
-            let is_dir = kind == at::Kind::Dir;
-            if !matches!(kind, at::Kind::Dir | at::Kind::File | at::Kind::Link) {
+            let is_dir = kind == fsat::Kind::Dir;
+            if !matches!(kind, fsat::Kind::Dir | fsat::Kind::File | fsat::Kind::Link) {
                 continue;
             }
             let child = path.join(&name);
@@ -478,7 +478,7 @@ impl Model {
                         "deeper than {MAX_DEPTH} directories: not scanned"
                     )))
                 } else {
-                    at::open_at(&dir, &name, libc::O_RDONLY | libc::O_DIRECTORY)
+                    fsat::open_at(&dir, &name, libc::O_RDONLY | libc::O_DIRECTORY)
                 };
                 match sub {
                     Ok(fd) => self.walk(fd, &child, rel, depth + 1, stack, changed, b)?,
@@ -492,8 +492,8 @@ impl Model {
                 continue;
             }
             // Relative to the open directory, never following a symlink.
-            let st = match at::stat_at(&dir, &name) {
-                Ok(Some(st)) if at::is_file(&st) || at::is_link(&st) => st,
+            let st = match fsat::stat_at(&dir, &name) {
+                Ok(Some(st)) if fsat::is_file(&st) || fsat::is_link(&st) => st,
                 // Gone, or no longer a file or a symlink: swept as gone.
                 Ok(_) => continue,
                 Err(e) => {
@@ -588,8 +588,8 @@ impl Model {
         path: &Path,
         root: &Path,
     ) -> Option<Arc<Gitignore>> {
-        let st = at::stat_at(dir, name).ok()??;
-        if !at::is_file(&st) {
+        let st = fsat::stat_at(dir, name).ok()??;
+        if !fsat::is_file(&st) {
             return None;
         }
         let stat = Stat::of(&st);
@@ -598,7 +598,7 @@ impl Model {
                 return g.clone();
             }
         }
-        let g = match at::read_file_at(dir, name, MAX_IGNORE_BYTES) {
+        let g = match fsat::read_file_at(dir, name, MAX_IGNORE_BYTES) {
             Ok((_, body)) if body.len() as u64 <= MAX_IGNORE_BYTES => {
                 parse_ignore(&body, path, root)
             }
@@ -611,16 +611,16 @@ impl Model {
     /// The repository's exclude file `x` (under `ws`, read beneath the workspace).
     fn exclude_file(&mut self, root: &OwnedFd, ws: &Path, x: &Path) -> Option<Arc<Gitignore>> {
         let rel = x.strip_prefix(ws).ok()?;
-        let dir = at::open_dir_beneath(root, rel.parent()?).ok()?;
+        let dir = fsat::open_dir_beneath(root, rel.parent()?).ok()?;
         self.ignore_file(&dir, rel.file_name()?, x, ws)
     }
 
     /// The stat data of the exclude file `x`, read as [`Model::exclude_file`] reads it.
     fn exclude_stat(root: &OwnedFd, ws: &Path, x: &Path) -> Option<Stat> {
         let rel = x.strip_prefix(ws).ok()?;
-        let dir = at::open_dir_beneath(root, rel.parent()?).ok()?;
-        let st = at::stat_at(&dir, rel.file_name()?).ok()??;
-        at::is_file(&st).then(|| Stat::of(&st))
+        let dir = fsat::open_dir_beneath(root, rel.parent()?).ok()?;
+        let st = fsat::stat_at(&dir, rel.file_name()?).ok()??;
+        fsat::is_file(&st).then(|| Stat::of(&st))
     }
 
     /// Rescans only `paths` (workspace-relative, plain). `Ok(None)` when they cannot be
@@ -641,7 +641,7 @@ impl Model {
         {
             return Ok(None);
         }
-        let root = at::open_root(ws)?;
+        let root = fsat::open_root(ws)?;
         let mut b = Budget::new(cfg);
         let mut changed = Vec::new();
         for rel in paths {
@@ -677,9 +677,9 @@ impl Model {
         {
             None
         } else {
-            match at::open_dir_beneath(root, parent) {
-                Ok(d) => match at::stat_at(&d, name) {
-                    Ok(Some(st)) if at::is_dir(&st) => return false,
+            match fsat::open_dir_beneath(root, parent) {
+                Ok(d) => match fsat::stat_at(&d, name) {
+                    Ok(Some(st)) if fsat::is_dir(&st) => return false,
                     Ok(Some(st)) => {
                         dir = Some(d);
                         Some(st)
@@ -712,7 +712,7 @@ impl Model {
             }
         }
         let entry = match (&meta, &dir) {
-            (Some(st), Some(d)) if at::is_file(st) || at::is_link(st) => {
+            (Some(st), Some(d)) if fsat::is_file(st) || fsat::is_link(st) => {
                 self.resolve(d, name, rel, &k, Stat::of(st), b)
             }
             _ => None,
@@ -764,7 +764,7 @@ impl Model {
             if lost {
                 continue;
             }
-            let next = at::open_at(
+            let next = fsat::open_at(
                 cur.as_ref().unwrap_or(root),
                 c.as_os_str(),
                 libc::O_RDONLY | libc::O_DIRECTORY,
@@ -838,7 +838,7 @@ impl Model {
             let gen = self.generation;
             let rel = PathBuf::from(OsStr::from_bytes(d));
             // Still a directory, reached without a symlink on the way.
-            if let Ok(fd) = at::open_dir_beneath(root, &rel) {
+            if let Ok(fd) = fsat::open_dir_beneath(root, &rel) {
                 if let Some(mut stack) = self.stack_for(root, ws, &rel, exclude) {
                     let mut r = prefix.clone();
                     let depth = rel.components().count();
@@ -922,12 +922,12 @@ impl Model {
         }
         b.hashed += 1;
         let (mode, body, stat) = if link {
-            match at::read_link_at(dir, name) {
+            match fsat::read_link_at(dir, name) {
                 Ok(t) => (MODE_LINK, t, stat),
                 Err(err) => return b.keep_old(self, rel, k, &err),
             }
         } else {
-            match at::read_file_at(dir, name, b.cfg.max_file_bytes) {
+            match fsat::read_file_at(dir, name, b.cfg.max_file_bytes) {
                 Ok((st, body)) => {
                     // The stat data of what was read, which may have grown since it was
                     // listed.

@@ -9,39 +9,14 @@
 
 #![cfg(target_os = "linux")]
 
+use agentd_fsat::swap::Swapper;
 use agentd_snapshot::{Scope, Shadow, SnapshotConfig};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 const SECRET: &str = "OUTSIDE SECRET, never in a snapshot";
 const MIN_FLIPS: u64 = 5_000;
 const MIN_ROUNDS: u64 = 150;
-
-/// Atomically exchanges two directory entries.
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    let a = CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_swapped_for_a_symlink_mid_scan_never_brings_outside_bytes_into_a_snapshot() {
@@ -79,25 +54,8 @@ async fn race(walk: bool) {
     let sh = Shadow::new(&base.join("home"), &ws, &cfg);
     sh.snapshot(Scope::All, None).await.unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let flips = Arc::new(AtomicU64::new(0));
-    let flipper = {
-        let (stop, flips) = (stop.clone(), flips.clone());
-        let (d, alt) = (ws.join("d"), alt.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                exchange(&d, &alt).expect("renameat2(RENAME_EXCHANGE)");
-                flips.fetch_add(1, Ordering::Relaxed);
-            }
-            if std::fs::symlink_metadata(&d)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-            {
-                exchange(&d, &alt).unwrap();
-            }
-        })
-    };
+    // `d` and the symlink trade places until stopped; `d` is the directory again after.
+    let flipper = Swapper::start(&ws.join("d"), &alt);
     let paths: Vec<String> = [
         "d/secret.txt",
         "d/only-outside.txt",
@@ -109,7 +67,7 @@ async fn race(walk: bool) {
     .map(String::from)
     .to_vec();
     let (mut rounds, mut inside_seen) = (0u64, 0u64);
-    while rounds < MIN_ROUNDS || flips.load(Ordering::Relaxed) < MIN_FLIPS {
+    while rounds < MIN_ROUNDS || flipper.flips() < MIN_FLIPS {
         rounds += 1;
         // A change through the file's own descriptor (never through the racing path):
         // the file is re-read by every scope.
@@ -143,8 +101,7 @@ async fn race(walk: bool) {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    flipper.join().unwrap();
+    flipper.stop();
     // The race did not merely make every read fail: with `d` a directory, the scans
     // record it.
     assert!(

@@ -12,7 +12,7 @@
 
 use super::confine;
 use super::workspace::{io_error, relative_uri, resolve, Resolve};
-use super::{user_umask, with_output, Artifact, ToolContext, ToolOutcome};
+use super::{lines_outcome, user_umask, with_output, Artifact, ToolContext, ToolOutcome};
 use agentd_base::text::sha256_hex;
 use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
@@ -267,23 +267,12 @@ pub fn list_dir(args: ListDirArgs, ctx: &ToolContext) -> Result<ToolOutcome, Age
         &given,
         &ctx.paths.hidden,
     )?;
-    let mut out = if lines.is_empty() {
-        "(empty directory)".to_string()
-    } else {
-        lines.join("\n")
-    };
-    if truncated {
-        out.push_str(&format!(
-            "\n…[listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory or lower depth]"
-        ));
-    }
-    let raw = out.clone().into_bytes();
-    Ok(with_output(
-        ToolOutcome::success(String::new()),
-        &out,
-        &raw,
-        ctx,
-    ))
+    let cut = truncated.then(|| {
+        format!(
+            "…[listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory or lower depth]"
+        )
+    });
+    Ok(lines_outcome(&lines, "(empty directory)", cut, ctx))
 }
 
 /// One directory of a listing, read through `fd` (`dir` names it for the hidden set).
@@ -548,7 +537,7 @@ fn remove_file(ctx: &ToolContext, path: &Path, given: &str) -> Result<(), AgentE
     };
     let parent = confine::open_parent_for_write(&root, parent_rel, 0o777 & !user_umask())
         .map_err(|e| open_error(&e, "directory for", given))?;
-    if let Some(st) = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))? {
+    if let Some(st) = confine::stat_at(&parent, name).map_err(|e| io_error(&e, "file", given))? {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(
                 AgentError::invalid_args(format!("`{given}` is a directory"))
@@ -597,7 +586,7 @@ fn atomic_write(
     let dir_mode = 0o777 & !user_umask();
     let parent = confine::open_parent_for_write(&root, parent_rel, dir_mode)
         .map_err(|e| open_error(&e, "directory for", given))?;
-    let existing = confine::stat_entry(&parent, name).map_err(|e| io_error(&e, "file", given))?;
+    let existing = confine::stat_at(&parent, name).map_err(|e| io_error(&e, "file", given))?;
     if let Some(st) = &existing {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(

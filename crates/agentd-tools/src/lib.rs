@@ -374,6 +374,32 @@ pub fn redact_value(v: &mut Value, secrets: &[String]) {
     }
 }
 
+/// A successful outcome listing `lines`, or saying `empty` when there are none, with the
+/// note `cut` after them when the listing stopped early (`list_dir`'s entries,
+/// `search`'s matches).
+pub(crate) fn lines_outcome(
+    lines: &[String],
+    empty: &str,
+    cut: Option<String>,
+    ctx: &ToolContext,
+) -> ToolOutcome {
+    let mut out = if lines.is_empty() {
+        empty.to_string()
+    } else {
+        lines.join("\n")
+    };
+    if let Some(note) = cut {
+        out.push('\n');
+        out.push_str(&note);
+    }
+    with_output(
+        ToolOutcome::success(String::new()),
+        &out,
+        out.as_bytes(),
+        ctx,
+    )
+}
+
 /// Builds a successful or failed outcome around `full` output, cutting it to the cap.
 /// When cut, the `raw` bytes are stored as a resource and recorded as a `tool_output`
 /// artifact. Both are scrubbed of `ctx.redact` first, so a stored resource holds no

@@ -42,6 +42,22 @@ pub fn install(helper: PathBuf, socket: PathBuf, home: PathBuf, config: PathBuf,
     }));
 }
 
+/// Removes per-command cgroups left behind (docs/sandbox.md#when-the-daemon-dies): at
+/// start (before any command runs) those of daemons that are gone, at a clean shutdown
+/// this daemon's own. Logged when there were any; nothing without a runtime.
+pub fn sweep_cgroups(owners: agentd_sandbox::Owners) {
+    let Some(rt) = runtime() else { return };
+    let swept = rt.sandbox.sweep_cgroups(owners);
+    if !swept.removed.is_empty() || !swept.failed.is_empty() {
+        tracing::info!(
+            owners = ?owners,
+            removed = swept.removed.len(),
+            failed = ?swept.failed,
+            "per-command cgroups swept"
+        );
+    }
+}
+
 /// The runtime, when this process is the daemon binary (unit tests run without one:
 /// their commands are not sandboxed).
 pub fn runtime() -> Option<Arc<Runtime>> {

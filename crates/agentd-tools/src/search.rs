@@ -15,7 +15,7 @@
 
 use super::confine;
 use super::workspace::{io_error, relative_uri, resolve, Resolve};
-use super::{with_output, ToolContext, ToolOutcome};
+use super::{lines_outcome, ToolContext, ToolOutcome};
 use agentd_base::text::clip_chars;
 use agentd_proto::{AgentError, ErrorKind};
 use serde::Deserialize;
@@ -127,23 +127,9 @@ pub fn search(args: SearchArgs, ctx: &ToolContext) -> Result<ToolOutcome, AgentE
             }
         }
     }
-    let mut out = if lines.is_empty() {
-        "no matches".to_string()
-    } else {
-        lines.join("\n")
-    };
-    if truncated {
-        out.push_str(&format!(
-            "\n…[stopped at {max} matches; narrow the pattern, path or glob]"
-        ));
-    }
-    let raw = out.clone().into_bytes();
-    Ok(with_output(
-        ToolOutcome::success(String::new()),
-        &out,
-        &raw,
-        ctx,
-    ))
+    let cut =
+        truncated.then(|| format!("…[stopped at {max} matches; narrow the pattern, path or glob]"));
+    Ok(lines_outcome(&lines, "no matches", cut, ctx))
 }
 
 /// The regular file at `path` (under `workspace`), opened beneath `ws` with no symlink

@@ -1,6 +1,8 @@
 //! What the benchmarks that drive a real daemon over its socket share: a blocking
 //! NDJSON JSON-RPC connection and a daemon child process with its own home, socket and
-//! config, killed on drop; and the durable-append workload the append benchmarks time.
+//! config, killed on drop; the durable-append workload the append benchmarks time; and
+//! the tool-iteration turn the turn benchmarks time (`list_dir_turns`, `turn_events`,
+//! `iteration_gaps`).
 //! Each benchmark compiles this module on its own and uses part of it.
 #![allow(dead_code)]
 
@@ -16,6 +18,85 @@ pub fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// An event's `ts` in µs since the epoch.
+pub fn ts_micros(ts: &str) -> i128 {
+    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
+        .expect("event ts");
+    t.unix_timestamp_nanos() / 1000
+}
+
+/// The `p` percentile (0 to 1) of `sorted`, nearest rank; NaN for no samples.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// A workspace of ten small files under `dir` and a `script` model whose turns call
+/// `list_dir` `iters` times, then answer: the turn the iteration benchmarks time.
+/// Returns the workspace and the model.
+pub fn list_dir_turns(dir: &Path, iters: usize) -> (std::path::PathBuf, String) {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).expect("workspace");
+    for i in 0..10 {
+        std::fs::write(ws.join(format!("f{i}.txt")), "x\n").expect("workspace file");
+    }
+    let mut steps: Vec<Value> = (0..iters)
+        .map(|_| json!({"tool_calls": [{"name": "list_dir", "args": {"path": "."}}]}))
+        .collect();
+    steps.push(json!({"text": "done"}));
+    let script = dir.join("bench.json");
+    std::fs::write(
+        &script,
+        serde_json::to_vec(&json!({"rules": [{"steps": steps}]})).expect("script"),
+    )
+    .expect("write script");
+    (ws, format!("script:{}", script.display()))
+}
+
+/// Runs one turn of `iters` tool iterations on `sid` (it must complete) and returns the
+/// events of `types` it wrote, with how long `agentd/turn` took.
+pub fn turn_events(
+    c: &mut Conn,
+    sid: &str,
+    input: &str,
+    iters: usize,
+    types: &[&str],
+) -> (Vec<Value>, Duration) {
+    let before = c.call("agentd/show", json!({"session_id": sid}))["last_seq"]
+        .as_u64()
+        .expect("last_seq");
+    let t = Instant::now();
+    let r = c.call(
+        "agentd/turn",
+        json!({"session_id": sid, "input": input, "max_iterations": iters + 1}),
+    );
+    let took = t.elapsed();
+    assert_eq!(r["status"], "completed", "{r}");
+    let evs = c.call(
+        "agentd/events",
+        json!({"session_id": sid, "after_seq": before, "types": types}),
+    );
+    (evs["events"].as_array().expect("events").clone(), took)
+}
+
+/// The gaps (ms) between consecutive `tool_result` events of one turn of `iters`
+/// iterations, by their daemon timestamps: one iteration each.
+pub fn iteration_gaps(evs: &[Value], iters: usize) -> Vec<f64> {
+    let stamps: Vec<i128> = evs
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| ts_micros(e["ts"].as_str().expect("ts")))
+        .collect();
+    assert_eq!(stamps.len(), iters, "one tool_result per iteration");
+    stamps
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1000.0)
+        .collect()
 }
 
 pub struct Conn {

@@ -1051,6 +1051,11 @@ impl Runner<'_> {
             }
             if let Some(o) = mcp {
                 let mut data = self.run_mcp(&call_id, &o, args.clone()).await;
+                let (store, dir) = (
+                    self.turns.registry.store.clone(),
+                    self.tools.resources_dir.clone(),
+                );
+                super::images::keep_result_images(store, dir, &data).await;
                 let mut drafts = self
                     .post_tool_hooks(&call_id, &name, &args, &mut data)
                     .await;

@@ -14,6 +14,9 @@ use std::path::Path;
 pub struct Prepared {
     pub bytes: Vec<u8>,
     pub mime: &'static str,
+    /// The bytes' sha256 (hex), worked out once: the image's name in the store and
+    /// what a request's idempotency hash covers of it.
+    pub sha256: String,
 }
 
 /// The media type of an image's bytes from their signature: PNG, JPEG, GIF or WebP.
@@ -102,7 +105,12 @@ pub fn prepare(images: &[TurnImage], workspace: &Path) -> Result<Vec<Prepared>, 
                 return Err(refused(&name, format!("the bytes are {mime}, not {given}")));
             }
         }
-        out.push(Prepared { bytes, mime });
+        let sha256 = crate::text::sha256_hex(&bytes);
+        out.push(Prepared {
+            bytes,
+            mime,
+            sha256,
+        });
     }
     Ok(out)
 }
@@ -116,8 +124,8 @@ pub fn store(
 ) -> Result<Value, AgentError> {
     let mut refs = Vec::with_capacity(images.len());
     for img in images {
-        let sha = crate::text::sha256_hex(&img.bytes);
-        match logs.put_image(&sha, img.mime, &img.bytes) {
+        let sha = &img.sha256;
+        match logs.put_image(sha, img.mime, &img.bytes) {
             Some(r) => r?,
             None => {
                 crate::tools::store_resource(dir, &img.bytes)?;
@@ -145,22 +153,22 @@ pub async fn prepare_for(
 /// The digests of prepared images, in order: what a request's idempotency hash covers
 /// of them.
 pub fn digests(images: &[Prepared]) -> Vec<String> {
-    images
-        .iter()
-        .map(|i| crate::text::sha256_hex(&i.bytes))
-        .collect()
+    images.iter().map(|i| i.sha256.clone()).collect()
 }
 
-/// A built-in tool result's images (`read_file` of an image, stored as the session's
-/// resources) kept in the Log store too when it keeps images itself (PostgreSQL), so
-/// any daemon of it can send them again. A failure leaves them in the resources only
-/// (this daemon still sends them; another sends their description).
+/// A tool result's images (`read_file` of an image, an MCP tool's image content; both
+/// stored as the session's resources) kept in the Log store too when it keeps images
+/// itself (PostgreSQL), so any daemon of it can send them again. Only the images a
+/// request may send are kept ([`image_refs`]). A failure leaves them in the resources
+/// only (this daemon still sends them; another sends their description).
+///
+/// [`image_refs`]: crate::history::replay::image_refs
 pub async fn keep_result_images(
     logs: std::sync::Arc<dyn crate::store::LogStore>,
     dir: std::path::PathBuf,
     data: &Value,
 ) {
-    let list: Vec<(String, String)> = crate::history::replay::user_image_refs(data)
+    let list: Vec<(String, String)> = crate::history::replay::image_refs(data)
         .into_iter()
         .map(|i| (i.sha256, i.mime))
         .collect();

@@ -35,7 +35,7 @@ fn temp_name(name: &OsStr) -> OsString {
 /// Writes `name` in `dir` as a file holding `bytes` (or a symlink to `target`) by way of
 /// a temporary renamed over it.
 fn put(dir: &OwnedFd, name: &OsStr, op: &RestoreOp, umask: u32) -> std::io::Result<()> {
-    if let Some(st) = confine::stat_entry(dir, name)? {
+    if let Some(st) = confine::stat_at(dir, name)? {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(std::io::Error::other("a directory is in its place"));
         }
@@ -71,7 +71,7 @@ fn remove(root: &OwnedFd, parent: &Path, name: &OsStr) -> std::io::Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             Err(e) => return Err(e),
         };
-    match confine::stat_entry(&dir, name)? {
+    match confine::stat_at(&dir, name)? {
         None => return Ok(()),
         Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => return Ok(()),
         Some(_) => confine::unlink_in(&dir, name)?,

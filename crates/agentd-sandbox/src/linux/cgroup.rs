@@ -2,6 +2,11 @@
 //! as root (cgroup v2, or the v1 `pids`/`memory` hierarchies), or in a delegated v2
 //! subtree (a systemd unit with `Delegate=yes`). Elsewhere commands run without one and
 //! `data.sandbox.limits.cgroup` says so.
+//!
+//! A command's cgroup is named `cmd-<daemon pid>-<seq>-<random>` and removed when the
+//! command ends. A daemon that dies without ending its commands leaves them behind: the
+//! next daemon to start sweeps the ones whose owner is gone ([`sweep`]), and a daemon
+//! that shuts down cleanly sweeps its own.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -231,31 +236,194 @@ impl Cgroup {
 
     /// Kills whatever is left and removes the directories.
     pub fn kill_and_remove(&self) {
+        let v2 = matches!(self.hierarchy, Hierarchy::V2(_));
         for d in &self.dirs {
-            if matches!(self.hierarchy, Hierarchy::V2(_)) {
-                let _ = write(&d.join("cgroup.kill"), "1");
+            kill_and_remove_dir(d, v2);
+        }
+    }
+}
+
+/// Kills every process of the cgroup `d` and removes it; whether it is gone.
+fn kill_and_remove_dir(d: &Path, v2: bool) -> bool {
+    if v2 {
+        let _ = write(&d.join("cgroup.kill"), "1");
+    }
+    for _ in 0..200 {
+        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        for p in pids {
+            // SAFETY: signalling a process of the command's cgroup.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for _ in 0..100 {
+        if std::fs::remove_dir(d).is_ok() || !d.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
+}
+
+/// Whose per-command cgroups [`sweep`] removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owners {
+    /// Those of daemons that are gone (at start): never this daemon's, never a live
+    /// one's.
+    Gone,
+    /// This daemon's own (at a clean shutdown).
+    Own,
+}
+
+/// What [`sweep`] did: the cgroup directories removed, and those it meant to remove but
+/// could not (a process that would not die).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub removed: Vec<PathBuf>,
+    pub failed: Vec<PathBuf>,
+}
+
+/// The daemon pid a per-command cgroup's name carries (`cmd-<pid>-<seq>[-<random>]`).
+pub fn owner_of(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix("cmd-")?;
+    let mut parts = rest.split('-');
+    let pid: i32 = parts.next()?.parse().ok()?;
+    let seq = parts.next()?;
+    (pid > 0 && !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit())).then_some(pid)
+}
+
+/// Whether a process with this pid exists (in this pid namespace).
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the pid exists and may be signalled.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+/// The directories per-command cgroups are made in.
+fn bases(h: &Hierarchy) -> Vec<(&Path, bool)> {
+    match h {
+        Hierarchy::V2(base) => vec![(base.as_path(), true)],
+        Hierarchy::V1 { pids, memory } => std::iter::once(pids.as_path())
+            .chain(memory.as_deref())
+            .map(|p| (p, false))
+            .collect(),
+    }
+}
+
+/// Removes per-command cgroups left behind: with [`Owners::Gone`], those whose owner
+/// daemon no longer exists (its pid is free), with [`Owners::Own`], this daemon's. A
+/// cgroup of a live daemon is never touched, empty or not (it may have just been made
+/// for a command about to start). What is left in a swept cgroup is killed first: its
+/// owner is gone, or is this daemon shutting down. The pid in a name is the owner's in
+/// its own pid namespace: daemons that share a cgroup hierarchy must share a pid
+/// namespace (they do on one machine or in one container).
+pub fn sweep(h: &Hierarchy, owners: Owners) -> Swept {
+    let me = std::process::id() as i32;
+    let mut out = Swept::default();
+    for (base, v2) in bases(h) {
+        let Ok(rd) = std::fs::read_dir(base) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(owner) = name.to_str().and_then(owner_of) else {
+                continue;
+            };
+            let take = match owners {
+                Owners::Own => owner == me,
+                Owners::Gone => owner != me && !pid_alive(owner),
+            };
+            if !take {
+                continue;
             }
-            for _ in 0..200 {
-                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-                let pids: Vec<i32> = procs
-                    .lines()
-                    .filter_map(|l| l.trim().parse().ok())
-                    .collect();
-                if pids.is_empty() {
-                    break;
-                }
-                for p in pids {
-                    // SAFETY: signalling a process of the command's cgroup.
-                    unsafe { libc::kill(p, libc::SIGKILL) };
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            for _ in 0..100 {
-                if std::fs::remove_dir(d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
+            let d = e.path();
+            if kill_and_remove_dir(&d, v2) {
+                out.removed.push(d);
+            } else {
+                out.failed.push(d);
             }
         }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_are_read_from_both_name_forms_and_nothing_else() {
+        assert_eq!(owner_of("cmd-4242-0-0a1b2c3d"), Some(4242));
+        assert_eq!(owner_of("cmd-17-12"), Some(17));
+        for other in [
+            "cmd-",
+            "cmd-x-1-00",
+            "cmd-0-1-00",
+            "cmd-12",
+            "cmd-12-",
+            "cmd-12-a-00",
+            "agentd-daemon",
+            "cgroup.procs",
+            "user.slice",
+        ] {
+            assert_eq!(owner_of(other), None, "{other}");
+        }
+    }
+
+    /// A fake hierarchy in a plain directory: the cgroups of a pid that is free (a
+    /// reaped child's) go, this process's and a live process's stay; at shutdown this
+    /// process's go.
+    #[test]
+    fn only_gone_owners_cgroups_are_swept_at_start_and_own_ones_at_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().to_path_buf();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let names = [
+            format!("cmd-{gone}-0-00000001"),
+            format!("cmd-{gone}-3"),
+            format!("cmd-{}-0-00000002", live.id()),
+            format!("cmd-{me}-5-00000003"),
+            "agentd-daemon".to_string(),
+        ];
+        for n in &names {
+            std::fs::create_dir(base.join(n)).unwrap();
+        }
+        let h = Hierarchy::V1 {
+            pids: base.clone(),
+            memory: None,
+        };
+        let left = |base: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(base)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let swept = sweep(&h, Owners::Gone);
+        assert_eq!(swept.removed.len(), 2, "{swept:?}");
+        let mut want = vec![names[2].clone(), names[3].clone(), names[4].clone()];
+        want.sort();
+        assert_eq!(left(&base), want);
+        sweep(&h, Owners::Own);
+        let mut want = vec![names[2].clone(), names[4].clone()];
+        want.sort();
+        assert_eq!(left(&base), want);
+        live.kill().unwrap();
+        live.wait().unwrap();
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! helper (outer)      joins the cgroup (v1 only), unshare(user|mnt|pid|ipc|uts[|net]),
-//!   │                  maps ids
+//!   │                  maps ids; waits for pid 1 or the daemon's death (lifeline), then
+//!   │                  kills pid 1
 //!   └─ pid 1 (reaper) created in the cgroup (v2), fresh /proc, mount plan, waits for the
 //!        │             command; its exit takes every process left in the pid namespace
 //!        │             down with it
@@ -16,24 +17,31 @@
 //!
 //! ```text
 //! helper (outer)      joins the cgroup (v1 only); subreaper; killed with its process
-//!   │                  group to end the command
+//!   │                  group to end the command; on the daemon's death (lifeline) sends
+//!   │                  the guard SIGTERM
 //!   └─ guard          created in the cgroup (v2); own process group, subreaper; on the
 //!        │             command's exit or the outer helper's death (parent-death
 //!        │             signal) kills every descendant
 //!        └─ command    caps dropped, no_new_privs, Landlock, seccomp, execve
 //! ```
 //!
+//! Whatever ends the daemon, the outer helper sees it on the lifeline
+//! ([`super::lifeline`]) and ends the command as above: nothing sandboxed outlives the
+//! daemon.
+//!
 //! The helper is single-threaded, so it may allocate freely between fork and exec.
 
+use super::lifeline::{self, Waited};
 use super::{clone, confine, mounts};
 use crate::plan::{
-    Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED, SPARE_ARG,
+    Plan, Report, HELPER_ARG, LIFELINE_FD, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
+    SPARE_ARG,
 };
 use crate::policy::Network;
 use crate::trace::mark;
 use std::ffi::CString;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -84,6 +92,7 @@ pub fn helper_main() -> ! {
         Vec::new()
     };
     mark(&mut report.marks, "helper: started");
+    let line = lifeline::adopt();
     // SAFETY: PLAN_FD was set up by the daemon; from_raw_fd takes ownership and closes it.
     let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
     let mut buf = Vec::new();
@@ -95,12 +104,17 @@ pub fn helper_main() -> ! {
         Ok(p) => p,
         Err(e) => fail(&mut report, format!("bad plan: {e}")),
     };
-    // Only 0/1/2 and the report descriptor survive; the report closes at exec.
+    // Only 0/1/2, the report descriptor (and the namespaces to join) and the lifeline
+    // survive; the report and the lifeline close at exec.
     // SAFETY: plain syscalls on descriptor numbers.
     unsafe {
         libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC);
         let first = if plan.join_net { NS_NET_FD } else { REPORT_FD } as u32 + 1;
-        libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
+        let line = LIFELINE_FD as u32;
+        if first < line {
+            libc::syscall(libc::SYS_close_range, first, line - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, first.max(line + 1), u32::MAX, 0u32);
         libc::close(PLAN_FD);
     }
     mark(&mut report.marks, "helper: plan read");
@@ -134,9 +148,9 @@ pub fn helper_main() -> ! {
         confine::set_nproc(n);
     }
     if plan.namespaces {
-        with_namespaces(&plan, report, cgroup.as_ref())
+        with_namespaces(&plan, report, cgroup.as_ref(), line)
     } else {
-        degraded(&plan, report, cgroup.as_ref())
+        degraded(&plan, report, cgroup.as_ref(), line)
     }
 }
 
@@ -236,7 +250,12 @@ fn hold_namespaces(mut report: Report) -> ! {
     unsafe { libc::_exit(0) }
 }
 
-fn with_namespaces(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) -> ! {
+fn with_namespaces(
+    plan: &Plan,
+    mut report: Report,
+    cgroup: Option<&OwnedFd>,
+    line: Option<RawFd>,
+) -> ! {
     // SAFETY: getuid/getgid never fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut shared_net = false;
@@ -299,22 +318,18 @@ fn with_namespaces(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) ->
     if pid > 0 {
         // SAFETY: closing our copy of the report descriptor.
         unsafe { libc::close(REPORT_FD) };
-        let mut status = 0;
-        loop {
-            // SAFETY: waiting for our own child.
-            let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-            if r == pid {
-                break;
-            }
-            if r < 0 && errno().raw_os_error() != Some(libc::EINTR) {
-                // SAFETY: _exit has no preconditions.
-                unsafe { libc::_exit(SETUP_FAILED) }
-            }
-        }
+        let status = match lifeline::wait_child(pid, line) {
+            Waited::Exited(status) => status,
+            // pid 1 takes every process of its pid namespace with it.
+            Waited::DaemonGone => signal_and_reap(pid, libc::SIGKILL),
+            // SAFETY: _exit has no preconditions.
+            Waited::Lost => unsafe { libc::_exit(SETUP_FAILED) },
+        };
         // SAFETY: _exit has no preconditions.
         unsafe { libc::_exit(exit_code(status)) }
     }
     // pid 1 of the new namespace.
+    lifeline::drop_in_child();
     mark(&mut report.marks, "pid 1: forked");
     // SAFETY: plain prctl; the parent is the outer helper.
     unsafe {
@@ -351,6 +366,19 @@ fn with_namespaces(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) ->
     reap_until(child)
 }
 
+/// Sends `sig` to our child `pid` and reaps it; its wait status.
+fn signal_and_reap(pid: libc::pid_t, sig: libc::c_int) -> libc::c_int {
+    let mut status = 0;
+    // SAFETY: signalling our own child, then waiting for it.
+    unsafe {
+        libc::kill(pid, sig);
+        while libc::waitpid(pid, &mut status, 0) < 0 && errno().raw_os_error() == Some(libc::EINTR)
+        {
+        }
+    }
+    status
+}
+
 /// As pid 1 (or a subreaper): reap everything until `child` exits, then exit with its
 /// status.
 fn reap_until(child: libc::pid_t) -> ! {
@@ -369,7 +397,7 @@ fn reap_until(child: libc::pid_t) -> ! {
     }
 }
 
-fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) -> ! {
+fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>, line: Option<RawFd>) -> ! {
     report.level = "degraded".into();
     report.proc = "host".into();
     // SAFETY: getpid never fails; prctl takes plain integers. The outer helper is a
@@ -384,22 +412,19 @@ fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>) -> ! {
         fail(&mut report, format!("fork: {}", errno()));
     }
     if guard == 0 {
+        lifeline::drop_in_child();
         mark(&mut report.marks, "guard: forked");
         guard_main(plan, report, outer);
     }
     // SAFETY: closing our copy of the report descriptor.
     unsafe { libc::close(REPORT_FD) };
-    let mut status = 0;
-    loop {
-        // SAFETY: waiting for our own child.
-        let r = unsafe { libc::waitpid(guard, &mut status, 0) };
-        if r == guard {
-            break;
-        }
-        if r < 0 && errno().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
+    let status = match lifeline::wait_child(guard, line) {
+        Waited::Exited(status) => status,
+        // What the guard does when this process dies: it kills every process the command
+        // started, then exits.
+        Waited::DaemonGone => signal_and_reap(guard, libc::SIGTERM),
+        Waited::Lost => 0,
+    };
     kill_descendants();
     // SAFETY: _exit has no preconditions.
     unsafe { libc::_exit(exit_code(status)) }

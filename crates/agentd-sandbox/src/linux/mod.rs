@@ -1,11 +1,13 @@
 //! The Linux mechanism: the helper (namespaces, mounts, Landlock, seccomp), the
-//! daemon-side builder, per-command cgroups and the socket peer check.
+//! daemon-side builder, per-command cgroups, the lifeline that ends sandboxed processes
+//! with the daemon, and the socket peer check.
 
 pub mod cgroup;
 pub mod clone;
 pub mod confine;
 pub mod freeze;
 pub mod helper;
+pub mod lifeline;
 pub mod mounts;
 pub mod peer;
 pub mod restore;

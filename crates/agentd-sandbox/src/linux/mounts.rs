@@ -11,15 +11,11 @@
 
 use crate::plan::{Plan, Report};
 use crate::trace::mark;
+use agentd_fsat as fsat;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-
-fn cstr(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
 
 fn check(rc: libc::c_int) -> io::Result<()> {
     if rc != 0 {
@@ -29,41 +25,15 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     }
 }
 
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-/// `O_PATH` descriptor of `p`, refusing any symlink on the way (the last component
-/// included).
+/// `O_PATH` descriptor of `p`, refusing any symlink on the way (a symlink as the last
+/// component is handed back as itself: callers check with [`is_symlink`]).
 pub fn open_nofollow(p: &Path) -> io::Result<OwnedFd> {
-    let c = cstr(p)?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: openat2 with a valid path and a correctly sized open_how.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat2 returned a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn fd_path(fd: &OwnedFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+    fsat::openat2(
+        fsat::CWD,
+        p,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
 }
 
 fn mount(
@@ -73,8 +43,8 @@ fn mount(
     flags: libc::c_ulong,
     data: Option<&str>,
 ) -> io::Result<()> {
-    let src = src.map(cstr).transpose()?;
-    let target = cstr(target)?;
+    let src = src.map(|p| fsat::cstr(p.as_os_str())).transpose()?;
+    let target = fsat::cstr(target.as_os_str())?;
     let fstype = fstype.map(|s| CString::new(s).unwrap_or_default());
     let data = data.map(|s| CString::new(s).unwrap_or_default());
     // SAFETY: every pointer is null or a NUL-terminated string alive for the call.
@@ -142,11 +112,7 @@ fn locked_flags(fd: &OwnedFd) -> libc::c_ulong {
 }
 
 fn is_symlink(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat fills the struct for a valid descriptor.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFLNK
-    }
+    fsat::fstat(fd).is_ok_and(|st| fsat::is_link(&st))
 }
 
 /// Binds `p` read-only over itself, resolved without symlinks. A symlink at `p` itself
@@ -157,7 +123,7 @@ fn bind_readonly(p: &Path) -> io::Result<()> {
     if is_symlink(&fd) {
         return Err(io::Error::from_raw_os_error(libc::ELOOP));
     }
-    let target = fd_path(&fd);
+    let target = fsat::proc_path(&fd);
     mount(
         Some(&target),
         &target,
@@ -170,7 +136,7 @@ fn bind_readonly(p: &Path) -> io::Result<()> {
     let flags = locked_flags(&fd2);
     mount(
         None,
-        &fd_path(&fd2),
+        &fsat::proc_path(&fd2),
         None,
         libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
         None,
@@ -178,11 +144,7 @@ fn bind_readonly(p: &Path) -> io::Result<()> {
 }
 
 fn is_dir(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat fills the struct for a valid descriptor.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFDIR
-    }
+    fsat::fstat(fd).is_ok_and(|st| fsat::is_dir(&st))
 }
 
 /// Binds the directory `p` (writable) over itself: a mount point cannot be renamed,
@@ -192,7 +154,7 @@ fn pin(p: &Path) -> io::Result<()> {
     if is_symlink(&fd) || !is_dir(&fd) {
         return Err(io::Error::from_raw_os_error(libc::ELOOP));
     }
-    let target = fd_path(&fd);
+    let target = fsat::proc_path(&fd);
     mount(
         Some(&target),
         &target,
@@ -209,7 +171,7 @@ fn hide(p: &Path) -> io::Result<()> {
     if is_symlink(&fd) {
         return Err(io::Error::from_raw_os_error(libc::ELOOP));
     }
-    let target = fd_path(&fd);
+    let target = fsat::proc_path(&fd);
     if is_dir(&fd) {
         mount(
             Some(Path::new("tmpfs")),
@@ -268,7 +230,7 @@ fn protect(p: &Path, roots: &[PathBuf], report: &mut Report) -> Result<(), Strin
                 }
                 // Created through the pinned parent, never through a path a symlink
                 // could redirect.
-                let dir = fd_path(&pfd).join(name);
+                let dir = fsat::proc_path(&pfd).join(name);
                 std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", p.display()))?;
                 bind_readonly(p).map_err(|e| format!("{}: {e}", p.display()))?;
                 report.protected.push(p.to_path_buf());
@@ -392,7 +354,7 @@ fn bind_back(keep: &[(PathBuf, OwnedFd, bool)]) -> io::Result<()> {
     for (p, fd, dir) in keep {
         mkdir_all_fresh(p, *dir)?;
         mount(
-            Some(&fd_path(fd)),
+            Some(&fsat::proc_path(fd)),
             p,
             None,
             libc::MS_BIND | libc::MS_REC,
@@ -423,7 +385,7 @@ fn overlay(l: &crate::plan::CacheLayer, fds: io::Result<Vec<OwnedFd>>) -> io::Re
     let fds = fds?;
     let mut opts = Vec::new();
     for (k, fd) in ["lowerdir", "upperdir", "workdir"].into_iter().zip(&fds) {
-        opts.push(format!("{k}={}", fd_path(fd).display()));
+        opts.push(format!("{k}={}", fsat::proc_path(fd).display()));
     }
     opts.push("userxattr".into());
     mount(
@@ -502,7 +464,7 @@ pub fn apply(plan: &Plan, report: &mut Report) -> Result<(), String> {
     for (p, fd, dir) in &keep {
         mkdir_all_fresh(p, *dir).map_err(|e| format!("{}: {e}", p.display()))?;
         mount(
-            Some(&fd_path(fd)),
+            Some(&fsat::proc_path(fd)),
             p,
             None,
             libc::MS_BIND | libc::MS_REC,

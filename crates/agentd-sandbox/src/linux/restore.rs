@@ -8,7 +8,8 @@
 //! operation goes through descriptors: each writable root is opened once, when the
 //! snapshot is taken (before the command runs; a command cannot rename its roots), and
 //! every path below it is opened from that descriptor with
-//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, one name at a
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (one component
+//! at a time with `O_NOFOLLOW` where the kernel has no openat2; `agentd-fsat`), one name at a
 //! time below a directory descriptor after that (`O_NOFOLLOW`, `O_EXCL` on create,
 //! `unlinkat`, `symlinkat`). A directory swapped for a symlink at any moment makes the
 //! restore of that path fail and be reported; it never reads or writes through the link.
@@ -25,10 +26,11 @@
 //! their ctime is older than the snapshot (the old directory may have been renamed where
 //! the command could write), the others left out.
 
+use agentd_fsat as fsat;
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -50,106 +52,32 @@ enum Saved {
     Opaque,
 }
 
-/// `struct open_how` of `linux/openat2.h`.
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-fn cstr(p: &OsStr) -> io::Result<CString> {
-    CString::new(p.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-}
-
 /// Opens `rel` (relative, no symlink anywhere, never above `dir`) below `dir`.
-fn open_beneath(dir: RawFd, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let c = cstr(rel.as_os_str())?;
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: openat2 with a NUL-terminated path and a correctly sized open_how.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat2 returned a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+fn open_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    fsat::open_beneath(dir, rel, flags | libc::O_NOFOLLOW, fsat::NO_SYMLINKS)
 }
 
-fn open_dir(dir: RawFd, rel: &Path) -> io::Result<OwnedFd> {
-    if rel.as_os_str().is_empty() {
-        return open_beneath(dir, Path::new("."), libc::O_RDONLY | libc::O_DIRECTORY);
-    }
-    open_beneath(dir, rel, libc::O_RDONLY | libc::O_DIRECTORY)
+fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Option<libc::stat> {
+    fsat::stat_at(dir, name).ok().flatten()
 }
 
-fn lstat_at(dir: RawFd, name: &OsStr) -> io::Result<libc::stat> {
-    let c = cstr(name)?;
-    // SAFETY: stat is plain data; all-zero is a valid value for fstatat to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatat with a NUL-terminated name and a valid stat buffer.
-    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
-fn readlink_at(dir: RawFd, name: &OsStr) -> io::Result<PathBuf> {
-    let c = cstr(name)?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: readlinkat writes at most buf.len() bytes into buf.
-    let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(PathBuf::from(OsString::from_vec(buf)))
+fn link_at(dir: BorrowedFd<'_>, name: &OsStr) -> Saved {
+    fsat::read_link_at(dir, name).map_or(Saved::Opaque, |t| {
+        Saved::Link(PathBuf::from(OsString::from_vec(t)))
+    })
 }
 
 /// The names in the directory `dir` (without `.` and `..`).
-fn list(dir: RawFd) -> io::Result<Vec<OsString>> {
-    // SAFETY: dup of a descriptor we hold; fdopendir takes ownership of the copy.
-    let d = unsafe { libc::fdopendir(libc::dup(dir)) };
-    if d.is_null() {
-        return Err(io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    // SAFETY: `d` is a valid DIR stream until closedir; each dirent is read before the
-    // next readdir call.
-    unsafe {
-        libc::rewinddir(d);
-        loop {
-            let e = libc::readdir(d);
-            if e.is_null() {
-                break;
-            }
-            let name = CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
-            if name != b"." && name != b".." {
-                out.push(OsString::from_vec(name.to_vec()));
-            }
-        }
-        libc::closedir(d);
-    }
-    Ok(out)
+fn list(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
+    Ok(fsat::list(dir)?.into_iter().map(|(n, _)| n).collect())
 }
 
 fn kind(st: &libc::stat) -> libc::mode_t {
     st.st_mode & libc::S_IFMT
 }
 
-fn save_at(dir: RawFd, name: &OsStr, depth: usize, budget: &mut usize) -> Saved {
-    let Ok(st) = lstat_at(dir, name) else {
+fn save_at(dir: BorrowedFd<'_>, name: &OsStr, depth: usize, budget: &mut usize) -> Saved {
+    let Some(st) = lstat_at(dir, name) else {
         return Saved::Absent;
     };
     if *budget == 0 {
@@ -157,7 +85,7 @@ fn save_at(dir: RawFd, name: &OsStr, depth: usize, budget: &mut usize) -> Saved 
     }
     *budget -= 1;
     match kind(&st) {
-        libc::S_IFLNK => readlink_at(dir, name).map_or(Saved::Opaque, Saved::Link),
+        libc::S_IFLNK => link_at(dir, name),
         libc::S_IFREG if st.st_size as u64 <= MAX_FILE => {
             let read = || -> io::Result<Vec<u8>> {
                 let fd = open_beneath(
@@ -175,9 +103,9 @@ fn save_at(dir: RawFd, name: &OsStr, depth: usize, budget: &mut usize) -> Saved 
         }
         libc::S_IFDIR if depth < 4 => {
             let mut out = BTreeMap::new();
-            if let Ok(fd) = open_dir(dir, Path::new(name)) {
-                for n in list(fd.as_raw_fd()).unwrap_or_default() {
-                    let s = save_at(fd.as_raw_fd(), &n, depth + 1, budget);
+            if let Ok(fd) = fsat::open_dir_beneath(dir, Path::new(name)) {
+                for n in list(fd.as_fd()).unwrap_or_default() {
+                    let s = save_at(fd.as_fd(), &n, depth + 1, budget);
                     out.insert(n, s);
                 }
             }
@@ -187,95 +115,55 @@ fn save_at(dir: RawFd, name: &OsStr, depth: usize, budget: &mut usize) -> Saved 
     }
 }
 
-fn unlink_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> io::Result<()> {
-    let c = cstr(name)?;
-    // SAFETY: unlinkat with a NUL-terminated name.
-    if unsafe { libc::unlinkat(dir, c.as_ptr(), flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn remove_at(dir: RawFd, name: &OsStr, depth: usize) -> io::Result<()> {
-    let Ok(st) = lstat_at(dir, name) else {
+fn remove_at(dir: BorrowedFd<'_>, name: &OsStr, depth: usize) -> io::Result<()> {
+    let Some(st) = lstat_at(dir, name) else {
         return Ok(());
     };
     if kind(&st) != libc::S_IFDIR {
-        return unlink_at(dir, name, 0);
+        return fsat::unlink_in(dir, name);
     }
     if depth >= MAX_DEPTH {
         return Err(io::Error::other("directory too deep to remove"));
     }
-    let fd = open_dir(dir, Path::new(name))?;
-    for n in list(fd.as_raw_fd())? {
-        remove_at(fd.as_raw_fd(), &n, depth + 1)?;
+    let fd = fsat::open_dir_beneath(dir, Path::new(name))?;
+    for n in list(fd.as_fd())? {
+        remove_at(fd.as_fd(), &n, depth + 1)?;
     }
-    unlink_at(dir, name, libc::AT_REMOVEDIR)
+    fsat::rmdir_in(dir, name)
 }
 
-fn put_at(dir: RawFd, name: &OsStr, s: &Saved) -> io::Result<()> {
+fn put_at(dir: BorrowedFd<'_>, name: &OsStr, s: &Saved) -> io::Result<()> {
     match s {
         Saved::Absent => remove_at(dir, name, 0),
         Saved::Opaque => Ok(()),
         Saved::File(b, mode) => {
             remove_at(dir, name, 0)?;
-            let c = cstr(name)?;
-            // SAFETY: openat with a NUL-terminated name; O_EXCL|O_NOFOLLOW creates a new
-            // file in `dir` or fails, never opening through a link.
-            let fd = unsafe {
-                libc::openat(
-                    dir,
-                    c.as_ptr(),
-                    libc::O_WRONLY
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC,
-                    0o600 as libc::c_uint,
-                )
-            };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: openat returned a fresh descriptor we own.
-            let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            // A new file in `dir` or a failure, never opened through a link.
+            let mut f = fsat::create_new(dir, name)?;
             f.write_all(b)?;
-            // SAFETY: fchmod on the descriptor we just created.
-            if unsafe { libc::fchmod(f.as_raw_fd(), *mode as libc::mode_t) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+            fsat::fchmod(&f, *mode)
         }
         Saved::Link(t) => {
             remove_at(dir, name, 0)?;
-            let (t, c) = (cstr(t.as_os_str())?, cstr(name)?);
-            // SAFETY: symlinkat with NUL-terminated strings.
-            if unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+            fsat::symlink_in(dir, t.as_os_str().as_bytes(), name)
         }
         Saved::Dir(entries) => {
-            let is_dir = lstat_at(dir, name).is_ok_and(|st| kind(&st) == libc::S_IFDIR);
+            let is_dir = lstat_at(dir, name).is_some_and(|st| kind(&st) == libc::S_IFDIR);
             if !is_dir {
                 remove_at(dir, name, 0)?;
-                let c = cstr(name)?;
-                // SAFETY: mkdirat with a NUL-terminated name.
-                if unsafe { libc::mkdirat(dir, c.as_ptr(), 0o755) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                fsat::mkdir_in(dir, name, 0o755)?;
             }
-            let fd = open_dir(dir, Path::new(name))?;
+            let fd = fsat::open_dir_beneath(dir, Path::new(name))?;
             // Entries the command added go; changed ones are put back.
-            for n in list(fd.as_raw_fd())? {
+            for n in list(fd.as_fd())? {
                 if !entries.contains_key(&n) {
-                    remove_at(fd.as_raw_fd(), &n, 0)?;
+                    remove_at(fd.as_fd(), &n, 0)?;
                 }
             }
             for (n, s) in entries {
-                let now = save_at(fd.as_raw_fd(), n, 0, &mut MAX_ENTRIES.clone());
+                let now = save_at(fd.as_fd(), n, 0, &mut MAX_ENTRIES.clone());
                 if &now != s {
-                    put_at(fd.as_raw_fd(), n, s)?;
+                    put_at(fd.as_fd(), n, s)?;
                 }
             }
             Ok(())
@@ -285,15 +173,15 @@ fn put_at(dir: RawFd, name: &OsStr, s: &Saved) -> io::Result<()> {
 
 /// A descriptor of the file or directory `name` in `dir` and its identity; `None` for
 /// anything else (saved by content instead) or when it cannot be opened.
-fn pin_at(dir: RawFd, name: &OsStr) -> Option<Before> {
-    let st = lstat_at(dir, name).ok()?;
+fn pin_at(dir: BorrowedFd<'_>, name: &OsStr) -> Option<Before> {
+    let st = lstat_at(dir, name)?;
     let flags = match kind(&st) {
         libc::S_IFREG => libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
         libc::S_IFDIR => libc::O_RDONLY | libc::O_DIRECTORY,
         _ => return None,
     };
     let fd = open_beneath(dir, Path::new(name), flags).ok()?;
-    let st = fstat(fd.as_raw_fd()).ok()?;
+    let st = fsat::fstat(&fd).ok()?;
     #[allow(clippy::unnecessary_cast)]
     Some(Before::Pinned {
         fd,
@@ -350,16 +238,6 @@ pub struct Snapshot {
     taken: (i64, i64),
 }
 
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: stat is plain data; fstat overwrites it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on a descriptor we hold, into a valid buffer.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
 fn coarse_now() -> (i64, i64) {
     let mut t = libc::timespec {
         tv_sec: 0,
@@ -379,7 +257,7 @@ fn older(st: &libc::stat, taken: (i64, i64)) -> bool {
 /// The regular file `fd` as it is now, if it did not change while read (and, with
 /// `taken`, not since then either): `Opaque` otherwise, or past [`MAX_FILE`].
 fn read_unchanged(fd: OwnedFd, taken: Option<(i64, i64)>) -> Saved {
-    let Ok(a) = fstat(fd.as_raw_fd()) else {
+    let Ok(a) = fsat::fstat(&fd) else {
         return Saved::Opaque;
     };
     if kind(&a) != libc::S_IFREG || taken.is_some_and(|t| !older(&a, t)) {
@@ -405,7 +283,7 @@ fn read_unchanged(fd: OwnedFd, taken: Option<(i64, i64)>) -> Saved {
             return Saved::Opaque;
         }
     }
-    match fstat(raw) {
+    match fsat::fstat(&fd) {
         Ok(z) if (z.st_ctime, z.st_ctime_nsec) == (a.st_ctime, a.st_ctime_nsec) => {
             Saved::File(b, a.st_mode & 0o7777)
         }
@@ -415,14 +293,16 @@ fn read_unchanged(fd: OwnedFd, taken: Option<(i64, i64)>) -> Saved {
 
 /// A directory as it was before `taken`, read from its old inode: entries changed since
 /// (by anyone who could reach the old directory under another name) are left out.
-fn saved_before(dir: RawFd, taken: (i64, i64), depth: usize, budget: &mut usize) -> Saved {
+fn saved_before(dir: BorrowedFd<'_>, taken: (i64, i64), depth: usize, budget: &mut usize) -> Saved {
     let mut out = BTreeMap::new();
     for n in list(dir).unwrap_or_default() {
         if *budget == 0 {
             break;
         }
         *budget -= 1;
-        let Ok(st) = lstat_at(dir, &n) else { continue };
+        let Some(st) = lstat_at(dir, &n) else {
+            continue;
+        };
         if !older(&st, taken) {
             continue;
         }
@@ -435,9 +315,9 @@ fn saved_before(dir: RawFd, taken: (i64, i64), depth: usize, budget: &mut usize)
                 Ok(fd) => read_unchanged(fd, Some(taken)),
                 Err(_) => Saved::Opaque,
             },
-            libc::S_IFLNK => readlink_at(dir, &n).map_or(Saved::Opaque, Saved::Link),
-            libc::S_IFDIR if depth < 4 => match open_dir(dir, Path::new(&n)) {
-                Ok(fd) => saved_before(fd.as_raw_fd(), taken, depth + 1, budget),
+            libc::S_IFLNK => link_at(dir, &n),
+            libc::S_IFDIR if depth < 4 => match fsat::open_dir_beneath(dir, Path::new(&n)) {
+                Ok(fd) => saved_before(fd.as_fd(), taken, depth + 1, budget),
                 Err(_) => Saved::Opaque,
             },
             _ => Saved::Opaque,
@@ -500,12 +380,12 @@ impl Snapshot {
                     snap.roots.len() - 1
                 }
             };
-            let Ok(d) = open_dir(snap.roots[idx].as_raw_fd(), parent) else {
+            let Ok(d) = fsat::open_dir_beneath(snap.roots[idx].as_fd(), parent) else {
                 // Not reachable without a symlink now: nothing to put back later.
                 continue;
             };
             let pinned = if how == Take::Pinned && held < MAX_PINNED {
-                pin_at(d.as_raw_fd(), name)
+                pin_at(d.as_fd(), name)
             } else {
                 None
             };
@@ -513,7 +393,7 @@ impl Snapshot {
             let before = match pinned {
                 Some(p) => p,
                 None => {
-                    let s = save_at(d.as_raw_fd(), name, 0, &mut MAX_ENTRIES.clone());
+                    let s = save_at(d.as_fd(), name, 0, &mut MAX_ENTRIES.clone());
                     if s == Saved::Opaque || (how != Take::All && s == Saved::Absent) {
                         continue;
                     }
@@ -535,18 +415,18 @@ impl Snapshot {
     pub fn restore(&self) -> Vec<(PathBuf, String)> {
         let mut out = Vec::new();
         for e in &self.saved {
-            let root = self.roots[e.root].as_raw_fd();
+            let root = self.roots[e.root].as_fd();
             // Every directory from the root down to the parent must still be one.
-            let what = match open_dir(root, &e.parent) {
+            let what = match fsat::open_dir_beneath(root, &e.parent) {
                 Err(_) => "changed; not restored: a directory on its path was replaced".to_string(),
                 Ok(dir) => {
-                    let dir = dir.as_raw_fd();
+                    let dir = dir.as_fd();
                     let before = match &e.before {
                         Before::Saved(s) => s.clone(),
                         Before::Pinned { fd, dev, ino } => {
                             // Still the inode pinned: its mount held, nothing could write.
                             #[allow(clippy::unnecessary_cast)]
-                            if lstat_at(dir, &e.name).is_ok_and(|st| {
+                            if lstat_at(dir, &e.name).is_some_and(|st| {
                                 (st.st_dev as u64, st.st_ino as u64) == (*dev, *ino)
                             }) {
                                 continue;
@@ -576,7 +456,7 @@ impl Snapshot {
     /// What a pinned path held before the command: a file's old inode as it is (only
     /// the host could write it), a directory's entries unchanged since the snapshot.
     fn pinned_contents(&self, fd: &OwnedFd) -> Saved {
-        let Ok(st) = fstat(fd.as_raw_fd()) else {
+        let Ok(st) = fsat::fstat(fd) else {
             return Saved::Opaque;
         };
         match kind(&st) {
@@ -584,7 +464,7 @@ impl Snapshot {
                 Ok(fd) => read_unchanged(fd, None),
                 Err(_) => Saved::Opaque,
             },
-            libc::S_IFDIR => saved_before(fd.as_raw_fd(), self.taken, 0, &mut MAX_ENTRIES.clone()),
+            libc::S_IFDIR => saved_before(fd.as_fd(), self.taken, 0, &mut MAX_ENTRIES.clone()),
             _ => Saved::Opaque,
         }
     }

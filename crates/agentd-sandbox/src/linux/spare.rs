@@ -9,7 +9,8 @@
 //! ```text
 //! daemon                                   spare (helper, `__sandbox-exec spare`)
 //!   cgroup made (default caps)
-//!   socketpair; "park" {cgroup}   ───────▶  closes every descriptor but 0-2 and 3
+//!   socketpair; "park" {cgroup}   ───────▶  closes every descriptor but 0-3 and the
+//!                                            daemon's lifeline (7)
 //!   spawn (stdio /dev/null, own group)       joins the cgroup (v1; the grace period)
 //!                                 ◀───────  "R" (ready), then blocks on the socket
 //!   … the model thinks …
@@ -36,7 +37,9 @@
 //! start their own helper.
 
 use super::cgroup::{Cgroup, Hierarchy};
-use crate::plan::{Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED};
+use crate::plan::{
+    Report, HELPER_ARG, LIFELINE_FD, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
+};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -447,13 +450,15 @@ impl Spare {
             .env_clear()
             .current_dir("/");
         let fd = theirs.as_raw_fd();
+        // The daemon's lifeline at fd 7, as every helper has it (see `lifeline.rs`).
+        let line = super::lifeline::read_end();
         // SAFETY: dup2 is async-signal-safe; `theirs` stays open until after spawn.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::dup2(fd, PLAN_FD) < 0 {
                     return Err(io::Error::last_os_error());
                 }
-                Ok(())
+                super::lifeline::install(line)
             });
         }
         let mut cmd = tokio::process::Command::from(cmd);
@@ -551,9 +556,7 @@ impl Spare {
 pub(crate) fn start(
     pending: Option<Pending>,
     command: std::process::Command,
-    stdin: Option<OwnedFd>,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
+    (stdin, stdout, stderr): (Option<OwnedFd>, OwnedFd, OwnedFd),
 ) -> io::Result<(tokio::process::Child, bool, Option<Refill>)> {
     use std::process::Stdio;
     let (spare, fds, refill) = match pending {
@@ -603,15 +606,20 @@ fn die() -> ! {
     unsafe { libc::_exit(SETUP_FAILED) }
 }
 
-/// In a helper started with [`crate::plan::SPARE_ARG`]: joins the cgroup of the park
+/// In a helper started with [`crate::plan::SPARE_ARG`] (before the lifeline is adopted:
+/// it stays at fd 7): joins the cgroup of the park
 /// message (as a cold helper would), says ready, waits for its command, and puts the
 /// command's descriptors where a cold helper has them (plan 3, report 4, stdio 0-2,
 /// namespaces 5 and 6). Returns the `cgroup.procs` files already joined, which the
 /// plan's join then skips. Exits quietly on EOF (the daemon is gone).
 pub fn wait_for_command(report: &mut Report) -> Vec<PathBuf> {
-    // Nothing but stdio and the socket.
+    // Nothing but stdio, the socket and the daemon's lifeline.
     // SAFETY: close_range on descriptor numbers.
-    unsafe { libc::syscall(libc::SYS_close_range, PLAN_FD as u32 + 1, u32::MAX, 0u32) };
+    unsafe {
+        let line = LIFELINE_FD as u32;
+        libc::syscall(libc::SYS_close_range, PLAN_FD as u32 + 1, line - 1, 0u32);
+        libc::syscall(libc::SYS_close_range, line + 1, u32::MAX, 0u32);
+    }
     let mut buf = vec![0u8; 64 * 1024];
     let park: Park = match recv(PLAN_FD, &mut buf, 0) {
         Ok((n, fds)) if n > 0 && fds.is_empty() => {

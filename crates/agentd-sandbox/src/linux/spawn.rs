@@ -145,8 +145,7 @@ pub struct Sandbox {
     /// Where the per-workspace upper layers of granted caches live (agentd's home, which
     /// commands never see); `None`: granted caches are read-only.
     cache_layers: Option<PathBuf>,
-    /// The spare helper ([`super::spare`]) `shell` commands take; `spares_on`: whether
-    /// they do.
+    /// The spare helper ([`super::spare`]) `shell` commands take (if `spares_on`).
     spares: Arc<Spares>,
     spares_on: bool,
 }
@@ -178,9 +177,9 @@ pub struct Prepared {
     /// The set-up's stage marks, the daemon's and (once read) the helper's (feature
     /// `trace` only).
     marks: crate::trace::Marks,
-    /// From [`Sandbox::prepare_to_start`]: the spare taken and what starting needs.
+    /// From [`Sandbox::prepare_to_start`]: the spare taken and what starting needs; once
+    /// started, how to ask for the next spare when this command is done with (drop).
     pending: Option<Pending>,
-    /// Once started: the next spare, asked for when this command is done with (drop).
     refill: Option<Refill>,
 }
 
@@ -338,8 +337,8 @@ impl Sandbox {
         }
     }
 
-    /// Whether `shell` commands take a pre-started helper (default: yes, unless the
-    /// `no_spare` knob is set). See [`Sandbox::prepare_to_start`].
+    /// Whether `shell` commands take a pre-started helper ([`Sandbox::prepare_to_start`];
+    /// default: yes, unless the `no_spare` knob is set).
     pub fn with_spares(mut self, on: bool) -> Sandbox {
         self.spares_on = on && !self.knobs.no_spare;
         if !self.spares_on {
@@ -348,8 +347,7 @@ impl Sandbox {
         self
     }
 
-    /// The spare helper's pid once one is ready, waiting up to `limit` for one being
-    /// started (for tests and diagnostics).
+    /// The ready spare helper's pid, waiting up to `limit` for one (tests, diagnostics).
     pub fn spare_pid(&self, limit: std::time::Duration) -> Option<u32> {
         self.spares.ready_pid(limit)
     }
@@ -449,6 +447,16 @@ impl Sandbox {
 
     fn hierarchy(&self) -> Option<&Hierarchy> {
         self.cgroups.get_or_init(cgroup::detect).as_ref()
+    }
+
+    /// Sweeps per-command cgroups left behind ([`cgroup::sweep`]); nothing where this
+    /// daemon makes no cgroups. The daemon calls it with [`cgroup::Owners::Gone`] at
+    /// start, before it runs any command, and with [`cgroup::Owners::Own`] when it
+    /// shuts down.
+    pub fn sweep_cgroups(&self, owners: cgroup::Owners) -> cgroup::Swept {
+        self.hierarchy()
+            .map(|h| cgroup::sweep(h, owners))
+            .unwrap_or_default()
     }
 
     fn run_probe(&self) -> Probe {
@@ -619,6 +627,7 @@ impl Sandbox {
             report: rw,
             ns: ns_fds,
         };
+        let line = super::lifeline::read_end();
         let mut cmd = Command::new(&self.helper);
         cmd.arg(HELPER_ARG).env_clear().current_dir("/");
         // The closure owns the descriptors (the namespaces' too) so they live until
@@ -636,7 +645,7 @@ impl Sandbox {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                Ok(())
+                super::lifeline::install(line)
             });
         }
         Ok((cmd, rep_r, fds))
@@ -821,18 +830,12 @@ impl Sandbox {
         // A spare's cgroup is given this command's caps; without one, a cgroup is made.
         let spares = to_start && self.spares_on;
         let mut spare = if spares { self.spares.take() } else { None };
-        let cgroup = match spare
-            .as_mut()
-            .map(|s| s.cgroup_for((req.limits.pids_max, req.limits.memory_max)))
-        {
+        let caps = (req.limits.pids_max, req.limits.memory_max);
+        let cgroup = match spare.as_mut().map(|s| s.cgroup_for(caps)) {
             Some(Ok(cg)) => cg,
             taken => {
-                if taken.is_some() {
-                    spare = None;
-                }
-                self.hierarchy().and_then(|h| {
-                    Cgroup::create(h, req.limits.pids_max, req.limits.memory_max).ok()
-                })
+                spare = spare.filter(|_| taken.is_none());
+                (self.hierarchy()).and_then(|h| Cgroup::create(h, caps.0, caps.1).ok())
             }
         };
         mark(&mut marks, "daemon: cgroup made");
@@ -948,7 +951,7 @@ impl Sandbox {
                 refill: spares.then(|| Refill {
                     spares: self.spares.clone(),
                     hierarchy: self.hierarchy().cloned(),
-                    limits: (req.limits.pids_max, req.limits.memory_max),
+                    limits: caps,
                 }),
             }
         });
@@ -1201,16 +1204,12 @@ impl Prepared {
         stderr: OwnedFd,
     ) -> std::io::Result<tokio::process::Child> {
         mark(&mut self.marks, "daemon: start");
-        let (child, spare, refill) = super::spare::start(
-            self.pending.take(),
-            self.take_command(),
-            stdin,
-            stdout,
-            stderr,
-        )?;
+        let stdio = (stdin, stdout, stderr);
+        let (child, spare, refill) =
+            super::spare::start(self.pending.take(), self.take_command(), stdio)?;
         self.refill = refill;
-        if self.facts.contains_key("spare") {
-            self.facts.insert("spare".into(), json!(spare));
+        if let Some(v) = self.facts.get_mut("spare") {
+            *v = json!(spare);
         }
         Ok(child)
     }
