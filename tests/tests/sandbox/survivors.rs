@@ -277,15 +277,9 @@ fn a_killed_daemon_takes_everything_sandboxed_with_it(level: &str, force: Option
         ),
     }
 
-    d.kill9();
-    let left = survivors(pinned, Instant::now() + WAIT);
-    assert!(
-        left.is_empty(),
-        "{level}: sandboxed processes outlived the killed daemon: {left:#?}"
-    );
-
     // A second daemon, live, with a command running in its own cgroup, and a cgroup of
-    // its just made (still empty, as before a command joins it).
+    // its just made (still empty, as before a command joins it). Started before the kill:
+    // in this test only the restarted daemon starts after it.
     let o2 = outside();
     let mut other = at_level(&o2, force, "").start();
     let other_pid = other.pid().unwrap();
@@ -319,6 +313,13 @@ fn a_killed_daemon_takes_everything_sandboxed_with_it(level: &str, force: Option
             "{level}: the live daemon's command has no cgroup: {live_before:?}"
         );
     }
+
+    d.kill9();
+    let left = survivors(pinned, Instant::now() + WAIT);
+    assert!(
+        left.is_empty(),
+        "{level}: sandboxed processes outlived the killed daemon: {left:#?}"
+    );
 
     // The next daemon on the killed one's home: the killed daemon's cgroups are swept
     // before it serves; the live daemon's stay, the empty one too.
