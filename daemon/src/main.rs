@@ -147,7 +147,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(agentd::daemon::run(opts)) {
+    let run = async {
+        let r = agentd::daemon::run(opts).await;
+        // The spare sandbox helper exits and its cgroup is removed.
+        #[cfg(target_os = "linux")]
+        if let Some(sb) = agentd::tools::sandboxing::runtime() {
+            sb.sandbox.release_spares();
+        }
+        r
+    };
+    match rt.block_on(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
             eprintln!("agentd: {msg}");

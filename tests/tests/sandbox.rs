@@ -15,6 +15,8 @@ mod git;
 mod hooks;
 #[path = "sandbox/sockets.rs"]
 mod sockets;
+#[path = "sandbox/spare.rs"]
+mod spare;
 #[path = "sandbox/survivors.rs"]
 mod survivors;
 

@@ -1,6 +1,8 @@
 //! Set-up overhead of the command sandbox: `true` run plainly and through the helper
-//! (full: namespaces, mounts, Landlock, seccomp; and degraded: no namespaces), in
-//! alternating rounds, p50 and p90 of each. `cargo bench -p agentd-sandbox`.
+//! (full: namespaces, mounts, Landlock, seccomp; and degraded: no namespaces), each
+//! level with a spare helper taken (as the `shell` tool starts commands) and with a
+//! helper started for the command (no spare), in alternating rounds, p50 and p90 of
+//! each. `cargo bench -p agentd-sandbox`.
 //! `AGENTD_BENCH_RUNS` sets the runs per configuration (default 200);
 //! `AGENTD_BENCH_GAP_MS` a pause before each sandboxed run (default 0), as between a
 //! model's commands: moving a process into a cgroup v1 is fast only right after another
@@ -42,11 +44,21 @@ fn main() {
             .with_cache_layers(home.join("sandbox-caches"))
             .with_tmp_dirs(home.join("sandbox-tmp"))
     };
-    let full = sandbox(Knobs::default());
-    let degraded = sandbox(Knobs {
+    let degraded_knobs = Knobs {
         force_no_userns: true,
         ..Default::default()
-    });
+    };
+    // Spare helpers are started from the runtime (as in the daemon).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _ctx = rt.enter();
+    let full = sandbox(Knobs::default()).with_spares(false);
+    let degraded = sandbox(degraded_knobs).with_spares(false);
+    let full_spare = sandbox(Knobs::default());
+    let degraded_spare = sandbox(degraded_knobs);
     assert_eq!(full.probe().level, "full", "{:?}", full.probe());
     let inputs = Inputs {
         workspace: ws.clone(),
@@ -56,10 +68,17 @@ fn main() {
         ..Default::default()
     };
     let policy = effective(&inputs);
-    // Per level: the runs' stage marks (feature `trace`).
+    // Per configuration: the runs' stage marks (feature `trace`).
     type Runs = Vec<Vec<(String, u64)>>;
-    let traces: std::cell::RefCell<[Runs; 2]> = Default::default();
-    let sandboxed = |sb: &Sandbox| {
+    let traces: std::cell::RefCell<[Runs; 4]> = Default::default();
+    let null = || -> std::os::fd::OwnedFd {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+            .into()
+    };
+    let sandboxed = |sb: &Sandbox, which: usize, measured: bool| {
         std::thread::sleep(gap);
         let t = Instant::now();
         let t0 = agentd_sandbox::trace::now_ns();
@@ -71,22 +90,20 @@ fn main() {
             umask: 0o022,
             limits: Limits::default(),
         };
-        let mut p = sb.prepare(&req).unwrap();
-        // Taken out and dropped once run, as the daemon does: the `Command` holds the
-        // parent's copy of the report pipe, whose EOF the degraded level waits for (up
-        // to 10 s a run otherwise).
-        let mut cmd = std::mem::replace(&mut p.command, Command::new("true"));
+        // As the `shell` tool: prepared (a spare taken if one is ready), then started
+        // with its stdio, then waited for.
+        let mut p = sb.prepare_to_start(&req).unwrap();
         let spawn = agentd_sandbox::trace::now_ns();
-        let st = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
+        let mut child = p.start(None, null(), null()).unwrap();
+        let st = rt.block_on(child.wait()).unwrap();
         let exited = agentd_sandbox::trace::now_ns();
-        drop(cmd);
         assert!(st.success());
         let facts = p.finish(b"");
         assert!(facts.get("error").is_none(), "{facts}");
+        if measured {
+            // Every measured run with spares found one ready.
+            assert_eq!(facts["spare"], which % 2 == 1, "{facts}");
+        }
         let elapsed = t.elapsed();
         if let Some(m) = facts.get("marks") {
             let mut marks: Vec<(String, u64)> = serde_json::from_value(m.clone()).unwrap();
@@ -94,8 +111,7 @@ fn main() {
             marks.push(("bench: command exited, helper reaped".into(), exited));
             marks.sort_by_key(|m| m.1);
             marks.insert(0, ("start".into(), t0));
-            let level = usize::from(sb.knobs().force_no_userns);
-            traces.borrow_mut()[level].push(marks);
+            traces.borrow_mut()[which].push(marks);
         }
         elapsed
     };
@@ -105,18 +121,23 @@ fn main() {
         assert!(st.success());
         t.elapsed()
     };
-    // Warm-up (the probe, page cache).
+    let configs = [&full, &full_spare, &degraded, &degraded_spare];
+    // Warm-up (the probe, page cache, the first spares).
     for _ in 0..10 {
         plain();
-        sandboxed(&full);
-        sandboxed(&degraded);
+        for (i, sb) in configs.iter().enumerate() {
+            sandboxed(sb, i, false);
+        }
     }
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let mut a = Vec::new();
+    let mut bs: [Vec<Duration>; 4] = Default::default();
     for _ in 0..runs {
         a.push(plain());
-        b.push(sandboxed(&full));
-        c.push(sandboxed(&degraded));
+        for (i, sb) in configs.iter().enumerate() {
+            bs[i].push(sandboxed(sb, i, true));
+        }
     }
+    let [mut b, mut b_spare, mut c, mut c_spare] = bs;
     let pct = |v: &mut Vec<Duration>, p: f64| {
         v.sort();
         v[((v.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0
@@ -129,17 +150,27 @@ fn main() {
     println!("{:<28} {:>8} {:>8}", "configuration", "p50", "p90");
     for (name, v) in [
         ("unsandboxed", &mut a),
-        ("sandbox full", &mut b),
-        ("sandbox degraded", &mut c),
+        ("sandbox full, no spare", &mut b),
+        ("sandbox full, spare", &mut b_spare),
+        ("sandbox degraded, no spare", &mut c),
+        ("sandbox degraded, spare", &mut c_spare),
     ] {
         let (p50, p90) = (pct(v, 0.5), pct(v, 0.9));
         println!("{name:<28} {p50:>8.2} {p90:>8.2}");
     }
-    println!(
-        "full minus unsandboxed p50: {:.2} ms",
-        pct(&mut b, 0.5) - pct(&mut a, 0.5)
-    );
-    for (level, runs) in ["full", "degraded"].iter().zip(traces.borrow().iter()) {
+    for (name, v) in [("full", &mut b_spare), ("degraded", &mut c_spare)] {
+        println!(
+            "{name} (spare) minus unsandboxed p50: {:.2} ms",
+            pct(v, 0.5) - pct(&mut a, 0.5)
+        );
+    }
+    let names = [
+        "full, no spare",
+        "full, spare",
+        "degraded, no spare",
+        "degraded, spare",
+    ];
+    for (level, runs) in names.iter().zip(traces.borrow().iter()) {
         if runs.is_empty() {
             continue;
         }

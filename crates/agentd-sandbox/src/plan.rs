@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 /// The first argument that turns the daemon binary into the helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
+/// The second argument of a spare helper (the Linux `spare` module): started before
+/// its command, it waits on fd 3 (a socket) for the command's descriptors.
+pub const SPARE_ARG: &str = "spare";
 /// The helper reads the plan from this descriptor.
 pub const PLAN_FD: i32 = 3;
 /// The helper writes its report on this descriptor (closed at exec).

@@ -150,14 +150,15 @@ async fn run_inner(
             let cwd = ctx.workspace.clone();
             // The first call probes the kernel (one helper run): off the workers.
             let r = tokio::task::spawn_blocking(move || {
-                rt.sandbox.prepare(&agentd_sandbox::CommandRequest {
-                    policy: &policy,
-                    on_unavailable,
-                    argv,
-                    cwd: &cwd,
-                    umask,
-                    limits,
-                })
+                rt.sandbox
+                    .prepare_to_start(&agentd_sandbox::CommandRequest {
+                        policy: &policy,
+                        on_unavailable,
+                        argv,
+                        cwd: &cwd,
+                        umask,
+                        limits,
+                    })
             })
             .await
             .map_err(|e| AgentError::internal(format!("sandbox setup: {e}")))?;
@@ -173,14 +174,9 @@ async fn run_inner(
         }
     };
     let mut child = if let Some(p) = prepared.as_mut() {
-        let std_cmd = std::mem::replace(&mut p.command, std::process::Command::new("true"));
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(write_end))
-            .stderr(Stdio::from(write_end2))
-            .process_group(0)
-            .kill_on_drop(true);
-        cmd.spawn().map_err(spawn_err)?
+        // Handed to the spare helper when one is ready, else the helper is spawned; in
+        // its own process group either way.
+        p.start(None, write_end, write_end2).map_err(spawn_err)?
     } else {
         // The Command holds the parent's copies of the write end; dropping it at the end
         // of this block is what lets the pipe reach EOF once the children are done.

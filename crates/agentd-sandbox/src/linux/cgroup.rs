@@ -188,6 +188,24 @@ impl Cgroup {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// Writes the caps of the command about to run in this cgroup (a spare helper's,
+    /// made before the command was known): plain writes, nothing moves.
+    pub fn set_limits(&mut self, pids_max: u64, memory_max: u64) -> io::Result<()> {
+        for d in &self.dirs {
+            if d.join("pids.max").exists() {
+                write(&d.join("pids.max"), &pids_max.to_string())?;
+            }
+            if d.join("memory.max").exists() {
+                write(&d.join("memory.max"), &memory_max.to_string())?;
+            } else if d.join("memory.limit_in_bytes").exists() {
+                write(&d.join("memory.limit_in_bytes"), &memory_max.to_string())?;
+            }
+        }
+        self.pids_max = pids_max;
+        self.memory_max = memory_max;
+        Ok(())
+    }
+
     fn counter(file: &Path, key: &str) -> u64 {
         std::fs::read_to_string(file)
             .ok()

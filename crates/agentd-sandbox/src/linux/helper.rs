@@ -35,6 +35,7 @@ use super::lifeline::{self, Waited};
 use super::{clone, confine, mounts};
 use crate::plan::{
     Plan, Report, HELPER_ARG, LIFELINE_FD, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
+    SPARE_ARG,
 };
 use crate::policy::Network;
 use crate::trace::mark;
@@ -83,6 +84,13 @@ fn exit_code(status: libc::c_int) -> i32 {
 /// Runs the helper. Never returns.
 pub fn helper_main() -> ! {
     let mut report = Report::default();
+    // A spare: started ahead of its command, it waits for the command's descriptors and
+    // then goes on as a cold helper, its cgroup already joined.
+    let joined = if std::env::args_os().nth(2).is_some_and(|a| a == SPARE_ARG) {
+        super::spare::wait_for_command(&mut report)
+    } else {
+        Vec::new()
+    };
     mark(&mut report.marks, "helper: started");
     let line = lifeline::adopt();
     // SAFETY: PLAN_FD was set up by the daemon; from_raw_fd takes ownership and closes it.
@@ -123,6 +131,9 @@ pub fn helper_main() -> ! {
         },
         _ => {
             for procs in &plan.cgroup_procs {
+                if joined.contains(procs) {
+                    continue;
+                }
                 match std::fs::write(procs, "0") {
                     Ok(()) => report.cgroup = true,
                     Err(e) => fail(&mut report, format!("joining {}: {e}", procs.display())),

@@ -11,4 +11,5 @@ pub mod lifeline;
 pub mod mounts;
 pub mod peer;
 pub mod restore;
+pub mod spare;
 pub mod spawn;

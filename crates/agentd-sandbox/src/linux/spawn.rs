@@ -5,6 +5,7 @@
 
 use super::cgroup::{self, Cgroup, Hierarchy};
 use super::confine;
+use super::spare::{HelperFds, Pending, Refill, Spares};
 use crate::hints;
 use crate::plan::{Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
 use crate::policy::{EffectivePolicy, Mode, OnUnavailable};
@@ -33,6 +34,8 @@ pub struct Knobs {
     pub force_no_seccomp: bool,
     /// The helper's mount plan fails (a sandbox that cannot be built mid-way).
     pub fail_setup: bool,
+    /// No spare helper: every command starts its own (see [`Sandbox::with_spares`]).
+    pub no_spare: bool,
 }
 
 impl Knobs {
@@ -45,6 +48,7 @@ impl Knobs {
                 "no_landlock" => k.force_no_landlock = true,
                 "no_seccomp" => k.force_no_seccomp = true,
                 "fail_setup" => k.fail_setup = true,
+                "no_spare" => k.no_spare = true,
                 _ => {}
             }
         }
@@ -141,6 +145,9 @@ pub struct Sandbox {
     /// Where the per-workspace upper layers of granted caches live (agentd's home, which
     /// commands never see); `None`: granted caches are read-only.
     cache_layers: Option<PathBuf>,
+    /// The spare helper ([`super::spare`]) `shell` commands take (if `spares_on`).
+    spares: Arc<Spares>,
+    spares_on: bool,
 }
 
 /// A command ready to spawn, and what to collect once it ended.
@@ -170,6 +177,10 @@ pub struct Prepared {
     /// The set-up's stage marks, the daemon's and (once read) the helper's (feature
     /// `trace` only).
     marks: crate::trace::Marks,
+    /// From [`Sandbox::prepare_to_start`]: the spare taken and what starting needs; once
+    /// started, how to ask for the next spare when this command is done with (drop).
+    pending: Option<Pending>,
+    refill: Option<Refill>,
 }
 
 /// A long-running command's state between requests (degraded level: stopped).
@@ -313,7 +324,6 @@ impl Sandbox {
     /// (the daemon: `std::env::current_exe()`).
     pub fn new(helper: PathBuf, knobs: Knobs) -> Sandbox {
         Sandbox {
-            helper,
             knobs,
             probe: OnceLock::new(),
             cgroups: OnceLock::new(),
@@ -321,7 +331,31 @@ impl Sandbox {
             tmp_parent: OnceLock::new(),
             tmp_base: None,
             cache_layers: None,
+            spares: Arc::new(Spares::new(helper.clone())),
+            spares_on: !knobs.no_spare,
+            helper,
         }
+    }
+
+    /// Whether `shell` commands take a pre-started helper ([`Sandbox::prepare_to_start`];
+    /// default: yes, unless the `no_spare` knob is set).
+    pub fn with_spares(mut self, on: bool) -> Sandbox {
+        self.spares_on = on && !self.knobs.no_spare;
+        if !self.spares_on {
+            self.spares.close();
+        }
+        self
+    }
+
+    /// The ready spare helper's pid, waiting up to `limit` for one (tests, diagnostics).
+    pub fn spare_pid(&self, limit: std::time::Duration) -> Option<u32> {
+        self.spares.ready_pid(limit)
+    }
+
+    /// Ends the spare helper (it exits and its cgroup is removed) and starts no more:
+    /// the daemon calls it when it shuts down (its `Sandbox` is never dropped).
+    pub fn release_spares(&self) {
+        self.spares.close();
     }
 
     /// Keeps degraded commands' private `TMPDIR`s below `dir` (agentd's home, which
@@ -477,7 +511,7 @@ impl Sandbox {
             probe: true,
             ..Default::default()
         };
-        let (mut cmd, report) = self
+        let (mut cmd, report, _) = self
             .helper_command(&plan, None)
             .map_err(|e| e.to_string())?;
         let out = cmd
@@ -526,7 +560,7 @@ impl Sandbox {
             holder: true,
             ..Default::default()
         };
-        let (mut cmd, report) = self.helper_command(&plan, None)?;
+        let (mut cmd, report, _) = self.helper_command(&plan, None)?;
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -568,7 +602,7 @@ impl Sandbox {
         &self,
         plan: &Plan,
         ns: Option<NetNs>,
-    ) -> std::io::Result<(Command, OwnedFd)> {
+    ) -> std::io::Result<(Command, OwnedFd, HelperFds)> {
         let text = serde_json::to_vec(plan).map_err(std::io::Error::other)?;
         let (plan_r, plan_w) = pipe_high()?;
         // The whole plan is written before the helper starts: the pipe must hold it (a
@@ -588,6 +622,11 @@ impl Sandbox {
         std::fs::File::from(plan_w).write_all(&text)?;
         let (pr, rw) = (plan_r.as_raw_fd(), rep_w.as_raw_fd());
         let ns_fds = ns.as_ref().map(|n| (n.0.as_raw_fd(), n.1.as_raw_fd()));
+        let fds = HelperFds {
+            plan: pr,
+            report: rw,
+            ns: ns_fds,
+        };
         let line = super::lifeline::read_end();
         let mut cmd = Command::new(&self.helper);
         cmd.arg(HELPER_ARG).env_clear().current_dir("/");
@@ -609,12 +648,29 @@ impl Sandbox {
                 super::lifeline::install(line)
             });
         }
-        Ok((cmd, rep_r))
+        Ok((cmd, rep_r, fds))
     }
 
     /// Builds the command for `req`: sandboxed, or unconfined when the mode is
     /// `full_access` or the sandbox is unavailable and `on_unavailable = "warn"`.
     pub fn prepare(&self, req: &CommandRequest<'_>) -> Result<Prepared, Unavailable> {
+        self.prepare_with(req, false)
+    }
+
+    /// As [`Sandbox::prepare`], for a caller that starts the command with
+    /// [`Prepared::start`] (the `shell` tool): the command may then be handed to the
+    /// spare helper, already executed and already in a cgroup of its own
+    /// (docs/sandbox.md#cost), and a new spare is started once it has ended. The plan is
+    /// computed here, as for any command; `data.sandbox.spare` says which it was.
+    pub fn prepare_to_start(&self, req: &CommandRequest<'_>) -> Result<Prepared, Unavailable> {
+        self.prepare_with(req, true)
+    }
+
+    fn prepare_with(
+        &self,
+        req: &CommandRequest<'_>,
+        to_start: bool,
+    ) -> Result<Prepared, Unavailable> {
         let mut marks = crate::trace::Marks::new();
         mark(&mut marks, "daemon: prepare");
         let p = req.policy;
@@ -652,6 +708,8 @@ impl Sandbox {
                 degraded: false,
                 between: Between::default(),
                 marks: Vec::new(),
+                pending: None,
+                refill: None,
             }
         };
         if p.mode == Mode::FullAccess {
@@ -769,9 +827,17 @@ impl Sandbox {
             hidden.push(parent.clone());
         }
         mark(&mut marks, "daemon: caches and TMPDIR");
-        let cgroup = self
-            .hierarchy()
-            .and_then(|h| Cgroup::create(h, req.limits.pids_max, req.limits.memory_max).ok());
+        // A spare's cgroup is given this command's caps; without one, a cgroup is made.
+        let spares = to_start && self.spares_on;
+        let mut spare = if spares { self.spares.take() } else { None };
+        let caps = (req.limits.pids_max, req.limits.memory_max);
+        let cgroup = match spare.as_mut().map(|s| s.cgroup_for(caps)) {
+            Some(Ok(cg)) => cg,
+            taken => {
+                spare = spare.filter(|_| taken.is_none());
+                (self.hierarchy()).and_then(|h| Cgroup::create(h, caps.0, caps.1).ok())
+            }
+        };
         mark(&mut marks, "daemon: cgroup made");
         let cover_sockets = if namespaces {
             host_sockets(p.network, &hidden, &sockets, &writable, &cwd)
@@ -844,7 +910,7 @@ impl Sandbox {
             }
             facts.insert("unavailable".into(), json!(unavailable));
         }
-        let (command, report) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
+        let (command, report, fds) = self.helper_command(&plan, ns).map_err(|e| Unavailable {
             missing: vec![],
             message: format!("could not start the sandbox helper: {e}"),
         })?;
@@ -877,8 +943,22 @@ impl Sandbox {
             report.try_clone().ok()
         };
         let restore = saved_before(namespaces, p.mode, &protected, &writable);
+        let pending = to_start.then(|| {
+            facts.insert("spare".into(), json!(spare.is_some()));
+            Pending {
+                spare,
+                fds,
+                refill: spares.then(|| Refill {
+                    spares: self.spares.clone(),
+                    hierarchy: self.hierarchy().cloned(),
+                    limits: caps,
+                }),
+            }
+        });
         mark(&mut marks, "daemon: helper command built");
         Ok(Prepared {
+            pending,
+            refill: None,
             marks,
             guard_alive,
             command,
@@ -1109,6 +1189,29 @@ impl Prepared {
     /// long-running MCP server); this `Prepared` stays the guard of what it runs in.
     pub fn take_command(&mut self) -> Command {
         std::mem::replace(&mut self.command, Command::new("/"))
+    }
+
+    /// Starts the command (prepared by [`Sandbox::prepare_to_start`] or
+    /// [`Sandbox::prepare`]) with its stdio (`stdin` `None`: `/dev/null`), in a process
+    /// group of its own, killed when the `Child` is dropped: handed to the spare taken,
+    /// or the helper spawned (also when the spare died meanwhile). A new spare is
+    /// started in the background once this `Prepared` is finished or dropped. Must run
+    /// in a tokio runtime.
+    pub fn start(
+        &mut self,
+        stdin: Option<OwnedFd>,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    ) -> std::io::Result<tokio::process::Child> {
+        mark(&mut self.marks, "daemon: start");
+        let stdio = (stdin, stdout, stderr);
+        let (child, spare, refill) =
+            super::spare::start(self.pending.take(), self.take_command(), stdio)?;
+        self.refill = refill;
+        if let Some(v) = self.facts.get_mut("spare") {
+            *v = json!(spare);
+        }
+        Ok(child)
     }
 
     /// Reads the helper's report into the facts, once; it is complete as soon as the
@@ -1363,6 +1466,12 @@ impl Prepared {
     }
 }
 
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.spares.close();
+    }
+}
+
 impl Drop for Prepared {
     fn drop(&mut self) {
         if let Some(f) = self.between.frozen.take() {
@@ -1380,6 +1489,11 @@ impl Drop for Prepared {
         }
         if let Some(t) = self.tmp_dir.take() {
             let _ = std::fs::remove_dir_all(t);
+        }
+        // After the cleanup: the spare's move into its cgroup holds the cgroup lock for
+        // a grace period, which this command's cgroup removal would otherwise wait for.
+        if let Some(r) = self.refill.take() {
+            r.request();
         }
     }
 }

@@ -1,0 +1,152 @@
+//! The spare helper (docs/sandbox.md#cost): a `shell` command after the first takes a
+//! helper that was started, and moved into its cgroup, while the model thought. It must
+//! be confined exactly as a helper started for the command, and a spare must never
+//! outlive its daemon. Each case runs in full and in degraded mode and, through
+//! `.ci/sandbox.sh`, unprivileged too.
+
+use super::{builder, create, outside, q, shell};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The two sandbox levels a case runs at.
+const LEVELS: [(&str, Option<&str>); 2] = [("full", None), ("degraded", Some("no_userns"))];
+
+/// The facts that must not depend on how the helper was started.
+fn confinement(f: &Value) -> Value {
+    let keys = [
+        "level",
+        "namespaces",
+        "landlock",
+        "seccomp",
+        "caps_dropped",
+        "no_new_privs",
+        "proc",
+        "protected",
+        "hidden_mounted",
+        "writable_roots",
+        "limits",
+        "unix_sockets",
+        "error",
+    ];
+    keys.iter()
+        .map(|k| (k.to_string(), f.get(*k).cloned().unwrap_or(Value::Null)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+#[test]
+fn a_command_on_the_spare_helper_is_confined_as_the_first_was() {
+    for (level, force) in LEVELS {
+        let o = outside();
+        let mut b = builder(&o);
+        if let Some(f) = force {
+            b = b.env("AGENTD_SANDBOX_FORCE", f);
+        }
+        let d = b.start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let cmd = format!(
+            "echo inside > ok.txt && echo wrote-ws; \
+             echo x > {out} 2>/dev/null || echo outside-refused; \
+             cat {key} 2>/dev/null || echo key-hidden; \
+             echo \"fds: $(ls /proc/self/fd | sort -n | tr '\\n' ' ')\"; \
+             grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; \
+             echo \"umask $(umask)\"",
+            out = q(&o.root.join("out/victim")),
+            key = q(&o.home.join(".ssh/id_ed25519")),
+        );
+        // The first command of the daemon starts its own helper; the spare is started
+        // once it has ended, and the next command takes it.
+        let first = shell(&d, &mut c, &sid, &cmd, json!({}));
+        let second = shell(&d, &mut c, &sid, &cmd, json!({}));
+        let (f1, f2) = (&first["sandbox"], &second["sandbox"]);
+        assert_eq!(f1["spare"], false, "{level}: {f1:#}");
+        assert_eq!(f2["spare"], true, "{level}: {f2:#}");
+        assert_eq!(f2["level"], level, "{f2:#}");
+        let text = first["output"].as_str().unwrap_or("");
+        for want in [
+            "wrote-ws",
+            "outside-refused",
+            "key-hidden",
+            "NoNewPrivs:\t1",
+        ] {
+            assert!(text.contains(want), "{level}: {want}: {first:#}");
+        }
+        assert_eq!(first["output"], second["output"], "{level}");
+        assert_eq!(confinement(f1), confinement(f2), "{level}");
+        assert_eq!(
+            std::fs::read_to_string(o.root.join("out/victim")).unwrap(),
+            "original"
+        );
+    }
+}
+
+/// The daemon's children that are spare helpers (`__sandbox-exec spare`).
+fn spares_of(daemon: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(daemon) && cmd.split(|b| *b == 0).any(|a| a == b"spare")
+        })
+        .collect()
+}
+
+/// Waits (up to `limit`) for `pid` to exit, on its pidfd.
+fn wait_gone(pid: u32, limit: Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as i32, 0) } as i32;
+    if fd < 0 {
+        return true; // already gone
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one valid pollfd, then closing our pidfd.
+    let rc = unsafe {
+        let rc = libc::poll(&mut p, 1, limit.as_millis() as i32);
+        libc::close(fd);
+        rc
+    };
+    rc == 1
+}
+
+#[test]
+fn a_spare_helper_does_not_outlive_a_killed_daemon() {
+    for (level, force) in LEVELS {
+        let o = outside();
+        let mut b = builder(&o);
+        if let Some(f) = force {
+            b = b.env("AGENTD_SANDBOX_FORCE", f);
+        }
+        let mut d = b.start();
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        shell(&d, &mut c, &sid, "true", json!({}));
+        let daemon = d.pid().expect("the harness started the daemon");
+        // The spare is started in the background once the command has ended; nothing
+        // signals a process's birth to another, so the host looks until it is there.
+        let end = Instant::now() + Duration::from_secs(60);
+        let spare = loop {
+            if let Some(p) = spares_of(daemon).first() {
+                break *p;
+            }
+            assert!(Instant::now() < end, "{level}: no spare helper appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        d.kill9();
+        assert!(
+            wait_gone(spare, Duration::from_secs(60)),
+            "{level}: the spare helper {spare} outlived its daemon"
+        );
+    }
+}
