@@ -454,3 +454,46 @@ fn a_spare_does_not_outlive_a_killed_daemon() {
         "the spare {pid} outlived its daemon"
     );
 }
+
+/// A waiting spare is outside every sandbox. A degraded command (same uid, the host's
+/// pid namespace: the only level where it can see the spare at all) cannot follow its
+/// descriptors, read its memory or environment, or (Landlock ABI 6+) signal it, and the
+/// spare then serves its own command as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_reach_a_waiting_spare() {
+    let e = env();
+    let i = inputs(&e);
+    let knobs = LEVELS[1].1;
+    let sb = sandbox(knobs, true);
+    run(&sb, &i, "true", limits(64)).await;
+    let pid = sb
+        .spare_pid(std::time::Duration::from_secs(60))
+        .expect("a spare after the first command");
+    let other = sandbox(knobs, false);
+    let script = format!(
+        "readlink /proc/{pid}/fd/3 >/dev/null 2>&1 && echo READ-SOCKET; \
+         head -c 1 /proc/{pid}/mem >/dev/null 2>&1 && echo READ-MEM; \
+         cat /proc/{pid}/environ >/dev/null 2>&1 && echo READ-ENV; \
+         kill -STOP {pid} 2>/dev/null && echo STOPPED; \
+         kill -KILL {pid} 2>/dev/null && echo KILLED; \
+         echo done"
+    );
+    let (_, out, facts) = run(&other, &i, &script, limits(64)).await;
+    assert_eq!(facts["level"], "degraded", "{facts:#}");
+    let abi = facts["landlock"]["abi"].as_i64().unwrap_or(0);
+    for bad in ["READ-SOCKET", "READ-MEM", "READ-ENV"] {
+        assert!(!out.contains(bad), "{bad}: {out}");
+    }
+    if abi >= 6 {
+        assert!(!out.contains("STOPPED") && !out.contains("KILLED"), "{out}");
+        let (code, out, facts) = run(&sb, &i, "echo served", limits(64)).await;
+        assert_eq!(facts["spare"], true, "{facts:#}");
+        assert_eq!((code, out.trim()), (0, "served"), "{facts:#}");
+    } else {
+        // Signals are not scoped below ABI 6: a killed spare only means the next
+        // command starts its own helper.
+        let (code, out, _) = run(&sb, &i, "echo served", limits(64)).await;
+        assert_eq!((code, out.trim()), (0, "served"));
+    }
+    assert!(out.contains("done"), "{out}");
+}
