@@ -192,6 +192,9 @@ async fn a_command_that_takes_the_spare_is_confined_as_a_cold_one() {
             first["spare"], false,
             "{level}: nothing to take yet: {first:#}"
         );
+        // Ready however loaded the machine is (a command waits only so long for it).
+        let ready = warm.spare_pid(std::time::Duration::from_secs(60));
+        assert!(ready.is_some(), "{level}: no spare after the first command");
         let (code_s, out_s, facts_s) = run(&warm, &i, &script, limits(64)).await;
         assert_eq!(facts_s["spare"], true, "{level}: {facts_s:#}");
         assert_eq!(facts_s["level"], level, "{facts_s:#}");
@@ -269,8 +272,10 @@ async fn two_commands_at_once_both_run_one_on_the_spare() {
         let i = inputs(&e);
         let sb = sandbox(knobs, true);
         run(&sb, &i, "true", limits(64)).await;
+        let ready = sb.spare_pid(std::time::Duration::from_secs(60));
+        assert!(ready.is_some(), "{level}: no spare after the first command");
         // Both prepared before either starts: the first takes the spare, the second
-        // finds none (the next is only asked for once a command starts).
+        // finds none (the next is only asked for once a command has ended).
         let a = prepare(&sb, &i, "echo A-$((6*7)) > a.txt; cat a.txt", limits(64));
         let b = prepare(&sb, &i, "echo B-$((6*9)) > b.txt; cat b.txt", limits(64));
         let (ra, rb) = tokio::join!(finish(a), finish(b));
