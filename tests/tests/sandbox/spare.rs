@@ -206,3 +206,21 @@ fn a_daemon_that_stops_ends_its_spare_helper_and_removes_its_cgroup() {
         assert!(!g.exists(), "{} left behind", g.display());
     }
 }
+
+#[test]
+fn with_no_spare_every_command_starts_its_own_helper() {
+    let o = outside();
+    let d = builder(&o).env("AGENTD_SANDBOX_FORCE", "no_spare").start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    for n in 0..3 {
+        let r = shell(&d, &mut c, &sid, &format!("echo run-{n}"), json!({}));
+        assert_eq!(r["sandbox"]["spare"], false, "{r:#}");
+        assert!(r["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("run-{n}")));
+    }
+    let daemon = d.pid().expect("the harness started the daemon");
+    assert_eq!(spares_of(daemon), Vec::<u32>::new());
+}
