@@ -192,6 +192,9 @@ async fn a_command_that_takes_the_spare_is_confined_as_a_cold_one() {
             first["spare"], false,
             "{level}: nothing to take yet: {first:#}"
         );
+        // Ready however loaded the machine is (a command waits only so long for it).
+        let ready = warm.spare_pid(std::time::Duration::from_secs(60));
+        assert!(ready.is_some(), "{level}: no spare after the first command");
         let (code_s, out_s, facts_s) = run(&warm, &i, &script, limits(64)).await;
         assert_eq!(facts_s["spare"], true, "{level}: {facts_s:#}");
         assert_eq!(facts_s["level"], level, "{facts_s:#}");
@@ -269,8 +272,10 @@ async fn two_commands_at_once_both_run_one_on_the_spare() {
         let i = inputs(&e);
         let sb = sandbox(knobs, true);
         run(&sb, &i, "true", limits(64)).await;
+        let ready = sb.spare_pid(std::time::Duration::from_secs(60));
+        assert!(ready.is_some(), "{level}: no spare after the first command");
         // Both prepared before either starts: the first takes the spare, the second
-        // finds none (the next is only asked for once a command starts).
+        // finds none (the next is only asked for once a command has ended).
         let a = prepare(&sb, &i, "echo A-$((6*7)) > a.txt; cat a.txt", limits(64));
         let b = prepare(&sb, &i, "echo B-$((6*9)) > b.txt; cat b.txt", limits(64));
         let (ra, rb) = tokio::join!(finish(a), finish(b));
@@ -453,4 +458,47 @@ fn a_spare_does_not_outlive_a_killed_daemon() {
         wait_gone(pid, std::time::Duration::from_secs(60)),
         "the spare {pid} outlived its daemon"
     );
+}
+
+/// A waiting spare is outside every sandbox. A degraded command (same uid, the host's
+/// pid namespace: the only level where it can see the spare at all) cannot follow its
+/// descriptors, read its memory or environment, or (Landlock ABI 6+) signal it, and the
+/// spare then serves its own command as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_reach_a_waiting_spare() {
+    let e = env();
+    let i = inputs(&e);
+    let knobs = LEVELS[1].1;
+    let sb = sandbox(knobs, true);
+    run(&sb, &i, "true", limits(64)).await;
+    let pid = sb
+        .spare_pid(std::time::Duration::from_secs(60))
+        .expect("a spare after the first command");
+    let other = sandbox(knobs, false);
+    let script = format!(
+        "readlink /proc/{pid}/fd/3 >/dev/null 2>&1 && echo READ-SOCKET; \
+         head -c 1 /proc/{pid}/mem >/dev/null 2>&1 && echo READ-MEM; \
+         cat /proc/{pid}/environ >/dev/null 2>&1 && echo READ-ENV; \
+         kill -STOP {pid} 2>/dev/null && echo STOPPED; \
+         kill -KILL {pid} 2>/dev/null && echo KILLED; \
+         echo done"
+    );
+    let (_, out, facts) = run(&other, &i, &script, limits(64)).await;
+    assert_eq!(facts["level"], "degraded", "{facts:#}");
+    let abi = facts["landlock"]["abi"].as_i64().unwrap_or(0);
+    for bad in ["READ-SOCKET", "READ-MEM", "READ-ENV"] {
+        assert!(!out.contains(bad), "{bad}: {out}");
+    }
+    if abi >= 6 {
+        assert!(!out.contains("STOPPED") && !out.contains("KILLED"), "{out}");
+        let (code, out, facts) = run(&sb, &i, "echo served", limits(64)).await;
+        assert_eq!(facts["spare"], true, "{facts:#}");
+        assert_eq!((code, out.trim()), (0, "served"), "{facts:#}");
+    } else {
+        // Signals are not scoped below ABI 6: a killed spare only means the next
+        // command starts its own helper.
+        let (code, out, _) = run(&sb, &i, "echo served", limits(64)).await;
+        assert_eq!((code, out.trim()), (0, "served"));
+    }
+    assert!(out.contains("done"), "{out}");
 }
