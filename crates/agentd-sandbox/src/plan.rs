@@ -96,6 +96,15 @@ pub struct Plan {
     /// caches the user's own builds read.
     #[serde(default)]
     pub cache_layers: Vec<CacheLayer>,
+    /// Landlock scopes abstract sockets only, not signals, as before Landlock ABI 6 (the
+    /// daemon's `no_signal_scope` test knob).
+    #[serde(default)]
+    pub no_signal_scope: bool,
+    /// Degraded and without Landlock's signal scoping: seccomp refuses the signals a
+    /// command could aim at the processes that end it (the guard, the outer helper, the
+    /// daemon, `-1`).
+    #[serde(default)]
+    pub guard_keepers: bool,
 }
 
 /// One cache overlay of [`Plan::cache_layers`].

@@ -65,6 +65,7 @@ const LEVELS: [(&str, Knobs); 2] = [
             force_no_seccomp: false,
             fail_setup: false,
             no_spare: false,
+            no_signal_scope: false,
         },
     ),
     (
@@ -75,6 +76,7 @@ const LEVELS: [(&str, Knobs); 2] = [
             force_no_seccomp: false,
             fail_setup: false,
             no_spare: false,
+            no_signal_scope: false,
         },
     ),
 ];

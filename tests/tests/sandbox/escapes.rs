@@ -209,6 +209,79 @@ fn a_detached_process_dies_at_the_timeout_and_never_reaches_the_daemon() {
     }
 }
 
+/// Kills whatever is left of a failed case (stopped keepers keep their children alive).
+fn kill_leftovers(token: &str) {
+    for p in processes_with(token) {
+        if let Some(pid) = p.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+            // SAFETY: signalling a process this test's command started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A degraded command on a kernel whose Landlock does not scope signals (before ABI 6:
+/// the `no_signal_scope` knob takes it away here) stops the processes that are to end
+/// it, its guard (`$PPID`), the guard's process group, the outer helper, after leaving a
+/// `setsid` sleeper: seccomp refuses each signal, and the sleeper still dies at the
+/// timeout. `kill -0 -1` (every process the caller may signal) is refused too.
+#[test]
+fn a_command_cannot_stop_its_guard_to_outlive_the_timeout() {
+    let o = outside();
+    let d = at_level(&o, Some("no_userns,no_signal_scope")).start();
+    let mut c = d.connect();
+    let sid = create(&mut c, &d, None);
+    let ws = d.workspace().to_path_buf();
+    for (i, attack) in [
+        "kill -STOP $PPID",
+        "kill -STOP -- -$PPID",
+        "kill -STOP $outer $PPID",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let token = format!("{}{i}", 10_000 + rand::random::<u32>() % 80_000);
+        let cmd = format!(
+            "outer=$(cut -d' ' -f4 /proc/$PPID/stat)
+             setsid sleep 86400.{token} </dev/null >/dev/null 2>&1 &
+             kill -s 0 -- -1 2> all{i}.err && echo every-process-reached >> all{i}.err
+             {attack} 2> kill{i}.err
+             sleep 600.{token}"
+        );
+        let calls = [("shell", json!({"command": cmd, "timeout_s": 2}))];
+        let (r, evs) = turn_calling(&d, &mut c, &sid, &calls, json!({}));
+        let res = evs
+            .iter()
+            .rev()
+            .find(|e| is_type(e, "tool_result"))
+            .expect("a tool_result")
+            .clone();
+        let gone = wait_until(Duration::from_secs(30), || {
+            processes_with(&token).is_empty()
+        });
+        let left = processes_with(&token);
+        kill_leftovers(&token);
+        assert!(gone, "{attack}: outlived the timeout: {left:?}");
+        assert_eq!(r["status"], "completed", "{attack}: {r}");
+        assert_eq!(res["data"]["error"]["kind"], "timeout", "{attack}: {res}");
+        let err = |f: String| std::fs::read_to_string(ws.join(f)).unwrap_or_default();
+        assert!(
+            err(format!("kill{i}.err")).contains("Operation not permitted"),
+            "{attack}: the signal was not refused: {:?}",
+            err(format!("kill{i}.err"))
+        );
+        let all = err(format!("all{i}.err"));
+        assert!(
+            all.contains("Operation not permitted") && !all.contains("every-process-reached"),
+            "kill -0 -1 was not refused: {all:?}"
+        );
+        // The level says what this kernel lacks.
+        assert!(
+            res.to_string().contains("signal scoping"),
+            "{attack}: {res}"
+        );
+    }
+}
+
 /// Secrets the first hidden set did not know: other agents' credentials and stores,
 /// database client files, shell histories, agentd's default home while the daemon runs
 /// with another, `.env` files outside the workspace, and `[sandbox] hide`. The

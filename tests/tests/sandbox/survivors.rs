@@ -426,6 +426,65 @@ fn a_killed_daemon_takes_a_running_hook_with_it() {
     }
 }
 
+/// A degraded command on a kernel whose Landlock does not scope signals (the
+/// `no_signal_scope` knob takes it away here) stops the outer helper, the process that
+/// watches the daemon's lifeline, and its guard, after leaving a `setsid` sleeper: both
+/// signals are refused, and when the daemon is killed everything the command started
+/// goes with it.
+#[test]
+fn a_command_cannot_stop_its_keepers_to_outlive_a_killed_daemon() {
+    for (i, attack) in ["kill -STOP $outer $PPID", "kill -STOP $outer"]
+        .into_iter()
+        .enumerate()
+    {
+        let o = outside();
+        let mut d = at_level(&o, Some("no_userns,no_signal_scope"), "").start();
+        let ws = d.workspace().canonicalize().unwrap();
+        let mark = format!("8643{i}.{}", std::process::id());
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let command = format!(
+            "outer=$(cut -d' ' -f4 /proc/$PPID/stat)
+             setsid sleep {mark} >/dev/null 2>&1 </dev/null &
+             {attack} 2> kill.err; echo done > attacked
+             sleep {mark}"
+        );
+        start_turn(&d, &mut c, &sid, &[("shell", json!({"command": command}))]);
+        let is_mark = |p: i32| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && cmdline(p).contains(&mark)
+        };
+        let leaves = wait_until("the command's attack and its sleepers", || {
+            let sleeps = host_pids(is_mark);
+            (sleeps.len() == 2 && ws.join("attacked").exists()).then_some(sleeps)
+        });
+        let pinned = lineage(&leaves, d.pid().unwrap() as i32);
+        assert!(
+            pinned.iter().any(|p| p.what.contains("__sandbox-exec")),
+            "{attack}: no sandbox helper above the command: {:?}",
+            pinned.iter().map(|p| &p.what).collect::<Vec<_>>()
+        );
+        d.kill9();
+        let left = survivors(pinned, Instant::now() + WAIT);
+        let stray = left
+            .iter()
+            .filter_map(|l| l.split(' ').next()?.parse::<i32>().ok());
+        for p in stray.chain(host_pids(is_mark)) {
+            // SAFETY: ending what a failed case left (a stopped keeper keeps it alive).
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        assert!(
+            left.is_empty(),
+            "{attack}: outlived the killed daemon: {left:#?}"
+        );
+        let err = std::fs::read_to_string(ws.join("kill.err")).unwrap_or_default();
+        assert!(
+            err.contains("Operation not permitted"),
+            "{attack}: the signal was not refused: {err:?}"
+        );
+    }
+}
+
 #[test]
 fn a_killed_daemon_takes_its_sandboxed_processes_and_cgroups_with_it_full() {
     a_killed_daemon_takes_everything_sandboxed_with_it("full", None);

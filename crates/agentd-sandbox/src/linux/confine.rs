@@ -197,9 +197,11 @@ pub fn landlock(plan: &Plan, marks: &mut crate::trace::Marks) -> Result<(i32, St
             .handle_access(AccessNet::from_all(abi))
             .map_err(|e| e.to_string())?;
     }
-    ruleset = ruleset
-        .scope(Scope::from_all(abi))
-        .map_err(|e| e.to_string())?;
+    let mut scopes = Scope::from_all(abi);
+    if plan.no_signal_scope {
+        scopes.remove(Scope::Signal);
+    }
+    ruleset = ruleset.scope(scopes).map_err(|e| e.to_string())?;
     let mut rs = ruleset.create().map_err(|e| e.to_string())?;
     // Degraded: the host's terminals (the daemon's `/dev/tty`, the user's other ptys)
     // are neither readable nor writable; with namespaces a private devpts holds them.
@@ -346,6 +348,23 @@ fn cond(
     SeccompCondition::new(arg, len, op, v).map_err(|e| e.to_string())
 }
 
+/// The processes that end a degraded command: its guard (the command's parent, leader
+/// of its own process group), the outer helper (leader of the group the daemon kills)
+/// and the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepers {
+    pub guard: i32,
+    pub outer: i32,
+    pub daemon: i32,
+}
+
+/// `fcntl` commands that name a process to signal on I/O.
+const F_SETOWN: u64 = 8;
+const F_SETOWN_EX: u64 = 15;
+/// `ioctl` requests that do the same on sockets.
+const FIOSETOWN: u64 = 0x8901;
+const SIOCSPGRP: u64 = 0x8902;
+
 /// What the main filter refuses beyond the fixed list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FilterOptions {
@@ -359,6 +378,10 @@ pub struct FilterOptions {
     /// `socket(AF_UNIX)` refused (no mount namespace to cover the host's sockets, and
     /// no socket grant); `socketpair` stays allowed.
     pub refuse_unix: bool,
+    /// Without Landlock's signal scoping (degraded): signals aimed at these processes,
+    /// their process groups or at every process (`-1`) are refused, and so are the
+    /// calls that would signal them another way (pidfds, `F_SETOWN`).
+    pub keepers: Option<Keepers>,
 }
 
 /// The main filter: default allow, EPERM on a match.
@@ -386,7 +409,12 @@ pub fn main_filter(o: FilterOptions) -> Result<BpfProgram, String> {
         }
     }
     let mut ioctl = Vec::new();
-    for req in [TIOCSTI, TIOCLINUX] {
+    let mut requests = vec![TIOCSTI, TIOCLINUX];
+    if let Some(k) = o.keepers {
+        keeper_rules(&mut rules, k)?;
+        requests.extend([FIOSETOWN, SIOCSPGRP]);
+    }
+    for req in requests {
         ioctl.push(
             SeccompRule::new(vec![cond(
                 1,
@@ -459,6 +487,61 @@ pub fn main_filter(o: FilterOptions) -> Result<BpfProgram, String> {
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
+/// The rules of [`FilterOptions::keepers`]. A target pid is compared as the 32-bit
+/// value the kernel reads. `pidfd_send_signal` is refused outright: a pidfd can also be
+/// a `/proc/<pid>` directory opened by path (programs such as Go's runtime fall back to
+/// `kill`); `F_SETOWN_EX`, `FIOSETOWN` and `SIOCSPGRP` read their target from memory a
+/// filter cannot see, so they are refused too. `ptrace` and `process_vm_*` are refused
+/// at every level.
+fn keeper_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>, k: Keepers) -> Result<(), String> {
+    let pids = [k.guard, k.outer, k.daemon];
+    // kill(2) reads a negative pid as a process group and -1 as every process.
+    let mut targets: Vec<i32> = pids.iter().flat_map(|&p| [p, -p]).collect();
+    targets.push(-1);
+    let on = |arg: u8, v: i32| {
+        cond(
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            v as u32 as u64,
+        )
+    };
+    let each = |arg: u8, vs: &[i32]| -> Result<Vec<SeccompRule>, String> {
+        vs.iter()
+            .map(|&v| SeccompRule::new(vec![on(arg, v)?]).map_err(|e| e.to_string()))
+            .collect()
+    };
+    for nr in [
+        libc::SYS_kill,
+        libc::SYS_tkill,
+        libc::SYS_tgkill,
+        libc::SYS_rt_sigqueueinfo,
+        libc::SYS_rt_tgsigqueueinfo,
+    ] {
+        rules.insert(nr, each(0, &targets)?);
+    }
+    rules.insert(libc::SYS_pidfd_open, each(0, &pids)?);
+    rules.insert(libc::SYS_pidfd_send_signal, vec![]);
+    let mut fcntl = vec![SeccompRule::new(vec![cond(
+        1,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        F_SETOWN_EX,
+    )?])
+    .map_err(|e| e.to_string())?];
+    for &v in &targets {
+        fcntl.push(
+            SeccompRule::new(vec![
+                cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, F_SETOWN)?,
+                on(2, v)?,
+            ])
+            .map_err(|e| e.to_string())?,
+        );
+    }
+    rules.insert(libc::SYS_fcntl, fcntl);
+    Ok(())
+}
+
 fn stmt(code: u16, k: u32) -> sock_filter {
     sock_filter {
         code,
@@ -497,9 +580,10 @@ pub fn guard_filter() -> BpfProgram {
     ]
 }
 
-/// The filter options a plan asks for.
-pub fn filter_options(plan: &Plan) -> FilterOptions {
+/// The filter options a plan asks for; `keepers` when the command has them (degraded).
+pub fn filter_options(plan: &Plan, keepers: Option<Keepers>) -> FilterOptions {
     FilterOptions {
+        keepers: keepers.filter(|_| plan.guard_keepers),
         network: plan.network,
         degraded: !plan.namespaces,
         loopback: plan.namespaces && plan.loopback && plan.network == Network::None,
@@ -508,8 +592,11 @@ pub fn filter_options(plan: &Plan) -> FilterOptions {
 }
 
 /// Installs both filters (needs `no_new_privs`).
-pub fn seccomp(plan: &Plan) -> Result<(), String> {
-    let main = main_filter(filter_options(plan))?;
+pub fn seccomp(plan: &Plan, keepers: Option<Keepers>) -> Result<(), String> {
+    if plan.guard_keepers && keepers.is_none() {
+        return Err("the processes to keep the command's signals off are unknown".into());
+    }
+    let main = main_filter(filter_options(plan, keepers))?;
     seccompiler::apply_filter(&guard_filter()).map_err(|e| e.to_string())?;
     seccompiler::apply_filter(&main).map_err(|e| e.to_string())
 }

@@ -17,12 +17,14 @@
 //!
 //! ```text
 //! helper (outer)      joins the cgroup (v1 only); subreaper; killed with its process
-//!   │                  group to end the command; on the daemon's death (lifeline) sends
-//!   │                  the guard SIGTERM
+//!   │                  group to end the command; on the daemon's death (lifeline)
+//!   │                  SIGKILLs the guard and every orphan that comes to it
 //!   └─ guard          created in the cgroup (v2); own process group, subreaper; on the
 //!        │             command's exit or the outer helper's death (parent-death
 //!        │             signal) kills every descendant
-//!        └─ command    caps dropped, no_new_privs, Landlock, seccomp, execve
+//!        └─ command    caps dropped, no_new_privs, Landlock, seccomp (without
+//!                      Landlock's signal scoping: no signal to the guard, the outer
+//!                      helper, the daemon or -1), execve
 //! ```
 //!
 //! Whatever ends the daemon, the outer helper sees it on the lifeline
@@ -359,7 +361,7 @@ fn with_namespaces(
         // SAFETY: setsid has no preconditions; a new session has no controlling
         // terminal, so TIOCSTI has no target even before seccomp.
         unsafe { libc::setsid() };
-        run_command(plan, report);
+        run_command(plan, report, None);
     }
     // SAFETY: closing our copy of the report descriptor.
     unsafe { libc::close(REPORT_FD) };
@@ -400,12 +402,12 @@ fn reap_until(child: libc::pid_t) -> ! {
 fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>, line: Option<RawFd>) -> ! {
     report.level = "degraded".into();
     report.proc = "host".into();
-    // SAFETY: getpid never fails; prctl takes plain integers. The outer helper is a
-    // subreaper too: should the guard itself be killed, its orphans come here and are
-    // killed below.
-    let outer = unsafe {
+    // SAFETY: getpid/getppid never fail; prctl takes plain integers. The outer helper
+    // is a subreaper too: should the guard itself be killed, its orphans come here and
+    // are killed below. Its parent is the daemon (which started it, or its spare).
+    let (outer, daemon) = unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        libc::getpid()
+        (libc::getpid(), libc::getppid())
     };
     let guard = fork_child(&mut report, cgroup);
     if guard < 0 {
@@ -414,15 +416,16 @@ fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>, line: Opt
     if guard == 0 {
         lifeline::drop_in_child();
         mark(&mut report.marks, "guard: forked");
-        guard_main(plan, report, outer);
+        guard_main(plan, report, outer, daemon);
     }
     // SAFETY: closing our copy of the report descriptor.
     unsafe { libc::close(REPORT_FD) };
     let status = match lifeline::wait_child(guard, line) {
         Waited::Exited(status) => status,
-        // What the guard does when this process dies: it kills every process the command
-        // started, then exits.
-        Waited::DaemonGone => signal_and_reap(guard, libc::SIGTERM),
+        // The guard is killed outright: a SIGTERM could stay pending for ever in a guard
+        // something stopped, and waiting for it would block here. Its orphans come to
+        // this subreaper, and `kill_descendants` ends them.
+        Waited::DaemonGone => signal_and_reap(guard, libc::SIGKILL),
         Waited::Lost => 0,
     };
     kill_descendants();
@@ -437,7 +440,7 @@ fn degraded(plan: &Plan, mut report: Report, cgroup: Option<&OwnedFd>, line: Opt
 /// every process the command started, however it detached itself (`setsid`, double
 /// forks), because orphans are reparented to the guard, not to init. It does the same
 /// when the command exits on its own.
-fn guard_main(plan: &Plan, mut report: Report, outer: libc::pid_t) -> ! {
+fn guard_main(plan: &Plan, mut report: Report, outer: libc::pid_t, daemon: libc::pid_t) -> ! {
     // SAFETY: plain signal-mask and prctl calls on a single-threaded process; the
     // sigset_t values are initialized by sigemptyset before use.
     let (sfd, old) = unsafe {
@@ -473,7 +476,13 @@ fn guard_main(plan: &Plan, mut report: Report, outer: libc::pid_t) -> ! {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             libc::setsid();
         }
-        run_command(plan, report);
+        let keepers = confine::Keepers {
+            // SAFETY: getppid never fails; the parent is the guard.
+            guard: unsafe { libc::getppid() },
+            outer,
+            daemon,
+        };
+        run_command(plan, report, Some(keepers));
     }
     // The report descriptor stays open until we exit: the daemon reads its EOF as
     // "every process the command started is dead". Our stdio goes to /dev/null so that
@@ -568,8 +577,9 @@ fn find_program(argv0: &str, env: &[(String, String)]) -> Option<PathBuf> {
     })
 }
 
-/// In the command's process: confine, report, exec.
-fn run_command(plan: &Plan, mut report: Report) -> ! {
+/// In the command's process: confine, report, exec. `keepers`: the processes that end
+/// a degraded command (see [`confine::Keepers`]).
+fn run_command(plan: &Plan, mut report: Report, keepers: Option<confine::Keepers>) -> ! {
     let cwd = match CString::new(plan.cwd.as_os_str().as_bytes()) {
         Ok(c) => c,
         Err(_) => fail(&mut report, "bad cwd".into()),
@@ -625,7 +635,7 @@ fn run_command(plan: &Plan, mut report: Report) -> ! {
     }
     mark(&mut report.marks, "command: landlock");
     if plan.seccomp {
-        if let Err(e) = confine::seccomp(plan) {
+        if let Err(e) = confine::seccomp(plan, keepers) {
             fail(&mut report, format!("seccomp: {e}"));
         }
         report.seccomp = true;

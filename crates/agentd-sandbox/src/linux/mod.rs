@@ -1,12 +1,13 @@
 //! The Linux mechanism: the helper (namespaces, mounts, Landlock, seccomp), the
 //! daemon-side builder, per-command cgroups, the lifeline that ends sandboxed processes
-//! with the daemon, and the socket peer check.
+//! with the daemon, the socket peer check, and the test knobs.
 
 pub mod cgroup;
 pub mod clone;
 pub mod confine;
 pub mod freeze;
 pub mod helper;
+pub mod knobs;
 pub mod lifeline;
 pub mod mounts;
 pub mod peer;

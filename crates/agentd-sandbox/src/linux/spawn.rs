@@ -5,6 +5,7 @@
 
 use super::cgroup::{self, Cgroup, Hierarchy};
 use super::confine;
+pub use super::knobs::Knobs;
 use super::spare::{HelperFds, Pending, Refill, Spares};
 use crate::hints;
 use crate::plan::{Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
@@ -24,37 +25,6 @@ type NetNs = Arc<(OwnedFd, OwnedFd)>;
 
 /// How many per-workspace network namespaces the daemon keeps open.
 const NETNS_KEPT: usize = 32;
-
-/// Daemon-side switches that simulate a kernel without a feature. They come from the
-/// daemon's own environment or config, never from a command.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Knobs {
-    pub force_no_userns: bool,
-    pub force_no_landlock: bool,
-    pub force_no_seccomp: bool,
-    /// The helper's mount plan fails (a sandbox that cannot be built mid-way).
-    pub fail_setup: bool,
-    /// No spare helper: every command starts its own (see [`Sandbox::with_spares`]).
-    pub no_spare: bool,
-}
-
-impl Knobs {
-    /// Parses `no_userns,no_landlock,no_seccomp` (any subset, comma separated).
-    pub fn parse(s: &str) -> Knobs {
-        let mut k = Knobs::default();
-        for part in s.split(',').map(str::trim) {
-            match part {
-                "no_userns" => k.force_no_userns = true,
-                "no_landlock" => k.force_no_landlock = true,
-                "no_seccomp" => k.force_no_seccomp = true,
-                "fail_setup" => k.fail_setup = true,
-                "no_spare" => k.no_spare = true,
-                _ => {}
-            }
-        }
-        k
-    }
-}
 
 /// What the kernel offers, probed once.
 #[derive(Debug, Clone, Serialize)]
@@ -880,6 +850,8 @@ impl Sandbox {
             loopback: namespaces && p.network == crate::policy::Network::None,
             refuse_unix: !namespaces && sockets.is_empty(),
             cache_layers,
+            no_signal_scope: self.knobs.no_signal_scope,
+            guard_keepers: !namespaces && !self.knobs.signal_scope(probe.landlock_abi),
         };
         let ns = if namespaces && p.network == crate::policy::Network::None {
             self.workspace_netns(&cwd)
@@ -902,8 +874,13 @@ impl Sandbox {
             if plan.tmp_dir.is_none() {
                 unavailable.push("private TMPDIR");
             }
+            if plan.guard_keepers {
+                // Seccomp keeps the command's signals off the guard, the outer helper
+                // and the daemon instead (docs/sandbox.md#fallback-ladder).
+                unavailable.push("signal scoping");
+            }
             if probe.landlock_abi < 6 {
-                unavailable.extend(["signal scoping", "abstract socket scoping"]);
+                unavailable.push("abstract socket scoping");
             }
             if !plan.sockets.is_empty() && probe.landlock_abi < 9 {
                 unavailable.push("Unix sockets limited to the granted paths");
