@@ -154,22 +154,20 @@ fn a_spare_helper_does_not_outlive_a_killed_daemon() {
     }
 }
 
-/// The cgroup directories `pid` is in below agentd's own (`agentd-sandbox`).
-fn agentd_cgroups(pid: u32) -> Vec<std::path::PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (_, ctl, path) = (it.next()?, it.next()?, it.next()?);
-            if !path.contains("agentd-sandbox") {
-                return None;
-            }
-            let ctl = ctl
-                .split(',')
-                .find(|c| *c == "pids" || *c == "memory" || c.is_empty())?;
-            let base = std::path::Path::new("/sys/fs/cgroup").join(ctl);
-            Some(base.join(path.trim_start_matches('/')))
+/// The per-command cgroups `daemon` made (named `cmd-<daemon pid>-…`), v1 or v2.
+fn cgroups_of(daemon: u32) -> Vec<std::path::PathBuf> {
+    let prefix = format!("cmd-{daemon}-");
+    ["", "pids", "memory"]
+        .iter()
+        .map(|h| {
+            std::path::Path::new("/sys/fs/cgroup")
+                .join(h)
+                .join("agentd-sandbox")
         })
+        .filter_map(|base| std::fs::read_dir(base).ok())
+        .flat_map(|rd| rd.flatten())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
         .collect()
 }
 
@@ -190,10 +188,11 @@ fn a_daemon_that_stops_ends_its_spare_helper_and_removes_its_cgroup() {
         assert!(Instant::now() < end, "no spare helper appeared");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let cgroups = agentd_cgroups(spare);
+    // Its commands' cgroups are gone once they end: what is left is the spare's.
+    let cgroups = cgroups_of(daemon);
     // SAFETY: geteuid never fails.
     if unsafe { libc::geteuid() } == 0 {
-        assert!(!cgroups.is_empty(), "as root the spare waits in its cgroup");
+        assert!(!cgroups.is_empty(), "as root the spare has its cgroup");
     }
     drop(c);
     let status = d.shutdown(Duration::from_secs(60));
@@ -205,6 +204,7 @@ fn a_daemon_that_stops_ends_its_spare_helper_and_removes_its_cgroup() {
     for g in &cgroups {
         assert!(!g.exists(), "{} left behind", g.display());
     }
+    assert_eq!(cgroups_of(daemon), Vec::<std::path::PathBuf>::new());
 }
 
 #[test]
