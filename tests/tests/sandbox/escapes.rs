@@ -245,6 +245,7 @@ fn a_command_cannot_stop_its_guard_to_outlive_the_timeout() {
              setsid sleep 86400.{token} </dev/null >/dev/null 2>&1 &
              kill -s 0 -- -1 2> all{i}.err && echo every-process-reached >> all{i}.err
              {attack} 2> kill{i}.err
+             sleep 300 & kill -TERM $! && wait $!; echo own-child=$? > own{i}.txt
              sleep 600.{token}"
         );
         let calls = [("shell", json!({"command": cmd, "timeout_s": 2}))];
@@ -274,6 +275,8 @@ fn a_command_cannot_stop_its_guard_to_outlive_the_timeout() {
             all.contains("Operation not permitted") && !all.contains("every-process-reached"),
             "kill -0 -1 was not refused: {all:?}"
         );
+        // The command's own processes stay its to signal.
+        assert_eq!(err(format!("own{i}.txt")), "own-child=143\n", "{attack}");
         // The level says what this kernel lacks.
         assert!(
             res.to_string().contains("signal scoping"),
