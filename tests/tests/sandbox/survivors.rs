@@ -7,6 +7,11 @@
 //! `outcome_unknown`, never run again. In full and in degraded mode; `.ci/sandbox.sh`
 //! runs it unprivileged too (no cgroups there: that part is root's or a delegated
 //! hierarchy's).
+//!
+//! As root a leftover in a cgroup of a dead daemon is also killed by the sweep of any
+//! daemon that starts on the machine meanwhile (another test's), so there a broken
+//! lifeline may go unnoticed; the unprivileged run has no cgroups and no sweep, and
+//! fails on it.
 
 use super::{builder, create, mcp_entry, outside, Outside};
 use agentd_tests::{is_type, Daemon, DaemonBuilder, RpcConn};
@@ -422,6 +427,36 @@ fn a_killed_daemon_takes_a_running_hook_with_it() {
         assert!(
             left.is_empty(),
             "{level}: a hook outlived the killed daemon: {left:#?}"
+        );
+    }
+}
+
+/// A spare helper (docs/sandbox.md#cost), started after a command to take the next one,
+/// waits for its command holding nothing of one; it goes with a killed daemon too.
+#[test]
+fn a_killed_daemon_takes_its_waiting_spare_helper_with_it() {
+    for (level, force) in [("full", None), ("degraded", Some("no_userns"))] {
+        let o = outside();
+        let mut d = at_level(&o, force, "").start();
+        let daemon_pid = d.pid().unwrap() as i32;
+        let mut c = d.connect();
+        let sid = create(&mut c, &d, None);
+        let r = super::shell(&d, &mut c, &sid, "echo warm", json!({}));
+        assert!(super::output(&r).contains("warm"), "{level}: {r}");
+        let spare = wait_until("a spare helper", || {
+            host_pids(|p| {
+                ppid(p) == Some(daemon_pid) && cmdline(p).contains("__sandbox-exec spare")
+            })
+            .first()
+            .copied()
+        });
+        let pinned = lineage(&[spare], daemon_pid);
+        assert_eq!(pinned.len(), 1, "{level}");
+        d.kill9();
+        let left = survivors(pinned, Instant::now() + WAIT);
+        assert!(
+            left.is_empty(),
+            "{level}: a spare helper outlived the killed daemon: {left:#?}"
         );
     }
 }
