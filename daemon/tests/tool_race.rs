@@ -174,3 +174,78 @@ async fn race_walks() {
     );
     assert!(found > 0 && listed > 0, "no call ever succeeded");
 }
+
+/// A directory swapped for a symlink that stays *inside* the workspace but leads into a
+/// path the file tools refuse (`.git/hooks`, which git runs outside the sandbox; a hidden
+/// directory): `resolve` judged the path through the plain directory, so a write or a
+/// read through it must not follow the symlink in its place. Whatever the interleaving,
+/// no hook is planted and the hidden file is never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlink_swapped_to_a_protected_or_hidden_directory_inside_is_never_followed() {
+    let _one = STRATEGY.lock().await;
+    for walk in [false, true] {
+        tools::confine::force_component_walk(walk);
+        race_inside().await;
+    }
+    tools::confine::force_component_walk(false);
+}
+
+async fn race_inside() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(work.join(".git/hooks")).unwrap();
+    std::fs::create_dir_all(work.join("d")).unwrap();
+    std::fs::create_dir_all(work.join("private")).unwrap();
+    std::fs::write(work.join("d/notes.txt"), "inside\n").unwrap();
+    std::fs::write(work.join("private/notes.txt"), "HIDDEN SECRET\n").unwrap();
+    // Relative targets: both stay beneath the workspace.
+    symlink(".git/hooks", work.join("to-hooks")).unwrap();
+    symlink("private", work.join("to-private")).unwrap();
+    let mut ctx = ToolContext::new(&work, root.path().join("resources")).unwrap();
+    ctx.paths.hidden = vec![ctx.workspace.join("private")];
+    let hook = ctx.workspace.join(".git/hooks/pre-commit");
+
+    let (mut calls, mut write_ok, mut read_ok) = (0u64, 0u64, 0u64);
+    let flipper = Swapper::start(&ctx.workspace.join("d"), &ctx.workspace.join("to-hooks"));
+    while calls < MIN_CALLS || flipper.flips() < MIN_FLIPS {
+        calls += 1;
+        let w = tools::run(
+            "write_file",
+            &json!({"path": "d/pre-commit", "content": "#!/bin/sh\necho planted\n"}),
+            &ctx,
+        )
+        .await;
+        if w.ok {
+            write_ok += 1;
+        }
+        assert!(
+            !hook.exists(),
+            "{}: write_file planted a git hook through a symlink inside the workspace \
+             (call {calls})",
+            tools::confine::strategy()
+        );
+    }
+    flipper.stop();
+    let flipper = Swapper::start(&ctx.workspace.join("d"), &ctx.workspace.join("to-private"));
+    let mut reads = 0u64;
+    while reads < MIN_CALLS || flipper.flips() < MIN_FLIPS {
+        reads += 1;
+        let r = tools::run("read_file", &json!({"path": "d/notes.txt"}), &ctx).await;
+        if r.ok {
+            read_ok += 1;
+            assert_eq!(
+                r.output.unwrap(),
+                "inside\n",
+                "{}: read_file returned a hidden file through a symlink inside the \
+                 workspace (call {reads})",
+                tools::confine::strategy()
+            );
+        }
+    }
+    flipper.stop();
+    eprintln!(
+        "{}: {calls} writes ({write_ok} ok), {reads} reads ({read_ok} ok)",
+        tools::confine::strategy()
+    );
+    assert!(write_ok > 0 && read_ok > 0, "no call ever succeeded");
+}

@@ -104,3 +104,43 @@ fn race(walk: bool) {
     );
     assert!(!git.join("hooks/pre-commit").exists(), "{report:?}");
 }
+
+/// A command (degraded: `.git/hooks` is writable) plants a hook next to a directory
+/// nested deeper than the restore removes: the restore may fail to remove the deep
+/// directory, but it never leaves the hook behind, whatever order the directory lists
+/// its entries in.
+#[test]
+fn a_hook_planted_next_to_a_directory_too_deep_to_remove_is_still_removed() {
+    let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ws = base.path().canonicalize().unwrap().join("ws");
+    let hooks = ws.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh\n").unwrap();
+    let protected = [hooks.clone()];
+    let roots = [ws.clone()];
+    let snap = Snapshot::take(&protected, &roots);
+    // Planted: deep directories whose names sort before and after the hooks, and the
+    // hooks themselves (readdir order is the file system's, so both sides are covered).
+    for top in ["aaa", "zzz"] {
+        let mut deep = hooks.join(top);
+        for _ in 0..80 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+    }
+    for h in ["pre-commit", "post-checkout", "a-hook", "z-hook"] {
+        std::fs::write(hooks.join(h), "#!/bin/sh\necho planted\n").unwrap();
+    }
+    let report = snap.restore();
+    for h in ["pre-commit", "post-checkout", "a-hook", "z-hook"] {
+        assert!(
+            !hooks.join(h).exists(),
+            "the planted hook {h} survived the restore: {report:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("pre-commit.sample")).unwrap(),
+        "#!/bin/sh\n"
+    );
+    assert!(!report.is_empty(), "the change was not reported");
+}

@@ -192,6 +192,9 @@ async fn a_command_that_takes_the_spare_is_confined_as_a_cold_one() {
             first["spare"], false,
             "{level}: nothing to take yet: {first:#}"
         );
+        // Ready however loaded the machine is (a command waits only so long for it).
+        let ready = warm.spare(std::time::Duration::from_secs(60));
+        assert!(ready.is_some(), "{level}: no spare after the first command");
         let (code_s, out_s, facts_s) = run(&warm, &i, &script, limits(64)).await;
         assert_eq!(facts_s["spare"], true, "{level}: {facts_s:#}");
         assert_eq!(facts_s["level"], level, "{facts_s:#}");
@@ -217,10 +220,9 @@ async fn a_spare_made_under_one_commands_caps_serves_the_next_with_its_own() {
         // The spare is made while a command with room for 512 processes runs.
         let (_, _, first) = run(&sb, &i, "true", limits(512)).await;
         assert_eq!(first["spare"], false, "{first:#}");
-        let pid = sb
-            .spare_pid(std::time::Duration::from_secs(60))
+        let (_, cgroups) = sb
+            .spare(std::time::Duration::from_secs(60))
             .expect("a spare after the first command");
-        let cgroups = agentd_cgroups(pid);
         let small = Limits {
             pids_max: 16,
             memory_max: 96 << 20,
@@ -269,8 +271,10 @@ async fn two_commands_at_once_both_run_one_on_the_spare() {
         let i = inputs(&e);
         let sb = sandbox(knobs, true);
         run(&sb, &i, "true", limits(64)).await;
+        let ready = sb.spare(std::time::Duration::from_secs(60));
+        assert!(ready.is_some(), "{level}: no spare after the first command");
         // Both prepared before either starts: the first takes the spare, the second
-        // finds none (the next is only asked for once a command starts).
+        // finds none (the next is only asked for once a command has ended).
         let a = prepare(&sb, &i, "echo A-$((6*7)) > a.txt; cat a.txt", limits(64));
         let b = prepare(&sb, &i, "echo B-$((6*9)) > b.txt; cat b.txt", limits(64));
         let (ra, rb) = tokio::join!(finish(a), finish(b));
@@ -311,7 +315,7 @@ fn wait_gone(pid: u32, limit: std::time::Duration) -> bool {
 }
 
 /// The cgroup directories `pid` is in, below agentd's (`agentd-sandbox`).
-fn agentd_cgroups(pid: u32) -> Vec<PathBuf> {
+fn proc_cgroups(pid: u32) -> Vec<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     text.lines()
         .filter_map(|l| {
@@ -338,8 +342,8 @@ async fn a_waiting_spare_holds_nothing_and_goes_when_released() {
     let i = inputs(&e);
     let sb = sandbox(Knobs::default(), true);
     run(&sb, &i, "true", limits(64)).await;
-    let pid = sb
-        .spare_pid(std::time::Duration::from_secs(60))
+    let (pid, cgroups) = sb
+        .spare(std::time::Duration::from_secs(60))
         .expect("a spare after the first command");
     // What a cold helper starts with: no environment, `/`, stdio on /dev/null, and
     // nothing else but its socket to the daemon and the daemon's lifeline (fd 7).
@@ -373,10 +377,18 @@ async fn a_waiting_spare_holds_nothing_and_goes_when_released() {
         .collect();
     let want = [(0, true), (1, true), (2, true), (3, true), (7, true)];
     assert_eq!(shape, want, "{fds:?}");
-    let cgroups = agentd_cgroups(pid);
     // SAFETY: geteuid never fails.
     if unsafe { libc::geteuid() } == 0 {
-        assert!(!cgroups.is_empty(), "root: the spare waits in its cgroup");
+        assert!(!cgroups.is_empty(), "root: the spare has its cgroup");
+    }
+    if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        // cgroup v1: the spare has moved itself in (on v2 its first child is created
+        // there, once it has a command).
+        let mut inside = proc_cgroups(pid);
+        inside.sort();
+        let mut want = cgroups.clone();
+        want.sort();
+        assert_eq!(inside, want);
     }
     for d in &cgroups {
         assert!(d.is_dir(), "{}", d.display());
@@ -391,7 +403,7 @@ async fn a_waiting_spare_holds_nothing_and_goes_when_released() {
     }
     // And no new one is started.
     run(&sb, &i, "true", limits(64)).await;
-    assert_eq!(sb.spare_pid(std::time::Duration::from_millis(200)), None);
+    assert_eq!(sb.spare(std::time::Duration::from_millis(200)), None);
 }
 
 /// The stand-in daemon of the next test: a process of its own with a sandbox and a
@@ -405,7 +417,7 @@ async fn spare_stand_in_daemon() {
     let i = inputs(&e);
     let sb = sandbox(Knobs::default(), true);
     run(&sb, &i, "true", limits(64)).await;
-    let pid = sb.spare_pid(std::time::Duration::from_secs(60)).unwrap();
+    let pid = sb.spare(std::time::Duration::from_secs(60)).unwrap().0;
     println!("spare-pid {pid}");
     use std::io::Write;
     std::io::stdout().flush().unwrap();
@@ -466,8 +478,8 @@ async fn a_command_cannot_reach_a_waiting_spare() {
     let knobs = LEVELS[1].1;
     let sb = sandbox(knobs, true);
     run(&sb, &i, "true", limits(64)).await;
-    let pid = sb
-        .spare_pid(std::time::Duration::from_secs(60))
+    let (pid, _) = sb
+        .spare(std::time::Duration::from_secs(60))
         .expect("a spare after the first command");
     let other = sandbox(knobs, false);
     let script = format!(

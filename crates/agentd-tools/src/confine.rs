@@ -7,9 +7,13 @@
 //! hold a descriptor of the workspace and open the resolved path *relative to it*, with
 //! the kernel refusing to leave it:
 //!
-//! - `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` (Linux 5.6+): any `..`, absolute
-//!   symlink or relative symlink that would climb above the workspace fails with `EXDEV`;
-//!   symlinks that stay inside are followed as `open(2)` would.
+//! - `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (Linux
+//!   5.6+): any `..` or absolute path fails with `EXDEV`, any symlink with `ELOOP`. The
+//!   file tools open only paths `resolve` already expanded, so a symlink met now was
+//!   swapped in since, and it is not followed even when it stays inside: it could lead
+//!   into a path the tools refuse (`.git/hooks`, a hidden directory) that `resolve` never
+//!   judged. ([`open_beneath`] and [`open_parent_for_write`], which follow a symlink that
+//!   stays inside, are for callers that judge the opened file on its descriptor.)
 //! - Where the kernel lacks it (`ENOSYS`, or a seccomp filter answering `EPERM`), a
 //!   component walk: each directory is opened with `openat(dir, name, O_NOFOLLOW |
 //!   O_DIRECTORY)` from the previous descriptor and the last component with

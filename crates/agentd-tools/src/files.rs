@@ -111,8 +111,10 @@ fn open_error(e: &std::io::Error, what: &str, given: &str) -> AgentError {
 /// refusing directories with a hint.
 fn read_regular(ctx: &ToolContext, path: &Path, given: &str) -> Result<Vec<u8>, AgentError> {
     let (root, rel) = anchor(ctx, path, given)?;
+    // `resolve` expanded every symlink, so one met now was put there since: never
+    // followed, even one that stays inside (it may lead into a hidden directory).
     // O_NONBLOCK: opening a FIFO must not block the call (it is refused below).
-    let fd = confine::open_beneath(
+    let fd = confine::open_beneath_no_symlinks(
         &root,
         rel,
         libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
@@ -535,8 +537,9 @@ fn remove_file(ctx: &ToolContext, path: &Path, given: &str) -> Result<(), AgentE
                 .with_details(json!({"path": given})),
         );
     };
-    let parent = confine::open_parent_for_write(&root, parent_rel, 0o777 & !user_umask())
-        .map_err(|e| open_error(&e, "directory for", given))?;
+    let parent =
+        confine::open_parent_for_write_no_symlinks(&root, parent_rel, 0o777 & !user_umask())
+            .map_err(|e| open_error(&e, "directory for", given))?;
     if let Some(st) = confine::stat_at(&parent, name).map_err(|e| io_error(&e, "file", given))? {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(
@@ -584,7 +587,10 @@ fn atomic_write(
         );
     };
     let dir_mode = 0o777 & !user_umask();
-    let parent = confine::open_parent_for_write(&root, parent_rel, dir_mode)
+    // No symlink followed, not even one that stays inside: `resolve` judged the path
+    // through the plain directories it saw, and a symlink swapped in since could lead
+    // into `.git/hooks` or another path the file tools refuse to write.
+    let parent = confine::open_parent_for_write_no_symlinks(&root, parent_rel, dir_mode)
         .map_err(|e| open_error(&e, "directory for", given))?;
     let existing = confine::stat_at(&parent, name).map_err(|e| io_error(&e, "file", given))?;
     if let Some(st) = &existing {

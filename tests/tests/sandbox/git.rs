@@ -307,6 +307,31 @@ fn a_nested_repository_from_an_earlier_turn_has_its_hooks_protected() {
     }
 }
 
+/// Degraded, `.git/hooks` is writable during the command and put back after it: a
+/// directory nested deeper than the restore removes, planted next to the hooks (names
+/// before and after theirs), must not make it leave them.
+#[test]
+fn a_hook_planted_next_to_a_directory_too_deep_to_remove_never_runs() {
+    let deep = "d/".repeat(80);
+    let plant = format!(
+        "mkdir -p .git/hooks/aaa/{deep} .git/hooks/zzz/{deep} 2>/dev/null
+         for h in pre-commit post-commit post-checkout; do
+           printf %s PAYLOAD > .git/hooks/$h 2>/dev/null && chmod +x .git/hooks/$h && echo PLANTED-$h
+         done; true"
+    );
+    let runs = attack(|_| {}, true, &[&plant], &ws_of);
+    for (level, rs) in runs {
+        if level == "degraded" {
+            // The attack ran for real: the hooks were written during the command.
+            assert!(
+                output(&rs[0]).contains("PLANTED-pre-commit"),
+                "{level}: {:#}",
+                rs[0]
+            );
+        }
+    }
+}
+
 #[test]
 fn dot_git_cannot_be_renamed_replaced_or_swapped_for_a_symlink() {
     let runs = attack(

@@ -126,10 +126,20 @@ fn remove_at(dir: BorrowedFd<'_>, name: &OsStr, depth: usize) -> io::Result<()> 
         return Err(io::Error::other("directory too deep to remove"));
     }
     let fd = fsat::open_dir_beneath(dir, Path::new(name))?;
+    // Every entry is tried, whatever failed before it: one that cannot go (a tree too
+    // deep) must not keep a hook listed after it.
+    let mut first = None;
     for n in list(fd.as_fd())? {
-        remove_at(fd.as_fd(), &n, depth + 1)?;
+        keep_first(&mut first, remove_at(fd.as_fd(), &n, depth + 1));
     }
-    fsat::rmdir_in(dir, name)
+    first.map_or_else(|| fsat::rmdir_in(dir, name), Err)
+}
+
+/// Records the first error of a series of steps that all run.
+fn keep_first(first: &mut Option<io::Error>, r: io::Result<()>) {
+    if let (None, Err(e)) = (&first, r) {
+        *first = Some(e);
+    }
 }
 
 fn put_at(dir: BorrowedFd<'_>, name: &OsStr, s: &Saved) -> io::Result<()> {
@@ -154,19 +164,21 @@ fn put_at(dir: BorrowedFd<'_>, name: &OsStr, s: &Saved) -> io::Result<()> {
                 fsat::mkdir_in(dir, name, 0o755)?;
             }
             let fd = fsat::open_dir_beneath(dir, Path::new(name))?;
-            // Entries the command added go; changed ones are put back.
+            // Entries the command added go; changed ones are put back. Each one is
+            // tried even after another failed, and the first failure is reported.
+            let mut first = None;
             for n in list(fd.as_fd())? {
                 if !entries.contains_key(&n) {
-                    remove_at(fd.as_fd(), &n, 0)?;
+                    keep_first(&mut first, remove_at(fd.as_fd(), &n, 0));
                 }
             }
             for (n, s) in entries {
                 let now = save_at(fd.as_fd(), n, 0, &mut MAX_ENTRIES.clone());
                 if &now != s {
-                    put_at(fd.as_fd(), n, s)?;
+                    keep_first(&mut first, put_at(fd.as_fd(), n, s));
                 }
             }
-            Ok(())
+            first.map_or(Ok(()), Err)
         }
     }
 }

@@ -188,6 +188,17 @@ impl Spares {
         pid
     }
 
+    /// The cgroup directories of the spare in the slot (none: no spare, or no cgroup).
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        let st = self.lock();
+        let cg = st.spare.as_ref().and_then(|s| s.cgroup.as_ref());
+        cg.map(|c| c.procs_files())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|f| f.parent().map(Path::to_path_buf))
+            .collect()
+    }
+
     fn take_by(&self, end: Instant) -> Option<Spare> {
         let mut st = self.lock();
         let mut spare = loop {

@@ -347,9 +347,10 @@ impl Sandbox {
         self
     }
 
-    /// The ready spare helper's pid, waiting up to `limit` for one (tests, diagnostics).
-    pub fn spare_pid(&self, limit: std::time::Duration) -> Option<u32> {
-        self.spares.ready_pid(limit)
+    /// The ready spare helper's pid and cgroup directories, waiting up to `limit` for
+    /// one (tests, diagnostics).
+    pub fn spare(&self, limit: std::time::Duration) -> Option<(u32, Vec<PathBuf>)> {
+        Some((self.spares.ready_pid(limit)?, self.spares.cgroup_dirs()))
     }
 
     /// Ends the spare helper (it exits and its cgroup is removed) and starts no more:
