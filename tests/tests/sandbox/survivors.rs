@@ -431,36 +431,6 @@ fn a_killed_daemon_takes_a_running_hook_with_it() {
     }
 }
 
-/// A spare helper (docs/sandbox.md#cost), started after a command to take the next one,
-/// waits for its command holding nothing of one; it goes with a killed daemon too.
-#[test]
-fn a_killed_daemon_takes_its_waiting_spare_helper_with_it() {
-    for (level, force) in [("full", None), ("degraded", Some("no_userns"))] {
-        let o = outside();
-        let mut d = at_level(&o, force, "").start();
-        let daemon_pid = d.pid().unwrap() as i32;
-        let mut c = d.connect();
-        let sid = create(&mut c, &d, None);
-        let r = super::shell(&d, &mut c, &sid, "echo warm", json!({}));
-        assert!(super::output(&r).contains("warm"), "{level}: {r}");
-        let spare = wait_until("a spare helper", || {
-            host_pids(|p| {
-                ppid(p) == Some(daemon_pid) && cmdline(p).contains("__sandbox-exec spare")
-            })
-            .first()
-            .copied()
-        });
-        let pinned = lineage(&[spare], daemon_pid);
-        assert_eq!(pinned.len(), 1, "{level}");
-        d.kill9();
-        let left = survivors(pinned, Instant::now() + WAIT);
-        assert!(
-            left.is_empty(),
-            "{level}: a spare helper outlived the killed daemon: {left:#?}"
-        );
-    }
-}
-
 #[test]
 fn a_killed_daemon_takes_its_sandboxed_processes_and_cgroups_with_it_full() {
     a_killed_daemon_takes_everything_sandboxed_with_it("full", None);
