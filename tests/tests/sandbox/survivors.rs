@@ -7,6 +7,11 @@
 //! `outcome_unknown`, never run again. In full and in degraded mode; `.ci/sandbox.sh`
 //! runs it unprivileged too (no cgroups there: that part is root's or a delegated
 //! hierarchy's).
+//!
+//! As root a leftover in a cgroup of a dead daemon is also killed by the sweep of any
+//! daemon that starts on the machine meanwhile (another test's), so there a broken
+//! lifeline may go unnoticed; the unprivileged run has no cgroups and no sweep, and
+//! fails on it.
 
 use super::{builder, create, mcp_entry, outside, Outside};
 use agentd_tests::{is_type, Daemon, DaemonBuilder, RpcConn};
