@@ -511,3 +511,71 @@ async fn a_command_cannot_reach_a_waiting_spare() {
     }
     assert!(out.contains("done"), "{out}");
 }
+
+/// The per-command cgroups process `pid` made that are still there (`cmd-<pid>-…`
+/// anywhere in the cgroup tree).
+fn cgroups_named_for(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("cmd-{pid}-");
+    let mut found = Vec::new();
+    let mut dirs = vec![(PathBuf::from("/sys/fs/cgroup"), 0)];
+    while let Some((d, depth)) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                found.push(e.path());
+            } else if depth < 6 {
+                dirs.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The stand-in daemon of the next test: one command, then the release and the exit at
+/// once, as a daemon stopping right after a command ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spare_release_stand_in() {
+    if std::env::var_os("AGENTD_SPARE_RELEASE_STAND_IN").is_none() {
+        return;
+    }
+    let e = env();
+    let i = inputs(&e);
+    let sb = sandbox(Knobs::default(), true);
+    // The command's end asks for a spare; the release comes at once, then the exit.
+    run(&sb, &i, "true", limits(64)).await;
+    tokio::task::block_in_place(|| sb.release_spares());
+    std::process::exit(0);
+}
+
+/// A daemon stops right after a command ended, while the spare that command's end asked
+/// for is still being started: the release waits for it and ends it, so a daemon that
+/// exits right after leaves no spare's cgroup behind (one finished after the release
+/// kept its cgroup for good).
+#[test]
+fn a_spare_being_started_when_released_leaves_nothing() {
+    for round in 0..20 {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "spare_release_stand_in",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("AGENTD_SPARE_RELEASE_STAND_IN", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = out.id();
+        let out = out.wait_with_output().unwrap();
+        assert!(out.status.success(), "round {round}: {:?}", out.status);
+        let left = cgroups_named_for(pid);
+        for d in &left {
+            let _ = std::fs::remove_dir(d);
+        }
+        assert_eq!(left, Vec::<PathBuf>::new(), "round {round}");
+    }
+}

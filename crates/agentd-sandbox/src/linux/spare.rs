@@ -52,6 +52,9 @@ use std::time::{Duration, Instant};
 /// which a cold helper would pay in full; a spare not ready by then is ended, so a stuck
 /// one delays one command at most.
 const READY_WAIT: Duration = Duration::from_secs(3);
+/// How long closing waits for a spare being started (its exec and cgroup join, well
+/// under a second even on a loaded machine).
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// A command's caps: `pids_max`, `memory_max` (the spawn module's `Limits`).
 pub(crate) type Caps = (u64, u64);
@@ -275,11 +278,26 @@ impl Spares {
         }
     }
 
-    /// Ends the spare (it exits, its cgroup is removed) and starts no more.
+    /// Ends the spare (it exits, its cgroup is removed) and starts no more. A spare
+    /// the maker thread is starting at that moment is waited for (at most
+    /// [`CLOSE_WAIT`]) and ended too: the daemon exits right after, and a spare finished
+    /// then would leave its cgroup behind.
     pub fn close(&self) {
         let spare = {
             let mut st = self.lock();
             st.closed = true;
+            let end = Instant::now() + CLOSE_WAIT;
+            while st.filling {
+                let left = end.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                st = self
+                    .changed
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
             st.spare.take()
         };
         self.changed.notify_all();
@@ -291,6 +309,11 @@ impl Spares {
 fn maker_loop(spares: Weak<Spares>, rx: mpsc::Receiver<Order>) {
     while let Ok(order) = rx.recv() {
         let Some(sp) = spares.upgrade() else { return };
+        if sp.lock().closed {
+            sp.lock().filling = false;
+            sp.changed.notify_all();
+            continue;
+        }
         let made = {
             let _ctx = order.handle.enter();
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -299,7 +322,6 @@ fn maker_loop(spares: Weak<Spares>, rx: mpsc::Receiver<Order>) {
         };
         let unused = {
             let mut st = sp.lock();
-            st.filling = false;
             match made {
                 Ok(Ok(s)) if !st.closed && st.spare.is_none() => {
                     st.spare = Some(s);
@@ -309,8 +331,11 @@ fn maker_loop(spares: Weak<Spares>, rx: mpsc::Receiver<Order>) {
                 _ => None,
             }
         };
-        sp.changed.notify_all();
+        // A spare nobody will take is ended (killed, its cgroup removed) before the
+        // fill counts as done, so that `close` returns only once it is gone.
         drop(unused);
+        sp.lock().filling = false;
+        sp.changed.notify_all();
     }
 }
 
