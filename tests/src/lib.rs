@@ -1056,6 +1056,27 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Waits (on a pidfd, no polling) until process `pid` exits; false on timeout. A pid
+/// that is already gone counts as exited.
+pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return true;
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one valid pollfd, then closing our pidfd.
+    unsafe {
+        let n = libc::poll(&mut p, 1, timeout.as_millis() as i32);
+        libc::close(fd);
+        n == 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

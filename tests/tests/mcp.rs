@@ -6,7 +6,7 @@
 
 use agentd_tests::acp::{update, Acp};
 use agentd_tests::sse::{chat_sse, sse_server, typed_sse};
-use agentd_tests::{bin, is_type, Daemon, RpcConn};
+use agentd_tests::{bin, is_type, wait_exit, Daemon, RpcConn};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -887,25 +887,6 @@ fn streamable_http_server_everything_on_loopback() {
     let log = String::from_utf8(d.log_bytes(&sid)).unwrap();
     assert!(!log.contains("client-header-value-77"));
     drop(server);
-}
-
-/// Waits (on a pidfd, no polling) until process `pid` exits; false on timeout.
-fn wait_exit(pid: i32, timeout: Duration) -> bool {
-    // SAFETY: pidfd_open and poll take plain integers and a pollfd we own.
-    unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-        if fd < 0 {
-            return true; // already gone
-        }
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let n = libc::poll(&mut p, 1, timeout.as_millis() as i32);
-        libc::close(fd);
-        n == 1
-    }
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! `.ci/sandbox.sh`, unprivileged too.
 
 use super::{builder, create, outside, q, shell};
+use agentd_tests::wait_exit;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -102,27 +103,6 @@ fn spares_of(daemon: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Waits (up to `limit`) for `pid` to exit, on its pidfd.
-fn wait_gone(pid: u32, limit: Duration) -> bool {
-    // SAFETY: pidfd_open takes a pid and flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as i32, 0) } as i32;
-    if fd < 0 {
-        return true; // already gone
-    }
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll on one valid pollfd, then closing our pidfd.
-    let rc = unsafe {
-        let rc = libc::poll(&mut p, 1, limit.as_millis() as i32);
-        libc::close(fd);
-        rc
-    };
-    rc == 1
-}
-
 #[test]
 fn a_spare_helper_does_not_outlive_a_killed_daemon() {
     for (level, force) in LEVELS {
@@ -148,7 +128,7 @@ fn a_spare_helper_does_not_outlive_a_killed_daemon() {
         };
         d.kill9();
         assert!(
-            wait_gone(spare, Duration::from_secs(60)),
+            wait_exit(spare as i32, Duration::from_secs(60)),
             "{level}: the spare helper {spare} outlived its daemon"
         );
     }
@@ -198,7 +178,7 @@ fn a_daemon_that_stops_ends_its_spare_helper_and_removes_its_cgroup() {
     let status = d.shutdown(Duration::from_secs(60));
     assert!(status.is_some(), "the daemon did not stop");
     assert!(
-        wait_gone(spare, Duration::from_secs(60)),
+        wait_exit(spare as i32, Duration::from_secs(60)),
         "the spare helper {spare} outlived its daemon's stop"
     );
     for g in &cgroups {

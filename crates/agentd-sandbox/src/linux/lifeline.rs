@@ -21,8 +21,11 @@
 //! and the helper makes its copy close-on-exec and closes it in its children before they
 //! run anything, so a command never holds it.
 
-use crate::plan::LIFELINE_FD;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use crate::plan::{HELPER_ARG, LIFELINE_FD};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::Command;
 use std::sync::OnceLock;
 
 /// The daemon's pipe: (read end, write end), both close-on-exec, above the descriptors
@@ -31,28 +34,9 @@ use std::sync::OnceLock;
 static LINE: OnceLock<Option<(OwnedFd, OwnedFd)>> = OnceLock::new();
 
 fn make() -> Option<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 fills two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(2);
-    for fd in fds {
-        // Moved above the helper's fixed descriptors (3 to 7), so that setting those up
-        // in the child never overwrites the source.
-        // SAFETY: fcntl on a descriptor we own; the original is closed after.
-        let hi = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
-        // SAFETY: closing the descriptor pipe2 gave us.
-        unsafe { libc::close(fd) };
-        if hi < 0 {
-            return None;
-        }
-        // SAFETY: fcntl returned a fresh descriptor we own.
-        out.push(unsafe { OwnedFd::from_raw_fd(hi) });
-    }
-    let w = out.pop()?;
-    let r = out.pop()?;
-    Some((r, w))
+    // Above the helper's fixed descriptors (3 to 7), so that setting those up in the
+    // child never overwrites the source.
+    super::fds::pipe_high().ok()
 }
 
 /// Daemon side: the read end to hand to a helper as [`LIFELINE_FD`] (the pipe is made on
@@ -79,6 +63,20 @@ pub fn install(read: Option<RawFd>) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The helper `helper` as every helper is started, cold or spare: its argument, an empty
+/// environment, `/`, and the lifeline put at its number in the child (the caller adds its own
+/// descriptors with another `pre_exec`).
+pub fn helper_command(helper: &Path) -> Command {
+    let mut cmd = Command::new(helper);
+    cmd.arg(HELPER_ARG).env_clear().current_dir("/");
+    let line = read_end();
+    // SAFETY: `install` only calls dup2/close, which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || install(line));
+    }
+    cmd
 }
 
 /// Helper side, first thing: the lifeline, when one came as [`LIFELINE_FD`], made
@@ -195,6 +193,7 @@ fn blocking_wait(child: libc::pid_t) -> Option<libc::c_int> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     /// Children waited on with a pipe standing in for the lifeline: one that exits is
     /// seen as exited with its status; closing the write end is seen as the daemon's

@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod clone;
 pub mod confine;
+pub mod fds;
 pub mod freeze;
 pub mod helper;
 pub mod knobs;

@@ -37,9 +37,8 @@
 //! start their own helper.
 
 use super::cgroup::{Cgroup, Hierarchy};
-use crate::plan::{
-    Report, HELPER_ARG, LIFELINE_FD, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED,
-};
+use super::fds::high;
+use crate::plan::{Report, LIFELINE_FD, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD, SETUP_FAILED};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -363,17 +362,6 @@ fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// `fd` moved to a descriptor number of at least 10 (close-on-exec).
-fn high(fd: OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: fcntl on a descriptor we own.
-    let hi = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
-    if hi < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fcntl returned a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(hi) })
-}
-
 /// Sends `data` with `fds` (none: a plain message) on a seqpacket socket.
 fn send(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let mut iov = libc::iovec {
@@ -480,21 +468,17 @@ impl Spare {
         };
         let text = serde_json::to_vec(&park).map_err(io::Error::other)?;
         send(ours.as_raw_fd(), &text, &[])?;
-        let mut cmd = std::process::Command::new(helper);
-        cmd.arg(HELPER_ARG)
-            .arg(crate::plan::SPARE_ARG)
-            .env_clear()
-            .current_dir("/");
+        // Started as every helper is (the lifeline at fd 7 too), the socket at fd 3.
+        let mut cmd = super::lifeline::helper_command(helper);
+        cmd.arg(crate::plan::SPARE_ARG);
         let fd = theirs.as_raw_fd();
-        // The daemon's lifeline at fd 7, as every helper has it (see `lifeline.rs`).
-        let line = super::lifeline::read_end();
         // SAFETY: dup2 is async-signal-safe; `theirs` stays open until after spawn.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::dup2(fd, PLAN_FD) < 0 {
                     return Err(io::Error::last_os_error());
                 }
-                super::lifeline::install(line)
+                Ok(())
             });
         }
         let mut cmd = tokio::process::Command::from(cmd);
@@ -599,20 +583,18 @@ pub(crate) fn start(
         Some(p) => (p.spare, Some(p.fds), p.refill),
         None => (None, None, None),
     };
+    let stdin = match stdin {
+        Some(f) => f,
+        None => OwnedFd::from(std::fs::File::open("/dev/null")?),
+    };
     let mut handed = None;
     if let (Some(spare), Some(fds)) = (spare, fds) {
-        let null = match &stdin {
-            Some(_) => None,
-            None => Some(std::fs::File::open("/dev/null")?),
-        };
-        let fd0 = match (&stdin, &null) {
-            (Some(f), _) => f.as_raw_fd(),
-            (None, Some(n)) => n.as_raw_fd(),
-            (None, None) => -1,
-        };
         // `fds` stay valid while `command` lives (it holds the parent's copies).
         handed = spare
-            .hand_over(&fds, [fd0, stdout.as_raw_fd(), stderr.as_raw_fd()])
+            .hand_over(
+                &fds,
+                [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+            )
             .ok();
     }
     let out = match handed {
@@ -624,7 +606,7 @@ pub(crate) fn start(
         }
         None => {
             let mut cmd = tokio::process::Command::from(command);
-            cmd.stdin(stdin.map(Stdio::from).unwrap_or_else(Stdio::null))
+            cmd.stdin(Stdio::from(stdin))
                 .stdout(Stdio::from(stdout))
                 .stderr(Stdio::from(stderr))
                 .process_group(0)

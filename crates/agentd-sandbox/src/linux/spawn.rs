@@ -5,16 +5,18 @@
 
 use super::cgroup::{self, Cgroup, Hierarchy};
 use super::confine;
+use super::fds::{high, pipe_high};
 pub use super::knobs::Knobs;
+use super::lifeline::helper_command;
 use super::spare::{HelperFds, Pending, Refill, Spares};
 use crate::hints;
-use crate::plan::{Plan, Report, HELPER_ARG, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
+use crate::plan::{Plan, Report, NS_NET_FD, NS_USER_FD, PLAN_FD, REPORT_FD};
 use crate::policy::{EffectivePolicy, Mode, OnUnavailable};
 use crate::trace::mark;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -193,31 +195,6 @@ fn finding_hint(f: &crate::git::Finding) -> String {
         f.path.display(),
         f.what
     )
-}
-
-fn pipe_high() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 fills two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    for fd in fds {
-        // Moved above the descriptors the child's setup uses (3 and 4).
-        // SAFETY: fcntl on a descriptor we own; the original is closed after.
-        let hi = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
-        let err = std::io::Error::last_os_error();
-        // SAFETY: closing the descriptor pipe2 gave us.
-        unsafe { libc::close(fd) };
-        if hi < 0 {
-            return Err(err);
-        }
-        // SAFETY: fcntl returned a fresh descriptor we own.
-        out.push(unsafe { OwnedFd::from_raw_fd(hi) });
-    }
-    let w = out.pop().expect("two fds");
-    let r = out.pop().expect("two fds");
-    Ok((r, w))
 }
 
 fn seccomp_available() -> bool {
@@ -550,13 +527,7 @@ impl Sandbox {
         let open = |kind: &str| {
             let f = std::fs::File::open(format!("/proc/{}/ns/{kind}", child.id()))?;
             // Above the descriptors the helper's setup uses (3 to 6).
-            // SAFETY: fcntl on a descriptor we own.
-            let hi = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
-            if hi < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: fcntl returned a fresh descriptor we own.
-            Ok(unsafe { OwnedFd::from_raw_fd(hi) })
+            high(OwnedFd::from(f))
         };
         let fds = if ok {
             open("user").and_then(|u| Ok((u, open("net")?)))
@@ -598,9 +569,7 @@ impl Sandbox {
             report: rw,
             ns: ns_fds,
         };
-        let line = super::lifeline::read_end();
-        let mut cmd = Command::new(&self.helper);
-        cmd.arg(HELPER_ARG).env_clear().current_dir("/");
+        let mut cmd = helper_command(&self.helper);
         // The closure owns the descriptors (the namespaces' too) so they live until
         // spawn; the parent's copies close with the Command.
         let keep = (plan_r, rep_w, ns);
@@ -616,7 +585,7 @@ impl Sandbox {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                super::lifeline::install(line)
+                Ok(())
             });
         }
         Ok((cmd, rep_r, fds))
